@@ -1,0 +1,98 @@
+// The CUDA runtime as lockstep uses it: device discovery, streams, device and
+// pinned host memory, copies, and the elementwise kernels.
+//
+// This header is the same whether or not lockstep was built with CUDA; the
+// BUILD file picks the implementation. Without CUDA, `BuiltWithCuda()` is
+// false, `DeviceCount()` is 0 and every other call returns
+// FailedPrecondition, so callers need no #ifdef:
+//
+//   if (cuda::DeviceCount() == 0) return;  // or GTEST_SKIP()
+//   LOCKSTEP_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(0));
+//   LOCKSTEP_RETURN_IF_ERROR(t.CopyFromAsync(host, stream));
+//   LOCKSTEP_RETURN_IF_ERROR(stream.Synchronize());
+//
+// Most users never call this directly: Tensor and the kernels in
+// core/kernels.h dispatch on the tensor's device.
+#ifndef LOCKSTEP_CORE_CUDA_RUNTIME_H_
+#define LOCKSTEP_CORE_CUDA_RUNTIME_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace lockstep {
+namespace cuda {
+
+// True when this binary was compiled against the CUDA toolkit.
+bool BuiltWithCuda();
+
+// Visible CUDA devices; 0 without CUDA, without a driver or without a GPU.
+int DeviceCount();
+
+// OK when `device` is a visible device index; else an error saying how many
+// devices there are.
+absl::Status CheckDevice(int device);
+
+// An owned cudaStream_t (non-blocking) on one device. Movable, not copyable.
+class Stream {
+ public:
+  static absl::StatusOr<Stream> Create(int device);
+
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  // Waits for everything queued on the stream.
+  absl::Status Synchronize();
+
+  int device() const { return device_; }
+  // The cudaStream_t, as void* so this header needs no CUDA include.
+  void* native() const { return stream_; }
+
+ private:
+  Stream(void* stream, int device) : stream_(stream), device_(device) {}
+
+  void* stream_ = nullptr;
+  int device_ = -1;
+};
+
+// Device memory (cudaMalloc). Zero bytes returns nullptr.
+absl::StatusOr<void*> DeviceAlloc(size_t bytes, int device);
+void DeviceFree(void* ptr, int device);
+
+// Page-locked host memory (cudaHostAlloc), for fast and async copies.
+absl::StatusOr<void*> PinnedAlloc(size_t bytes);
+void PinnedFree(void* ptr);
+
+// Copies `bytes` between any two of host memory and device memory (unified
+// addressing decides the direction). With a stream the copy is queued on it
+// and the call returns at once; with nullptr it completes before returning.
+absl::Status Copy(void* dst, const void* src, size_t bytes, int device, Stream* stream);
+
+// Kernels on device pointers. The caller (core/kernels.h) validates
+// dtypes, sizes and devices. With a nullptr stream they complete before
+// returning.
+//
+// out[i] = op(inputs[0][i], ..., inputs[n-1][i]), accumulated as in
+// core/internal/elementwise.h; at most kMaxReduceInputs inputs.
+inline constexpr int kMaxReduceInputs = 64;
+absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
+                    int64_t count, int device, Stream* stream);
+absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device,
+                   Stream* stream);
+absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device,
+                  Stream* stream);
+absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device,
+                               Stream* stream);
+
+}  // namespace cuda
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_CUDA_RUNTIME_H_

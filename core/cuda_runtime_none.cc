@@ -1,0 +1,54 @@
+// cuda_runtime.h for builds without the CUDA toolkit: no devices, and every
+// operation says how to get CUDA support.
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+
+namespace lockstep {
+namespace cuda {
+namespace {
+
+absl::Status NotBuilt(absl::string_view operation) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      operation,
+      ": lockstep was built without CUDA. Install the CUDA toolkit (or point CUDA_PATH at it) "
+      "and rebuild; `bazel build //...` then compiles the CUDA code automatically"));
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return false; }
+int DeviceCount() { return 0; }
+absl::Status CheckDevice(int device) { return NotBuilt(absl::StrCat("CheckDevice(cuda:", device, ")")); }
+
+absl::StatusOr<Stream> Stream::Create(int device) { return NotBuilt("Stream::Create"); }
+Stream::Stream(Stream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
+Stream& Stream::operator=(Stream&& other) noexcept {
+  stream_ = std::exchange(other.stream_, nullptr);
+  device_ = other.device_;
+  return *this;
+}
+Stream::~Stream() = default;
+absl::Status Stream::Synchronize() { return NotBuilt("Stream::Synchronize"); }
+
+absl::StatusOr<void*> DeviceAlloc(size_t, int) { return NotBuilt("DeviceAlloc"); }
+void DeviceFree(void*, int) {}
+absl::StatusOr<void*> PinnedAlloc(size_t) { return NotBuilt("PinnedAlloc"); }
+void PinnedFree(void*) {}
+absl::Status Copy(void*, const void*, size_t, int, Stream*) { return NotBuilt("Copy"); }
+absl::Status Reduce(ReduceOp, DType, absl::Span<const void* const>, void*, int64_t, int, Stream*) {
+  return NotBuilt("Reduce");
+}
+absl::Status Scale(DType, void*, int64_t, double, int, Stream*) { return NotBuilt("Scale"); }
+absl::Status Cast(DType, const void*, DType, void*, int64_t, int, Stream*) {
+  return NotBuilt("Cast");
+}
+absl::StatusOr<bool> AllFinite(DType, const void*, int64_t, int, Stream*) {
+  return NotBuilt("AllFinite");
+}
+
+}  // namespace cuda
+}  // namespace lockstep

@@ -1,0 +1,139 @@
+#include "core/kernels.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu_kernels.h"
+#include "core/cuda_runtime.h"
+#include "core/status.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status CheckDefined(const Tensor& t, absl::string_view operation, absl::string_view what) {
+  if (!t.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": ", what, " is an undefined tensor"));
+  }
+  return absl::OkStatus();
+}
+
+// `t` must match `reference` in dtype, element count and device.
+absl::Status CheckLike(const Tensor& t, const Tensor& reference, absl::string_view operation,
+                       absl::string_view what, absl::string_view reference_name) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, operation, what));
+  if (t.dtype() != reference.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        operation, ": ", what, " ", t.DebugString(), " has dtype ", DTypeName(t.dtype()),
+        " but ", reference_name, " ", reference.DebugString(), " has dtype ",
+        DTypeName(reference.dtype()), "; Cast() one of them first"));
+  }
+  if (t.numel() != reference.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        operation, ": ", what, " ", t.DebugString(), " has ", t.numel(), " elements but ",
+        reference_name, " ", reference.DebugString(), " has ", reference.numel()));
+  }
+  if (t.device() != reference.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        operation, ": ", what, " is on ", t.device().ToString(), " but ", reference_name,
+        " is on ", reference.device().ToString(), "; move it with Tensor::To() first"));
+  }
+  // The kernels run elementwise in order, so exact aliasing is fine but a
+  // shifted overlap would read already-written elements.
+  if (t.Overlaps(reference) && t.raw_data() != reference.raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": ", what, " partially overlaps ",
+                                                   reference_name, "; use a separate output"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, Tensor& out) {
+  const std::string operation = absl::StrCat("Reduce(", ReduceOpName(op), ")");
+  if (!IsValidReduceOp(static_cast<uint8_t>(op))) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": invalid reduce op value ",
+                                                   static_cast<int>(op)));
+  }
+  if (inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": needs at least one input"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(out, operation, "the output"));
+  std::vector<const void*> pointers;
+  pointers.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        CheckLike(inputs[i], out, operation, absl::StrCat("input ", i), "the output"));
+    pointers.push_back(inputs[i].raw_data());
+  }
+  if (out.device().is_cuda()) {
+    if (inputs.size() > static_cast<size_t>(cuda::kMaxReduceInputs)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          operation, ": ", inputs.size(), " inputs on CUDA; at most ", cuda::kMaxReduceInputs,
+          " per call (reduce in groups)"));
+    }
+    return cuda::Reduce(op, out.dtype(), pointers, out.raw_data(), out.numel(), out.device().index(),
+                        nullptr);
+  }
+  cpu::Reduce(op, out.dtype(), pointers, out.raw_data(), out.numel());
+  return absl::OkStatus();
+}
+
+absl::Status ReduceInto(ReduceOp op, const Tensor& src, Tensor& dst) {
+  const Tensor inputs[] = {dst, src};
+  return Reduce(op, inputs, dst);
+}
+
+absl::Status Scale(Tensor& t, double factor) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, "Scale", "the tensor"));
+  if (!std::isfinite(factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Scale: factor ", factor, " is not finite; nothing was changed"));
+  }
+  if (t.device().is_cuda()) {
+    return cuda::Scale(t.dtype(), t.raw_data(), t.numel(), factor, t.device().index(), nullptr);
+  }
+  cpu::Scale(t.dtype(), t.raw_data(), t.numel(), factor);
+  return absl::OkStatus();
+}
+
+absl::Status Cast(const Tensor& src, Tensor& dst) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(src, "Cast", "the source"));
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(dst, "Cast", "the destination"));
+  if (!IsFloatingPoint(src.dtype()) || !IsFloatingPoint(dst.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Cast: from ", DTypeName(src.dtype()), " to ", DTypeName(dst.dtype()),
+        " is not supported; Cast converts between f32, f64, f16 and bf16"));
+  }
+  if (src.numel() != dst.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("Cast: source ", src.DebugString(), " has ",
+                                                   src.numel(), " elements but destination ",
+                                                   dst.DebugString(), " has ", dst.numel()));
+  }
+  if (src.device() != dst.device()) {
+    return absl::InvalidArgumentError(absl::StrCat("Cast: source is on ", src.device().ToString(),
+                                                   " but destination is on ",
+                                                   dst.device().ToString(),
+                                                   "; move one with Tensor::To() first"));
+  }
+  if (src.Overlaps(dst) && (src.raw_data() != dst.raw_data() || src.dtype() != dst.dtype())) {
+    return absl::InvalidArgumentError(
+        "Cast: source and destination overlap; cast into a separate tensor");
+  }
+  if (dst.device().is_cuda()) {
+    return cuda::Cast(src.dtype(), src.raw_data(), dst.dtype(), dst.raw_data(), dst.numel(),
+                      dst.device().index(), nullptr);
+  }
+  cpu::Cast(src.dtype(), src.raw_data(), dst.dtype(), dst.raw_data(), dst.numel());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> AllFinite(const Tensor& t) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, "AllFinite", "the tensor"));
+  if (t.device().is_cuda()) {
+    return cuda::AllFinite(t.dtype(), t.raw_data(), t.numel(), t.device().index(), nullptr);
+  }
+  return cpu::AllFinite(t.dtype(), t.raw_data(), t.numel());
+}
+
+}  // namespace lockstep

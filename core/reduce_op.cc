@@ -1,0 +1,31 @@
+#include "core/reduce_op.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "SUM";
+    case ReduceOp::kAvg: return "AVG";
+    case ReduceOp::kProd: return "PROD";
+    case ReduceOp::kMin: return "MIN";
+    case ReduceOp::kMax: return "MAX";
+  }
+  return "INVALID";
+}
+
+bool IsValidReduceOp(uint8_t value) { return value <= static_cast<uint8_t>(ReduceOp::kMax); }
+
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
+  const std::string n = absl::AsciiStrToUpper(name);
+  for (ReduceOp op : kAllReduceOps) {
+    if (n == ReduceOpName(op)) return op;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ParseReduceOp: '", name, "' is not a reduce op; expected SUM, AVG, PROD, MIN or MAX"));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,34 @@
+// Reduction operators shared by the kernels and the collectives.
+#ifndef LOCKSTEP_CORE_REDUCE_OP_H_
+#define LOCKSTEP_CORE_REDUCE_OP_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+// The numeric values travel in collective fingerprints: append only.
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAvg = 1,   // Sum, then divide by the number of contributions.
+  kProd = 2,
+  kMin = 3,   // NaN-propagating, like torch.minimum.
+  kMax = 4,   // NaN-propagating, like torch.maximum.
+};
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd,
+                                             ReduceOp::kMin, ReduceOp::kMax};
+
+// "SUM", "AVG", "PROD", "MIN", "MAX".
+absl::string_view ReduceOpName(ReduceOp op);
+
+// Accepts the names above in any case.
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
+
+bool IsValidReduceOp(uint8_t value);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_REDUCE_OP_H_

@@ -1,0 +1,51 @@
+#include "core/storage.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device device,
+                                                           bool pinned) {
+  void* data = nullptr;
+  if (device.is_cuda()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(data, cuda::DeviceAlloc(nbytes, device.index()));
+    return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
+  }
+  if (nbytes == 0) return std::shared_ptr<Storage>(new Storage(nullptr, 0, device, false));
+  if (pinned && cuda::DeviceCount() > 0) {
+    absl::StatusOr<void*> pinned_data = cuda::PinnedAlloc(nbytes);
+    if (pinned_data.ok()) {
+      return std::shared_ptr<Storage>(new Storage(*pinned_data, nbytes, device, true));
+    }
+    // Pinning is an optimization: fall back to pageable memory.
+  }
+  const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  if (rounded < nbytes) {
+    return absl::InvalidArgumentError(absl::StrCat("Storage::Allocate: ", nbytes, " bytes is too large"));
+  }
+  data = std::aligned_alloc(kHostAlignment, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Storage::Allocate: could not allocate ", nbytes, " bytes of host memory on ",
+        device.ToString(), "; reduce the batch or bucket size"));
+  }
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
+}
+
+Storage::~Storage() {
+  if (data_ == nullptr) return;
+  if (device_.is_cuda()) {
+    cuda::DeviceFree(data_, device_.index());
+  } else if (pinned_) {
+    cuda::PinnedFree(data_);
+  } else {
+    std::free(data_);
+  }
+}
+
+}  // namespace lockstep
