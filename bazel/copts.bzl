@@ -33,12 +33,15 @@ def lockstep_cc_test(name, copts = [], deps = [], size = "small", **kwargs):
         **kwargs
     )
 
-def lockstep_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
-    """A Google Benchmark binary: testonly, tagged `benchmark`."""
+def lockstep_cc_benchmark(name, copts = [], deps = [], tags = [], main = True, **kwargs):
+    """A Google Benchmark binary: testonly, tagged `benchmark`.
+
+    main = False when the binary has its own main() (e.g. to skip without a GPU).
+    """
     native.cc_binary(
         name = name,
         copts = LOCKSTEP_COPTS + copts,
-        deps = deps + ["@lockstep_system//:benchmark_main"],
+        deps = deps + ["@lockstep_system//:benchmark_main" if main else "@lockstep_system//:benchmark"],
         testonly = True,
         tags = tags + ["benchmark"],
         **kwargs

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/internal/elementwise.h"
+#include "core/internal/half_simd.h"
 
 namespace lockstep {
 namespace cpu {
@@ -18,6 +19,24 @@ namespace {
 namespace ew = elementwise;
 
 constexpr int64_t kBlock = 1024;
+
+// 16-bit blocks to and from f32: F16C for f16 where available; the bf16 bit
+// operations vectorize as they are, and get an AVX2 clone (chosen at load
+// time) because SSE2 lacks the 32->16-bit packing they need.
+#if defined(__x86_64__)
+#define LOCKSTEP_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define LOCKSTEP_AVX2_CLONE
+#endif
+
+void LoadBlock(const Half* in, float* out, int64_t n) { half_simd::HalfToFloat(in, out, n); }
+LOCKSTEP_AVX2_CLONE void LoadBlock(const BFloat16* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+}
+void StoreBlock(const float* in, Half* out, int64_t n) { half_simd::FloatToHalf(in, out, n); }
+LOCKSTEP_AVX2_CLONE void StoreBlock(const float* in, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
+}
 
 template <typename T, typename Op>
 void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bool average) {
@@ -35,20 +54,19 @@ void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bo
       for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
     }
   } else {
-    A acc[kBlock];
+    alignas(64) A acc[kBlock];
+    alignas(64) A next[kBlock];
     for (int64_t begin = 0; begin < count; begin += kBlock) {
       const int64_t len = std::min(kBlock, count - begin);
-      const T* first = static_cast<const T*>(inputs[0]) + begin;
-      for (int64_t i = 0; i < len; ++i) acc[i] = ew::Load(first[i]);
+      LoadBlock(static_cast<const T*>(inputs[0]) + begin, acc, len);
       for (int k = 1; k < n; ++k) {
-        const T* in = static_cast<const T*>(inputs[k]) + begin;
-        for (int64_t i = 0; i < len; ++i) acc[i] = Op::Apply(acc[i], A(ew::Load(in[i])));
+        LoadBlock(static_cast<const T*>(inputs[k]) + begin, next, len);
+        for (int64_t i = 0; i < len; ++i) acc[i] = Op::Apply(acc[i], next[i]);
       }
       if (average) {
         for (int64_t i = 0; i < len; ++i) acc[i] = ew::DivideBy(acc[i], n);
       }
-      T* dst = out + begin;
-      for (int64_t i = 0; i < len; ++i) dst[i] = ew::Store<T>(acc[i]);
+      StoreBlock(acc, out + begin, len);
     }
   }
 }
@@ -86,7 +104,18 @@ void Scale(DType dtype, void* data, int64_t count, double factor) {
   VisitDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(data);
-    for (int64_t i = 0; i < count; ++i) p[i] = ew::ScaleElement(p[i], factor);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      const float f = static_cast<float>(factor);
+      alignas(64) float block[kBlock];
+      for (int64_t begin = 0; begin < count; begin += kBlock) {
+        const int64_t len = std::min(kBlock, count - begin);
+        LoadBlock(p + begin, block, len);
+        for (int64_t i = 0; i < len; ++i) block[i] *= f;
+        StoreBlock(block, p + begin, len);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) p[i] = ew::ScaleElement(p[i], factor);
+    }
   });
 }
 
@@ -97,7 +126,13 @@ void Cast(DType from, const void* src, DType to, void* dst, int64_t count) {
       using To = typename decltype(to_tag)::type;
       const From* s = static_cast<const From*>(src);
       To* d = static_cast<To*>(dst);
-      for (int64_t i = 0; i < count; ++i) d[i] = ew::CastElement<To>(s[i]);
+      if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, double> && !std::is_same_v<To, float>) {
+        StoreBlock(s, d, count);
+      } else if constexpr (std::is_same_v<To, float> && !std::is_same_v<From, double> && !std::is_same_v<From, float>) {
+        LoadBlock(s, d, count);
+      } else {
+        for (int64_t i = 0; i < count; ++i) d[i] = ew::CastElement<To>(s[i]);
+      }
     });
   });
 }

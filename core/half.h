@@ -5,11 +5,13 @@
 //   * ±0, subnormals (f16 keeps its subnormals; f32 subnormals become ±0 in f16),
 //   * overflow to ±Inf (f16: |x| >= 65520; bf16: above the largest bf16 after
 //     rounding),
-//   * NaN stays NaN with its sign and the top bits of its payload; if those
-//     bits are all zero the quiet bit is set, so a NaN never turns into Inf.
-// Conversions to f32 are exact. Because of the NaN rule,
-// `FloatToHalf(HalfToFloat(h))` returns `h` for all 65,536 bit patterns, and
-// likewise for bf16.
+//   * NaN stays NaN with its sign and the top bits of its payload, and is
+//     quieted (the top mantissa bit set), as IEEE 754 conversions and the x86
+//     F16C instructions do; so the bulk conversions in
+//     core/internal/half_simd.h may use the hardware and agree bit for bit.
+// Conversions to f32 are exact for every non-NaN value. Hence
+// `FloatToHalf(HalfToFloat(h))` returns `h` for every bit pattern except
+// signaling NaNs, which come back quieted; likewise for bf16.
 //
 // The functions are usable from CUDA device code (the header is shared by the
 // CPU and CUDA kernels so both round identically).
@@ -64,8 +66,9 @@ LOCKSTEP_HOST_DEVICE inline float HalfToFloat(Half h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000) << 16;
   const uint32_t exponent = (h.bits >> 10) & 0x1f;
   uint32_t mantissa = h.bits & 0x3ff;
-  if (exponent == 0x1f) {  // Inf or NaN: keep the payload.
-    return half_internal::BitsToFloat(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) {  // Inf, or NaN: keep the payload, set the quiet bit.
+    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0;
+    return half_internal::BitsToFloat(sign | 0x7f800000u | quiet | (mantissa << 13));
   }
   if (exponent != 0) {  // Normal: rebias 15 -> 127.
     return half_internal::BitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
@@ -87,9 +90,8 @@ LOCKSTEP_HOST_DEVICE inline Half FloatToHalf(float f) {
   const uint32_t magnitude = x & 0x7fffffffu;
   if (magnitude >= 0x7f800000u) {  // Inf or NaN.
     if (magnitude == 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7c00)};
-    uint32_t payload = (magnitude >> 13) & 0x3ff;
-    if (payload == 0) payload = 0x200;
-    return Half{static_cast<uint16_t>(sign | 0x7c00 | payload)};
+    const uint32_t payload = (magnitude >> 13) & 0x3ff;
+    return Half{static_cast<uint16_t>(sign | 0x7e00 | payload)};
   }
   if (magnitude >= 0x477ff000u) {  // >= 65520: rounds past 65504 to Inf.
     return Half{static_cast<uint16_t>(sign | 0x7c00)};
@@ -114,14 +116,13 @@ LOCKSTEP_HOST_DEVICE inline float BFloat16ToFloat(BFloat16 b) {
 
 LOCKSTEP_HOST_DEVICE inline BFloat16 FloatToBFloat16(float f) {
   const uint32_t x = half_internal::FloatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and payload top.
-    uint32_t upper = x >> 16;
-    if ((upper & 0x7f) == 0) upper |= 0x40;
-    return BFloat16{static_cast<uint16_t>(upper)};
-  }
   // Round to nearest even on the low 16 bits; overflow carries into Inf.
-  const uint32_t rounding = 0x7fffu + ((x >> 16) & 1);
-  return BFloat16{static_cast<uint16_t>((x + rounding) >> 16)};
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+  // NaN: keep sign and payload top, quiet it. Both are computed and one is
+  // selected so that loops over this function vectorize.
+  const uint32_t nan = (x >> 16) | 0x40;
+  const bool is_nan = (x & 0x7fffffffu) > 0x7f800000u;
+  return BFloat16{static_cast<uint16_t>(is_nan ? nan : rounded)};
 }
 
 }  // namespace lockstep

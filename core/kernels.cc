@@ -49,7 +49,7 @@ absl::Status CheckLike(const Tensor& t, const Tensor& reference, absl::string_vi
 
 }  // namespace
 
-absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, Tensor& out) {
+absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& out) {
   const std::string operation = absl::StrCat("Reduce(", ReduceOpName(op), ")");
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) {
     return absl::InvalidArgumentError(absl::StrCat(operation, ": invalid reduce op value ",
@@ -79,12 +79,12 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, Tensor& out) {
   return absl::OkStatus();
 }
 
-absl::Status ReduceInto(ReduceOp op, const Tensor& src, Tensor& dst) {
+absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst) {
   const Tensor inputs[] = {dst, src};
   return Reduce(op, inputs, dst);
 }
 
-absl::Status Scale(Tensor& t, double factor) {
+absl::Status Scale(const Tensor& t, double factor) {
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, "Scale", "the tensor"));
   if (!std::isfinite(factor)) {
     return absl::InvalidArgumentError(
@@ -97,7 +97,7 @@ absl::Status Scale(Tensor& t, double factor) {
   return absl::OkStatus();
 }
 
-absl::Status Cast(const Tensor& src, Tensor& dst) {
+absl::Status Cast(const Tensor& src, const Tensor& dst) {
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(src, "Cast", "the source"));
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(dst, "Cast", "the destination"));
   if (!IsFloatingPoint(src.dtype()) || !IsFloatingPoint(dst.dtype())) {

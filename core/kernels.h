@@ -15,6 +15,8 @@
 //   * Integer SUM and PROD wrap around (two's complement), as in PyTorch.
 //   * MIN and MAX propagate NaN.
 //   * AVG is SUM over the inputs divided by their number (integers truncate).
+// Outputs are `const Tensor&` because a Tensor is a handle: the data is
+// written through it, so a temporary view works (`Cast(a, *b.Flat(0, n))`).
 // All tensors of one call must have the same dtype (except Cast), the same
 // number of elements and the same device; violations are InvalidArgument
 // errors that name the operation and the offending tensor, and nothing is
@@ -31,18 +33,18 @@
 namespace lockstep {
 
 // out = op(inputs[0], ..., inputs[n-1]) elementwise; n >= 1.
-absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, Tensor& out);
+absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& out);
 
 // dst = op(dst, src).
-absl::Status ReduceInto(ReduceOp op, const Tensor& src, Tensor& dst);
+absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst);
 
 // t *= factor. Floating types compute in their accumulator type and round
 // once; integers truncate toward zero and saturate. `factor` must be finite.
-absl::Status Scale(Tensor& t, double factor);
+absl::Status Scale(const Tensor& t, double factor);
 
 // dst = src converted, between f32, f64, f16 and bf16 (round to nearest even,
 // exactly once, also from f64 to f16/bf16).
-absl::Status Cast(const Tensor& src, Tensor& dst);
+absl::Status Cast(const Tensor& src, const Tensor& dst);
 
 // False if any element is Inf or NaN (always true for integer dtypes).
 absl::StatusOr<bool> AllFinite(const Tensor& t);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs, with apt, whatever lockstep needs that this Debian 12 machine lacks.
+# Idempotent: installs nothing when everything is present, and says so.
+#   bash tools/setup.sh            # build and test dependencies
+#   LOCKSTEP_SETUP_TORCH=1 bash tools/setup.sh   # also python3-torch (golden data, peer benchmarks)
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap   # Bazel 4.2.3, works offline
+  g++
+  libabsl-dev       # Abseil 20220623
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  libopenblas-dev
+  zlib1g-dev
+  iproute2          # ip netns for multi-node tests
+  dataset-fashion-mnist
+)
+if [[ "${LOCKSTEP_SETUP_TORCH:-0}" == 1 ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for entry in "${packages[@]}"; do
+  pkg=${entry%% *}
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == installed ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#packages[@]} packages already installed; nothing to do"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: installed ${#missing[@]} package(s): ${missing[*]}"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README's quick start and CI run it:
+#   1. installs missing packages (tools/setup.sh),
+#   2. bazel test //...            (CUDA code is compiled when the toolkit is
+#                                   present; GPU tests skip without a device),
+#   3. bazel test --config=asan //core/... and --config=tsan on the
+#      concurrent code,
+#   4. the external consumer workspace in tests/consumer.
+# Ends with the line `N passed, M failed` (plus `, K skipped` when some were
+# skipped), counted from Bazel's per-target results. Exits non-zero on any
+# failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+logdir=$(mktemp -d)
+passed=0 failed=0 skipped=0
+failures=()
+
+# count LABEL_PREFIX LOG BAZEL_EXIT: adds the per-target results in LOG.
+count() {
+  local prefix=$1 log=$2 rc=$3 n=0
+  while read -r target result; do
+    n=$((n + 1))
+    case "$result" in
+      PASSED) passed=$((passed + 1)) ;;
+      SKIPPED) skipped=$((skipped + 1)) ;;
+      *) failed=$((failed + 1)); failures+=("$prefix$target $result") ;;
+    esac
+  done < <(awk '$1 ~ /^(\/\/|@)[^ ]*:/ {
+      line = $0; sub(/^[^ ]+[ ]+/, "", line); sub(/^\(cached\) /, "", line); sub(/ in [0-9.]+s.*$/, "", line)
+      if (line ~ /^(PASSED|FAILED TO BUILD|FAILED|TIMEOUT|FLAKY|SKIPPED|NO STATUS|INCOMPLETE)/) print $1, line
+    }' "$log")
+  # Exit 3 means "some tests failed" (counted above); any other non-zero exit
+  # is a build or infrastructure failure, even if every listed test passed.
+  if [[ $rc -ne 0 && $rc -ne 3 ]] || [[ $n -eq 0 && $rc -ne 0 ]]; then
+    failed=$((failed + 1)); failures+=("${prefix}build (bazel exit $rc)")
+  fi
+}
+
+run_step() {
+  local name=$1; shift
+  echo "=== $name: $*"
+  local log="$logdir/$name.log"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  count "$name:" "$log" "$rc"
+}
+
+run_step main bazel test //...
+run_step asan bazel test --config=asan //core/...
+run_step tsan bazel test --config=tsan //core:thread_pool_test
+pushd tests/consumer >/dev/null
+run_step consumer bazel test //...
+bazel shutdown >/dev/null 2>&1  # Frees the consumer's Bazel server.
+popd >/dev/null
+
+if [[ ${#failures[@]} -gt 0 ]]; then
+  echo "=== failures:"
+  printf '  %s\n' "${failures[@]}"
+fi
+rm -rf "$logdir"
+summary="$passed passed, $failed failed"
+[[ $skipped -gt 0 ]] && summary+=", $skipped skipped"
+echo "$summary"
+[[ $failed -eq 0 ]]
