@@ -1,160 +1,48 @@
-// CPU kernels: plain loops over contiguous arrays that gcc vectorizes at -O3.
-//
-// Terms: a "block" is kBlock consecutive elements. Reductions of f16/bf16 run
-// block by block through an f32 accumulator on the stack, so that every input
-// is added in f32 and the result rounded once, while the inner loops stay
-// simple enough to vectorize.
+// Picks the CPU kernels compiled for the best instruction set this CPU has.
 #include "core/cpu_kernels.h"
 
-#include <algorithm>
-#include <type_traits>
-
-#include "core/internal/elementwise.h"
-#include "core/internal/half_simd.h"
+#include "core/internal/cpu_kernels_isa.h"
 
 namespace lockstep {
 namespace cpu {
 namespace {
 
-namespace ew = elementwise;
-
-constexpr int64_t kBlock = 1024;
-
-// 16-bit blocks to and from f32: F16C for f16 where available; the bf16 bit
-// operations vectorize as they are, and get an AVX2 clone (chosen at load
-// time) because SSE2 lacks the 32->16-bit packing they need.
+bool HasAvx2() {
 #if defined(__x86_64__)
-#define LOCKSTEP_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #else
-#define LOCKSTEP_AVX2_CLONE
+  return false;
 #endif
-
-void LoadBlock(const Half* in, float* out, int64_t n) { half_simd::HalfToFloat(in, out, n); }
-LOCKSTEP_AVX2_CLONE void LoadBlock(const BFloat16* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
-}
-void StoreBlock(const float* in, Half* out, int64_t n) { half_simd::FloatToHalf(in, out, n); }
-LOCKSTEP_AVX2_CLONE void StoreBlock(const float* in, BFloat16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
 }
 
-template <typename T, typename Op>
-void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bool average) {
-  using A = ew::Acc<T>;
-  const int n = static_cast<int>(inputs.size());
-  if constexpr (std::is_same_v<A, T>) {
-    // Accumulate directly in `out` (which may alias inputs[0]).
-    const T* first = static_cast<const T*>(inputs[0]);
-    if (first != out) std::copy(first, first + count, out);
-    for (int k = 1; k < n; ++k) {
-      const T* in = static_cast<const T*>(inputs[k]);
-      for (int64_t i = 0; i < count; ++i) out[i] = Op::Apply(out[i], in[i]);
-    }
-    if (average) {
-      for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
-    }
-  } else {
-    alignas(64) A acc[kBlock];
-    alignas(64) A next[kBlock];
-    for (int64_t begin = 0; begin < count; begin += kBlock) {
-      const int64_t len = std::min(kBlock, count - begin);
-      LoadBlock(static_cast<const T*>(inputs[0]) + begin, acc, len);
-      for (int k = 1; k < n; ++k) {
-        LoadBlock(static_cast<const T*>(inputs[k]) + begin, next, len);
-        for (int64_t i = 0; i < len; ++i) acc[i] = Op::Apply(acc[i], next[i]);
-      }
-      if (average) {
-        for (int64_t i = 0; i < len; ++i) acc[i] = ew::DivideBy(acc[i], n);
-      }
-      StoreBlock(acc, out + begin, len);
-    }
-  }
-}
-
-template <typename Fn>
-void VisitFloat(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: fn(TypeTag<float>{}); return;
-    case DType::kF64: fn(TypeTag<double>{}); return;
-    case DType::kF16: fn(TypeTag<Half>{}); return;
-    case DType::kBF16: fn(TypeTag<BFloat16>{}); return;
-    default: return;
-  }
+bool UseAvx2() {
+  static const bool use = HasAvx2();  // Immutable after the first call.
+  return use;
 }
 
 }  // namespace
 
+const char* KernelIsa() { return UseAvx2() ? "avx2" : "baseline"; }
+
 void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
             int64_t count) {
-  if (count == 0) return;
-  VisitDType(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* dst = static_cast<T*>(out);
-    switch (op) {
-      case ReduceOp::kSum: ReduceTyped<T, ew::SumOp>(inputs, dst, count, false); return;
-      case ReduceOp::kAvg: ReduceTyped<T, ew::SumOp>(inputs, dst, count, true); return;
-      case ReduceOp::kProd: ReduceTyped<T, ew::ProdOp>(inputs, dst, count, false); return;
-      case ReduceOp::kMin: ReduceTyped<T, ew::MinOp>(inputs, dst, count, false); return;
-      case ReduceOp::kMax: ReduceTyped<T, ew::MaxOp>(inputs, dst, count, false); return;
-    }
-  });
+  if (UseAvx2()) return avx2::Reduce(op, dtype, inputs, out, count);
+  baseline::Reduce(op, dtype, inputs, out, count);
 }
 
 void Scale(DType dtype, void* data, int64_t count, double factor) {
-  VisitDType(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(data);
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      const float f = static_cast<float>(factor);
-      alignas(64) float block[kBlock];
-      for (int64_t begin = 0; begin < count; begin += kBlock) {
-        const int64_t len = std::min(kBlock, count - begin);
-        LoadBlock(p + begin, block, len);
-        for (int64_t i = 0; i < len; ++i) block[i] *= f;
-        StoreBlock(block, p + begin, len);
-      }
-    } else {
-      for (int64_t i = 0; i < count; ++i) p[i] = ew::ScaleElement(p[i], factor);
-    }
-  });
+  if (UseAvx2()) return avx2::Scale(dtype, data, count, factor);
+  baseline::Scale(dtype, data, count, factor);
 }
 
 void Cast(DType from, const void* src, DType to, void* dst, int64_t count) {
-  VisitFloat(from, [&](auto from_tag) {
-    using From = typename decltype(from_tag)::type;
-    VisitFloat(to, [&](auto to_tag) {
-      using To = typename decltype(to_tag)::type;
-      const From* s = static_cast<const From*>(src);
-      To* d = static_cast<To*>(dst);
-      if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, double> && !std::is_same_v<To, float>) {
-        StoreBlock(s, d, count);
-      } else if constexpr (std::is_same_v<To, float> && !std::is_same_v<From, double> && !std::is_same_v<From, float>) {
-        LoadBlock(s, d, count);
-      } else {
-        for (int64_t i = 0; i < count; ++i) d[i] = ew::CastElement<To>(s[i]);
-      }
-    });
-  });
+  if (UseAvx2()) return avx2::Cast(from, src, to, dst, count);
+  baseline::Cast(from, src, to, dst, count);
 }
 
 bool AllFinite(DType dtype, const void* data, int64_t count) {
-  return VisitDType(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_integral_v<T>) {
-      return true;
-    } else {
-      const T* p = static_cast<const T*>(data);
-      // Branch-free accumulation per block so the scan vectorizes; stop early
-      // at the first block with a non-finite value.
-      for (int64_t begin = 0; begin < count; begin += kBlock) {
-        const int64_t end = std::min(count, begin + kBlock);
-        bool finite = true;
-        for (int64_t i = begin; i < end; ++i) finite &= ew::IsFinite(p[i]);
-        if (!finite) return false;
-      }
-      return true;
-    }
-  });
+  return UseAvx2() ? avx2::AllFinite(dtype, data, count) : baseline::AllFinite(dtype, data, count);
 }
 
 }  // namespace cpu

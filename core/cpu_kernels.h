@@ -19,6 +19,9 @@ void Scale(DType dtype, void* data, int64_t count, double factor);
 void Cast(DType from, const void* src, DType to, void* dst, int64_t count);
 bool AllFinite(DType dtype, const void* data, int64_t count);
 
+// The instruction set the kernels above use on this CPU: "avx2" or "baseline".
+const char* KernelIsa();
+
 }  // namespace cpu
 }  // namespace lockstep
 

@@ -1,0 +1,180 @@
+// The CPU kernels, compiled once per instruction set. Each
+// core/cpu_kernels_<isa>.cc defines LOCKSTEP_CPU_ISA (a namespace name) and
+// includes this file with its own compiler flags; core/cpu_kernels.cc picks
+// the best one the CPU supports at run time, as PyTorch's CPU_CAPABILITY
+// dispatch does. Plain loops over contiguous arrays that gcc vectorizes.
+//
+// Terms: a "block" is kBlock consecutive elements. Reductions of f16/bf16 run
+// block by block through an f32 accumulator on the stack, so that every input
+// is added in f32 and the result rounded once, while the inner loops stay
+// simple enough to vectorize.
+//
+// No include guard: included once per ISA translation unit.
+#ifndef LOCKSTEP_CPU_ISA
+#error "define LOCKSTEP_CPU_ISA before including cpu_kernels_impl.h"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/internal/elementwise.h"
+#include "core/internal/half_simd.h"
+#include "core/reduce_op.h"
+
+namespace lockstep {
+namespace cpu {
+namespace LOCKSTEP_CPU_ISA {
+namespace {
+
+namespace ew = elementwise;
+
+constexpr int64_t kBlock = 1024;
+
+// 16-bit blocks to and from f32: F16C for f16 where available; the bf16 bit
+// operations vectorize as they are.
+void LoadBlock(const Half* in, float* out, int64_t n) { half_simd::HalfToFloat(in, out, n); }
+void LoadBlock(const BFloat16* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+}
+void StoreBlock(const float* in, Half* out, int64_t n) { half_simd::FloatToHalf(in, out, n); }
+void StoreBlock(const float* in, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
+}
+
+template <typename T, typename Op>
+void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bool average) {
+  using A = ew::Acc<T>;
+  const int n = static_cast<int>(inputs.size());
+  if constexpr (std::is_same_v<A, T>) {
+    // Accumulate directly in `out` (which may alias inputs[0]).
+    const T* first = static_cast<const T*>(inputs[0]);
+    if (first != out) std::copy(first, first + count, out);
+    for (int k = 1; k < n; ++k) {
+      const T* in = static_cast<const T*>(inputs[k]);
+      for (int64_t i = 0; i < count; ++i) out[i] = Op::Apply(out[i], in[i]);
+    }
+    if (average) {
+      for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
+    }
+  } else {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (n == 2 && !average) {
+        // The common pairwise case in one pass: bf16 <-> f32 is bit
+        // arithmetic, so the fused loop vectorizes without temporaries.
+        const T* a = static_cast<const T*>(inputs[0]);
+        const T* b = static_cast<const T*>(inputs[1]);
+        for (int64_t i = 0; i < count; ++i) {
+          out[i] = FloatToBFloat16(Op::Apply(BFloat16ToFloat(a[i]), BFloat16ToFloat(b[i])));
+        }
+        return;
+      }
+    }
+    alignas(64) A acc[kBlock];
+    alignas(64) A next[kBlock];
+    for (int64_t begin = 0; begin < count; begin += kBlock) {
+      const int64_t len = std::min(kBlock, count - begin);
+      LoadBlock(static_cast<const T*>(inputs[0]) + begin, acc, len);
+      for (int k = 1; k < n; ++k) {
+        LoadBlock(static_cast<const T*>(inputs[k]) + begin, next, len);
+        for (int64_t i = 0; i < len; ++i) acc[i] = Op::Apply(acc[i], next[i]);
+      }
+      if (average) {
+        for (int64_t i = 0; i < len; ++i) acc[i] = ew::DivideBy(acc[i], n);
+      }
+      StoreBlock(acc, out + begin, len);
+    }
+  }
+}
+
+template <typename Fn>
+void VisitFloat(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: fn(TypeTag<float>{}); return;
+    case DType::kF64: fn(TypeTag<double>{}); return;
+    case DType::kF16: fn(TypeTag<Half>{}); return;
+    case DType::kBF16: fn(TypeTag<BFloat16>{}); return;
+    default: return;
+  }
+}
+
+}  // namespace
+
+void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
+            int64_t count) {
+  if (count == 0) return;
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dst = static_cast<T*>(out);
+    switch (op) {
+      case ReduceOp::kSum: ReduceTyped<T, ew::SumOp>(inputs, dst, count, false); return;
+      case ReduceOp::kAvg: ReduceTyped<T, ew::SumOp>(inputs, dst, count, true); return;
+      case ReduceOp::kProd: ReduceTyped<T, ew::ProdOp>(inputs, dst, count, false); return;
+      case ReduceOp::kMin: ReduceTyped<T, ew::MinOp>(inputs, dst, count, false); return;
+      case ReduceOp::kMax: ReduceTyped<T, ew::MaxOp>(inputs, dst, count, false); return;
+    }
+  });
+}
+
+void Scale(DType dtype, void* data, int64_t count, double factor) {
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(data);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      const float f = static_cast<float>(factor);
+      alignas(64) float block[kBlock];
+      for (int64_t begin = 0; begin < count; begin += kBlock) {
+        const int64_t len = std::min(kBlock, count - begin);
+        LoadBlock(p + begin, block, len);
+        for (int64_t i = 0; i < len; ++i) block[i] *= f;
+        StoreBlock(block, p + begin, len);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) p[i] = ew::ScaleElement(p[i], factor);
+    }
+  });
+}
+
+void Cast(DType from, const void* src, DType to, void* dst, int64_t count) {
+  VisitFloat(from, [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    VisitFloat(to, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      const From* s = static_cast<const From*>(src);
+      To* d = static_cast<To*>(dst);
+      if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, double> && !std::is_same_v<To, float>) {
+        StoreBlock(s, d, count);
+      } else if constexpr (std::is_same_v<To, float> && !std::is_same_v<From, double> && !std::is_same_v<From, float>) {
+        LoadBlock(s, d, count);
+      } else {
+        for (int64_t i = 0; i < count; ++i) d[i] = ew::CastElement<To>(s[i]);
+      }
+    });
+  });
+}
+
+bool AllFinite(DType dtype, const void* data, int64_t count) {
+  return VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      return true;
+    } else {
+      const T* p = static_cast<const T*>(data);
+      // Branch-free accumulation per block so the scan vectorizes; stop early
+      // at the first block with a non-finite value.
+      for (int64_t begin = 0; begin < count; begin += kBlock) {
+        const int64_t end = std::min(count, begin + kBlock);
+        bool finite = true;
+        for (int64_t i = begin; i < end; ++i) finite &= ew::IsFinite(p[i]);
+        if (!finite) return false;
+      }
+      return true;
+    }
+  });
+}
+
+}  // namespace LOCKSTEP_CPU_ISA
+}  // namespace cpu
+}  // namespace lockstep
