@@ -3,7 +3,7 @@
 #   1. installs missing packages (tools/setup.sh),
 #   2. bazel test //...            (CUDA code is compiled when the toolkit is
 #                                   present; GPU tests skip without a device),
-#   3. bazel test --config=asan //core/... and --config=tsan on the
+#   3. bazel test --config=asan //core/... //data/... and --config=tsan on the
 #      concurrent code,
 #   4. the external consumer workspace in tests/consumer.
 # Ends with the line `N passed, M failed` (plus `, K skipped` when some were
@@ -50,8 +50,8 @@ run_step() {
 }
 
 run_step main bazel test //...
-run_step asan bazel test --config=asan //core/...
-run_step tsan bazel test --config=tsan //core:thread_pool_test
+run_step asan bazel test --config=asan //core/... //data/...
+run_step tsan bazel test --config=tsan //core:thread_pool_test //data:data_loader_test
 pushd tests/consumer >/dev/null
 run_step consumer bazel test //...
 bazel shutdown >/dev/null 2>&1  # Frees the consumer's Bazel server.
