@@ -1,0 +1,82 @@
+// Thin RAII and deadline-aware helpers over POSIX TCP sockets, shared by the
+// store and the transports. Every blocking helper takes a deadline and polls,
+// so nothing here can hang past it.
+#ifndef LOCKSTEP_COLLECTIVES_SOCKET_H_
+#define LOCKSTEP_COLLECTIVES_SOCKET_H_
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+using SteadyClock = std::chrono::steady_clock;
+using Deadline = SteadyClock::time_point;
+
+inline Deadline DeadlineIn(std::chrono::milliseconds timeout) { return SteadyClock::now() + timeout; }
+
+// Milliseconds left until `deadline` for poll(): 0 when past, capped at 1 h.
+int PollTimeoutMs(Deadline deadline);
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) Reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// "host:port" (IPv6 hosts in brackets).
+std::string HostPort(absl::string_view host, int port);
+
+// Splits "host:port" or "[v6]:port".
+absl::Status SplitHostPort(absl::string_view text, std::string* host, int* port);
+
+// A listening socket on host:port (port 0 picks a free one, returned in
+// *bound_port). host "" or "0.0.0.0" listens on every IPv4 interface.
+absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port);
+
+// Connects to host:port, retrying refused/unreachable connections until the
+// deadline (the listener may start later). `what` names the peer in errors.
+absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline,
+                           absl::string_view what);
+
+// Accepts one connection before the deadline.
+absl::StatusOr<Fd> Accept(int listen_fd, Deadline deadline, absl::string_view what);
+
+// Blocking-until-deadline full send/receive on a (non-blocking or blocking)
+// socket. A closed connection, a reset or the deadline is an error naming
+// `peer`.
+absl::Status SendAll(int fd, const void* data, size_t bytes, Deadline deadline,
+                     absl::string_view peer);
+absl::Status RecvAll(int fd, void* data, size_t bytes, Deadline deadline, absl::string_view peer);
+
+absl::Status SetNonBlocking(int fd);
+// TCP_NODELAY plus large send/receive buffers for bulk transfers.
+void TuneSocket(int fd, int buffer_bytes);
+
+// The local address of a connected or listening socket ("ip:port").
+std::string LocalAddress(int fd);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_SOCKET_H_
