@@ -36,6 +36,11 @@ void Scale(DType dtype, void* data, int64_t count, double factor) {
   baseline::Scale(dtype, data, count, factor);
 }
 
+void Divide(DType dtype, void* data, int64_t count, int divisor) {
+  if (UseAvx2()) return avx2::Divide(dtype, data, count, divisor);
+  baseline::Divide(dtype, data, count, divisor);
+}
+
 void Cast(DType from, const void* src, DType to, void* dst, int64_t count) {
   if (UseAvx2()) return avx2::Cast(from, src, to, dst, count);
   baseline::Cast(from, src, to, dst, count);

@@ -15,6 +15,7 @@ namespace cpu {
 void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
             int64_t count);
 void Scale(DType dtype, void* data, int64_t count, double factor);
+void Divide(DType dtype, void* data, int64_t count, int divisor);
 // Floating types only.
 void Cast(DType from, const void* src, DType to, void* dst, int64_t count);
 bool AllFinite(DType dtype, const void* data, int64_t count);

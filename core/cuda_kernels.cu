@@ -52,6 +52,14 @@ __global__ void ScaleKernel(T* data, int64_t count, double factor) {
   }
 }
 
+template <typename T>
+__global__ void DivideKernel(T* data, int64_t count, int divisor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = ew::Store<T>(ew::DivideBy(static_cast<ew::Acc<T>>(ew::Load(data[i])), divisor));
+  }
+}
+
 template <typename To, typename From>
 __global__ void CastKernel(const From* src, To* dst, int64_t count) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -132,6 +140,16 @@ int LaunchScale(int dtype, void* data, int64_t count, double factor, void* strea
   return VisitDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     ScaleKernel<T><<<Blocks(count), kThreads, 0, s>>>(static_cast<T*>(data), count, factor);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int LaunchDivide(int dtype, void* data, int64_t count, int divisor, void* stream) {
+  if (count == 0) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return VisitDType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    DivideKernel<T><<<Blocks(count), kThreads, 0, s>>>(static_cast<T*>(data), count, divisor);
     return static_cast<int>(cudaGetLastError());
   });
 }

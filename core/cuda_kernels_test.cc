@@ -73,6 +73,9 @@ TYPED_TEST(CudaKernelsTest, ScaleAndAllFiniteMatchCpu) {
     ASSERT_TRUE(Scale(cpu, 0.37).ok());
     ASSERT_TRUE(Scale(gpu, 0.37).ok());
     ExpectSame(*gpu.ToVector<T>(), *cpu.ToVector<T>(), "Scale");
+    ASSERT_TRUE(Divide(cpu, 3).ok());
+    ASSERT_TRUE(Divide(gpu, 3).ok());
+    ExpectSame(*gpu.ToVector<T>(), *cpu.ToVector<T>(), "Divide");
     EXPECT_EQ(*AllFinite(gpu), *AllFinite(cpu)) << count;
     auto finite = reference::RandomValues<T>(count, 10, /*specials=*/false);
     EXPECT_TRUE(*AllFinite(OnGpu(finite)));

@@ -87,6 +87,7 @@ absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inpu
                     int64_t count, int device, Stream* stream);
 absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device,
                    Stream* stream);
+absl::Status Divide(DType dtype, void* data, int64_t count, int divisor, int device, Stream* stream);
 absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device,
                   Stream* stream);
 absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device,

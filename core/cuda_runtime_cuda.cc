@@ -152,6 +152,13 @@ absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int de
   return Finish(err, stream, "Scale kernel");
 }
 
+absl::Status Divide(DType dtype, void* data, int64_t count, int divisor, int device, Stream* stream) {
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Divide"));
+  const int err = cuda_internal::LaunchDivide(static_cast<int>(dtype), data, count, divisor,
+                                              NativeStream(stream));
+  return Finish(err, stream, "Divide kernel");
+}
+
 absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device,
                   Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Cast"));

@@ -43,6 +43,7 @@ absl::Status Reduce(ReduceOp, DType, absl::Span<const void* const>, void*, int64
   return NotBuilt("Reduce");
 }
 absl::Status Scale(DType, void*, int64_t, double, int, Stream*) { return NotBuilt("Scale"); }
+absl::Status Divide(DType, void*, int64_t, int, int, Stream*) { return NotBuilt("Divide"); }
 absl::Status Cast(DType, const void*, DType, void*, int64_t, int, Stream*) {
   return NotBuilt("Cast");
 }

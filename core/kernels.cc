@@ -97,6 +97,19 @@ absl::Status Scale(const Tensor& t, double factor) {
   return absl::OkStatus();
 }
 
+absl::Status Divide(const Tensor& t, int64_t divisor) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, "Divide", "the tensor"));
+  if (divisor < 1 || divisor > 0x7fffffff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Divide: divisor ", divisor, " is outside [1, 2^31); nothing was changed"));
+  }
+  if (t.device().is_cuda()) {
+    return cuda::Divide(t.dtype(), t.raw_data(), t.numel(), static_cast<int>(divisor), t.device().index(), nullptr);
+  }
+  cpu::Divide(t.dtype(), t.raw_data(), t.numel(), static_cast<int>(divisor));
+  return absl::OkStatus();
+}
+
 absl::Status Cast(const Tensor& src, const Tensor& dst) {
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(src, "Cast", "the source"));
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(dst, "Cast", "the destination"));

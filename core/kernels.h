@@ -42,6 +42,12 @@ absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst);
 // once; integers truncate toward zero and saturate. `factor` must be finite.
 absl::Status Scale(const Tensor& t, double factor);
 
+// t /= divisor, elementwise, exactly as PyTorch's t.div_(divisor): floating
+// types divide in their accumulator type and round once (f16/bf16 via f32);
+// integers truncate toward zero. 1 <= divisor < 2^31. The AVG of the
+// collectives uses it (PyTorch's DDP averages with grad.div_(world_size)).
+absl::Status Divide(const Tensor& t, int64_t divisor);
+
 // dst = src converted, between f32, f64, f16 and bf16 (round to nearest even,
 // exactly once, also from f64 to f16/bf16).
 absl::Status Cast(const Tensor& src, const Tensor& dst);

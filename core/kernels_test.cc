@@ -75,6 +75,23 @@ TYPED_TEST(KernelsTest, ReduceMatchesReferenceForEveryOpAndSize) {
   }
 }
 
+// The output may be any one of the inputs, not only the first.
+TYPED_TEST(KernelsTest, OutputMayAliasALaterInput) {
+  using T = TypeParam;
+  for (ReduceOp op : kAllReduceOps) {
+    const int64_t count = 1001;
+    const std::vector<T> a = reference::RandomValues<T>(count, 21);
+    const std::vector<T> b = reference::RandomValues<T>(count, 22);
+    const std::vector<T> c = reference::RandomValues<T>(count, 23);
+    Tensor tb = MakeTensor(b);
+    const Tensor inputs[] = {MakeTensor(a), tb, MakeTensor(c)};
+    ASSERT_TRUE(Reduce(op, inputs, tb).ok());
+    std::vector<T> expected(count);
+    for (int64_t i = 0; i < count; ++i) expected[i] = reference::ReduceElement(op, std::vector<T>{a[i], b[i], c[i]});
+    ExpectSame(Values<T>(tb), expected, std::string("aliased ") + std::string(ReduceOpName(op)));
+  }
+}
+
 TYPED_TEST(KernelsTest, ReduceIntoAccumulatesInPlace) {
   using T = TypeParam;
   const int64_t count = 1001;
@@ -114,6 +131,34 @@ TYPED_TEST(KernelsTest, ScaleMatchesReference) {
       ExpectSame(Values<T>(t), expected, "Scale by " + std::to_string(factor));
     }
   }
+}
+
+TYPED_TEST(KernelsTest, DivideMatchesReference) {
+  using T = TypeParam;
+  for (int64_t count : kCounts) {
+    for (int64_t divisor : {1, 2, 3, 7}) {
+      const std::vector<T> values = reference::RandomValues<T>(count, 13);
+      Tensor t = MakeTensor(values);
+      ASSERT_TRUE(Divide(t, divisor).ok());
+      std::vector<T> expected(count);
+      for (int64_t i = 0; i < count; ++i) {
+        if constexpr (std::is_integral_v<T>) {
+          expected[i] = static_cast<T>(values[i] / static_cast<T>(divisor));
+        } else if constexpr (std::is_same_v<T, double>) {
+          expected[i] = values[i] / static_cast<double>(divisor);
+        } else {
+          const float f = static_cast<float>(reference::ToDouble(values[i])) / static_cast<float>(divisor);
+          if constexpr (std::is_same_v<T, float>) expected[i] = f;
+          if constexpr (std::is_same_v<T, Half>) expected[i] = reference::HalfFromFloat(f);
+          if constexpr (std::is_same_v<T, BFloat16>) expected[i] = reference::BFloat16FromFloat(f);
+        }
+      }
+      ExpectSame(Values<T>(t), expected, "Divide by " + std::to_string(divisor));
+    }
+  }
+  Tensor t = MakeTensor(reference::RandomValues<T>(3, 1));
+  EXPECT_FALSE(Divide(t, 0).ok());
+  EXPECT_FALSE(Divide(t, -2).ok());
 }
 
 TYPED_TEST(KernelsTest, AllFiniteFindsInfAndNanAnywhere) {

@@ -142,7 +142,7 @@ absl::Status Tensor::CheckCopyArgs(const Tensor& src, const char* operation) con
   return absl::OkStatus();
 }
 
-absl::Status Tensor::CopyFrom(const Tensor& src) {
+absl::Status Tensor::CopyFrom(const Tensor& src) const {
   LOCKSTEP_RETURN_IF_ERROR(CheckCopyArgs(src, "Tensor::CopyFrom"));
   if (nbytes() == 0 || raw_data() == src.raw_data()) return absl::OkStatus();
   if (device().is_cpu() && src.device().is_cpu()) {
@@ -153,7 +153,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
   return cuda::Copy(raw_data(), src.raw_data(), nbytes(), cuda_device, nullptr);
 }
 
-absl::Status Tensor::CopyFromAsync(const Tensor& src, cuda::Stream& stream) {
+absl::Status Tensor::CopyFromAsync(const Tensor& src, cuda::Stream& stream) const {
   LOCKSTEP_RETURN_IF_ERROR(CheckCopyArgs(src, "Tensor::CopyFromAsync"));
   if (!device().is_cuda() && !src.device().is_cuda()) {
     return absl::InvalidArgumentError(

@@ -15,7 +15,8 @@
 // All element access goes through `data<T>()`, which checks T against the
 // dtype. Anything that can fail on user input (shapes, ranges, devices,
 // sizes) returns a Status naming the operation, what was expected and what
-// came.
+// came. Methods that write data (CopyFrom) are const: they change the
+// elements, not the handle, so they work on temporary views.
 #ifndef LOCKSTEP_CORE_TENSOR_H_
 #define LOCKSTEP_CORE_TENSOR_H_
 
@@ -104,11 +105,11 @@ class Tensor {
   // Copies `src`'s elements into this tensor. Both must have the same dtype and
   // number of elements (shapes may differ); devices may differ. Completes
   // before returning.
-  absl::Status CopyFrom(const Tensor& src);
+  absl::Status CopyFrom(const Tensor& src) const;
   // The same, queued on `stream` (one side must be a CUDA tensor); returns at
   // once. Keep both tensors alive until the stream is synchronized. Use pinned
   // host memory for a truly asynchronous host<->device copy.
-  absl::Status CopyFromAsync(const Tensor& src, cuda::Stream& stream);
+  absl::Status CopyFromAsync(const Tensor& src, cuda::Stream& stream) const;
 
   // A new tensor with a copy of the data on `device`.
   absl::StatusOr<Tensor> To(Device device, bool pinned = false) const;

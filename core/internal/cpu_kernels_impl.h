@@ -40,6 +40,15 @@ void LoadBlock(const BFloat16* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
 }
 void StoreBlock(const float* in, Half* out, int64_t n) { half_simd::FloatToHalf(in, out, n); }
+// Types that are their own accumulator: plain copies.
+template <typename T>
+void LoadBlock(const T* in, T* out, int64_t n) {
+  std::copy(in, in + n, out);
+}
+template <typename T>
+void StoreBlock(const T* in, T* out, int64_t n) {
+  std::copy(in, in + n, out);
+}
 void StoreBlock(const float* in, BFloat16* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
 }
@@ -48,16 +57,23 @@ template <typename T, typename Op>
 void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bool average) {
   using A = ew::Acc<T>;
   const int n = static_cast<int>(inputs.size());
-  if constexpr (std::is_same_v<A, T>) {
-    // Accumulate directly in `out` (which may alias inputs[0]).
+  bool out_is_later_input = false;
+  for (int k = 1; k < n; ++k) out_is_later_input |= inputs[k] == out;
+  bool direct = false;
+  if constexpr (std::is_same_v<A, T>) direct = !out_is_later_input;
+  if (direct) {
+    if constexpr (std::is_same_v<A, T>) {
+    // Accumulate directly in `out` (which may alias inputs[0], not a later
+    // input: that one would be overwritten by the first copy).
     const T* first = static_cast<const T*>(inputs[0]);
-    if (first != out) std::copy(first, first + count, out);
+    if (first != reinterpret_cast<const T*>(out)) std::copy(first, first + count, out);
     for (int k = 1; k < n; ++k) {
       const T* in = static_cast<const T*>(inputs[k]);
       for (int64_t i = 0; i < count; ++i) out[i] = Op::Apply(out[i], in[i]);
     }
     if (average) {
       for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
+    }
     }
   } else {
     if constexpr (std::is_same_v<T, BFloat16>) {
@@ -133,6 +149,24 @@ void Scale(DType dtype, void* data, int64_t count, double factor) {
       }
     } else {
       for (int64_t i = 0; i < count; ++i) p[i] = ew::ScaleElement(p[i], factor);
+    }
+  });
+}
+
+void Divide(DType dtype, void* data, int64_t count, int divisor) {
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(data);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      alignas(64) float block[kBlock];
+      for (int64_t begin = 0; begin < count; begin += kBlock) {
+        const int64_t len = std::min(kBlock, count - begin);
+        LoadBlock(p + begin, block, len);
+        for (int64_t i = 0; i < len; ++i) block[i] = ew::DivideBy(block[i], divisor);
+        StoreBlock(block, p + begin, len);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) p[i] = ew::DivideBy(p[i], divisor);
     }
   });
 }

@@ -1,0 +1,16 @@
+// Ring all-gather over the chunks of `buffer` (see algorithm.h): rank r
+// starts with a valid chunk r; after n-1 steps every chunk is valid on every
+// rank. Step s: send chunk (r-s) mod n to rank r+1 and receive chunk
+// (r-s-1) mod n from rank r-1 straight into place (no copy).
+#ifndef LOCKSTEP_COLLECTIVES_ALL_GATHER_H_
+#define LOCKSTEP_COLLECTIVES_ALL_GATHER_H_
+
+#include "collectives/algorithm.h"
+
+namespace lockstep {
+
+absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_ALL_GATHER_H_

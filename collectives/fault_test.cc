@@ -1,0 +1,125 @@
+// Failures must become errors on every rank, never hangs: a rank killed in the
+// middle of an all-reduce, mismatched collectives (caught by the debug
+// fingerprints, or by the message headers), and deadlines.
+#include <csignal>
+#include <future>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/communicator.h"
+#include "collectives/testing/group.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using testing::RunProcesses;
+using testing::RunThreads;
+using testing::TestOptions;
+
+bool Contains(const absl::Status& s, absl::string_view needle) {
+  return s.message().find(needle) != absl::string_view::npos;
+}
+
+TEST(FaultTest, KilledRankFailsEveryOtherRankNamingIt) {
+  CommunicatorOptions options = TestOptions();
+  options.timeout = Milliseconds(20000);
+  constexpr int kVictim = 2;
+  const std::vector<absl::Status> results = RunProcesses(3, [](Communicator& comm) -> absl::Status {
+    // 64 MiB per rank: long enough to be mid-transfer when the victim dies.
+    Tensor t = *Tensor::Zeros({16 << 20}, DType::kF32);
+    if (auto s = comm.AllReduce(t, ReduceOp::kSum)->Wait(); !s.ok()) return s;  // Warm up.
+    std::shared_ptr<Work> work = comm.AllReduce(t, ReduceOp::kSum);
+    if (comm.rank() == kVictim) {
+      // Wait until the operation has started moving data, then die.
+      while (!work->IsCompleted() && comm.broken_status().ok()) {
+        std::raise(SIGKILL);
+      }
+    }
+    absl::Status s = work->Wait();
+    if (s.ok()) return absl::InternalError("the all-reduce succeeded although rank 2 was killed");
+    // The message must name the dead rank and its address.
+    if (!Contains(s, "rank 2 (127.0.0.1:")) {
+      return absl::InternalError(absl::StrCat("error does not name rank 2 and its address: ", s.ToString()));
+    }
+    // Later operations fail at once with the same cause.
+    absl::Status later = comm.Barrier()->Wait();
+    if (later.ok() || !Contains(later, "rank 2")) {
+      return absl::InternalError(absl::StrCat("a later op did not fail with the cause: ", later.ToString()));
+    }
+    return absl::OkStatus();
+  }, options, /*deadline_seconds=*/60);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_TRUE(Contains(results[kVictim], "signal 9")) << results[kVictim];
+}
+
+TEST(FaultTest, DebugModeCatchesMismatchedOpsOnEveryRank) {
+  CommunicatorOptions options = TestOptions();
+  options.debug_checks = true;
+  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    Tensor t = *Tensor::Zeros({1000}, DType::kF32);
+    absl::Status s = comm.rank() == 0 ? comm.AllReduce(t, ReduceOp::kSum)->Wait() : comm.Broadcast(t, 0)->Wait();
+    if (s.ok()) return absl::InternalError("mismatch not detected");
+    for (const char* needle : {"collective mismatch", "rank 0 called AllReduce #0 (f32, count 1000, SUM)",
+                               "rank 1 called Broadcast #0 (f32, count 1000, root 0)"}) {
+      if (!Contains(s, needle)) return absl::InternalError(absl::StrCat("missing '", needle, "' in ", s.ToString()));
+    }
+    return absl::OkStatus();
+  }, options);
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(FaultTest, DebugModeCatchesCountAndDtypeMismatches) {
+  CommunicatorOptions options = TestOptions();
+  options.debug_checks = true;
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::vector<absl::Status> results = RunThreads(3, [&](Communicator& comm) -> absl::Status {
+      const bool odd_one = comm.rank() == 2;
+      Tensor t = variant == 0 ? *Tensor::Zeros({odd_one ? 999 : 1000}, DType::kF32)
+                              : *Tensor::Zeros({1000}, odd_one ? DType::kF64 : DType::kF32);
+      absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+      const char* needle = variant == 0 ? "rank 2 called AllReduce #0 (f32, count 999, SUM)"
+                                        : "rank 2 called AllReduce #0 (f64, count 1000, SUM)";
+      if (s.ok() || !Contains(s, needle)) return absl::InternalError(s.ToString());
+      return absl::OkStatus();
+    }, options);
+    for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(FaultTest, SizeMismatchIsCaughtByHeadersWithoutDebugMode) {
+  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    Tensor t = *Tensor::Zeros({comm.rank() == 0 ? 4096 : 4097}, DType::kF32);
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    if (s.ok()) return absl::InternalError("size mismatch not detected");
+    if (!Contains(s, "collective mismatch") && !Contains(s, "aborted")) return absl::InternalError(s.ToString());
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(FaultTest, AMissingPeerTimesOutNamingIt) {
+  CommunicatorOptions options = TestOptions();
+  options.timeout = Milliseconds(500);
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  const std::vector<absl::Status> results = RunThreads(2, [&](Communicator& comm) -> absl::Status {
+    if (comm.rank() == 1) {
+      done.wait();  // Alive, connected, but never joins the all-reduce.
+      return absl::OkStatus();
+    }
+    Tensor t = *Tensor::Zeros({10}, DType::kF32);
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    rank0_done.set_value();
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 1 (127.0.0.1:")) {
+      return absl::InternalError(s.ToString());
+    }
+    return absl::OkStatus();
+  }, options);
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,17 @@
+// Binomial-tree reduce to `root`, the broadcast tree run backwards: in round
+// k (from the last), virtual rank v with v < 2^k receives from v + 2^k and
+// reduces op(own, child) in place; v in [2^k, 2^(k+1)) sends to v - 2^k.
+// `buffer` is overwritten with partial results on every rank; the full
+// result lands at the root (the communicator passes non-roots a scratch copy).
+#ifndef LOCKSTEP_COLLECTIVES_REDUCE_H_
+#define LOCKSTEP_COLLECTIVES_REDUCE_H_
+
+#include "collectives/algorithm.h"
+
+namespace lockstep {
+
+absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, int root);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_REDUCE_H_

@@ -1,0 +1,292 @@
+#include "collectives/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace lockstep {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x4C4B5450;    // "LKTP"
+constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS"
+constexpr uint32_t kTransportVersion = 1;
+// A message with this tag carries the reason its sender aborted.
+constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
+constexpr uint64_t kMaxAbortReason = 4096;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  int32_t rank;
+  int32_t size;
+};
+
+struct MessageHeader {
+  uint64_t seq;
+  uint32_t tag;
+  uint32_t magic;
+  uint64_t bytes;
+};
+static_assert(sizeof(MessageHeader) == 24, "wire layout");
+
+std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
+
+absl::Status CheckHello(const Hello& h, int expected_size, absl::string_view from) {
+  if (h.magic != kHelloMagic) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " is not a lockstep rank (bad handshake)"));
+  }
+  if (h.version != kTransportVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " speaks protocol ", h.version,
+                                                      ", this rank ", kTransportVersion, "; use one lockstep build"));
+  }
+  if (h.size != expected_size || h.rank < 0 || h.rank >= expected_size) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " says rank ", h.rank, " of ",
+                                                      h.size, ", this group has ", expected_size,
+                                                      " ranks; are two jobs sharing a store prefix?"));
+  }
+  return absl::OkStatus();
+}
+
+// Progress of one transfer inside Exchange.
+struct Progress {
+  MessageHeader header{};
+  size_t header_done = 0;
+  size_t done = 0;
+  size_t reported = 0;  // Bytes already passed to on_segment.
+  bool complete = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store, int rank, int size,
+                                                                   const TcpTransportOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " is not in [0, ", size, ")"));
+  }
+  std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, options));
+  if (size == 1) return t;
+  const Deadline deadline = DeadlineIn(options.timeout);
+  int port = 0;
+  LOCKSTEP_ASSIGN_OR_RETURN(Fd listener, Listen(options.host == "127.0.0.1" ? options.host : "0.0.0.0", 0, &port));
+  LOCKSTEP_RETURN_IF_ERROR(SetNonBlocking(listener.get()));
+  const std::string my_address = HostPort(options.host, port);
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
+
+  // Connect to lower ranks.
+  for (int peer = 0; peer < rank; ++peer) {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(peer), options.timeout));
+    std::string host;
+    int peer_port = 0;
+    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
+    const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
+    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Connect(host, peer_port, deadline, name));
+    TuneSocket(fd.get(), options.socket_buffer_bytes);
+    const Hello hello{kHelloMagic, kTransportVersion, rank, size};
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
+    Hello reply{};
+    LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &reply, sizeof(reply), deadline, name));
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply, size, name));
+    if (reply.rank != peer) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", address, " answered as rank ", reply.rank,
+                                                        ", expected rank ", peer));
+    }
+    t->peers_[peer] = Peer{std::move(fd), address};
+  }
+  // Accept higher ranks, in whatever order they arrive.
+  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
+                                            absl::StrCat("the ranks above ", rank)));
+    const std::string name = absl::StrCat("a connecting rank (", my_address, ")");
+    TuneSocket(fd.get(), options.socket_buffer_bytes);
+    Hello hello{};
+    LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &hello, sizeof(hello), deadline, name));
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, size, name));
+    if (hello.rank <= rank || t->peers_[hello.rank].fd.valid()) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", hello.rank,
+                                                        " connected to rank ", rank, " unexpectedly (twice, or from below)"));
+    }
+    const Hello reply{kHelloMagic, kTransportVersion, rank, size};
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(hello.rank), options.timeout));
+    t->peers_[hello.rank] = Peer{std::move(fd), address};
+  }
+  return t;
+}
+
+std::string TcpTransport::PeerName(int peer) const {
+  if (peer < 0 || peer >= size_) return absl::StrCat("rank ", peer);
+  return absl::StrCat("rank ", peer, " (", peers_[peer].address, ")");
+}
+
+void TcpTransport::Abort(absl::string_view reason) {
+  aborted_ = true;
+  const std::string text(reason.substr(0, kMaxAbortReason));
+  for (Peer& p : peers_) {
+    if (!p.fd.valid()) continue;
+    // Best effort, never blocking: a peer that is reading headers learns why.
+    MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size()};
+    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    (void)::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(p.fd.get(), SHUT_RDWR);
+  }
+}
+
+absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) {
+  if (aborted_) {
+    return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
+  }
+  for (const Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
+      return absl::InvalidArgumentError(absl::StrCat("TcpTransport: bad peer ", t.peer, " for rank ", rank_));
+    }
+  }
+  std::vector<Progress> progress(transfers.size());
+  size_t remaining = transfers.size();
+  std::vector<pollfd> fds;
+  std::vector<size_t> fd_transfer;
+  int idle_rounds = 0;
+  while (remaining > 0) {
+    bool moved = false;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      Transfer& t = transfers[i];
+      Progress& p = progress[i];
+      if (p.complete) continue;
+      const int fd = peers_[t.peer].fd.get();
+      if (t.kind == Transfer::Kind::kSend) {
+        if (p.header_done == 0 && p.done == 0) p.header = MessageHeader{tag.seq, tag.tag, kMessageMagic, t.bytes};
+        iovec iov[2];
+        int n_iov = 0;
+        if (p.header_done < sizeof(MessageHeader)) {
+          iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+        }
+        if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n_iov;
+        const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+          return absl::UnavailableError(absl::StrCat("sending op #", tag.seq, " (tag ", tag.tag, ") to ",
+                                                     PeerName(t.peer), " failed: ", std::strerror(errno),
+                                                     "; that rank has probably exited or aborted"));
+        }
+        size_t sent = static_cast<size_t>(n);
+        moved |= sent > 0;
+        const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
+        p.header_done += header_part;
+        p.done += sent - header_part;
+      } else {
+        iovec iov[2];
+        int n_iov = 0;
+        if (p.header_done < sizeof(MessageHeader)) {
+          iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+        }
+        if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n_iov;
+        const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (n == 0) {
+          return absl::UnavailableError(absl::StrCat(
+              PeerName(t.peer), " closed the connection during op #", tag.seq,
+              " (it exited, crashed or aborted after an error of its own; see its log)"));
+        }
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+          return absl::UnavailableError(absl::StrCat("receiving op #", tag.seq, " from ", PeerName(t.peer),
+                                                     " failed: ", std::strerror(errno)));
+        }
+        size_t got = static_cast<size_t>(n);
+        moved = true;
+        const bool had_header = p.header_done == sizeof(MessageHeader);
+        const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
+        p.header_done += header_part;
+        p.done += got - header_part;
+        if (!had_header && p.header_done == sizeof(MessageHeader)) {
+          const MessageHeader& h = p.header;
+          if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
+            // The header arrived with (part of) our expected payload: the
+            // reason's bytes are at the start of t.data, the rest follows.
+            std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
+            if (reason.size() < h.bytes) {
+              reason.resize(h.bytes);
+              const absl::Status got = RecvAll(fd, reason.data() + p.done, h.bytes - p.done,
+                                               DeadlineIn(std::chrono::milliseconds(1000)), PeerName(t.peer));
+              if (!got.ok()) reason.resize(p.done);
+            }
+            return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", tag.seq,
+                                                       " because: ", reason));
+          }
+          if (h.magic != kMessageMagic || h.seq != tag.seq || h.tag != tag.tag || h.bytes != t.bytes) {
+            return absl::InternalError(absl::StrCat(
+                "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " tag ", h.tag, " with ",
+                h.bytes, " bytes, but rank ", rank_, " expected op #", tag.seq, " tag ", tag.tag, " with ",
+                t.bytes, " bytes. The ranks called different collectives or sizes; run with ",
+                "LOCKSTEP_DEBUG=DETAIL to compare every call"));
+          }
+        }
+        if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
+          const size_t seg = t.segment_bytes == 0 ? t.bytes : t.segment_bytes;
+          while (p.reported < t.bytes) {
+            const size_t len = std::min(seg, t.bytes - p.reported);
+            if (p.done - p.reported < len) break;
+            LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
+            p.reported += len;
+          }
+        }
+      }
+      if (p.header_done == sizeof(MessageHeader) && p.done == t.bytes) {
+        if (t.kind == Transfer::Kind::kRecv && t.on_segment && t.bytes == 0) {
+          LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
+        }
+        p.complete = true;
+        --remaining;
+      }
+    }
+    if (remaining == 0) break;
+    if (moved) {
+      idle_rounds = 0;
+      continue;
+    }
+    if (++idle_rounds < options_.spin_rounds) {
+      if (SteadyClock::now() >= deadline) break;
+      continue;
+    }
+    fds.clear();
+    fd_transfer.clear();
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      if (progress[i].complete) continue;
+      fds.push_back({peers_[transfers[i].peer].fd.get(),
+                     static_cast<short>(transfers[i].kind == Transfer::Kind::kSend ? POLLOUT : POLLIN), 0});
+      fd_transfer.push_back(i);
+    }
+    const int rc = ::poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
+    if (rc == 0 && SteadyClock::now() >= deadline) break;
+    idle_rounds = 0;
+  }
+  if (remaining == 0) return absl::OkStatus();
+  std::vector<std::string> waiting;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (!progress[i].complete) {
+      waiting.push_back(absl::StrCat(transfers[i].kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
+                                     PeerName(transfers[i].peer), " (", progress[i].done, " of ",
+                                     transfers[i].bytes, " bytes)"));
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "op #", tag.seq, " timed out on rank ", rank_, " while ", absl::StrJoin(waiting, "; "),
+      ". The peer may be stuck in other work, deadlocked in a different collective, or dead; ",
+      "raise the timeout if it is just slow"));
+}
+
+}  // namespace lockstep

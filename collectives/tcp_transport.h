@@ -1,0 +1,66 @@
+// TcpTransport: a full mesh of TCP connections between the ranks of a group,
+// set up through a Store.
+//
+//   TcpTransportOptions options;
+//   options.host = "10.0.0.2";   // the address the other ranks reach this one at
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto transport,
+//       TcpTransport::Create(store, rank, world_size, options));
+//
+// Each rank listens on a free port and publishes "host:port" under
+// "tcp_transport/<rank>"; rank i connects to every rank j < i and accepts
+// from every j > i, with a handshake (magic, version, ranks, world size)
+// checked on both sides. Sockets use TCP_NODELAY and large buffers; all I/O
+// is non-blocking and driven by poll() with the caller's deadline.
+#ifndef LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
+#define LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/socket.h"
+#include "collectives/store.h"
+#include "collectives/transport.h"
+
+namespace lockstep {
+
+struct TcpTransportOptions {
+  std::string host = "127.0.0.1";
+  Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
+  int socket_buffer_bytes = 4 << 20;
+  // Polls without sleeping for this many rounds before blocking in poll():
+  // trades CPU for latency on small messages.
+  int spin_rounds = 100;
+};
+
+class TcpTransport : public Transport {
+ public:
+  static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(Store& store, int rank, int size,
+                                                              const TcpTransportOptions& options);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string PeerName(int peer) const override;
+  absl::Status Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) override;
+  void Abort(absl::string_view reason) override;
+
+ private:
+  TcpTransport(int rank, int size, const TcpTransportOptions& options)
+      : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)) {}
+
+  struct Peer {
+    Fd fd;
+    std::string address;
+  };
+
+  const int rank_;
+  const int size_;
+  const TcpTransportOptions options_;
+  std::vector<Peer> peers_;
+  bool aborted_ = false;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_

@@ -1,0 +1,101 @@
+#include "collectives/testing/group.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/hash_store.h"
+#include "collectives/tcp_store.h"
+
+namespace lockstep {
+namespace testing {
+
+CommunicatorOptions TestOptions() {
+  CommunicatorOptions o;
+  o.timeout = Milliseconds(60000);
+  return o;
+}
+
+std::vector<absl::Status> RunThreads(int size, const RankFn& fn, CommunicatorOptions options) {
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(options.timeout);
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(store, rank, size, options);
+      results[rank] = comm.ok() ? fn(**comm) : comm.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, CommunicatorOptions options,
+                                       int deadline_seconds) {
+  TcpStoreServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(server_options);
+  if (!server.ok()) return std::vector<absl::Status>(size, server.status());
+  const int port = (*server)->port();
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int rank = 0; rank < size; ++rank) {
+    int fds[2];
+    if (pipe(fds) != 0) return std::vector<absl::Status>(size, absl::InternalError("pipe failed"));
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      alarm(static_cast<unsigned>(deadline_seconds));  // A hung rank dies.
+      TcpStoreOptions store_options;
+      store_options.port = port;
+      store_options.timeout = options.timeout;
+      absl::Status status;
+      absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
+      if (!store.ok()) {
+        status = store.status();
+      } else {
+        std::shared_ptr<Store> shared = std::move(*store);
+        absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(shared, rank, size, options);
+        status = comm.ok() ? fn(**comm) : comm.status();
+      }
+      const std::string message = status.ToString();
+      if (write(fds[1], message.data(), message.size()) < 0) _exit(3);
+      close(fds[1]);
+      _exit(status.ok() ? 0 : 1);  // Skip static destructors (gtest's).
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<absl::Status> results(size);
+  for (int rank = 0; rank < size; ++rank) {
+    std::string message;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(pipes[rank], buffer, sizeof(buffer))) > 0) message.append(buffer, static_cast<size_t>(n));
+    close(pipes[rank]);
+    int wstatus = 0;
+    waitpid(pids[rank], &wstatus, 0);
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+      results[rank] = absl::OkStatus();
+    } else if (WIFSIGNALED(wstatus)) {
+      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, " killed by signal ", WTERMSIG(wstatus),
+                                                       WTERMSIG(wstatus) == SIGALRM ? " (test deadline)" : "",
+                                                       message.empty() ? "" : ": " + message));
+    } else {
+      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, " failed: ", message));
+    }
+  }
+  return results;
+}
+
+}  // namespace testing
+}  // namespace lockstep

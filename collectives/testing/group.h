@@ -1,0 +1,35 @@
+// Runs one function on every rank of a group, as threads of this process or
+// as forked processes, each with its own Communicator over real TCP on
+// loopback. For tests only.
+//
+//   RunThreads(4, [](Communicator& comm) -> absl::Status { ... });
+//   RunProcesses(4, [](Communicator& comm) -> absl::Status { ... });
+//
+// Both return one status per rank. Processes get a hard deadline (alarm) so
+// a hung rank dies instead of hanging the test.
+#ifndef LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
+#define LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+
+namespace lockstep {
+namespace testing {
+
+using RankFn = std::function<absl::Status(Communicator& comm)>;
+
+CommunicatorOptions TestOptions();
+
+std::vector<absl::Status> RunThreads(int size, const RankFn& fn, CommunicatorOptions options = TestOptions());
+
+// `deadline_seconds` bounds each child process (SIGALRM).
+std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, CommunicatorOptions options = TestOptions(),
+                                       int deadline_seconds = 120);
+
+}  // namespace testing
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
