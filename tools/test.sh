@@ -3,8 +3,8 @@
 #   1. installs missing packages (tools/setup.sh),
 #   2. bazel test //...            (CUDA code is compiled when the toolkit is
 #                                   present; GPU tests skip without a device),
-#   3. bazel test --config=asan //core/... //data/... and --config=tsan on the
-#      concurrent code,
+#   3. the same under AddressSanitizer (--config=asan) and the concurrent
+#      code under ThreadSanitizer (--config=tsan),
 #   4. the external consumer workspace in tests/consumer.
 # Ends with the line `N passed, M failed` (plus `, K skipped` when some were
 # skipped), counted from Bazel's per-target results. Exits non-zero on any
@@ -50,8 +50,12 @@ run_step() {
 }
 
 run_step main bazel test //...
-run_step asan bazel test --config=asan //core/... //data/...
-run_step tsan bazel test --config=tsan //core:thread_pool_test //data:data_loader_test
+run_step asan bazel test --config=asan //core/... //data/... //collectives/...
+run_step tsan bazel test --config=tsan //core:thread_pool_test //data:data_loader_test \
+  //collectives:fault_test //collectives:store_test //collectives:tcp_store_test
+# The communicator grid without its 1M-element cases (TSan is ~10x slower).
+run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
+  "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"
 pushd tests/consumer >/dev/null
 run_step consumer bazel test //...
 bazel shutdown >/dev/null 2>&1  # Frees the consumer's Bazel server.

@@ -5,8 +5,10 @@
 //   RunThreads(4, [](Communicator& comm) -> absl::Status { ... });
 //   RunProcesses(4, [](Communicator& comm) -> absl::Status { ... });
 //
-// Both return one status per rank. Processes get a hard deadline (alarm) so
-// a hung rank dies instead of hanging the test.
+// Both return one status per rank. Processes are this test binary run again
+// (fork+exec) for the current gtest test; each gets a hard deadline (alarm)
+// so a hung rank dies instead of hanging the test. Call RunProcesses only
+// from a gtest test body, the same way on every run (no randomness before it).
 #ifndef LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
 #define LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
 
