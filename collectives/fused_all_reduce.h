@@ -1,0 +1,53 @@
+// Fused ("bucketed") all-reduce of many tensors, as Horovod's tensor fusion
+// and DDP's buckets: tensors are packed into flat buckets of at most
+// `bucket_cap_bytes` (collectives/bucket_assignment.h), one asynchronous
+// all-reduce is launched per bucket as soon as it is packed, and results
+// are unpacked back into the tensors.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto fused,
+//       FusedAllReduce::Start(comm, grads, ReduceOp::kAvg, /*bucket_cap_bytes=*/25 << 20));
+//   ...                                  // overlap
+//   LOCKSTEP_RETURN_IF_ERROR(fused->Wait());  // every tensor now holds the result
+//
+// Reusable outside DDP. The tensors must stay alive and untouched until
+// Wait() returns. Results equal one AllReduce per tensor; for floats, a
+// bucket may be large enough to take the ring while a lone tensor would take
+// recursive doubling, so sums can differ in the last bit (as in NCCL).
+// Every rank still gets bit-identical results.
+#ifndef LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
+#define LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/work.h"
+#include "core/tensor.h"
+
+namespace lockstep {
+
+class FusedAllReduce {
+ public:
+  static absl::StatusOr<std::unique_ptr<FusedAllReduce>> Start(Communicator& comm, std::vector<Tensor> tensors,
+                                                               ReduceOp op, size_t bucket_cap_bytes);
+
+  // Waits for every bucket and copies the results into the tensors.
+  absl::Status Wait();
+
+  // The buckets, as indices into the tensors (for tests and tracing).
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+
+ private:
+  FusedAllReduce() = default;
+
+  std::vector<Tensor> tensors_;
+  std::vector<std::vector<size_t>> buckets_;
+  std::vector<Tensor> flat_;  // One flat buffer per bucket.
+  std::vector<std::shared_ptr<Work>> works_;
+  bool waited_ = false;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
