@@ -1,9 +1,22 @@
 #include "collectives/algorithm.h"
 
+#include <algorithm>
+
 #include "core/kernels.h"
 #include "core/status.h"
 
 namespace lockstep {
+
+absl::StatusOr<Tensor> Scratch::Get(int slot, int64_t count, DType dtype) {
+  if (slot < 0) return absl::InvalidArgumentError("Scratch: negative slot");
+  if (bytes_.size() <= static_cast<size_t>(slot)) bytes_.resize(slot + 1);
+  const int64_t need = count * static_cast<int64_t>(DTypeSize(dtype));
+  if (!bytes_[slot].defined() || bytes_[slot].numel() < need) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bytes_[slot], Tensor::Empty({std::max<int64_t>(need, 64)}, DType::kU8));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor region, bytes_[slot].Flat(0, need));
+  return region.ViewAs(dtype);
+}
 
 absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size) {
   if (op != ReduceOp::kAvg || world_size == 1 || t.numel() == 0) return absl::OkStatus();

@@ -12,6 +12,7 @@
 #define LOCKSTEP_COLLECTIVES_ALGORITHM_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/reduce_op.h"
@@ -20,12 +21,30 @@
 
 namespace lockstep {
 
+// Scratch memory reused across operations, so that large collectives do not
+// allocate (and page-fault) fresh buffers every time. One tensor per slot at
+// a time; contents are undefined.
+class Scratch {
+ public:
+  absl::StatusOr<Tensor> Get(int slot, int64_t count, DType dtype);
+
+ private:
+  std::vector<Tensor> bytes_;  // u8 buffers, one per slot, grown on demand.
+};
+
 struct AlgorithmContext {
   Transport& transport;
   uint64_t seq = 0;       // The operation's sequence number.
   uint32_t next_tag = 0;  // Incremented by each step.
   Deadline deadline;
   size_t segment_bytes = 256 << 10;
+  Scratch* scratch = nullptr;  // Optional: without it, algorithms allocate.
+
+  // A scratch tensor from `scratch`, or a fresh one.
+  absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {
+    if (scratch != nullptr) return scratch->Get(slot, count, dtype);
+    return Tensor::Empty({count}, dtype);
+  }
 
   int rank() const { return transport.rank(); }
   int size() const { return transport.size(); }

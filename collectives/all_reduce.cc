@@ -33,7 +33,7 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
   const int n = ctx.size(), r = ctx.rank();
   if (n == 1) return absl::OkStatus();
   const size_t bytes = buffer.nbytes();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({buffer.numel()}, buffer.dtype()));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, ctx.ScratchTensor(0, buffer.numel(), buffer.dtype()));
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int extra = n - p;

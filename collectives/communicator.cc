@@ -233,7 +233,7 @@ std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor&
     if (output.numel() == 0) return absl::OkStatus();
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, true));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(staged));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     if (buffer.nbytes() < options_.small_message_bytes || buffer.numel() < size_) {
       LOCKSTEP_RETURN_IF_ERROR(RecursiveDoublingAllReduce(ctx, buffer, op));
     } else {
@@ -257,7 +257,7 @@ std::shared_ptr<Work> Communicator::Reduce(const Tensor& input, const Tensor& ou
                 static_cast<uint8_t>(op), 0, root, input.numel()};
   return Enqueue(f, [this, input, output, op, root](uint64_t seq, Deadline deadline) -> absl::Status {
     if (input.numel() == 0) return absl::OkStatus();
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     if (rank_ == root) {
       if (output.raw_data() != input.raw_data()) LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, true));
@@ -282,7 +282,7 @@ std::shared_ptr<Work> Communicator::Broadcast(const Tensor& tensor, int root) {
   return Enqueue(f, [this, tensor, root](uint64_t seq, Deadline deadline) -> absl::Status {
     if (tensor.numel() == 0) return absl::OkStatus();
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(tensor, rank_ == root));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, staged, root));
     return rank_ == root ? absl::OkStatus() : Unstage(staged, tensor);
   });
@@ -300,7 +300,7 @@ std::shared_ptr<Work> Communicator::AllGather(const Tensor& input, const Tensor&
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(staged));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(rank_ * input.numel(), input.numel()));
     LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, buffer));
     return Unstage(staged, output);
   });
@@ -320,7 +320,7 @@ std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& ou
   return Enqueue(f, [this, input, output, root](uint64_t seq, Deadline deadline) -> absl::Status {
     if (input.numel() == 0) return absl::OkStatus();
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, true));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     if (rank_ != root) return DirectGather(ctx, mine, Tensor(), root);
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, false));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Flat1d(staged));
@@ -345,7 +345,7 @@ std::shared_ptr<Work> Communicator::Scatter(const Tensor& input, const Tensor& o
     if (output.numel() == 0) return absl::OkStatus();
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine_staged, Stage(output, false));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Flat1d(mine_staged));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     if (rank_ == root) {
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(input, true));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Flat1d(staged));
@@ -369,7 +369,7 @@ std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Ten
     // The ring reduces in place: work on a copy so the input is unchanged.
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor scratch, input.To(Device::Cpu()));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(scratch));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank_ * output.numel(), output.numel()));
     LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, mine, size_));
@@ -380,7 +380,7 @@ std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Ten
 std::shared_ptr<Work> Communicator::Barrier() {
   Fingerprint f{0, static_cast<uint8_t>(OpType::kBarrier), 0, 0, 0, -1, 0};
   return Enqueue(f, [this](uint64_t seq, Deadline deadline) {
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes};
+    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     return DisseminationBarrier(ctx);
   });
 }

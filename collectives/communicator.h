@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "collectives/algorithm.h"
 #include "collectives/store.h"
 #include "collectives/transport.h"
 #include "collectives/work.h"
@@ -56,10 +57,11 @@ struct CommunicatorOptions {
   // Namespace of this group's keys in the store (several groups, restarts).
   std::string store_prefix = "comm";
   // All-reduce uses recursive doubling below this many bytes, the ring above.
-  size_t small_message_bytes = 64 << 10;
+  size_t small_message_bytes = 256 << 10;
   // Ring pipelining: reduce received data in segments of this size.
   size_t segment_bytes = 256 << 10;
-  int socket_buffer_bytes = 4 << 20;
+  int socket_buffer_bytes = 1 << 20;  // Measured best on loopback (docs/PERFORMANCE.md).
+  // (0 leaves the kernel's autotuning on.)
   // Compare every operation's fingerprint across ranks first (costs one small
   // exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;
@@ -131,6 +133,7 @@ class Communicator {
   static std::string Describe(const Fingerprint& f);
 
   std::unique_ptr<Transport> transport_;
+  Scratch scratch_;  // Used only by the worker thread.
   const CommunicatorOptions options_;
   const int rank_, size_;
 

@@ -17,7 +17,7 @@ absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceO
     const int step = 1 << k;
     if (v < step && v + step < n) {
       if (!child.defined()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(child, Tensor::Empty({buffer.numel()}, buffer.dtype()));
+        LOCKSTEP_ASSIGN_OR_RETURN(child, ctx.ScratchTensor(0, buffer.numel(), buffer.dtype()));
       }
       Transfer t = Transfer::Recv((v + step + root) % n, child.raw_data(), bytes);
       LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, tag, ctx.deadline));

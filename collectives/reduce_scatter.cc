@@ -13,7 +13,7 @@ absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& buffer, Redu
   const size_t element = buffer.element_size();
   int64_t largest = 0;
   for (int i = 0; i < n; ++i) largest = std::max(largest, ChunkOf(count, n, i).count);
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor scratch, Tensor::Empty({largest}, buffer.dtype()));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor scratch, ctx.ScratchTensor(0, largest, buffer.dtype()));
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const size_t segment = std::max<size_t>(element, ctx.segment_bytes / element * element);
   for (int s = 0; s < n - 1; ++s) {

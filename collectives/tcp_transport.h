@@ -28,7 +28,7 @@ namespace lockstep {
 struct TcpTransportOptions {
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
-  int socket_buffer_bytes = 4 << 20;
+  int socket_buffer_bytes = 1 << 20;
   // Polls without sleeping for this many rounds before blocking in poll():
   // trades CPU for latency on small messages.
   int spin_rounds = 100;

@@ -116,6 +116,18 @@ absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
   return Tensor(storage_, offset_, std::move(shape), numel_, dtype_);
 }
 
+absl::StatusOr<Tensor> Tensor::ViewAs(DType dtype) const {
+  if (!defined()) return absl::FailedPreconditionError("Tensor::ViewAs on an undefined tensor");
+  const size_t size = DTypeSize(dtype);
+  if (nbytes() % size != 0 || offset_ % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Tensor::ViewAs(", DTypeName(dtype), ") of ", DebugString(),
+                                                   ": ", nbytes(), " bytes at offset ", offset_,
+                                                   " are not a whole number of aligned ", size, "-byte elements"));
+  }
+  const int64_t count = static_cast<int64_t>(nbytes() / size);
+  return Tensor(storage_, offset_, Shape{count}, count, dtype);
+}
+
 bool Tensor::Overlaps(const Tensor& other) const {
   if (!SharesStorageWith(other) || nbytes() == 0 || other.nbytes() == 0) return false;
   return offset_ < other.offset_ + other.nbytes() && other.offset_ < offset_ + nbytes();

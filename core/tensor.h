@@ -94,6 +94,10 @@ class Tensor {
   // dimension may be -1 and is then inferred.
   absl::StatusOr<Tensor> Reshape(Shape shape) const;
 
+  // The same bytes seen as another dtype, 1-D (like torch's view(dtype)):
+  // nbytes() must be a multiple of the new element size.
+  absl::StatusOr<Tensor> ViewAs(DType dtype) const;
+
   // True when both tensors view the same allocation (not necessarily the same
   // elements).
   bool SharesStorageWith(const Tensor& other) const {

@@ -99,6 +99,17 @@ TEST(TensorTest, FlatIsAViewOfAnElementRange) {
   }
 }
 
+TEST(TensorTest, ViewAsReinterpretsBytes) {
+  Tensor bytes = *Tensor::Zeros({16}, DType::kU8);
+  Tensor floats = *bytes.ViewAs(DType::kF32);
+  EXPECT_EQ(floats.numel(), 4);
+  EXPECT_TRUE(floats.SharesStorageWith(bytes));
+  floats.data<float>()[1] = 1.0f;  // 0x3f800000, little-endian.
+  EXPECT_EQ(bytes.data<uint8_t>()[7], 0x3f);
+  EXPECT_FALSE(bytes.Flat(0, 6)->ViewAs(DType::kF32).ok());  // 6 bytes.
+  EXPECT_FALSE(bytes.Flat(2, 8)->ViewAs(DType::kF32).ok());  // Misaligned.
+}
+
 TEST(TensorTest, OverlapDetection) {
   const Tensor t = Iota(10);
   EXPECT_TRUE(t.Flat(0, 5)->Overlaps(*t.Flat(4, 2)));

@@ -1,0 +1,345 @@
+// Collective benchmark in the style of nccl-tests.
+//
+//   bazel run --config=opt //tools/bench:collectives -- --op=all_reduce --nproc=2 \
+//       --min_bytes=4K --max_bytes=256M --check
+//
+// With --nproc=N it starts N local ranks itself (this binary again, with
+// torchrun's variables); without it, it joins the group described by RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 hosts the store there),
+// as under tools/launch or torchrun. Rank 0 prints one row per size:
+// bytes, count, type, time (us), algbw (GB/s), busbw (GB/s), #wrong. busbw
+// uses nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
+// gather and scatter (n-1)/n; broadcast and reduce 1. The time is the
+// slowest rank's mean over --iters iterations after --warmup.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "collectives/communicator.h"
+#include "collectives/socket.h"
+#include "collectives/tcp_store.h"
+#include "core/dtype.h"
+#include "core/half.h"
+#include "core/status.h"
+
+ABSL_FLAG(std::string, op, "all_reduce",
+          "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter");
+ABSL_FLAG(std::string, dtype, "f32", "element type: f32, f64, f16, bf16, i32, i64, u8");
+ABSL_FLAG(std::string, reduce_op, "sum", "sum, avg, prod, min or max");
+ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (K, M, G suffixes: powers of 1024)");
+ABSL_FLAG(std::string, max_bytes, "64M", "largest size");
+ABSL_FLAG(double, step_factor, 2.0, "multiply the size by this between rows");
+ABSL_FLAG(int, iters, 20, "timed iterations per size");
+ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
+ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the environment)");
+ABSL_FLAG(bool, check, false, "verify every result and count wrong elements");
+ABSL_FLAG(bool, json, false, "print JSON lines instead of the table");
+ABSL_FLAG(int, root, 0, "root rank of rooted ops");
+ABSL_FLAG(int64_t, small_message_bytes, -1, "override CommunicatorOptions::small_message_bytes");
+ABSL_FLAG(int64_t, segment_bytes, -1, "override CommunicatorOptions::segment_bytes");
+ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "override CommunicatorOptions::socket_buffer_bytes (0: kernel autotuning)");
+ABSL_FLAG(std::string, host, "", "address other ranks reach this one at (default: toward MASTER_ADDR)");
+
+namespace lockstep {
+namespace {
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
+  int64_t scale = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    const char suffix = static_cast<char>(std::toupper(digits.back()));
+    if (suffix == 'K' || suffix == 'M' || suffix == 'G') {
+      scale = suffix == 'K' ? 1 << 10 : suffix == 'M' ? 1 << 20 : int64_t{1} << 30;
+      digits.pop_back();
+    }
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size such as 4096, 4K, 64M or 1G"));
+  }
+  return value * scale;
+}
+
+enum class BenchOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kGather, kScatter };
+
+absl::StatusOr<BenchOp> ParseOp(const std::string& name) {
+  if (name == "all_reduce") return BenchOp::kAllReduce;
+  if (name == "all_gather") return BenchOp::kAllGather;
+  if (name == "reduce_scatter") return BenchOp::kReduceScatter;
+  if (name == "broadcast") return BenchOp::kBroadcast;
+  if (name == "reduce") return BenchOp::kReduce;
+  if (name == "gather") return BenchOp::kGather;
+  if (name == "scatter") return BenchOp::kScatter;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--op=", name, " is not a collective; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter"));
+}
+
+double BusFactor(BenchOp op, int n) {
+  switch (op) {
+    case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case BenchOp::kBroadcast:
+    case BenchOp::kReduce: return 1.0;
+    default: return static_cast<double>(n - 1) / n;
+  }
+}
+
+// Element i of rank r's input: a small integer, exact in every dtype.
+double InputValue(int rank, int64_t i) { return static_cast<double>((i * 3 + rank) % 7); }
+
+void Fill(const Tensor& t, int rank, int64_t offset = 0) {
+  VisitDType(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = InputValue(rank, offset + i);
+      if constexpr (std::is_same_v<T, Half>) p[i] = FloatToHalf(static_cast<float>(v));
+      else if constexpr (std::is_same_v<T, BFloat16>) p[i] = FloatToBFloat16(static_cast<float>(v));
+      else p[i] = static_cast<T>(v);
+    }
+  });
+}
+
+double ValueAt(const Tensor& t, int64_t i) {
+  return VisitDType(t.dtype(), [&](auto tag) -> double {
+    using T = typename decltype(tag)::type;
+    const T v = t.data<T>()[i];
+    if constexpr (std::is_same_v<T, Half>) return HalfToFloat(v);
+    else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16ToFloat(v);
+    else return static_cast<double>(v);
+  });
+}
+
+double Reduced(ReduceOp op, int n, int64_t i) {
+  double acc = InputValue(0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = InputValue(r, i);
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    if (op == ReduceOp::kProd) acc *= v;
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+  }
+  return op == ReduceOp::kAvg ? acc / n : acc;
+}
+
+struct Buffers {
+  Tensor input, output;
+};
+
+// Input/output of `count` elements per rank (output sized for the op).
+absl::StatusOr<Buffers> MakeBuffers(BenchOp op, DType dtype, int64_t count, int n) {
+  Buffers b;
+  const bool wide_out = op == BenchOp::kAllGather || op == BenchOp::kGather;
+  const bool wide_in = op == BenchOp::kReduceScatter || op == BenchOp::kScatter;
+  LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({wide_in ? count * n : count}, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(b.output, Tensor::Zeros({wide_out ? count * n : count}, dtype));
+  return b;
+}
+
+std::shared_ptr<Work> Launch(Communicator& comm, BenchOp op, const Buffers& b, ReduceOp rop, int root) {
+  switch (op) {
+    case BenchOp::kAllReduce: return comm.AllReduce(b.output, rop);  // In place, as torch.distributed.
+    case BenchOp::kAllGather: return comm.AllGather(b.input, b.output);
+    case BenchOp::kReduceScatter: return comm.ReduceScatter(b.input, b.output, rop);
+    case BenchOp::kBroadcast: return comm.Broadcast(b.input, root);
+    case BenchOp::kReduce: return comm.Reduce(b.input, b.output, rop, root);
+    case BenchOp::kGather: return comm.Gather(b.input, b.output, root);
+    case BenchOp::kScatter: return comm.Scatter(b.input, b.output, root);
+  }
+  return nullptr;
+}
+
+// Runs the op once on known data and counts wrong elements on this rank.
+absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, ReduceOp rop, int root, int64_t count) {
+  const int n = comm.size(), r = comm.rank();
+  Fill(b.input, r);
+  if (op == BenchOp::kAllReduce) LOCKSTEP_RETURN_IF_ERROR(b.output.CopyFrom(b.input));
+  LOCKSTEP_RETURN_IF_ERROR(Launch(comm, op, b, rop, root)->Wait());
+  int64_t wrong = 0;
+  auto expect = [&](const Tensor& t, int64_t i, double value) { wrong += ValueAt(t, i) != value; };
+  switch (op) {
+    case BenchOp::kAllReduce:
+      for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, i));
+      break;
+    case BenchOp::kReduce:
+      if (r == root) for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, i));
+      break;
+    case BenchOp::kReduceScatter:
+      for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, r * count + i));
+      break;
+    case BenchOp::kBroadcast:
+      for (int64_t i = 0; i < count; ++i) expect(b.input, i, InputValue(root, i));
+      break;
+    case BenchOp::kAllGather:
+    case BenchOp::kGather:
+      if (op == BenchOp::kAllGather || r == root) {
+        for (int k = 0; k < n; ++k) for (int64_t i = 0; i < count; ++i) expect(b.output, k * count + i, InputValue(k, i));
+      }
+      break;
+    case BenchOp::kScatter:
+      // The root's input holds rank k's values at block k... Fill gave it its
+      // own values everywhere, so rank r receives root's values r*count+i.
+      for (int64_t i = 0; i < count; ++i) expect(b.output, i, InputValue(root, r * count + i));
+      break;
+  }
+  return wrong;
+}
+
+absl::Status RunRank(int rank, int world, const std::string& master_addr, int master_port) {
+  LOCKSTEP_ASSIGN_OR_RETURN(BenchOp op, ParseOp(absl::GetFlag(FLAGS_op)));
+  LOCKSTEP_ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  LOCKSTEP_ASSIGN_OR_RETURN(ReduceOp rop, ParseReduceOp(absl::GetFlag(FLAGS_reduce_op)));
+  LOCKSTEP_ASSIGN_OR_RETURN(int64_t min_bytes, ParseBytes(absl::GetFlag(FLAGS_min_bytes)));
+  LOCKSTEP_ASSIGN_OR_RETURN(int64_t max_bytes, ParseBytes(absl::GetFlag(FLAGS_max_bytes)));
+  const double step = absl::GetFlag(FLAGS_step_factor);
+  if (!(step > 1.0) && min_bytes != max_bytes) return absl::InvalidArgumentError("--step_factor must be > 1");
+  const int root = absl::GetFlag(FLAGS_root);
+  if (root < 0 || root >= world) return absl::InvalidArgumentError(absl::StrCat("--root=", root, " is not a rank"));
+
+  TcpStoreOptions store_options;
+  store_options.host = master_addr;
+  store_options.port = master_port;
+  store_options.is_server = rank == 0;
+  store_options.timeout = Milliseconds(120000);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(store_options));
+  CommunicatorOptions options;
+  options.host = absl::GetFlag(FLAGS_host).empty() ? "127.0.0.1" : absl::GetFlag(FLAGS_host);
+  if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) options.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
+  if (absl::GetFlag(FLAGS_segment_bytes) > 0) options.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) options.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
+  std::shared_ptr<Store> shared(std::move(store));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, rank, world, options));
+
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (rank == 0 && !json) {
+    std::printf("# lockstep collectives benchmark: op %s, dtype %s, reduce_op %s, %d ranks, TCP transport\n",
+                absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(),
+                std::string(ReduceOpName(rop)).c_str(), world);
+    std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; GB/s = 1e9 bytes/s\n",
+                absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_check) ? "on" : "off");
+    std::printf("#%12s %12s %6s %12s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)", "#wrong");
+  }
+  const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
+  const bool per_rank_count = op == BenchOp::kAllGather || op == BenchOp::kGather ||
+                              op == BenchOp::kReduceScatter || op == BenchOp::kScatter;
+  for (double size = static_cast<double>(min_bytes); size <= static_cast<double>(max_bytes) * 1.0000001;
+       size = size * step) {
+    const int64_t bytes = static_cast<int64_t>(size);
+    // Like nccl-tests, `bytes` is the whole buffer; gathered/scattered ops
+    // move count = bytes / (n * element) per rank.
+    const int64_t count = per_rank_count ? bytes / (element * world) : bytes / element;
+    LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world));
+    for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+      LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
+    }
+    LOCKSTEP_RETURN_IF_ERROR(comm->Barrier()->Wait());
+    const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{seconds}));
+    LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(slowest, ReduceOp::kMax)->Wait());
+    int64_t wrong = -1;
+    if (absl::GetFlag(FLAGS_check)) {
+      LOCKSTEP_ASSIGN_OR_RETURN(int64_t mine, Check(*comm, op, buffers, rop, root, count));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor total, Tensor::FromVector<int64_t>(std::vector<int64_t>{mine}));
+      LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(total, ReduceOp::kSum)->Wait());
+      wrong = total.data<int64_t>()[0];
+    }
+    if (rank == 0) {
+      const double t = slowest.data<double>()[0];
+      const int64_t total_bytes = per_rank_count ? count * element * world : count * element;
+      const double algbw = total_bytes / t / 1e9;
+      const double busbw = algbw * BusFactor(op, world);
+      const std::string wrong_text = wrong < 0 ? "N/A" : absl::StrCat(wrong);
+      if (json) {
+        std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"count\": %lld, "
+                    "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
+                    absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(), world,
+                    static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6, algbw, busbw,
+                    static_cast<long long>(wrong));
+      } else {
+        std::printf(" %12lld %12lld %6s %12.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
+                    static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, algbw, busbw,
+                    wrong_text.c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (wrong > 0) return absl::DataLossError(absl::StrCat(wrong, " wrong elements at ", bytes, " bytes"));
+    if (size * step <= size) break;
+  }
+  return comm->Barrier()->Wait();
+}
+
+// --nproc: start the ranks as children of this process and wait for them.
+int SpawnLocal(int nproc, char** argv) {
+  int port = 0;
+  { absl::StatusOr<Fd> probe = Listen("127.0.0.1", 0, &port); }
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < nproc; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", absl::StrCat(rank).c_str(), 1);
+      setenv("LOCAL_RANK", absl::StrCat(rank).c_str(), 1);
+      setenv("WORLD_SIZE", absl::StrCat(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);
+      std::vector<std::string> args;
+      for (char** a = argv; *a != nullptr; ++a) {
+        if (std::string(*a).rfind("--nproc", 0) != 0) args.push_back(*a);
+      }
+      args.push_back("--nproc=0");
+      std::vector<char*> c_args;
+      for (std::string& a : args) c_args.push_back(a.data());
+      c_args.push_back(nullptr);
+      execv("/proc/self/exe", c_args.data());
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  int failures = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (nproc > 0) return lockstep::SpawnLocal(nproc, argv);
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  int r = 0, w = 0, p = 0;
+  if (rank == nullptr || world == nullptr || addr == nullptr || port == nullptr || !absl::SimpleAtoi(rank, &r) ||
+      !absl::SimpleAtoi(world, &w) || !absl::SimpleAtoi(port, &p)) {
+    std::fprintf(stderr,
+                 "collectives: give --nproc=N to start N local ranks, or set RANK, WORLD_SIZE, MASTER_ADDR and "
+                 "MASTER_PORT (as tools/launch and torchrun do)\n");
+    return 2;
+  }
+  const absl::Status s = lockstep::RunRank(r, w, addr, p);
+  if (!s.ok()) {
+    std::fprintf(stderr, "collectives: rank %d: %s\n", r, s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The benchmark tool runs every op on 3 local ranks with --check and reports
+# no wrong elements; bad flags are refused with a clear message.
+set -euo pipefail
+bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
+for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; do
+  out=$("$bin" --op=$op --nproc=3 --min_bytes=1K --max_bytes=1M --step_factor=32 --iters=2 --warmup=1 --check)
+  echo "$out"
+  rows=$(echo "$out" | grep -v '^#' | wc -l)
+  [[ $rows -eq 3 ]] || { echo "expected 3 rows for $op"; exit 1; }
+  if echo "$out" | grep -v '^#' | awk '{print $7}' | grep -qv '^0$'; then
+    echo "wrong elements for $op"; exit 1
+  fi
+done
+json=$("$bin" --op=all_reduce --dtype=bf16 --nproc=2 --min_bytes=64K --max_bytes=64K --iters=1 --warmup=0 --check --json)
+echo "$json" | grep -q '"wrong": 0' || { echo "json: $json"; exit 1; }
+if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
+echo "$err" | grep -q "is not a collective" || { echo "unclear error: $err"; exit 1; }
+echo ok
