@@ -1,7 +1,7 @@
 // Ring all-gather over the chunks of `buffer` (see algorithm.h): rank r
 // starts with a valid chunk r; after n-1 steps every chunk is valid on every
-// rank. Step s: send chunk (r-s) mod n to rank r+1 and receive chunk
-// (r-s-1) mod n from rank r-1 straight into place (no copy).
+// rank, received straight into place (no copy). The pipelined ring of
+// collectives/ring.h.
 #ifndef LOCKSTEP_COLLECTIVES_ALL_GATHER_H_
 #define LOCKSTEP_COLLECTIVES_ALL_GATHER_H_
 

@@ -1,21 +1,13 @@
 #include "collectives/all_reduce.h"
 
-#include "collectives/all_gather.h"
-#include "collectives/reduce_scatter.h"
+#include "collectives/ring.h"
 #include "core/kernels.h"
 #include "core/status.h"
 
 namespace lockstep {
 
 absl::Status RingAllReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op) {
-  const int n = ctx.size();
-  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
-  if (op == ReduceOp::kAvg) {
-    const Chunk mine = ChunkOf(buffer.numel(), n, ctx.rank());
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor chunk, buffer.Flat(mine.offset, mine.count));
-    LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, chunk, n));
-  }
-  return RingAllGather(ctx, buffer);
+  return RunRing(ctx, buffer, op, RingPhases::kBoth);
 }
 
 namespace {

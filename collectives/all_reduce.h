@@ -1,9 +1,10 @@
 // All-reduce of `buffer` in place, two algorithms (chosen by size in
 // communicator.cc; the threshold is an option):
 //
-//   * RingAllReduce: ring reduce-scatter then ring all-gather. Each rank
-//     sends and receives 2(n-1)/n of the buffer: bandwidth-optimal, 2(n-1)
-//     steps. Reduction of a segment overlaps the transfer of the next.
+//   * RingAllReduce: ring reduce-scatter then ring all-gather, pipelined
+//     (collectives/ring.h). Each rank sends and receives 2(n-1)/n of the
+//     buffer: bandwidth-optimal. Reduction of a segment overlaps the transfer
+//     of the next, and data flows on without waiting for whole steps.
 //   * RecursiveDoublingAllReduce: log2(n) steps, each exchanging the whole
 //     buffer with the partner r XOR 2^k: latency-optimal for small buffers.
 //     For n not a power of two, the first 2*(n - p) ranks (p the largest

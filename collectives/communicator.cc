@@ -1,5 +1,6 @@
 #include "collectives/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -91,23 +92,25 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::shared_p
   }
   const char* debug = std::getenv("LOCKSTEP_DEBUG");
   if (debug != nullptr && std::strcmp(debug, "DETAIL") == 0) options.debug_checks = true;
-  PrefixStore prefixed(options.store_prefix, std::move(store));
+  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, std::move(store));
   TcpTransportOptions transport_options;
   transport_options.host = options.host;
   transport_options.timeout = options.timeout;
   transport_options.socket_buffer_bytes = options.socket_buffer_bytes;
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> transport,
-                            TcpTransport::Create(prefixed, rank, size, transport_options));
-  return FromTransport(std::move(transport), std::move(options));
+                            TcpTransport::Create(*prefixed, rank, size, transport_options));
+  return FromTransport(std::move(transport), std::move(options), std::move(prefixed));
 }
 
 std::unique_ptr<Communicator> Communicator::FromTransport(std::unique_ptr<Transport> transport,
-                                                          CommunicatorOptions options) {
-  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options)));
+                                                          CommunicatorOptions options,
+                                                          std::shared_ptr<Store> store) {
+  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options), std::move(store)));
 }
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options)
-    : transport_(std::move(transport)), options_(std::move(options)), rank_(transport_->rank()),
+Communicator::Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options,
+                           std::shared_ptr<Store> store)
+    : transport_(std::move(transport)), store_(std::move(store)), options_(std::move(options)), rank_(transport_->rank()),
       size_(transport_->size()), send_seq_(size_, 0), recv_seq_(size_, 0) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
@@ -171,14 +174,33 @@ void Communicator::WorkerLoop() {
     if (!status.ok()) {
       status = absl::Status(status.code(), absl::StrCat("rank ", rank_, ": ", Describe(item.fingerprint),
                                                         " failed: ", status.message()));
+      transport_->Abort(status.message());  // Peers blocked on us fail now, not at their deadline.
+      status = ShareFailure(status);
       {
         std::lock_guard<std::mutex> lock(mu_);
         broken_ = status;
       }
-      transport_->Abort(status.message());  // Peers blocked on us fail now, not at their deadline.
     }
     item.work->Complete(status);
   }
+}
+
+absl::Status Communicator::ShareFailure(absl::Status status) {
+  if (store_ == nullptr || size_ == 1) return status;
+  // Best effort: the store may be gone with the rank that hosted it.
+  if (!store_->Set(absl::StrCat("failure/", rank_), status.message()).ok()) return status;
+  const Deadline until = DeadlineIn(options_.failure_report_window);
+  std::vector<std::string> reports;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const auto left = std::chrono::duration_cast<Milliseconds>(until - SteadyClock::now());
+    absl::StatusOr<std::string> report =
+        store_->Get(absl::StrCat("failure/", peer), std::max(left, Milliseconds(0)));
+    if (report.ok()) reports.push_back(*report);
+  }
+  if (reports.empty()) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), ". Other ranks reported: ",
+                                                  absl::StrJoin(reports, " | ")));
 }
 
 std::string Communicator::Describe(const Fingerprint& f) {
@@ -371,8 +393,8 @@ std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Ten
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(scratch));
     AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
     LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
+    // The ring has divided chunk r already for AVG.
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank_ * output.numel(), output.numel()));
-    LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, mine, size_));
     return output.CopyFrom(mine);
   });
 }

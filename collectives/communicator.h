@@ -20,7 +20,9 @@
 // deadline passes, the operation fails naming the rank and its address, the
 // communicator closes its connections (so the other ranks fail at once too)
 // and every later operation fails with the same cause: create a new
-// communicator to continue.
+// communicator to continue. Each failing rank also posts its error in the
+// store and, for up to `failure_report_window`, collects the others', so a
+// rank that only saw a neighbour hang up still learns which rank died first.
 //
 // Tensors may be on the CPU or on a CUDA device (staged through pinned host
 // memory). Any dtype; reduce ops SUM, AVG, PROD, MIN, MAX (AVG: sum, then
@@ -65,6 +67,8 @@ struct CommunicatorOptions {
   // Compare every operation's fingerprint across ranks first (costs one small
   // exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;
+  // After a failure, how long to wait for the other ranks' failure reports.
+  Milliseconds failure_report_window = Milliseconds(1000);
 };
 
 class Communicator {
@@ -72,8 +76,10 @@ class Communicator {
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(std::shared_ptr<Store> store, int rank,
                                                               int size, CommunicatorOptions options);
   // Builds on an existing transport (tests, other transports).
+  // `store`, if given, is used to share failure reports (see below).
   static std::unique_ptr<Communicator> FromTransport(std::unique_ptr<Transport> transport,
-                                                     CommunicatorOptions options);
+                                                     CommunicatorOptions options,
+                                                     std::shared_ptr<Store> store = nullptr);
   ~Communicator();  // Finishes queued operations, then stops the thread.
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -122,7 +128,9 @@ class Communicator {
   };
   using Task = std::function<absl::Status(uint64_t seq, Deadline deadline)>;
 
-  Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options);
+  Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options, std::shared_ptr<Store> store);
+  // Posts this rank's failure and appends what the other ranks reported.
+  absl::Status ShareFailure(absl::Status status);
 
   std::shared_ptr<Work> Failed(absl::Status status);
   // Queues a collective (numbered in call order) with its fingerprint.
@@ -133,6 +141,7 @@ class Communicator {
   static std::string Describe(const Fingerprint& f);
 
   std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Store> store_;  // Prefixed; may be null.
   Scratch scratch_;  // Used only by the worker thread.
   const CommunicatorOptions options_;
   const int rank_, size_;

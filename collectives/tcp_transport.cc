@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -145,98 +146,109 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   if (aborted_) {
     return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
   }
-  for (const Transfer& t : transfers) {
+  // Streams: (peer, direction). Transfers of one stream run in order.
+  std::vector<std::vector<size_t>> streams(2 * static_cast<size_t>(size_));
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
     if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
       return absl::InvalidArgumentError(absl::StrCat("TcpTransport: bad peer ", t.peer, " for rank ", rank_));
     }
+    streams[2 * t.peer + (t.kind == Transfer::Kind::kRecv ? 1 : 0)].push_back(i);
   }
+  std::vector<size_t> cursor(streams.size(), 0);
   std::vector<Progress> progress(transfers.size());
   size_t remaining = transfers.size();
   std::vector<pollfd> fds;
-  std::vector<size_t> fd_transfer;
-  int idle_rounds = 0;
+  auto tag_of = [&](const Transfer& t) {
+    return MessageTag{tag.seq, t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
+  };
+  Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
   while (remaining > 0) {
     bool moved = false;
-    for (size_t i = 0; i < transfers.size(); ++i) {
+    for (size_t stream = 0; stream < streams.size(); ++stream) {
+      if (cursor[stream] >= streams[stream].size()) continue;
+      const size_t i = streams[stream][cursor[stream]];
       Transfer& t = transfers[i];
       Progress& p = progress[i];
-      if (p.complete) continue;
+      const MessageTag message_tag = tag_of(t);
       const int fd = peers_[t.peer].fd.get();
+      iovec iov[2];
+      int n_iov = 0;
+      if (p.header_done < sizeof(MessageHeader)) {
+        if (p.header_done == 0 && t.kind == Transfer::Kind::kSend) {
+          p.header = MessageHeader{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes};
+        }
+        iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+      }
       if (t.kind == Transfer::Kind::kSend) {
-        if (p.header_done == 0 && p.done == 0) p.header = MessageHeader{tag.seq, tag.tag, kMessageMagic, t.bytes};
-        iovec iov[2];
-        int n_iov = 0;
-        if (p.header_done < sizeof(MessageHeader)) {
-          iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        if (p.done < allowed) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, allowed - p.done};
+        if (n_iov > 0) {
+          msghdr msg{};
+          msg.msg_iov = iov;
+          msg.msg_iovlen = n_iov;
+          const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            return absl::UnavailableError(absl::StrCat("sending op #", message_tag.seq, " (tag ", message_tag.tag,
+                                                       ") to ", PeerName(t.peer), " failed: ", std::strerror(errno),
+                                                       "; that rank has probably exited or aborted"));
+          }
+          if (n > 0) {
+            const size_t sent = static_cast<size_t>(n);
+            const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
+            p.header_done += header_part;
+            p.done += sent - header_part;
+            moved = true;
+          }
         }
-        if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = n_iov;
-        const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-          return absl::UnavailableError(absl::StrCat("sending op #", tag.seq, " (tag ", tag.tag, ") to ",
-                                                     PeerName(t.peer), " failed: ", std::strerror(errno),
-                                                     "; that rank has probably exited or aborted"));
-        }
-        size_t sent = static_cast<size_t>(n);
-        moved |= sent > 0;
-        const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
-        p.header_done += header_part;
-        p.done += sent - header_part;
       } else {
-        iovec iov[2];
-        int n_iov = 0;
-        if (p.header_done < sizeof(MessageHeader)) {
-          iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
-        }
         if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = n_iov;
-        const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
-        if (n == 0) {
+        const ssize_t n = n_iov > 0 ? ::recvmsg(fd, &msg, MSG_DONTWAIT) : 0;
+        if (n == 0 && n_iov > 0) {
           return absl::UnavailableError(absl::StrCat(
-              PeerName(t.peer), " closed the connection during op #", tag.seq,
+              PeerName(t.peer), " closed the connection during op #", message_tag.seq,
               " (it exited, crashed or aborted after an error of its own; see its log)"));
         }
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-          return absl::UnavailableError(absl::StrCat("receiving op #", tag.seq, " from ", PeerName(t.peer),
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          return absl::UnavailableError(absl::StrCat("receiving op #", message_tag.seq, " from ", PeerName(t.peer),
                                                      " failed: ", std::strerror(errno)));
         }
-        size_t got = static_cast<size_t>(n);
-        moved = true;
-        const bool had_header = p.header_done == sizeof(MessageHeader);
-        const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
-        p.header_done += header_part;
-        p.done += got - header_part;
-        if (!had_header && p.header_done == sizeof(MessageHeader)) {
-          const MessageHeader& h = p.header;
-          if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
-            // The header arrived with (part of) our expected payload: the
-            // reason's bytes are at the start of t.data, the rest follows.
-            std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
-            if (reason.size() < h.bytes) {
-              reason.resize(h.bytes);
-              const absl::Status got = RecvAll(fd, reason.data() + p.done, h.bytes - p.done,
-                                               DeadlineIn(std::chrono::milliseconds(1000)), PeerName(t.peer));
-              if (!got.ok()) reason.resize(p.done);
+        if (n > 0) {
+          moved = true;
+          const size_t got = static_cast<size_t>(n);
+          const bool had_header = p.header_done == sizeof(MessageHeader);
+          const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
+          p.header_done += header_part;
+          p.done += got - header_part;
+          if (!had_header && p.header_done == sizeof(MessageHeader)) {
+            const MessageHeader& h = p.header;
+            if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
+              // Part of the reason may already sit at the start of t.data.
+              std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
+              if (reason.size() < h.bytes) {
+                const size_t have = reason.size();
+                reason.resize(h.bytes);
+                const absl::Status got_rest = RecvAll(fd, reason.data() + have, h.bytes - have,
+                                                      DeadlineIn(std::chrono::milliseconds(1000)), PeerName(t.peer));
+                if (!got_rest.ok()) reason.resize(have);
+              }
+              return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", message_tag.seq,
+                                                         " because: ", reason));
             }
-            return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", tag.seq,
-                                                       " because: ", reason));
-          }
-          if (h.magic != kMessageMagic || h.seq != tag.seq || h.tag != tag.tag || h.bytes != t.bytes) {
-            return absl::InternalError(absl::StrCat(
-                "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " tag ", h.tag, " with ",
-                h.bytes, " bytes, but rank ", rank_, " expected op #", tag.seq, " tag ", tag.tag, " with ",
-                t.bytes, " bytes. The ranks called different collectives or sizes; run with ",
-                "LOCKSTEP_DEBUG=DETAIL to compare every call"));
+            if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag || h.bytes != t.bytes) {
+              return absl::InternalError(absl::StrCat(
+                  "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " tag ", h.tag, " with ", h.bytes,
+                  " bytes, but rank ", rank_, " expected op #", message_tag.seq, " tag ", message_tag.tag, " with ",
+                  t.bytes, " bytes. The ranks called different collectives or sizes; run with ",
+                  "LOCKSTEP_DEBUG=DETAIL to compare every call"));
+            }
           }
         }
         if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
-          const size_t seg = t.segment_bytes == 0 ? t.bytes : t.segment_bytes;
+          const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
           while (p.reported < t.bytes) {
             const size_t len = std::min(seg, t.bytes - p.reported);
             if (p.done - p.reported < len) break;
@@ -250,38 +262,52 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
           LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
         }
         p.complete = true;
+        ++cursor[stream];
         --remaining;
+        moved = true;
       }
     }
     if (remaining == 0) break;
     if (moved) {
-      idle_rounds = 0;
+      spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
       continue;
     }
-    if (++idle_rounds < options_.spin_rounds) {
-      if (SteadyClock::now() >= deadline) break;
+    const Deadline now = SteadyClock::now();
+    if (now >= deadline) break;
+    if (now < spin_until) {
+      sched_yield();
       continue;
     }
+    // Sleep until a socket is ready. Sends held back by `ready` wait for our
+    // own receives, so they are not polled.
     fds.clear();
-    fd_transfer.clear();
-    for (size_t i = 0; i < transfers.size(); ++i) {
-      if (progress[i].complete) continue;
-      fds.push_back({peers_[transfers[i].peer].fd.get(),
-                     static_cast<short>(transfers[i].kind == Transfer::Kind::kSend ? POLLOUT : POLLIN), 0});
-      fd_transfer.push_back(i);
+    for (size_t stream = 0; stream < streams.size(); ++stream) {
+      if (cursor[stream] >= streams[stream].size()) continue;
+      const Transfer& t = transfers[streams[stream][cursor[stream]]];
+      const Progress& p = progress[streams[stream][cursor[stream]]];
+      if (t.kind == Transfer::Kind::kSend) {
+        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
+        fds.push_back({peers_[t.peer].fd.get(), POLLOUT, 0});
+      } else {
+        fds.push_back({peers_[t.peer].fd.get(), POLLIN, 0});
+      }
+    }
+    if (fds.empty()) {
+      return absl::InternalError("TcpTransport::Exchange: every pending send waits for data that no receive will produce");
     }
     const int rc = ::poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
     if (rc == 0 && SteadyClock::now() >= deadline) break;
-    idle_rounds = 0;
+    spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
   }
   if (remaining == 0) return absl::OkStatus();
   std::vector<std::string> waiting;
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    if (!progress[i].complete) {
-      waiting.push_back(absl::StrCat(transfers[i].kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
-                                     PeerName(transfers[i].peer), " (", progress[i].done, " of ",
-                                     transfers[i].bytes, " bytes)"));
-    }
+  for (size_t stream = 0; stream < streams.size(); ++stream) {
+    if (cursor[stream] >= streams[stream].size()) continue;
+    const size_t i = streams[stream][cursor[stream]];
+    waiting.push_back(absl::StrCat(transfers[i].kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
+                                   PeerName(transfers[i].peer), " (", progress[i].done, " of ", transfers[i].bytes,
+                                   " bytes)"));
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "op #", tag.seq, " timed out on rank ", rank_, " while ", absl::StrJoin(waiting, "; "),

@@ -29,9 +29,11 @@ struct TcpTransportOptions {
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
   int socket_buffer_bytes = 1 << 20;
-  // Polls without sleeping for this many rounds before blocking in poll():
-  // trades CPU for latency on small messages.
-  int spin_rounds = 100;
+  // Keeps trying (yielding the CPU between tries) for this long before
+  // blocking in poll(): a thread that sleeps in poll() can take tens of
+  // microseconds to wake up on a virtual machine, longer than most small
+  // messages take to arrive. Yielding lets other threads of the process run.
+  int spin_microseconds = 200;
 };
 
 class TcpTransport : public Transport {

@@ -2,9 +2,12 @@
 // interface so that algorithms never see sockets (a shared-memory transport
 // can implement the same calls).
 //
-// One call, `Exchange`, runs a set of concurrent transfers (sends and
-// receives with different peers, at most one send and one receive per peer)
-// until all complete or one fails or the deadline passes. Every message
+// One call, `Exchange`, runs a set of transfers until all complete or one
+// fails or the deadline passes. Transfers with different peers or directions
+// run concurrently; several to the same peer in the same direction share one
+// byte stream and run one after another, in the order given. A send can be
+// gated by `ready`, so that a pipelined algorithm streams data onward as it
+// is produced by its own receives. Every message
 // carries a header (sequence number, tag, byte count) that the receiver
 // checks against what it expects, so bytes of two operations can never mix:
 // a mismatch is an error naming both views.
@@ -40,6 +43,11 @@ struct Transfer {
   // the caller can reduce one segment while the next is still in flight.
   size_t segment_bytes = 0;
   std::function<absl::Status(size_t offset, size_t length)> on_segment;
+  // Sends only: how many bytes (from the start) may be sent so far; null
+  // means all. It grows as the caller's receive callbacks produce data.
+  std::function<size_t()> ready;
+  // The tag of this message; -1: the Exchange's tag.
+  int64_t tag = -1;
 
   static Transfer Send(int peer, const void* data, size_t bytes) {
     Transfer t;

@@ -1,16 +1,27 @@
 #include "collectives/work.h"
 
+#include <sched.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
 
+void Work::SpinBriefly() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+  while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    sched_yield();
+  }
+}
+
 absl::Status Work::Wait() {
+  SpinBriefly();
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });
   return status_;
 }
 
 absl::Status Work::Wait(std::chrono::milliseconds timeout) {
+  SpinBriefly();
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -35,6 +46,7 @@ void Work::Complete(absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = std::move(status);
     done_ = true;
+    done_flag_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

@@ -16,6 +16,7 @@
 #ifndef LOCKSTEP_COLLECTIVES_WORK_H_
 #define LOCKSTEP_COLLECTIVES_WORK_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -35,8 +36,14 @@ class Work {
   void Complete(absl::Status status);
 
  private:
+  // Polls `done_flag_` (yielding) for a short while before sleeping: the
+  // operations this waits for often finish within microseconds, and a thread
+  // woken from a futex on a virtual machine can take far longer than that.
+  void SpinBriefly();
+
   std::mutex mu_;
   std::condition_variable done_cv_;
+  std::atomic<bool> done_flag_{false};
   bool done_ = false;
   absl::Status status_;
 };
