@@ -14,14 +14,12 @@ void Work::SpinBriefly() {
 }
 
 absl::Status Work::Wait() {
-  SpinBriefly();
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });
   return status_;
 }
 
 absl::Status Work::Wait(std::chrono::milliseconds timeout) {
-  SpinBriefly();
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
     return absl::DeadlineExceededError(absl::StrCat(
