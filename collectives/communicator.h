@@ -31,6 +31,7 @@
 #ifndef LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 #define LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -159,6 +160,9 @@ class Communicator {
   std::vector<uint64_t> send_seq_, recv_seq_;  // Per peer, point to point.
   bool stopping_ = false;
   absl::Status broken_;
+  // Mirrors of queue_.size() and stopping_ for the worker's lock-free spin.
+  std::atomic<size_t> queue_size_{0};
+  std::atomic<bool> stopping_flag_{false};
   std::thread worker_;
 };
 

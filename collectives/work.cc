@@ -1,17 +1,8 @@
 #include "collectives/work.h"
 
-#include <sched.h>
-
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
-
-void Work::SpinBriefly() {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-  while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
-    sched_yield();
-  }
-}
 
 absl::Status Work::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -44,7 +35,6 @@ void Work::Complete(absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = std::move(status);
     done_ = true;
-    done_flag_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

@@ -16,7 +16,6 @@
 #ifndef LOCKSTEP_COLLECTIVES_WORK_H_
 #define LOCKSTEP_COLLECTIVES_WORK_H_
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -36,14 +35,11 @@ class Work {
   void Complete(absl::Status status);
 
  private:
-  // Polls `done_flag_` (yielding) for a short while before sleeping: the
-  // operations this waits for often finish within microseconds, and a thread
-  // woken from a futex on a virtual machine can take far longer than that.
-  void SpinBriefly();
-
+  // Wait() sleeps at once rather than spinning: with a worker thread per
+  // rank, a spinning waiter steals the core its own worker needs (measured:
+  // 3-4x slower small all-reduces on 2 cores; docs/PERFORMANCE.md).
   std::mutex mu_;
   std::condition_variable done_cv_;
-  std::atomic<bool> done_flag_{false};
   bool done_ = false;
   absl::Status status_;
 };
