@@ -108,20 +108,31 @@ TEST(DataLoaderTest, DropLastDropsTheShortBatch) {
   EXPECT_EQ(batches[1].indices, (std::vector<int64_t>{4, 5, 6, 7}));
 }
 
-// Fails on one index, to check that worker errors reach the consumer.
-class FailingDataset : public Dataset {
+// Forwards everything to a base dataset; the test datasets below override Get.
+class ForwardingDataset : public Dataset {
  public:
-  FailingDataset(std::shared_ptr<Dataset> base, int64_t bad) : base_(std::move(base)), bad_(bad) {}
+  explicit ForwardingDataset(std::shared_ptr<Dataset> base) : base_(std::move(base)) {}
   int64_t size() const override { return base_->size(); }
   std::vector<int64_t> example_shape() const override { return base_->example_shape(); }
   int64_t num_classes() const override { return base_->num_classes(); }
   absl::Status Get(int64_t index, absl::Span<float> f, int64_t* label) const override {
-    if (index == bad_) return absl::DataLossError("disk read failed for record 13");
     return base_->Get(index, f, label);
   }
 
  private:
   std::shared_ptr<Dataset> base_;
+};
+
+// Fails on one index, to check that worker errors reach the consumer.
+class FailingDataset : public ForwardingDataset {
+ public:
+  FailingDataset(std::shared_ptr<Dataset> base, int64_t bad) : ForwardingDataset(std::move(base)), bad_(bad) {}
+  absl::Status Get(int64_t index, absl::Span<float> f, int64_t* label) const override {
+    if (index == bad_) return absl::DataLossError("disk read failed for record 13");
+    return ForwardingDataset::Get(index, f, label);
+  }
+
+ private:
   int64_t bad_;
 };
 
@@ -159,23 +170,17 @@ TEST(DataLoaderTest, StopsCleanlyMidEpoch) {
 }
 
 // Records how far ahead of the consumer the workers run.
-class WatchedDataset : public Dataset {
+class WatchedDataset : public ForwardingDataset {
  public:
-  explicit WatchedDataset(std::shared_ptr<Dataset> base) : base_(std::move(base)) {}
-  int64_t size() const override { return base_->size(); }
-  std::vector<int64_t> example_shape() const override { return base_->example_shape(); }
-  int64_t num_classes() const override { return base_->num_classes(); }
+  using ForwardingDataset::ForwardingDataset;
   absl::Status Get(int64_t index, absl::Span<float> f, int64_t* label) const override {
     const int64_t ahead = index - consumed.load();
     int64_t seen = max_ahead.load();
     while (ahead > seen && !max_ahead.compare_exchange_weak(seen, ahead)) {}
-    return base_->Get(index, f, label);
+    return ForwardingDataset::Get(index, f, label);
   }
   mutable std::atomic<int64_t> consumed{0};
   mutable std::atomic<int64_t> max_ahead{0};
-
- private:
-  std::shared_ptr<Dataset> base_;
 };
 
 TEST(DataLoaderTest, PrefetchIsBounded) {
@@ -195,18 +200,15 @@ TEST(DataLoaderTest, PrefetchIsBounded) {
 }
 
 // Blocks Get(index 0) until released: a stuck dataset.
-class StuckDataset : public Dataset {
+class StuckDataset : public ForwardingDataset {
  public:
-  explicit StuckDataset(std::shared_ptr<Dataset> base) : base_(std::move(base)) {}
-  int64_t size() const override { return base_->size(); }
-  std::vector<int64_t> example_shape() const override { return base_->example_shape(); }
-  int64_t num_classes() const override { return base_->num_classes(); }
+  using ForwardingDataset::ForwardingDataset;
   absl::Status Get(int64_t index, absl::Span<float> f, int64_t* label) const override {
     if (index == 0) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return released_; });
     }
-    return base_->Get(index, f, label);
+    return ForwardingDataset::Get(index, f, label);
   }
   void Release() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,7 +217,6 @@ class StuckDataset : public Dataset {
   }
 
  private:
-  std::shared_ptr<Dataset> base_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   mutable bool released_ = false;

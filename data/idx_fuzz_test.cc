@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/idx.h"
+#include "data/testing/idx_bytes.h"
 #include "gtest/gtest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -14,23 +15,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 namespace lockstep {
 namespace {
 
-std::string Header(uint8_t type, std::vector<uint32_t> dims) {
-  std::string h = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
-  for (uint32_t d : dims) {
-    for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>((d >> s) & 0xff));
-  }
-  return h;
-}
+using testing::IdxHeader;
 
 std::vector<std::string> Corpus() {
   return {
-      Header(0x08, {3, 2, 2}) + std::string(12, '\x07'),
-      Header(0x08, {5}) + "\x01\x02\x03\x04\x05",
-      Header(0x0C, {2}) + std::string("\x00\x00\x00\x01\xff\xff\xff\xff", 8),
-      Header(0x0D, {1, 1}) + std::string("\x3f\x80\x00\x00", 4),
-      Header(0x0E, {0}),
-      Header(0x0B, {2, 1}) + "abcd",
-      Header(0x09, {1, 1, 1, 1, 1, 1, 1, 1}) + "z",
+      IdxHeader(0x08, {3, 2, 2}) + std::string(12, '\x07'),
+      IdxHeader(0x08, {5}) + "\x01\x02\x03\x04\x05",
+      IdxHeader(0x0C, {2}) + std::string("\x00\x00\x00\x01\xff\xff\xff\xff", 8),
+      IdxHeader(0x0D, {1, 1}) + std::string("\x3f\x80\x00\x00", 4),
+      IdxHeader(0x0E, {0}),
+      IdxHeader(0x0B, {2, 1}) + "abcd",
+      IdxHeader(0x09, {1, 1, 1, 1, 1, 1, 1, 1}) + "z",
   };
 }
 

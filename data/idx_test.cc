@@ -8,18 +8,13 @@
 #include <vector>
 
 #include "data/idx_dataset.h"
+#include "data/testing/idx_bytes.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace {
 
-std::string Header(uint8_t type, std::vector<uint32_t> dims) {
-  std::string h = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
-  for (uint32_t d : dims) {
-    for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>((d >> s) & 0xff));
-  }
-  return h;
-}
+using testing::IdxHeader;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -52,46 +47,46 @@ void ExpectError(const absl::StatusOr<IdxArray>& r, const std::string& needle) {
 }
 
 TEST(IdxTest, ParsesEveryTypeInHostOrder) {
-  const IdxArray u8 = *ParseIdx(Header(0x08, {2, 3}) + "abcdef", "u8");
+  const IdxArray u8 = *ParseIdx(IdxHeader(0x08, {2, 3}) + "abcdef", "u8");
   EXPECT_EQ(u8.dims, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(std::string(u8.data.begin(), u8.data.end()), "abcdef");
-  const IdxArray i32 = *ParseIdx(Header(0x0C, {2}) + std::string("\x00\x00\x01\x02\xff\xff\xff\xfe", 8), "i32");
+  const IdxArray i32 = *ParseIdx(IdxHeader(0x0C, {2}) + std::string("\x00\x00\x01\x02\xff\xff\xff\xfe", 8), "i32");
   int32_t v[2];
   std::memcpy(v, i32.data.data(), 8);
   EXPECT_EQ(v[0], 0x0102);
   EXPECT_EQ(v[1], -2);
-  const IdxArray f32 = *ParseIdx(Header(0x0D, {1}) + std::string("\x3f\xc0\x00\x00", 4), "f32");
+  const IdxArray f32 = *ParseIdx(IdxHeader(0x0D, {1}) + std::string("\x3f\xc0\x00\x00", 4), "f32");
   float f;
   std::memcpy(&f, f32.data.data(), 4);
   EXPECT_EQ(f, 1.5f);
-  const IdxArray f64 = *ParseIdx(Header(0x0E, {1}) + std::string("\xc0\x04\x00\x00\x00\x00\x00\x00", 8), "f64");
+  const IdxArray f64 = *ParseIdx(IdxHeader(0x0E, {1}) + std::string("\xc0\x04\x00\x00\x00\x00\x00\x00", 8), "f64");
   double d;
   std::memcpy(&d, f64.data.data(), 8);
   EXPECT_EQ(d, -2.5);
-  EXPECT_EQ(ParseIdx(Header(0x0B, {0, 5}), "empty")->numel(), 0);
+  EXPECT_EQ(ParseIdx(IdxHeader(0x0B, {0, 5}), "empty")->numel(), 0);
 }
 
 TEST(IdxTest, CorruptHeadersAreClearErrors) {
   ExpectError(ParseIdx("", "x"), "truncated header: 0 bytes");
   ExpectError(ParseIdx(std::string("\x00\x00\x08", 3), "x"), "truncated header");
   ExpectError(ParseIdx(std::string("\x01\x00\x08\x01\x00\x00\x00\x00", 8), "x"), "bad magic");
-  ExpectError(ParseIdx(Header(0x07, {1}) + "a", "x"), "unknown element type code 0x07");
-  ExpectError(ParseIdx(Header(0x08, {}), "x"), "dimension count 0");
-  ExpectError(ParseIdx(Header(0x08, std::vector<uint32_t>(17, 1)) + "a", "x"), "dimension count 17");
-  ExpectError(ParseIdx(Header(0x08, {2, 2}).substr(0, 10), "x"), "2 dimensions need 12 header bytes");
-  ExpectError(ParseIdx(Header(0x08, {0xffffffffu, 0xffffffffu}), "x"), "exceed the limit");
-  ExpectError(ParseIdx(Header(0x0E, {1u << 28}), "x"), "exceed the limit");
+  ExpectError(ParseIdx(IdxHeader(0x07, {1}) + "a", "x"), "unknown element type code 0x07");
+  ExpectError(ParseIdx(IdxHeader(0x08, {}), "x"), "dimension count 0");
+  ExpectError(ParseIdx(IdxHeader(0x08, std::vector<uint32_t>(17, 1)) + "a", "x"), "dimension count 17");
+  ExpectError(ParseIdx(IdxHeader(0x08, {2, 2}).substr(0, 10), "x"), "2 dimensions need 12 header bytes");
+  ExpectError(ParseIdx(IdxHeader(0x08, {0xffffffffu, 0xffffffffu}), "x"), "exceed the limit");
+  ExpectError(ParseIdx(IdxHeader(0x0E, {1u << 28}), "x"), "exceed the limit");
 }
 
 TEST(IdxTest, PayloadMustMatchTheHeaderExactly) {
-  ExpectError(ParseIdx(Header(0x08, {2, 3}) + "abcde", "short.idx"),
+  ExpectError(ParseIdx(IdxHeader(0x08, {2, 3}) + "abcde", "short.idx"),
               "IDX file 'short.idx': truncated: the header promises 6 bytes of data, only 5 are present");
-  ExpectError(ParseIdx(Header(0x08, {2, 3}) + "abcdefg", "long.idx"), "1 unexpected bytes after");
-  ExpectError(ParseIdx(Header(0x0C, {2}) + "1234567", "x"), "promises 8 bytes");
+  ExpectError(ParseIdx(IdxHeader(0x08, {2, 3}) + "abcdefg", "long.idx"), "1 unexpected bytes after");
+  ExpectError(ParseIdx(IdxHeader(0x0C, {2}) + "1234567", "x"), "promises 8 bytes");
 }
 
 TEST(IdxTest, ReadsPlainAndGzipFiles) {
-  const std::string bytes = Header(0x08, {4, 2, 2}) + std::string(16, '\x05');
+  const std::string bytes = IdxHeader(0x08, {4, 2, 2}) + std::string(16, '\x05');
   const IdxArray plain = *ReadIdxFile(WritePlain("a.idx", bytes));
   const IdxArray gz = *ReadIdxFile(WriteGz("a.idx.gz", bytes));
   EXPECT_EQ(plain.dims, (std::vector<int64_t>{4, 2, 2}));
@@ -100,7 +95,7 @@ TEST(IdxTest, ReadsPlainAndGzipFiles) {
 }
 
 TEST(IdxTest, TruncatedOrCorruptFilesAreErrorsNamingTheFile) {
-  const std::string bytes = Header(0x08, {1000}) + std::string(1000, '\x11');
+  const std::string bytes = IdxHeader(0x08, {1000}) + std::string(1000, '\x11');
   const std::string truncated = WritePlain("t.idx", bytes.substr(0, 500));
   ExpectError(ReadIdxFile(truncated), truncated + "': truncated");
 
@@ -125,15 +120,15 @@ TEST(IdxTest, TruncatedOrCorruptFilesAreErrorsNamingTheFile) {
 }
 
 TEST(IdxTest, DecompressedSizeIsCapped) {
-  const std::string bytes = Header(0x08, {1 << 20}) + std::string(1 << 20, '\0');
+  const std::string bytes = IdxHeader(0x08, {1 << 20}) + std::string(1 << 20, '\0');
   const std::string path = WriteGz("bomb.gz", bytes);
   ExpectError(ReadIdxFile(path, /*max_bytes=*/1 << 16), "refusing to read further");
   EXPECT_TRUE(ReadIdxFile(path).ok());
 }
 
 TEST(IdxDatasetTest, ValidatesImagesAgainstLabels) {
-  const std::string images = Header(0x08, {3, 2, 2}) + std::string(12, '\xff');
-  const std::string labels = Header(0x08, {3}) + std::string("\x00\x01\x02", 3);
+  const std::string images = IdxHeader(0x08, {3, 2, 2}) + std::string(12, '\xff');
+  const std::string labels = IdxHeader(0x08, {3}) + std::string("\x00\x01\x02", 3);
   auto ok = IdxDataset::Load(WritePlain("i.idx", images), WritePlain("l.idx", labels), 3);
   ASSERT_TRUE(ok.ok()) << ok.status();
   std::vector<float> x(4);
@@ -145,7 +140,7 @@ TEST(IdxDatasetTest, ValidatesImagesAgainstLabels) {
   EXPECT_FALSE((*ok)->Get(0, absl::MakeSpan(x).subspan(1), &y).ok());
 
   auto count = IdxDataset::Load(WritePlain("i.idx", images),
-                                WritePlain("l2.idx", Header(0x08, {2}) + std::string("\x00\x01", 2)), 3);
+                                WritePlain("l2.idx", IdxHeader(0x08, {2}) + std::string("\x00\x01", 2)), 3);
   EXPECT_NE(count.status().message().find("3 images but 2 labels"), absl::string_view::npos) << count.status();
   auto range = IdxDataset::Load(WritePlain("i.idx", images), WritePlain("l.idx", labels), 2);
   EXPECT_NE(range.status().message().find("label 2 is 2, outside [0, 2)"), absl::string_view::npos)
