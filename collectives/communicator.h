@@ -63,7 +63,7 @@ struct CommunicatorOptions {
   size_t small_message_bytes = 256 << 10;
   // Ring pipelining: reduce received data in segments of this size.
   size_t segment_bytes = 256 << 10;
-  int socket_buffer_bytes = 1 << 20;  // Measured best on loopback (docs/PERFORMANCE.md).
+  int socket_buffer_bytes = 256 << 10;  // Measured best on loopback (docs/PERFORMANCE.md).
   // (0 leaves the kernel's autotuning on.)
   // Compare every operation's fingerprint across ranks first (costs one small
   // exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.

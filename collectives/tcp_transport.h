@@ -28,7 +28,7 @@ namespace lockstep {
 struct TcpTransportOptions {
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
-  int socket_buffer_bytes = 1 << 20;
+  int socket_buffer_bytes = 256 << 10;
   // Keeps trying (yielding the CPU between tries) for this long before
   // blocking in poll(): a thread that sleeps in poll() can take tens of
   // microseconds to wake up on a virtual machine, longer than most small
