@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
@@ -146,28 +147,38 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   if (aborted_) {
     return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
   }
-  // Streams: (peer, direction). Transfers of one stream run in order.
-  std::vector<std::vector<size_t>> streams(2 * static_cast<size_t>(size_));
+  // Streams: (peer, direction). Transfers of one stream run in order, linked
+  // through `next`; `current[stream]` is the one in progress (or kNone).
+  // Inlined storage: no heap allocation per call for the usual few transfers.
+  constexpr size_t kNone = ~size_t{0};
+  absl::InlinedVector<size_t, 16> current(2 * static_cast<size_t>(size_), kNone);
+  absl::InlinedVector<size_t, 16> last(2 * static_cast<size_t>(size_), kNone);
+  absl::InlinedVector<size_t, 16> next(transfers.size(), kNone);
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& t = transfers[i];
     if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
       return absl::InvalidArgumentError(absl::StrCat("TcpTransport: bad peer ", t.peer, " for rank ", rank_));
     }
-    streams[2 * t.peer + (t.kind == Transfer::Kind::kRecv ? 1 : 0)].push_back(i);
+    const size_t stream = 2 * t.peer + (t.kind == Transfer::Kind::kRecv ? 1 : 0);
+    if (current[stream] == kNone) {
+      current[stream] = i;
+    } else {
+      next[last[stream]] = i;
+    }
+    last[stream] = i;
   }
-  std::vector<size_t> cursor(streams.size(), 0);
-  std::vector<Progress> progress(transfers.size());
+  absl::InlinedVector<Progress, 16> progress(transfers.size());
   size_t remaining = transfers.size();
-  std::vector<pollfd> fds;
+  absl::InlinedVector<pollfd, 16> fds;
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{tag.seq, t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
   };
   Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
   while (remaining > 0) {
     bool moved = false;
-    for (size_t stream = 0; stream < streams.size(); ++stream) {
-      if (cursor[stream] >= streams[stream].size()) continue;
-      const size_t i = streams[stream][cursor[stream]];
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      if (current[stream] == kNone) continue;
+      const size_t i = current[stream];
       Transfer& t = transfers[i];
       Progress& p = progress[i];
       const MessageTag message_tag = tag_of(t);
@@ -262,7 +273,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
           LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
         }
         p.complete = true;
-        ++cursor[stream];
+        current[stream] = next[i];
         --remaining;
         moved = true;
       }
@@ -281,10 +292,10 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
     // Sleep until a socket is ready. Sends held back by `ready` wait for our
     // own receives, so they are not polled.
     fds.clear();
-    for (size_t stream = 0; stream < streams.size(); ++stream) {
-      if (cursor[stream] >= streams[stream].size()) continue;
-      const Transfer& t = transfers[streams[stream][cursor[stream]]];
-      const Progress& p = progress[streams[stream][cursor[stream]]];
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      if (current[stream] == kNone) continue;
+      const Transfer& t = transfers[current[stream]];
+      const Progress& p = progress[current[stream]];
       if (t.kind == Transfer::Kind::kSend) {
         const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
         if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
@@ -302,9 +313,9 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   }
   if (remaining == 0) return absl::OkStatus();
   std::vector<std::string> waiting;
-  for (size_t stream = 0; stream < streams.size(); ++stream) {
-    if (cursor[stream] >= streams[stream].size()) continue;
-    const size_t i = streams[stream][cursor[stream]];
+  for (size_t stream = 0; stream < current.size(); ++stream) {
+    if (current[stream] == kNone) continue;
+    const size_t i = current[stream];
     waiting.push_back(absl::StrCat(transfers[i].kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
                                    PeerName(transfers[i].peer), " (", progress[i].done, " of ", transfers[i].bytes,
                                    " bytes)"));

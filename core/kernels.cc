@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 #include "absl/strings/str_cat.h"
 #include "core/cpu_kernels.h"
 #include "core/cuda_runtime.h"
@@ -59,8 +61,7 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& 
     return absl::InvalidArgumentError(absl::StrCat(operation, ": needs at least one input"));
   }
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(out, operation, "the output"));
-  std::vector<const void*> pointers;
-  pointers.reserve(inputs.size());
+  absl::InlinedVector<const void*, 8> pointers;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_RETURN_IF_ERROR(
         CheckLike(inputs[i], out, operation, absl::StrCat("input ", i), "the output"));
