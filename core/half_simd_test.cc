@@ -66,6 +66,33 @@ TEST(HalfSimdTest, RoundingBoundariesAndRandomFloatsMatchTheScalarCode) {
   }
 }
 
+TEST(BFloat16SimdTest, EveryPatternAndRandomFloatsMatchTheScalarCode) {
+  std::vector<BFloat16> in(65536);
+  for (uint32_t b = 0; b < 65536; ++b) in[b].bits = static_cast<uint16_t>(b);
+  std::vector<float> bulk(65536);
+  half_simd::BFloat16ToFloat(in.data(), bulk.data(), 65536);
+  for (uint32_t b = 0; b < 65536; ++b) ASSERT_EQ(Bits(bulk[b]), Bits(BFloat16ToFloat(in[b]))) << b;
+  std::vector<float> floats = bulk;  // Every bf16 value, NaNs included.
+  std::mt19937 rng(5);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    floats.push_back(f);
+    // The rounding boundaries around it.
+    const uint32_t mid = (bits & 0xffff0000u) | 0x8000u;
+    std::memcpy(&f, &mid, 4);
+    floats.push_back(f);
+  }
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{17}, static_cast<int64_t>(floats.size())}) {
+    std::vector<BFloat16> out(n);
+    half_simd::FloatToBFloat16(floats.data(), out.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i].bits, FloatToBFloat16(floats[i]).bits) << "float bits " << std::hex << Bits(floats[i]);
+    }
+  }
+}
+
 TEST(HalfSimdTest, OddLengthsUseTheTail) {
   for (int64_t n : {0, 1, 7, 9, 17}) {
     std::vector<float> in(n), out(n);

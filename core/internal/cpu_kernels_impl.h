@@ -33,12 +33,10 @@ namespace ew = elementwise;
 
 constexpr int64_t kBlock = 1024;
 
-// 16-bit blocks to and from f32: F16C for f16 where available; the bf16 bit
-// operations vectorize as they are.
+// 16-bit blocks to and from f32: F16C for f16 and AVX2 for bf16 where
+// available (core/internal/half_simd.h).
 void LoadBlock(const Half* in, float* out, int64_t n) { half_simd::HalfToFloat(in, out, n); }
-void LoadBlock(const BFloat16* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
-}
+void LoadBlock(const BFloat16* in, float* out, int64_t n) { half_simd::BFloat16ToFloat(in, out, n); }
 void StoreBlock(const float* in, Half* out, int64_t n) { half_simd::FloatToHalf(in, out, n); }
 // Types that are their own accumulator: plain copies.
 template <typename T>
@@ -49,9 +47,7 @@ template <typename T>
 void StoreBlock(const T* in, T* out, int64_t n) {
   std::copy(in, in + n, out);
 }
-void StoreBlock(const float* in, BFloat16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
-}
+void StoreBlock(const float* in, BFloat16* out, int64_t n) { half_simd::FloatToBFloat16(in, out, n); }
 
 template <typename T, typename Op>
 void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bool average) {
@@ -76,18 +72,6 @@ void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bo
     }
     }
   } else {
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      if (n == 2 && !average) {
-        // The common pairwise case in one pass: bf16 <-> f32 is bit
-        // arithmetic, so the fused loop vectorizes without temporaries.
-        const T* a = static_cast<const T*>(inputs[0]);
-        const T* b = static_cast<const T*>(inputs[1]);
-        for (int64_t i = 0; i < count; ++i) {
-          out[i] = FloatToBFloat16(Op::Apply(BFloat16ToFloat(a[i]), BFloat16ToFloat(b[i])));
-        }
-        return;
-      }
-    }
     alignas(64) A acc[kBlock];
     alignas(64) A next[kBlock];
     for (int64_t begin = 0; begin < count; begin += kBlock) {

@@ -15,8 +15,58 @@ void FloatToHalfScalar(const float* in, Half* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = lockstep::FloatToHalf(in[i]);
 }
 
+void BFloat16ToFloatScalar(const BFloat16* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = lockstep::BFloat16ToFloat(in[i]);
+}
+
+void FloatToBFloat16Scalar(const float* in, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = lockstep::FloatToBFloat16(in[i]);
+}
+
 #if defined(__x86_64__)
 namespace {
+
+bool DetectAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+}
+
+bool UsesAvx2() {
+  static const bool has_avx2 = DetectAvx2();  // Immutable after first use.
+  return has_avx2;
+}
+
+__attribute__((target("avx2"))) void BFloat16ToFloatAvx2(const BFloat16* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(wide, 16));
+  }
+  BFloat16ToFloatScalar(in + i, out + i, n - i);
+}
+
+// Eight floats to eight bf16 in the low 16 bits of each 32-bit lane, with
+// the rounding and NaN rule of core/half.h.
+__attribute__((target("avx2"))) inline __m256i RoundToBFloat16(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+}
+
+__attribute__((target("avx2"))) void FloatToBFloat16Avx2(const float* in, BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = RoundToBFloat16(_mm256_loadu_ps(in + i));
+    const __m256i hi = RoundToBFloat16(_mm256_loadu_ps(in + i + 8));
+    // packus works per 128-bit lane: reorder the 64-bit quarters after it.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+  }
+  FloatToBFloat16Scalar(in + i, out + i, n - i);
+}
 
 bool DetectF16c() {
   __builtin_cpu_init();
@@ -64,7 +114,26 @@ void FloatToHalf(const float* in, Half* out, int64_t n) {
   }
 }
 
+void BFloat16ToFloat(const BFloat16* in, float* out, int64_t n) {
+  if (UsesAvx2()) {
+    BFloat16ToFloatAvx2(in, out, n);
+  } else {
+    BFloat16ToFloatScalar(in, out, n);
+  }
+}
+
+void FloatToBFloat16(const float* in, BFloat16* out, int64_t n) {
+  if (UsesAvx2()) {
+    FloatToBFloat16Avx2(in, out, n);
+  } else {
+    FloatToBFloat16Scalar(in, out, n);
+  }
+}
+
 #else  // Not x86-64: the portable loops.
+
+void BFloat16ToFloat(const BFloat16* in, float* out, int64_t n) { BFloat16ToFloatScalar(in, out, n); }
+void FloatToBFloat16(const float* in, BFloat16* out, int64_t n) { FloatToBFloat16Scalar(in, out, n); }
 
 bool UsesHardware() { return false; }
 void HalfToFloat(const Half* in, float* out, int64_t n) { HalfToFloatScalar(in, out, n); }
