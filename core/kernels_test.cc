@@ -83,12 +83,16 @@ TYPED_TEST(KernelsTest, OutputMayAliasALaterInput) {
     const std::vector<T> a = reference::RandomValues<T>(count, 21);
     const std::vector<T> b = reference::RandomValues<T>(count, 22);
     const std::vector<T> c = reference::RandomValues<T>(count, 23);
-    Tensor tb = MakeTensor(b);
-    const Tensor inputs[] = {MakeTensor(a), tb, MakeTensor(c)};
-    ASSERT_TRUE(Reduce(op, inputs, tb).ok());
-    std::vector<T> expected(count);
-    for (int64_t i = 0; i < count; ++i) expected[i] = reference::ReduceElement(op, std::vector<T>{a[i], b[i], c[i]});
-    ExpectSame(Values<T>(tb), expected, std::string("aliased ") + std::string(ReduceOpName(op)));
+    for (int n : {2, 3}) {  // 2: the fused pairwise paths; 3: the blocked path.
+      Tensor tb = MakeTensor(b);
+      const Tensor inputs[] = {MakeTensor(a), tb, MakeTensor(c)};
+      ASSERT_TRUE(Reduce(op, absl::MakeConstSpan(inputs, n), tb).ok());
+      std::vector<T> expected(count);
+      for (int64_t i = 0; i < count; ++i) {
+        expected[i] = reference::ReduceElement(op, n == 2 ? std::vector<T>{a[i], b[i]} : std::vector<T>{a[i], b[i], c[i]});
+      }
+      ExpectSame(Values<T>(tb), expected, std::string("aliased ") + std::string(ReduceOpName(op)) + " n=" + std::to_string(n));
+    }
   }
 }
 

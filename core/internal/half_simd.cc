@@ -1,5 +1,7 @@
 #include "core/internal/half_simd.h"
 
+#include "core/internal/bf16_avx2.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -39,30 +41,16 @@ bool UsesAvx2() {
 __attribute__((target("avx2"))) void BFloat16ToFloatAvx2(const BFloat16* in, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(wide, 16));
+    _mm256_storeu_ps(out + i, bf16_avx2::Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
   }
   BFloat16ToFloatScalar(in + i, out + i, n - i);
-}
-
-// Eight floats to eight bf16 in the low 16 bits of each 32-bit lane, with
-// the rounding and NaN rule of core/half.h.
-__attribute__((target("avx2"))) inline __m256i RoundToBFloat16(__m256 x) {
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
-  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
 }
 
 __attribute__((target("avx2"))) void FloatToBFloat16Avx2(const float* in, BFloat16* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i lo = RoundToBFloat16(_mm256_loadu_ps(in + i));
-    const __m256i hi = RoundToBFloat16(_mm256_loadu_ps(in + i + 8));
-    // packus works per 128-bit lane: reorder the 64-bit quarters after it.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+    const __m256i packed = bf16_avx2::Narrow(bf16_avx2::Round(_mm256_loadu_ps(in + i)),
+                                             bf16_avx2::Round(_mm256_loadu_ps(in + i + 8)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
   }
   FloatToBFloat16Scalar(in + i, out + i, n - i);
