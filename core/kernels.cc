@@ -20,31 +20,45 @@ absl::Status CheckDefined(const Tensor& t, absl::string_view operation, absl::st
   return absl::OkStatus();
 }
 
-// `t` must match `reference` in dtype, element count and device.
-absl::Status CheckLike(const Tensor& t, const Tensor& reference, absl::string_view operation,
-                       absl::string_view what, absl::string_view reference_name) {
-  LOCKSTEP_RETURN_IF_ERROR(CheckDefined(t, operation, what));
-  if (t.dtype() != reference.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        operation, ": ", what, " ", t.DebugString(), " has dtype ", DTypeName(t.dtype()),
-        " but ", reference_name, " ", reference.DebugString(), " has dtype ",
-        DTypeName(reference.dtype()), "; Cast() one of them first"));
+// "Reduce(SUM)": a literal, so the hot path (every ring segment) allocates
+// nothing; messages are built only on error.
+absl::string_view ReduceName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "Reduce(SUM)";
+    case ReduceOp::kAvg: return "Reduce(AVG)";
+    case ReduceOp::kProd: return "Reduce(PROD)";
+    case ReduceOp::kMin: return "Reduce(MIN)";
+    case ReduceOp::kMax: return "Reduce(MAX)";
   }
-  if (t.numel() != reference.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        operation, ": ", what, " ", t.DebugString(), " has ", t.numel(), " elements but ",
-        reference_name, " ", reference.DebugString(), " has ", reference.numel()));
+  return "Reduce(INVALID)";
+}
+
+// Input `index` must match the output in dtype, element count and device.
+absl::Status CheckInput(const Tensor& t, const Tensor& out, absl::string_view operation, size_t index) {
+  if (!t.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": input ", index, " is an undefined tensor"));
   }
-  if (t.device() != reference.device()) {
+  if (t.dtype() != out.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        operation, ": ", what, " is on ", t.device().ToString(), " but ", reference_name,
-        " is on ", reference.device().ToString(), "; move it with Tensor::To() first"));
+        operation, ": input ", index, " ", t.DebugString(), " has dtype ", DTypeName(t.dtype()),
+        " but the output ", out.DebugString(), " has dtype ", DTypeName(out.dtype()),
+        "; Cast() one of them first"));
+  }
+  if (t.numel() != out.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": input ", index, " ", t.DebugString(), " has ",
+                                                   t.numel(), " elements but the output ", out.DebugString(),
+                                                   " has ", out.numel()));
+  }
+  if (t.device() != out.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": input ", index, " is on ", t.device().ToString(),
+                                                   " but the output is on ", out.device().ToString(),
+                                                   "; move it with Tensor::To() first"));
   }
   // The kernels run elementwise in order, so exact aliasing is fine but a
   // shifted overlap would read already-written elements.
-  if (t.Overlaps(reference) && t.raw_data() != reference.raw_data()) {
-    return absl::InvalidArgumentError(absl::StrCat(operation, ": ", what, " partially overlaps ",
-                                                   reference_name, "; use a separate output"));
+  if (t.Overlaps(out) && t.raw_data() != out.raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": input ", index,
+                                                   " partially overlaps the output; use a separate output"));
   }
   return absl::OkStatus();
 }
@@ -52,7 +66,7 @@ absl::Status CheckLike(const Tensor& t, const Tensor& reference, absl::string_vi
 }  // namespace
 
 absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& out) {
-  const std::string operation = absl::StrCat("Reduce(", ReduceOpName(op), ")");
+  const absl::string_view operation = ReduceName(op);
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) {
     return absl::InvalidArgumentError(absl::StrCat(operation, ": invalid reduce op value ",
                                                    static_cast<int>(op)));
@@ -63,8 +77,7 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& 
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(out, operation, "the output"));
   absl::InlinedVector<const void*, 8> pointers;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    LOCKSTEP_RETURN_IF_ERROR(
-        CheckLike(inputs[i], out, operation, absl::StrCat("input ", i), "the output"));
+    LOCKSTEP_RETURN_IF_ERROR(CheckInput(inputs[i], out, operation, i));
     pointers.push_back(inputs[i].raw_data());
   }
   if (out.device().is_cuda()) {
