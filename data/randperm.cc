@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "data/mt19937.h"
+#include "core/mt19937.h"
 
 namespace lockstep {
 

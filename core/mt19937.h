@@ -7,8 +7,8 @@
 // with the low 32 bits, which is what this constructor does; the output then
 // matches Matsumoto and Nishimura's reference (mt19937ar.c) and
 // std::mt19937, e.g. the 10,000th output for seed 5489 is 4123659995.
-#ifndef LOCKSTEP_DATA_MT19937_H_
-#define LOCKSTEP_DATA_MT19937_H_
+#ifndef LOCKSTEP_CORE_MT19937_H_
+#define LOCKSTEP_CORE_MT19937_H_
 
 #include <array>
 #include <cstdint>
@@ -31,4 +31,4 @@ class Mt19937 {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_DATA_MT19937_H_
+#endif  // LOCKSTEP_CORE_MT19937_H_

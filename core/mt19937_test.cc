@@ -1,4 +1,4 @@
-#include "data/mt19937.h"
+#include "core/mt19937.h"
 
 #include <random>
 
