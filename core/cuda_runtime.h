@@ -76,6 +76,9 @@ void PinnedFree(void* ptr);
 // and the call returns at once; with nullptr it completes before returning.
 absl::Status Copy(void* dst, const void* src, size_t bytes, int device, Stream* stream);
 
+// Sets `bytes` of device memory to zero (same stream rule as Copy).
+absl::Status Zero(void* dst, size_t bytes, int device, Stream* stream);
+
 // Kernels on device pointers. The caller (core/kernels.h) validates
 // dtypes, sizes and devices. With a nullptr stream they complete before
 // returning.

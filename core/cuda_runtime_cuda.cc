@@ -135,6 +135,14 @@ absl::Status Copy(void* dst, const void* src, size_t bytes, int device, Stream* 
   return Finish(0, stream, "Copy");
 }
 
+absl::Status Zero(void* dst, size_t bytes, int device, Stream* stream) {
+  if (bytes == 0) return absl::OkStatus();
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Zero"));
+  cudaStream_t s = static_cast<cudaStream_t>(NativeStream(stream));
+  LOCKSTEP_RETURN_IF_ERROR(FromCuda(cudaMemsetAsync(dst, 0, bytes, s), "Zero: cudaMemsetAsync"));
+  return Finish(0, stream, "Zero");
+}
+
 absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
                     int64_t count, int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Reduce"));

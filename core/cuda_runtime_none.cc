@@ -39,6 +39,7 @@ void DeviceFree(void*, int) {}
 absl::StatusOr<void*> PinnedAlloc(size_t) { return NotBuilt("PinnedAlloc"); }
 void PinnedFree(void*) {}
 absl::Status Copy(void*, const void*, size_t, int, Stream*) { return NotBuilt("Copy"); }
+absl::Status Zero(void*, size_t, int, Stream*) { return NotBuilt("Zero"); }
 absl::Status Reduce(ReduceOp, DType, absl::Span<const void* const>, void*, int64_t, int, Stream*) {
   return NotBuilt("Reduce");
 }

@@ -51,6 +51,16 @@ absl::StatusOr<Tensor> Tensor::Zeros(Shape shape, DType dtype, Device device) {
   return t.To(device);
 }
 
+absl::Status Tensor::SetZero() const {
+  if (!defined()) return absl::FailedPreconditionError("Tensor::SetZero on an undefined tensor");
+  if (nbytes() == 0) return absl::OkStatus();
+  if (device().is_cpu()) {
+    std::memset(raw_data(), 0, nbytes());
+    return absl::OkStatus();
+  }
+  return cuda::Zero(raw_data(), nbytes(), device().index(), nullptr);
+}
+
 absl::StatusOr<Tensor> Tensor::Slice(int64_t start, int64_t end) const {
   if (!defined()) return absl::FailedPreconditionError("Tensor::Slice on an undefined tensor");
   if (shape_.empty()) {

@@ -115,6 +115,9 @@ class Tensor {
   // host memory for a truly asynchronous host<->device copy.
   absl::Status CopyFromAsync(const Tensor& src, cuda::Stream& stream) const;
 
+  // Sets every element to zero (all bits clear) in place, on any device.
+  absl::Status SetZero() const;
+
   // A new tensor with a copy of the data on `device`.
   absl::StatusOr<Tensor> To(Device device, bool pinned = false) const;
   absl::StatusOr<Tensor> Clone() const { return To(device()); }
