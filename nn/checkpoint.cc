@@ -1,0 +1,128 @@
+#include "nn/checkpoint.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "nn/safetensors.h"
+
+namespace lockstep {
+namespace {
+
+constexpr char kOptimizerPrefix[] = "optimizer/";
+constexpr char kFormatKey[] = "lockstep.checkpoint";
+
+bool Reserved(const std::string& key) {
+  return key == kFormatKey || absl::StartsWith(key, "progress.") ||
+         absl::StartsWith(key, "optimizer.");
+}
+
+template <typename Int>
+absl::Status ParseField(const std::map<std::string, std::string>& metadata, const char* key,
+                        const std::string& path, Int& out) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": metadata has no '",
+                                                   key, "'; the file is not a complete lockstep "
+                                                   "checkpoint (use LoadModel for weights only)"));
+  }
+  if (!absl::SimpleAtoi(it->second, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": metadata '", key,
+                                                   "' is \"", it->second,
+                                                   "\", expected an integer; the file is corrupt"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimizer* optimizer,
+                            const TrainingProgress& progress,
+                            const std::map<std::string, std::string>& extra_metadata,
+                            const AtomicWriteOptions& options) {
+  std::vector<NamedTensor> tensors = model.StateDict();
+  std::map<std::string, std::string> metadata = {
+      {kFormatKey, "1"},
+      {"progress.epoch", absl::StrCat(progress.epoch)},
+      {"progress.step", absl::StrCat(progress.step)},
+      {"progress.seed", absl::StrCat(progress.seed)},
+  };
+  if (optimizer != nullptr) {
+    for (const NamedTensor& t : optimizer->StateTensors()) {
+      tensors.emplace_back(kOptimizerPrefix + t.first, t.second);
+    }
+    metadata["optimizer.type"] = std::string(optimizer->type_name());
+    for (const auto& [key, value] : optimizer->Hyperparameters()) metadata["optimizer." + key] = value;
+  }
+  for (const auto& [key, value] : extra_metadata) {
+    if (Reserved(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SaveCheckpoint ", path, ": metadata key '", key,
+          "' is reserved (lockstep.checkpoint, progress.*, optimizer.*); prefix your keys, e.g. "
+          "\"scaler.\""));
+    }
+    metadata[key] = value;
+  }
+  return WriteSafetensorsFile(path, tensors, metadata, options);
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model,
+                                                Optimizer* optimizer) {
+  LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
+  LoadedCheckpoint loaded;
+  loaded.metadata = file.metadata;
+  if (file.metadata.count(kFormatKey) == 0 || file.metadata.at(kFormatKey) != "1") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadCheckpoint ", path, ": metadata '", kFormatKey,
+        "' is missing or not \"1\"; this is not a lockstep training checkpoint (for plain "
+        "weights use LoadModel)"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.epoch", path, loaded.progress.epoch));
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.step", path, loaded.progress.step));
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.seed", path, loaded.progress.seed));
+
+  std::vector<NamedTensor> model_state, optimizer_state;
+  for (auto& [name, tensor] : file.tensors) {
+    if (absl::StartsWith(name, kOptimizerPrefix)) {
+      optimizer_state.emplace_back(name.substr(sizeof(kOptimizerPrefix) - 1), std::move(tensor));
+    } else {
+      model_state.emplace_back(std::move(name), std::move(tensor));
+    }
+  }
+  auto type = file.metadata.find("optimizer.type");
+  if (optimizer != nullptr && type != file.metadata.end() && type->second != optimizer->type_name()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": written with a ",
+                                                   type->second, " optimizer but resuming with ",
+                                                   optimizer->type_name()));
+  }
+  // Optimizer first: if the model then refuses, the old optimizer state is
+  // put back, so a failed load changes nothing.
+  std::vector<NamedTensor> previous;
+  if (optimizer != nullptr) {
+    previous = optimizer->StateTensors();
+    absl::Status s = optimizer->LoadStateTensors(optimizer_state);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
+  }
+  absl::Status s = model.LoadStateDict(model_state, /*strict=*/true);
+  if (!s.ok()) {
+    if (optimizer != nullptr) LOCKSTEP_RETURN_IF_ERROR(optimizer->LoadStateTensors(previous));
+    return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
+  }
+  return loaded;
+}
+
+absl::Status SaveModel(const std::string& path, Module& model, const AtomicWriteOptions& options) {
+  return WriteSafetensorsFile(path, model.StateDict(), {}, options);
+}
+
+absl::Status LoadModel(const std::string& path, Module& model) {
+  LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
+  absl::Status s = model.LoadStateDict(file.tensors, /*strict=*/true);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadModel ", path, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,244 @@
+#include "nn/checkpoint.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/mt19937.h"
+#include "gtest/gtest.h"
+#include "nn/adam.h"
+#include "nn/cross_entropy.h"
+#include "nn/mlp.h"
+#include "nn/safetensors.h"
+#include "nn/sgd.h"
+
+namespace lockstep {
+namespace {
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+struct Trainee {
+  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Adam> optimizer;
+};
+
+Trainee MakeRun(uint64_t seed) {
+  Mt19937 gen(seed);
+  MlpOptions options;
+  options.sizes = {6, 8, 3};
+  Trainee run;
+  run.model = *MakeMlp(options, gen);
+  AdamOptions adam = AdamWOptions();
+  adam.amsgrad = true;
+  run.optimizer = *Adam::Create(run.model->NamedParameters(), adam);
+  return run;
+}
+
+void TrainStep(Trainee& run, int k) {
+  std::vector<float> x(4 * 6);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>((i * 7 + k * 3) % 11) - 0.5f;
+  Tensor batch = *Tensor::FromVector<float>(x, {4, 6});
+  Tensor labels = *Tensor::FromVector<int64_t>({k % 3, 1, 2, 0});
+  ASSERT_TRUE(run.optimizer->ZeroGrad().ok());
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*run.model->Forward(batch), labels);
+  ASSERT_TRUE(ce.ok());
+  ASSERT_TRUE(run.model->Backward(ce->grad_logits, false).ok());
+  ASSERT_TRUE(run.optimizer->Step().ok());
+}
+
+std::vector<std::vector<float>> Weights(Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const NamedTensor& t : m.StateDict()) out.push_back(*t.second.ToVector<float>());
+  return out;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(CheckpointTest, ResumeIsExact) {
+  const std::string path = TempDir() + "/resume.safetensors";
+  Trainee straight = MakeRun(1);
+  for (int k = 0; k < 4; ++k) TrainStep(straight, k);
+
+  Trainee first = MakeRun(1);
+  for (int k = 0; k < 2; ++k) TrainStep(first, k);
+  TrainingProgress progress;
+  progress.epoch = 1;
+  progress.step = 2;
+  progress.seed = 18446744073709551615ull;
+  ASSERT_TRUE(SaveCheckpoint(path, *first.model, first.optimizer.get(), progress,
+                             {{"scaler.scale", "32768"}})
+                  .ok());
+
+  Trainee resumed = MakeRun(99);  // other weights: all must come from the file
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(path, *resumed.model, resumed.optimizer.get());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->progress.epoch, 1);
+  EXPECT_EQ(loaded->progress.step, 2);
+  EXPECT_EQ(loaded->progress.seed, 18446744073709551615ull);
+  EXPECT_EQ(loaded->metadata.at("scaler.scale"), "32768");
+  EXPECT_EQ(loaded->metadata.at("optimizer.type"), "AdamW");
+  for (int k = 2; k < 4; ++k) TrainStep(resumed, k);
+  EXPECT_EQ(Weights(*resumed.model), Weights(*straight.model));
+}
+
+TEST(CheckpointTest, NamesArePyTorchsWithoutPrefixAndOptimizerApart) {
+  const std::string path = TempDir() + "/names.safetensors";
+  Trainee run = MakeRun(2);
+  TrainStep(run, 0);
+  ASSERT_TRUE(SaveCheckpoint(path, *run.model, run.optimizer.get(), {}).ok());
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::string> names;
+  for (const auto& t : file->tensors) names.push_back(t.first);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 4),
+            (std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias"}));
+  EXPECT_EQ(names[4], "optimizer/state.0.step");
+  EXPECT_EQ(names.size(), 4u + 4u * 4u);  // step, exp_avg, exp_avg_sq, max_exp_avg_sq
+
+  const std::string model_path = TempDir() + "/model.safetensors";
+  ASSERT_TRUE(SaveModel(model_path, *run.model).ok());
+  Trainee other = MakeRun(3);
+  ASSERT_TRUE(LoadModel(model_path, *other.model).ok());
+  EXPECT_EQ(Weights(*other.model), Weights(*run.model));
+  // A weights-only file is not a training checkpoint.
+  absl::StatusOr<LoadedCheckpoint> not_ckpt = LoadCheckpoint(model_path, *other.model, nullptr);
+  EXPECT_NE(not_ckpt.status().message().find("not a lockstep training checkpoint"),
+            absl::string_view::npos)
+      << not_ckpt.status();
+}
+
+TEST(CheckpointTest, CrashMidWriteLeavesThePreviousCheckpoint) {
+  const std::string path = TempDir() + "/crash.safetensors";
+  Trainee run = MakeRun(4);
+  TrainStep(run, 0);
+  ASSERT_TRUE(SaveCheckpoint(path, *run.model, run.optimizer.get(), {}).ok());
+  const std::string before = ReadAll(path);
+  const std::vector<std::vector<float>> saved = Weights(*run.model);
+  TrainStep(run, 1);
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    AtomicWriteOptions crash;
+    crash.testing_crash_after_bytes = static_cast<int64_t>(before.size() / 2);
+    TrainingProgress progress;
+    progress.step = 2;
+    SaveCheckpoint(path, *run.model, run.optimizer.get(), progress, {}, crash).IgnoreError();
+    std::_Exit(0);  // not reached when the crash happens
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kSimulatedCrashExitCode);
+  EXPECT_EQ(ReadAll(path), before);  // byte for byte
+  Trainee restored = MakeRun(5);
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(path, *restored.model, restored.optimizer.get());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->progress.step, 0);
+  EXPECT_EQ(Weights(*restored.model), saved);
+  // The next save works and replaces it.
+  ASSERT_TRUE(SaveCheckpoint(path, *run.model, run.optimizer.get(), {}).ok());
+  EXPECT_NE(ReadAll(path), before);
+}
+
+TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
+  const std::string good = TempDir() + "/good.safetensors";
+  const std::string bad = TempDir() + "/bad.safetensors";
+  Trainee run = MakeRun(6);
+  TrainStep(run, 0);
+  ASSERT_TRUE(SaveCheckpoint(good, *run.model, run.optimizer.get(), {}).ok());
+  const std::string bytes = ReadAll(good);
+
+  Trainee target = MakeRun(7);
+  TrainStep(target, 0);
+  const std::vector<std::vector<float>> weights = Weights(*target.model);
+  std::vector<std::vector<float>> state;
+  for (const NamedTensor& t : target.optimizer->StateTensors()) state.push_back(*t.second.ToVector<float>());
+
+  auto expect_untouched = [&](const std::string& what) {
+    EXPECT_EQ(Weights(*target.model), weights) << what;
+    std::vector<std::vector<float>> now;
+    for (const NamedTensor& t : target.optimizer->StateTensors()) now.push_back(*t.second.ToVector<float>());
+    EXPECT_EQ(now, state) << what;
+  };
+  for (size_t len : {size_t{0}, size_t{7}, size_t{8}, size_t{100}, bytes.size() / 2, bytes.size() - 1}) {
+    WriteAll(bad, bytes.substr(0, len));
+    absl::StatusOr<LoadedCheckpoint> r = LoadCheckpoint(bad, *target.model, target.optimizer.get());
+    EXPECT_FALSE(r.ok()) << "truncated to " << len;
+    EXPECT_NE(r.status().message().find(bad), absl::string_view::npos) << r.status();
+    expect_untouched("truncated to " + std::to_string(len));
+  }
+  // Corrupt the header: make a byte count disagree with the shape.
+  std::string corrupt = bytes;
+  const size_t pos = corrupt.find("\"shape\":[8,6]");
+  ASSERT_NE(pos, std::string::npos) << corrupt.substr(8, 200);
+  corrupt.replace(pos, 13, "\"shape\":[8,5]");
+  WriteAll(bad, corrupt);
+  absl::StatusOr<LoadedCheckpoint> r = LoadCheckpoint(bad, *target.model, target.optimizer.get());
+  EXPECT_FALSE(r.ok());
+  expect_untouched("corrupt header");
+  // Another architecture: wider layers are refused by the optimizer state.
+  Mt19937 gen(8);
+  MlpOptions wide;
+  wide.sizes = {6, 9, 3};
+  std::unique_ptr<Sequential> other = *MakeMlp(wide, gen);
+  AdamOptions amsgrad = AdamWOptions();
+  amsgrad.amsgrad = true;
+  std::unique_ptr<Adam> other_opt = *Adam::Create(other->NamedParameters(), amsgrad);
+  r = LoadCheckpoint(good, *other, other_opt.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'state.0.exp_avg': expected f32[9, 6], got f32[8, 6]"),
+            absl::string_view::npos)
+      << r.status();
+  EXPECT_EQ(r.status().message().find("missing"), absl::string_view::npos) << r.status();
+  // Same shapes, other names (no Flatten): the optimizer accepts, the model
+  // refuses, and the optimizer's previous (empty) state is put back.
+  MlpOptions renamed;
+  renamed.sizes = {6, 8, 3};
+  renamed.flatten = false;
+  std::unique_ptr<Sequential> renamed_model = *MakeMlp(renamed, gen);
+  std::unique_ptr<Adam> renamed_opt = *Adam::Create(renamed_model->NamedParameters(), amsgrad);
+  r = LoadCheckpoint(good, *renamed_model, renamed_opt.get());
+  EXPECT_NE(r.status().message().find("missing: 0.weight, 0.bias, 2.weight, 2.bias"),
+            absl::string_view::npos)
+      << r.status();
+  EXPECT_TRUE(renamed_opt->StateTensors().empty());
+  // And a wrong optimizer type.
+  SgdOptions sgd_options;
+  sgd_options.lr = 0.1;
+  std::unique_ptr<Sgd> sgd = *Sgd::Create(target.model->NamedParameters(), sgd_options);
+  r = LoadCheckpoint(good, *target.model, sgd.get());
+  EXPECT_NE(r.status().message().find("written with a AdamW optimizer but resuming with SGD"),
+            absl::string_view::npos)
+      << r.status();
+  expect_untouched("wrong optimizer");
+}
+
+TEST(CheckpointTest, ReservedMetadataKeysAreRefused) {
+  Trainee run = MakeRun(9);
+  absl::Status s = SaveCheckpoint(TempDir() + "/r.safetensors", *run.model, nullptr, {},
+                                  {{"progress.step", "5"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("reserved"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace lockstep

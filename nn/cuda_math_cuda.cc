@@ -1,0 +1,148 @@
+// nn/internal/cuda_math.h with cuBLAS and nn/nn_cuda_kernels.cu.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "nn/internal/cuda_math.h"
+#include "nn/internal/nn_cuda_launch.h"
+
+namespace lockstep {
+namespace nn_cuda {
+namespace {
+
+absl::Status FromCuda(int err, const char* operation, int device) {
+  if (err == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(operation, " on cuda:", device, " failed: ",
+                                          cudaGetErrorString(static_cast<cudaError_t>(err))));
+}
+
+absl::Status FromCublas(cublasStatus_t err, const char* operation, int device) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(operation, " on cuda:", device,
+                                          " failed: cuBLAS status ", static_cast<int>(err)));
+}
+
+// Launches then waits, so errors surface at the call that caused them.
+absl::Status Finish(int launch_err, const char* operation, int device) {
+  if (launch_err != 0) return FromCuda(launch_err, operation, device);
+  return FromCuda(static_cast<int>(cudaDeviceSynchronize()), operation, device);
+}
+
+absl::Status SetDevice(int device, const char* operation) {
+  return FromCuda(static_cast<int>(cudaSetDevice(device)), operation, device);
+}
+
+// One cuBLAS handle per device and thread (as PyTorch's handle pool), created
+// on first use and destroyed when the thread exits.
+class ThreadHandles {
+ public:
+  ~ThreadHandles() {
+    for (auto& [device, handle] : handles_) {
+      cudaSetDevice(device);
+      cublasDestroy(handle);
+    }
+  }
+  absl::StatusOr<cublasHandle_t> Get(int device) {
+    auto it = handles_.find(device);
+    if (it != handles_.end()) return it->second;
+    cublasHandle_t handle = nullptr;
+    absl::Status s = FromCublas(cublasCreate(&handle), "cublasCreate", device);
+    if (!s.ok()) return s;
+    handles_.emplace(device, handle);
+    return handle;
+  }
+
+ private:
+  std::map<int, cublasHandle_t> handles_;
+};
+
+absl::StatusOr<cublasHandle_t> HandleFor(int device) {
+  thread_local ThreadHandles handles;
+  return handles.Get(device);
+}
+
+}  // namespace
+
+absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const void* a, const void* b, float beta, void* c) {
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm on cuda:", device, ": dimensions ", m,
+                                                   "x", n, "x", k, " exceed cuBLAS's int range"));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  absl::Status s = SetDevice(device, "Gemm");
+  if (!s.ok()) return s;
+  absl::StatusOr<cublasHandle_t> handle = HandleFor(device);
+  if (!handle.ok()) return handle.status();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+  // operands and keep the transposition flags.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = static_cast<int>(trans_a ? m : k);
+  const int ldb = static_cast<int>(trans_b ? k : n);
+  const int ldc = static_cast<int>(n);
+  cublasStatus_t st;
+  if (dtype == DType::kF64) {
+    const double alpha64 = alpha, beta64 = beta;
+    st = cublasDgemm(*handle, op_b, op_a, n, m, k, &alpha64, static_cast<const double*>(b), ldb,
+                     static_cast<const double*>(a), lda, &beta64, static_cast<double*>(c), ldc);
+  } else {
+    cudaDataType_t type = CUDA_R_32F;
+    if (dtype == DType::kF16) type = CUDA_R_16F;
+    if (dtype == DType::kBF16) type = CUDA_R_16BF;
+    if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm on cuda:", device, ": unsupported dtype ", DTypeName(dtype)));
+    }
+    st = cublasGemmEx(*handle, op_b, op_a, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
+                      type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
+  s = FromCublas(st, "Gemm", device);
+  if (!s.ok()) return s;
+  return FromCuda(static_cast<int>(cudaDeviceSynchronize()), "Gemm", device);
+}
+
+absl::Status Relu(int device, DType dtype, const void* in, void* out, int64_t count) {
+  absl::Status s = SetDevice(device, "Relu");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchRelu(static_cast<int>(dtype), in, out, count), "Relu",
+                device);
+}
+
+absl::Status ReluBackward(int device, DType dtype, const void* grad_out, const void* out,
+                          void* grad_in, int64_t count) {
+  absl::Status s = SetDevice(device, "ReluBackward");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchReluBackward(static_cast<int>(dtype), grad_out, out,
+                                                     grad_in, count),
+                "ReluBackward", device);
+}
+
+absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t count,
+                     uint64_t seed, uint64_t offset, uint32_t keep_threshold24, float scale) {
+  absl::Status s = SetDevice(device, "Dropout");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchDropout(static_cast<int>(dtype), in, out, count, seed,
+                                                offset, keep_threshold24, scale),
+                "Dropout", device);
+}
+
+absl::Status Sgd(int device, const nn_elementwise::SgdParams& params, float* p, const float* g,
+                 float* buf, int64_t count) {
+  absl::Status s = SetDevice(device, "Sgd");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchSgd(params, p, g, buf, count), "Sgd", device);
+}
+
+absl::Status Adam(int device, const nn_elementwise::AdamParams& params, float* p, const float* g,
+                  float* m, float* v, float* v_max, int64_t count) {
+  absl::Status s = SetDevice(device, "Adam");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchAdam(params, p, g, m, v, v_max, count), "Adam", device);
+}
+
+}  // namespace nn_cuda
+}  // namespace lockstep

@@ -1,0 +1,38 @@
+// nn/internal/cuda_math.h for builds without CUDA: every call is an error.
+#include "nn/internal/cuda_math.h"
+
+namespace lockstep {
+namespace nn_cuda {
+namespace {
+
+absl::Status NoCuda(const char* operation) {
+  return absl::FailedPreconditionError(
+      std::string(operation) +
+      " on a CUDA tensor: this binary was built without CUDA; rebuild with --config=cuda on a "
+      "machine with the CUDA toolkit");
+}
+
+}  // namespace
+
+absl::Status Gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, float, const void*,
+                  const void*, float, void*) {
+  return NoCuda("Gemm");
+}
+absl::Status Relu(int, DType, const void*, void*, int64_t) { return NoCuda("Relu"); }
+absl::Status ReluBackward(int, DType, const void*, const void*, void*, int64_t) {
+  return NoCuda("ReluBackward");
+}
+absl::Status Dropout(int, DType, const void*, void*, int64_t, uint64_t, uint64_t, uint32_t,
+                     float) {
+  return NoCuda("Dropout");
+}
+absl::Status Sgd(int, const nn_elementwise::SgdParams&, float*, const float*, float*, int64_t) {
+  return NoCuda("Sgd");
+}
+absl::Status Adam(int, const nn_elementwise::AdamParams&, float*, const float*, float*, float*,
+                  float*, int64_t) {
+  return NoCuda("Adam");
+}
+
+}  // namespace nn_cuda
+}  // namespace lockstep

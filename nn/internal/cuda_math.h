@@ -1,0 +1,37 @@
+// The CUDA side of nn/math.h: cuBLAS GEMM and the elementwise kernels of
+// nn/nn_cuda_kernels.cu, on raw device pointers. nn/math.cc validates
+// arguments and dispatches here for CUDA tensors. The BUILD file picks the
+// implementation (nn/cuda_math_cuda.cc, or nn/cuda_math_none.cc whose calls
+// all fail with FailedPrecondition). Every call completes before returning.
+#ifndef LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_
+#define LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "core/dtype.h"
+#include "nn/internal/nn_elementwise.h"
+
+namespace lockstep {
+namespace nn_cuda {
+
+// Row-major C[m, n] = alpha * op(A) op(B) + beta * C with op(A) [m, k] and
+// op(B) [k, n]; f32 and f64 natively, f16 and bf16 with f32 accumulation
+// (cublasGemmEx).
+absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const void* a, const void* b, float beta, void* c);
+
+absl::Status Relu(int device, DType dtype, const void* in, void* out, int64_t count);
+absl::Status ReluBackward(int device, DType dtype, const void* grad_out, const void* out,
+                          void* grad_in, int64_t count);
+absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t count,
+                     uint64_t seed, uint64_t offset, uint32_t keep_threshold24, float scale);
+absl::Status Sgd(int device, const nn_elementwise::SgdParams& params, float* p, const float* g,
+                 float* buf, int64_t count);
+absl::Status Adam(int device, const nn_elementwise::AdamParams& params, float* p, const float* g,
+                  float* m, float* v, float* v_max, int64_t count);
+
+}  // namespace nn_cuda
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_

@@ -1,0 +1,27 @@
+// Plain entry points into nn/nn_cuda_kernels.cu (dtype as the integer value
+// of core/dtype.h, cudaError_t returned as int), wrapped by
+// nn/cuda_math_cuda.cc. All run on the legacy default stream.
+#ifndef LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_
+#define LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_
+
+#include <cstdint>
+
+#include "nn/internal/nn_elementwise.h"
+
+namespace lockstep {
+namespace nn_cuda_internal {
+
+int LaunchRelu(int dtype, const void* in, void* out, int64_t count);
+int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* grad_in,
+                       int64_t count);
+int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed,
+                  uint64_t offset, uint32_t keep_threshold24, float scale);
+int LaunchSgd(const nn_elementwise::SgdParams& params, float* p, const float* g, float* buf,
+              int64_t count);
+int LaunchAdam(const nn_elementwise::AdamParams& params, float* p, const float* g, float* m,
+               float* v, float* v_max, int64_t count);
+
+}  // namespace nn_cuda_internal
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_

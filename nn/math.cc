@@ -1,0 +1,211 @@
+#include "nn/math.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/internal/elementwise.h"
+#include "core/kernels.h"
+#include "core/status.h"
+#include "nn/internal/cuda_math.h"
+#include "nn/internal/nn_elementwise.h"
+
+namespace lockstep {
+namespace {
+
+namespace ew = ::lockstep::elementwise;
+
+bool IsFloating(DType d) {
+  return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16;
+}
+
+absl::Status CheckSame(const char* op, const char* name, const Tensor& t, const Tensor& ref) {
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` is undefined"));
+  if (t.dtype() != ref.dtype() || t.device() != ref.device() || t.numel() != ref.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` is ", t.DebugString(),
+                                                   " but must match ", ref.DebugString(),
+                                                   " (dtype, device and number of elements)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFloating(const char* op, const Tensor& t) {
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": undefined tensor"));
+  if (!IsFloating(t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.DebugString(),
+                                                   " is not a floating tensor (f32, f64, f16, bf16)"));
+  }
+  return absl::OkStatus();
+}
+
+// Applies the default of one OpenBLAS thread once per process, unless the
+// user chose a count (environment or SetCpuMathThreads).
+std::once_flag& ThreadDefaultOnce() {
+  static std::once_flag once;
+  return once;
+}
+
+void ApplyDefaultThreads() {
+  std::call_once(ThreadDefaultOnce(), [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+  });
+}
+
+template <typename Fn>
+void ForFloat(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: fn(float{}); break;
+    case DType::kF64: fn(double{}); break;
+    case DType::kF16: fn(Half{}); break;
+    case DType::kBF16: fn(BFloat16{}); break;
+    default: break;
+  }
+}
+
+absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
+                     int64_t m, int64_t n, int64_t k, float alpha, float beta) {
+  ApplyDefaultThreads();
+  const CBLAS_TRANSPOSE op_a = ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE op_b = tb ? CblasTrans : CblasNoTrans;
+  const int lda = static_cast<int>(ta ? m : k);
+  const int ldb = static_cast<int>(tb ? k : n);
+  const int ldc = static_cast<int>(n);
+  if (c.dtype() == DType::kF32) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(),
+                ldb, beta, c.data<float>(), ldc);
+    return absl::OkStatus();
+  }
+  if (c.dtype() == DType::kF64) {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<double>(), lda,
+                b.data<double>(), ldb, beta, c.data<double>(), ldc);
+    return absl::OkStatus();
+  }
+  // f16/bf16: widen (exact), multiply in f32, round once.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor a32, Tensor::Empty(a.shape(), DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor b32, Tensor::Empty(b.shape(), DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor c32, Tensor::Empty(c.shape(), DType::kF32));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(a, a32));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(b, b32));
+  if (beta != 0.0f) LOCKSTEP_RETURN_IF_ERROR(Cast(c, c32));
+  cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a32.data<float>(), lda,
+              b32.data<float>(), ldb, beta, c32.data<float>(), ldc);
+  return Cast(c32, c);
+}
+
+}  // namespace
+
+absl::Status SetCpuMathThreads(int threads) {
+  if (threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetCpuMathThreads: threads must be >= 1, got ", threads));
+  }
+  std::call_once(ThreadDefaultOnce(), [] {});
+  openblas_set_num_threads(threads);
+  return absl::OkStatus();
+}
+
+absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                  float alpha, float beta) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Gemm", c));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
+    if (!t->defined() || t->dtype() != c.dtype() || t->device() != c.device() || t->dim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: operand `", name, "` is ", t->defined() ? t->DebugString() : "undefined",
+          "; expected a 2-D tensor of the output's dtype and device (output ", c.DebugString(),
+          ")"));
+    }
+  }
+  if (c.dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: the output must be 2-D, got ", c.DebugString()));
+  }
+  const int64_t m = trans_a ? a.shape()[1] : a.shape()[0];
+  const int64_t k = trans_a ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = trans_b ? b.shape()[1] : b.shape()[0];
+  const int64_t n = trans_b ? b.shape()[0] : b.shape()[1];
+  if (k != kb || c.shape()[0] != m || c.shape()[1] != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gemm: shapes do not multiply: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ", n,
+        "], output is ", ShapeToString(c.shape()), "; expected op(a) [m, k] x op(b) [k, n] -> [m, n]"));
+  }
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: dimensions ", m, "x", n, "x", k, " exceed the BLAS int range"));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (c.device().is_cuda()) {
+    return nn_cuda::Gemm(c.device().index(), c.dtype(), trans_a, trans_b, m, n, k, alpha,
+                         a.raw_data(), b.raw_data(), beta, c.raw_data());
+  }
+  return CpuGemm(a, trans_a, b, trans_b, c, m, n, k, alpha, beta);
+}
+
+absl::Status Relu(const Tensor& in, const Tensor& out) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Relu", in));
+  LOCKSTEP_RETURN_IF_ERROR(CheckSame("Relu", "out", out, in));
+  if (in.device().is_cuda()) {
+    return nn_cuda::Relu(in.device().index(), in.dtype(), in.raw_data(), out.raw_data(), in.numel());
+  }
+  ForFloat(in.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      const auto v = ew::Load(x[i]);
+      y[i] = v > 0 || v != v ? x[i] : ew::Store<T>(0);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tensor& grad_in) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckFloating("ReluBackward", out));
+  LOCKSTEP_RETURN_IF_ERROR(CheckSame("ReluBackward", "grad_out", grad_out, out));
+  LOCKSTEP_RETURN_IF_ERROR(CheckSame("ReluBackward", "grad_in", grad_in, out));
+  if (out.device().is_cuda()) {
+    return nn_cuda::ReluBackward(out.device().index(), out.dtype(), grad_out.raw_data(),
+                                 out.raw_data(), grad_in.raw_data(), out.numel());
+  }
+  ForFloat(out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* g = grad_out.data<T>();
+    const T* y = out.data<T>();
+    T* gi = grad_in.data<T>();
+    for (int64_t i = 0; i < out.numel(); ++i) gi[i] = ew::Load(y[i]) <= 0 ? ew::Store<T>(0) : g[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability,
+                          uint64_t seed, uint64_t offset) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Dropout", in));
+  LOCKSTEP_RETURN_IF_ERROR(CheckSame("Dropout", "out", out, in));
+  if (!(keep_probability > 0.0 && keep_probability <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Dropout: keep probability must be in (0, 1], got ", keep_probability));
+  }
+  const uint32_t threshold =
+      static_cast<uint32_t>(std::min(std::ldexp(keep_probability, 24), 16777216.0));
+  const float scale = static_cast<float>(1.0 / keep_probability);
+  if (in.device().is_cuda()) {
+    return nn_cuda::Dropout(in.device().index(), in.dtype(), in.raw_data(), out.raw_data(),
+                            in.numel(), seed, offset, threshold, scale);
+  }
+  ForFloat(in.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      const bool keep = nn_elementwise::DropoutKeep(seed, offset, static_cast<uint64_t>(i), threshold);
+      y[i] = ew::Store<T>(keep ? ew::Load(x[i]) * static_cast<ew::Acc<T>>(scale) : 0);
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,159 @@
+#include "nn/math.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "core/kernels.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Row-major reference in double: op(A) [m, k] x op(B) [k, n].
+std::vector<double> Reference(const std::vector<float>& a, bool ta, const std::vector<float>& b,
+                              bool tb, int m, int n, int k) {
+  std::vector<double> c(static_cast<size_t>(m) * n, 0.0);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int p = 0; p < k; ++p) {
+        const double x = ta ? a[p * m + i] : a[i * k + p];
+        const double y = tb ? b[j * k + p] : b[p * n + j];
+        s += x * y;
+      }
+      c[i * n + j] = s;
+    }
+  }
+  return c;
+}
+
+TEST(GemmTest, AllTranspositionsAgainstReference) {
+  const int m = 13, n = 7, k = 29;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      std::vector<float> a = Random(m * k, 1), b = Random(k * n, 2), c0 = Random(m * n, 3);
+      Tensor ta_t = *Tensor::FromVector<float>(a, ta ? Shape{k, m} : Shape{m, k});
+      Tensor tb_t = *Tensor::FromVector<float>(b, tb ? Shape{n, k} : Shape{k, n});
+      Tensor c = *Tensor::FromVector<float>(c0, {m, n});
+      ASSERT_TRUE(Gemm(ta_t, ta, tb_t, tb, c, 0.5f, 2.0f).ok());
+      std::vector<double> ref = Reference(a, ta, b, tb, m, n, k);
+      std::vector<float> got = *c.ToVector<float>();
+      for (int i = 0; i < m * n; ++i) {
+        EXPECT_NEAR(got[i], 0.5 * ref[i] + 2.0 * c0[i], 1e-5) << ta << tb << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(GemmTest, BetaZeroIgnoresNaNInOutput) {
+  Tensor a = *Tensor::FromVector<float>({1, 2, 3, 4}, {2, 2});
+  Tensor c = *Tensor::FromVector<float>({NAN, NAN, NAN, NAN}, {2, 2});
+  ASSERT_TRUE(Gemm(a, false, a, false, c).ok());
+  EXPECT_EQ(*c.ToVector<float>(), (std::vector<float>{7, 10, 15, 22}));
+}
+
+TEST(GemmTest, HalfTypesRoundOnceFromF32Accumulation) {
+  const int m = 5, n = 6, k = 300;
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF64}) {
+    std::vector<float> a = Random(m * k, 4), b = Random(k * n, 5);
+    Tensor a32 = *Tensor::FromVector<float>(a, {m, k});
+    Tensor b32 = *Tensor::FromVector<float>(b, {k, n});
+    Tensor ah = *Tensor::Empty({m, k}, dtype), bh = *Tensor::Empty({k, n}, dtype);
+    ASSERT_TRUE(Cast(a32, ah).ok());
+    ASSERT_TRUE(Cast(b32, bh).ok());
+    // The reference uses the rounded operands, multiplied exactly.
+    Tensor ar = *Tensor::Empty({m, k}, DType::kF32), br = *Tensor::Empty({k, n}, DType::kF32);
+    ASSERT_TRUE(Cast(ah, ar).ok());
+    ASSERT_TRUE(Cast(bh, br).ok());
+    std::vector<double> ref = Reference(*ar.ToVector<float>(), false, *br.ToVector<float>(), false, m, n, k);
+    Tensor c = *Tensor::Empty({m, n}, dtype);
+    ASSERT_TRUE(Gemm(ah, false, bh, false, c).ok()) << DTypeName(dtype);
+    Tensor c32 = *Tensor::Empty({m, n}, DType::kF32);
+    ASSERT_TRUE(Cast(c, c32).ok());
+    std::vector<float> got = *c32.ToVector<float>();
+    // One rounding of a value accumulated in f32: within one unit in the
+    // last place of the result's format plus the f32 accumulation error.
+    const double ulp = dtype == DType::kF16 ? 1.0 / 1024 : dtype == DType::kBF16 ? 1.0 / 128 : 1e-12;
+    for (int i = 0; i < m * n; ++i) {
+      EXPECT_NEAR(got[i], ref[i], std::fabs(ref[i]) * ulp + 1e-4) << DTypeName(dtype) << " " << i;
+    }
+  }
+}
+
+TEST(GemmTest, ShapeAndDTypeErrors) {
+  Tensor a = *Tensor::Zeros({2, 3}, DType::kF32);
+  Tensor b = *Tensor::Zeros({2, 3}, DType::kF32);
+  Tensor c = *Tensor::Zeros({2, 2}, DType::kF32);
+  absl::Status s = Gemm(a, false, b, false, c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("do not multiply"), absl::string_view::npos) << s;
+  EXPECT_TRUE(Gemm(a, false, b, true, c).ok());
+  Tensor i = *Tensor::Zeros({2, 3}, DType::kI32);
+  EXPECT_EQ(Gemm(i, false, b, true, c).code(), absl::StatusCode::kInvalidArgument);
+  Tensor one_d = *Tensor::Zeros({6}, DType::kF32);
+  EXPECT_EQ(Gemm(one_d, false, b, true, c).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SetCpuMathThreads(0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReluTest, ForwardBackwardAndNaN) {
+  Tensor x = *Tensor::FromVector<float>({-1.0f, 0.0f, 2.0f, NAN, -0.0f, 3.5f});
+  Tensor y = *Tensor::Empty({6}, DType::kF32);
+  ASSERT_TRUE(Relu(x, y).ok());
+  std::vector<float> out = *y.ToVector<float>();
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[2], 2.0f);
+  EXPECT_TRUE(std::isnan(out[3]));
+  EXPECT_EQ(out[5], 3.5f);
+  Tensor g = *Tensor::FromVector<float>({1, 1, 1, 1, 1, 1});
+  Tensor gi = *Tensor::Empty({6}, DType::kF32);
+  ASSERT_TRUE(ReluBackward(g, y, gi).ok());
+  // threshold_backward: zero where out <= 0; NaN outputs pass the gradient.
+  EXPECT_EQ(*gi.ToVector<float>(), (std::vector<float>{0, 0, 1, 1, 0, 1}));
+}
+
+TEST(ReluTest, HalfTypes) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    Tensor x32 = *Tensor::FromVector<float>({-2.0f, 0.5f, 3.0f});
+    Tensor x = *Tensor::Empty({3}, dtype);
+    ASSERT_TRUE(Cast(x32, x).ok());
+    ASSERT_TRUE(Relu(x, x).ok());
+    ASSERT_TRUE(Cast(x, x32).ok());
+    EXPECT_EQ(*x32.ToVector<float>(), (std::vector<float>{0.0f, 0.5f, 3.0f}));
+  }
+}
+
+TEST(DropoutTest, KeepsAboutKeepProbabilityAndScales) {
+  const int n = 100000;
+  Tensor x = *Tensor::FromVector<float>(std::vector<float>(n, 1.0f));
+  Tensor y = *Tensor::Empty({n}, DType::kF32);
+  ASSERT_TRUE(DropoutApply(x, y, 0.8, 42, 0).ok());
+  std::vector<float> out = *y.ToVector<float>();
+  int kept = 0;
+  for (float v : out) {
+    ASSERT_TRUE(v == 0.0f || v == 1.25f) << v;
+    kept += v != 0.0f;
+  }
+  // 0.8 of 1e5 with a binomial standard deviation of ~126: 8 sigma bounds.
+  EXPECT_GT(kept, 80000 - 1000);
+  EXPECT_LT(kept, 80000 + 1000);
+  // Same (seed, offset) -> same mask; another offset -> another mask.
+  Tensor y2 = *Tensor::Empty({n}, DType::kF32);
+  ASSERT_TRUE(DropoutApply(x, y2, 0.8, 42, 0).ok());
+  EXPECT_EQ(*y2.ToVector<float>(), out);
+  ASSERT_TRUE(DropoutApply(x, y2, 0.8, 42, 1).ok());
+  EXPECT_NE(*y2.ToVector<float>(), out);
+  EXPECT_EQ(DropoutApply(x, y2, 0.0, 42, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,176 @@
+#include "nn/module.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/kernels.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+absl::StatusOr<Tensor> Module::Backward(const Tensor& grad_output, bool input_grad) {
+  return BackwardImpl(grad_output, input_grad, hook_);
+}
+
+absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_output,
+                                             bool input_grad, const GradReadyHook& hook) {
+  return child.BackwardImpl(grad_output, input_grad, hook);
+}
+
+absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
+                                    const GradReadyHook& hook) {
+  const Tensor& value = parameter.value;
+  if (!grad.defined() || grad.numel() != value.numel() || grad.device() != value.device()) {
+    return absl::InternalError(absl::StrCat(
+        "AccumulateGrad: gradient ", grad.defined() ? grad.DebugString() : "undefined",
+        " does not fit parameter ", value.DebugString()));
+  }
+  Tensor converted = grad;
+  if (grad.dtype() != value.dtype()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(converted, Tensor::Empty(value.shape(), value.dtype(), value.device()));
+    LOCKSTEP_RETURN_IF_ERROR(Cast(grad, converted));
+  }
+  if (!parameter.grad.defined()) {
+    // The first gradient is copied, not added to zeros: x + 0 would turn -0 into +0.
+    LOCKSTEP_ASSIGN_OR_RETURN(parameter.grad,
+                              Tensor::Empty(value.shape(), value.dtype(), value.device()));
+    LOCKSTEP_RETURN_IF_ERROR(parameter.grad.CopyFrom(converted));
+  } else {
+    LOCKSTEP_RETURN_IF_ERROR(ReduceInto(ReduceOp::kSum, converted, parameter.grad));
+  }
+  if (hook) hook(parameter);
+  return absl::OkStatus();
+}
+
+void Module::RegisterParameter(std::string name, Parameter* parameter) {
+  parameters_.emplace_back(std::move(name), parameter);
+}
+
+void Module::RegisterBuffer(std::string name, Tensor* buffer) {
+  buffers_.emplace_back(std::move(name), buffer);
+}
+
+Module* Module::RegisterModule(std::string name, std::unique_ptr<Module> child) {
+  Module* raw = child.get();
+  children_.emplace_back(std::move(name), std::move(child));
+  return raw;
+}
+
+void Module::CollectParameters(const std::string& prefix, std::vector<NamedParameter>& out) {
+  for (auto& [name, p] : parameters_) out.push_back({prefix + name, p});
+  for (auto& [name, child] : children_) child->CollectParameters(prefix + name + ".", out);
+}
+
+void Module::CollectBuffers(const std::string& prefix, std::vector<NamedTensor>& out) {
+  for (auto& [name, b] : buffers_) out.emplace_back(prefix + name, *b);
+  for (auto& [name, child] : children_) child->CollectBuffers(prefix + name + ".", out);
+}
+
+void Module::CollectState(const std::string& prefix, std::vector<NamedTensor>& out) {
+  for (auto& [name, p] : parameters_) out.emplace_back(prefix + name, p->value);
+  for (auto& [name, b] : buffers_) out.emplace_back(prefix + name, *b);
+  for (auto& [name, child] : children_) child->CollectState(prefix + name + ".", out);
+}
+
+std::vector<NamedParameter> Module::NamedParameters() {
+  std::vector<NamedParameter> out;
+  CollectParameters("", out);
+  return out;
+}
+
+std::vector<Parameter*> Module::Parameters() {
+  std::vector<Parameter*> out;
+  for (NamedParameter& p : NamedParameters()) out.push_back(p.parameter);
+  return out;
+}
+
+std::vector<NamedTensor> Module::NamedBuffers() {
+  std::vector<NamedTensor> out;
+  CollectBuffers("", out);
+  return out;
+}
+
+std::vector<NamedTensor> Module::StateDict() {
+  std::vector<NamedTensor> out;
+  CollectState("", out);
+  return out;
+}
+
+absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool strict) {
+  std::map<std::string, const Tensor*> given;
+  std::vector<std::string> problems;
+  for (const auto& [name, tensor] : state) {
+    if (!given.emplace(name, &tensor).second) problems.push_back("duplicate entry '" + name + "'");
+  }
+  std::vector<std::string> missing;
+  const std::vector<NamedTensor> own = StateDict();
+  for (const auto& [name, target] : own) {
+    auto it = given.find(name);
+    if (it == given.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    if (!src.defined() || src.shape() != target.shape() || src.dtype() != target.dtype()) {
+      problems.push_back(absl::StrCat("'", name, "': expected ", DTypeName(target.dtype()),
+                                      ShapeToString(target.shape()), ", got ",
+                                      src.defined() ? std::string(DTypeName(src.dtype())) +
+                                                          ShapeToString(src.shape())
+                                                    : std::string("undefined")));
+    }
+    given.erase(it);
+  }
+  if (strict) {
+    if (!missing.empty()) problems.push_back("missing: " + absl::StrJoin(missing, ", "));
+    std::vector<std::string> unexpected;
+    for (const auto& [name, t] : given) unexpected.push_back(name);
+    if (!unexpected.empty()) problems.push_back("unexpected: " + absl::StrJoin(unexpected, ", "));
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadStateDict into ", type_name(), ": ", absl::StrJoin(problems, "; "),
+        ". Check that the checkpoint was written by the same model architecture"));
+  }
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : state) by_name.emplace(name, &tensor);
+  for (const auto& [name, target] : own) {
+    auto it = by_name.find(name);
+    if (it != by_name.end()) LOCKSTEP_RETURN_IF_ERROR(target.CopyFrom(*it->second));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::ZeroGrad(bool set_to_none) {
+  for (Parameter* p : Parameters()) {
+    if (!p->grad.defined()) continue;
+    if (set_to_none) {
+      p->grad = Tensor();
+    } else {
+      // A fill, not a multiply by 0: a skipped step leaves Inf/NaN behind.
+      LOCKSTEP_RETURN_IF_ERROR(p->grad.SetZero());
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Module::Train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->Train(on);
+}
+
+absl::StatusOr<std::unique_ptr<Module>> Module::CloneTo(Device device) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> copy, NewLike(device));
+  Module& self = const_cast<Module&>(*this);  // StateDict hands out handles only
+  LOCKSTEP_RETURN_IF_ERROR(copy->LoadStateDict(self.StateDict()));
+  copy->Train(training_);
+  return copy;
+}
+
+int64_t Module::NumParameterElements() {
+  int64_t n = 0;
+  for (Parameter* p : Parameters()) n += p->value.numel();
+  return n;
+}
+
+}  // namespace lockstep

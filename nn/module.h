@@ -1,0 +1,164 @@
+// Module: a layer or a tree of layers with named parameters, explicit
+// forward and backward, and per-parameter gradient-ready hooks.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp({784, 512, 10}, gen));
+//   model->SetGradReadyHook([&](Parameter& p) { reducer.MarkReady(p); });
+//   LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, model->Forward(images));
+//   LOCKSTEP_ASSIGN_OR_RETURN(LossResult loss, CrossEntropy(logits, labels));
+//   LOCKSTEP_RETURN_IF_ERROR(model->Backward(loss.grad_logits).status());
+//   LOCKSTEP_RETURN_IF_ERROR(optimizer.Step());
+//   model->ZeroGrad();
+//
+// There is no general autograd. Each layer's Forward keeps what its Backward
+// needs (the last forward only) and Backward consumes it: it computes the
+// gradients of the layer's parameters, accumulates them into
+// `Parameter::grad`, calls the gradient-ready hook once per parameter as soon
+// as that gradient is final, and returns the gradient of the layer's input.
+// Containers run their children's backward in reverse order, so hooks fire
+// in reverse registration order of the parameters -- the order in which
+// PyTorch's autograd finishes them and in which DDP fills its buckets.
+//
+// Gradients accumulate across backward calls until ZeroGrad (gradient
+// accumulation and DDP's no_sync rely on it). Parameter names are PyTorch's:
+// a child registered as "fc1" with a parameter "weight" is "fc1.weight";
+// Sequential children are named "0", "1", ...
+//
+// A Module is neither copyable nor movable (parameters are registered by
+// address); hold it by unique_ptr and use CloneTo for a deep copy.
+#ifndef LOCKSTEP_NN_MODULE_H_
+#define LOCKSTEP_NN_MODULE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace lockstep {
+
+// A trainable tensor and its accumulated gradient (undefined until the first
+// backward reaches it; same shape, dtype and device as `value` after that).
+struct Parameter {
+  Tensor value;
+  Tensor grad;
+};
+
+// Called once per parameter per backward, right after its gradient became
+// final. Runs on the thread that called Backward; keep it short or hand off.
+using GradReadyHook = std::function<void(Parameter& parameter)>;
+
+// An entry of a state dict: a name and a tensor handle (not a copy).
+using NamedTensor = std::pair<std::string, Tensor>;
+
+struct NamedParameter {
+  std::string name;
+  Parameter* parameter;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // "Linear", "Sequential", ... (for messages and printing).
+  virtual absl::string_view type_name() const = 0;
+
+  // Computes the output and keeps what backward needs.
+  virtual absl::StatusOr<Tensor> Forward(const Tensor& input) = 0;
+
+  // Gradient of the input given the gradient of the last Forward's output;
+  // accumulates parameter gradients and fires the hook (see above). An error
+  // if no forward is pending. With input_grad = false the input's gradient is
+  // not computed (as for a PyTorch input that does not require grad) and an
+  // undefined tensor is returned: the first layer of a model skips a GEMM.
+  absl::StatusOr<Tensor> Backward(const Tensor& grad_output, bool input_grad = true);
+
+  // The hook for this module and everything below it (replaces any previous
+  // one; an empty function removes it).
+  void SetGradReadyHook(GradReadyHook hook) { hook_ = std::move(hook); }
+
+  // Parameters in registration order, depth first, with hierarchical names;
+  // the order of torch's model.named_parameters().
+  std::vector<NamedParameter> NamedParameters();
+  std::vector<Parameter*> Parameters();
+  // Buffers (non-trainable state such as running statistics).
+  std::vector<NamedTensor> NamedBuffers();
+
+  // Parameters then buffers of each module, depth first: torch's state_dict
+  // order. Handles, not copies: use the tensors' Clone for a snapshot.
+  std::vector<NamedTensor> StateDict();
+  // Copies values into the parameters and buffers. With `strict`, missing
+  // and unexpected names are errors; a wrong shape or dtype always is. The
+  // message lists every problem. Nothing is written unless all checks pass.
+  absl::Status LoadStateDict(const std::vector<NamedTensor>& state, bool strict = true);
+
+  // Zeroes every defined gradient (torch 1.13's zero_grad(set_to_none=False));
+  // with set_to_none, drops them instead.
+  absl::Status ZeroGrad(bool set_to_none = false);
+
+  // Training mode (dropout active) or evaluation mode, recursively.
+  void Train(bool on = true);
+  void Eval() { Train(false); }
+  bool is_training() const { return training_; }
+
+  // A deep copy with parameters and buffers on `device` (gradients, hooks and
+  // pending forwards are not copied). DataParallel's replicate uses it.
+  absl::StatusOr<std::unique_ptr<Module>> CloneTo(Device device) const;
+
+  // Number of elements over all parameters.
+  int64_t NumParameterElements();
+
+ protected:
+  Module() = default;
+
+  // Called by Backward with the hook of the module it was called on.
+  virtual absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
+                                              const GradReadyHook& hook) = 0;
+  // A new module of the same kind and configuration, with uninitialized (or
+  // any) parameters on `device`; CloneTo copies the values in.
+  virtual absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const = 0;
+
+  void RegisterParameter(std::string name, Parameter* parameter);
+  void RegisterBuffer(std::string name, Tensor* buffer);
+  // Takes ownership; returns the raw pointer for convenience.
+  Module* RegisterModule(std::string name, std::unique_ptr<Module> child);
+
+  // For containers: runs a child's backward with the caller's hook.
+  static absl::StatusOr<Tensor> ChildBackward(Module& child, const Tensor& grad_output,
+                                              bool input_grad, const GradReadyHook& hook);
+  static absl::StatusOr<std::unique_ptr<Module>> ChildNewLike(const Module& child, Device device) {
+    return child.NewLike(device);
+  }
+
+  // parameter.grad += grad (creating it as zeros of the parameter's dtype and
+  // device on first use; `grad` may be of another floating dtype and is
+  // converted), then fires `hook`.
+  static absl::Status AccumulateGrad(Parameter& parameter, const Tensor& grad,
+                                     const GradReadyHook& hook);
+
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const {
+    return children_;
+  }
+
+ private:
+  void CollectParameters(const std::string& prefix, std::vector<NamedParameter>& out);
+  void CollectState(const std::string& prefix, std::vector<NamedTensor>& out);
+  void CollectBuffers(const std::string& prefix, std::vector<NamedTensor>& out);
+
+  GradReadyHook hook_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Parameter*>> parameters_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_NN_MODULE_H_

@@ -1,0 +1,234 @@
+// Module behaviour on the MLP: names, gradient-ready hooks, accumulation,
+// state dicts, deep copies and misuse errors.
+#include "nn/module.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/mt19937.h"
+#include "gtest/gtest.h"
+#include "nn/cross_entropy.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
+#include "nn/relu.h"
+
+namespace lockstep {
+namespace {
+
+std::unique_ptr<Sequential> Mlp(uint64_t seed = 0, double dropout = 0.0) {
+  Mt19937 gen(seed);
+  MlpOptions options;
+  options.sizes = {6, 5, 4, 3};
+  options.dropout = dropout;
+  return *MakeMlp(options, gen);
+}
+
+Tensor Batch(int rows, int cols, float base) {
+  std::vector<float> v(rows * cols);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = base + 0.37f * std::sin(static_cast<float>(i));
+  return *Tensor::FromVector<float>(v, {rows, cols});
+}
+
+// By value: a range-for over `*t.ToVector<float>()` would read a destroyed
+// temporary.
+std::vector<float> Values(const Tensor& t) { return *t.ToVector<float>(); }
+
+Tensor Labels(std::vector<int64_t> y) { return *Tensor::FromVector<int64_t>(y); }
+
+// One forward + loss + backward; returns the loss gradient used.
+void Step(Sequential& model, const Tensor& x, const Tensor& y) {
+  absl::StatusOr<Tensor> logits = model.Forward(x);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, y);
+  ASSERT_TRUE(ce.ok()) << ce.status();
+  ASSERT_TRUE(model.Backward(ce->grad_logits).ok());
+}
+
+TEST(ModuleTest, NamesFollowPyTorch) {
+  std::unique_ptr<Sequential> model = Mlp();
+  std::vector<std::string> names;
+  for (const NamedParameter& p : model->NamedParameters()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias",
+                                             "5.weight", "5.bias"}));
+  std::vector<std::string> state;
+  for (const NamedTensor& t : model->StateDict()) state.push_back(t.first);
+  EXPECT_EQ(state, names);
+  EXPECT_EQ(model->NumParameterElements(), 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
+}
+
+TEST(ModuleTest, HooksFireOncePerParameterInReverseOrderWithFinalGradients) {
+  std::unique_ptr<Sequential> model = Mlp();
+  std::vector<std::string> order;
+  std::vector<std::vector<float>> at_hook;
+  std::map<Parameter*, std::string> name_of;
+  for (const NamedParameter& p : model->NamedParameters()) name_of[p.parameter] = p.name;
+  model->SetGradReadyHook([&](Parameter& p) {
+    order.push_back(name_of[&p]);
+    at_hook.push_back(*p.grad.ToVector<float>());
+  });
+  const Tensor x = Batch(4, 6, 0.1f);
+  const Tensor y = Labels({0, 2, 1, 2});
+  for (int pass = 0; pass < 2; ++pass) {
+    order.clear();
+    at_hook.clear();
+    Step(*model, x, y);
+    EXPECT_EQ(order, (std::vector<std::string>{"5.bias", "5.weight", "3.bias", "3.weight",
+                                               "1.bias", "1.weight"}));
+    // What the hook saw is what backward left: the gradient was final.
+    std::vector<NamedParameter> params = model->NamedParameters();
+    for (size_t i = 0; i < order.size(); ++i) {
+      Parameter* p = nullptr;
+      for (const NamedParameter& np : params) {
+        if (np.name == order[i]) p = np.parameter;
+      }
+      EXPECT_EQ(at_hook[i], *p->grad.ToVector<float>()) << order[i];
+    }
+  }
+}
+
+TEST(ModuleTest, HookForLayerKFiresBeforeLayerKMinusOneComputes) {
+  // The hook of the last layer's weight runs while the first layer has not
+  // produced a gradient yet: DDP can start reducing it during backward.
+  std::unique_ptr<Sequential> model = Mlp();
+  std::vector<NamedParameter> params = model->NamedParameters();
+  Parameter* first_weight = params[0].parameter;
+  bool first_had_grad_at_last_hook = true;
+  model->SetGradReadyHook([&](Parameter& p) {
+    if (&p == params[4].parameter) first_had_grad_at_last_hook = first_weight->grad.defined();
+  });
+  Step(*model, Batch(3, 6, 0.0f), Labels({1, 1, 0}));
+  EXPECT_FALSE(first_had_grad_at_last_hook);
+}
+
+TEST(ModuleTest, GradientsAccumulateUntilZeroGrad) {
+  std::unique_ptr<Sequential> model = Mlp();
+  const Tensor x = Batch(4, 6, 0.3f);
+  const Tensor y = Labels({2, 0, 1, 1});
+  Step(*model, x, y);
+  std::vector<std::vector<float>> once;
+  for (Parameter* p : model->Parameters()) once.push_back(*p->grad.ToVector<float>());
+  Step(*model, x, y);
+  std::vector<Parameter*> params = model->Parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float> twice = *params[i]->grad.ToVector<float>();
+    for (size_t k = 0; k < twice.size(); ++k) EXPECT_EQ(twice[k], 2.0f * once[i][k]);
+  }
+  // ZeroGrad fills, so even Inf/NaN left by a skipped step become 0.
+  params[0]->grad.data<float>()[0] = NAN;
+  ASSERT_TRUE(model->ZeroGrad().ok());
+  for (Parameter* p : params) {
+    for (float v : Values(p->grad)) EXPECT_EQ(v, 0.0f);
+  }
+  ASSERT_TRUE(model->ZeroGrad(/*set_to_none=*/true).ok());
+  for (Parameter* p : params) EXPECT_FALSE(p->grad.defined());
+}
+
+TEST(ModuleTest, BackwardWithoutForwardIsAnError) {
+  std::unique_ptr<Sequential> model = Mlp();
+  absl::StatusOr<Tensor> g = model->Backward(*Tensor::Zeros({2, 3}, DType::kF32));
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(g.status().message().find("no pending Forward"), absl::string_view::npos) << g.status();
+  // A consumed forward cannot be reused.
+  Step(*model, Batch(2, 6, 0.0f), Labels({0, 1}));
+  EXPECT_FALSE(model->Backward(*Tensor::Zeros({2, 3}, DType::kF32)).ok());
+}
+
+TEST(ModuleTest, ForwardRejectsWrongShapes) {
+  std::unique_ptr<Sequential> model = Mlp();
+  absl::StatusOr<Tensor> y = model->Forward(Batch(2, 7, 0.0f));
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("Linear(6 -> 5)"), absl::string_view::npos) << y.status();
+  EXPECT_NE(y.status().message().find("child 1"), absl::string_view::npos) << y.status();
+}
+
+TEST(ModuleTest, InputGradientMatchesFiniteDifferences) {
+  std::unique_ptr<Sequential> model = Mlp(3);
+  const Tensor x = Batch(2, 6, 0.2f);
+  const Tensor y = Labels({1, 2});
+  absl::StatusOr<Tensor> logits = model->Forward(x);
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, y);
+  absl::StatusOr<Tensor> gx = model->Backward(ce->grad_logits);
+  ASSERT_TRUE(gx.ok()) << gx.status();
+  std::vector<float> analytic = *gx->ToVector<float>();
+  auto loss_at = [&](const std::vector<float>& v) {
+    Tensor t = *Tensor::FromVector<float>(v, {2, 6});
+    Tensor l = *model->Forward(t);
+    return CrossEntropy(l, y)->loss;
+  };
+  std::vector<float> base = *x.ToVector<float>();
+  for (size_t i = 0; i < base.size(); ++i) {
+    std::vector<float> plus = base, minus = base;
+    plus[i] += 1e-2f;
+    minus[i] -= 1e-2f;
+    const double numeric = (loss_at(plus) - loss_at(minus)) / (plus[i] - minus[i]);
+    EXPECT_NEAR(analytic[i], numeric, 2e-3) << i;
+  }
+}
+
+TEST(ModuleTest, StateDictRoundTripAndStrictErrors) {
+  std::unique_ptr<Sequential> a = Mlp(1), b = Mlp(2);
+  std::vector<NamedTensor> state = a->StateDict();
+  ASSERT_TRUE(b->LoadStateDict(state).ok());
+  for (size_t i = 0; i < state.size(); ++i) {
+    EXPECT_EQ(*b->StateDict()[i].second.ToVector<float>(), *state[i].second.ToVector<float>());
+    EXPECT_FALSE(b->StateDict()[i].second.SharesStorageWith(state[i].second));  // copied
+  }
+  std::unique_ptr<Sequential> c = Mlp(3);
+  const std::vector<float> before = *c->StateDict()[0].second.ToVector<float>();
+  std::vector<NamedTensor> bad = state;
+  bad.erase(bad.begin() + 1);                                          // missing 1.bias
+  bad.emplace_back("9.weight", *Tensor::Zeros({1}, DType::kF32));       // unexpected
+  bad[2].second = *Tensor::Zeros({7, 7}, DType::kF32);                  // 3.bias (after the erase) mis-shaped
+  absl::Status s = c->LoadStateDict(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("missing: 1.bias"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("unexpected: 9.weight"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("'3.bias': expected f32[4], got f32[7, 7]"), absl::string_view::npos) << s;
+  EXPECT_EQ(*c->StateDict()[0].second.ToVector<float>(), before);  // nothing written
+  // Non-strict loading ignores missing and unexpected names, not bad shapes.
+  bad[2].second = state[3].second;
+  EXPECT_TRUE(c->LoadStateDict(bad, /*strict=*/false).ok());
+}
+
+TEST(ModuleTest, CloneToIsADeepCopy) {
+  std::unique_ptr<Sequential> model = Mlp(4);
+  absl::StatusOr<std::unique_ptr<Module>> copy = model->CloneTo(Device::Cpu());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const Tensor x = Batch(3, 6, -0.2f);
+  std::vector<float> a = *model->Forward(x)->ToVector<float>();
+  std::vector<float> b = *(*copy)->Forward(x)->ToVector<float>();
+  EXPECT_EQ(a, b);
+  (*copy)->Parameters()[0]->value.data<float>()[0] += 1.0f;
+  EXPECT_NE((*copy)->Parameters()[0]->value.data<float>()[0],
+            model->Parameters()[0]->value.data<float>()[0]);
+}
+
+TEST(ModuleTest, DropoutTrainAndEval) {
+  std::unique_ptr<Sequential> model = Mlp(5, /*dropout=*/0.5);
+  EXPECT_EQ(model->size(), 8u);  // Flatten, (Linear, ReLU, Dropout) x 2, Linear
+  const Tensor x = Batch(4, 6, 0.5f);
+  std::vector<float> train1 = *model->Forward(x)->ToVector<float>();
+  std::vector<float> train2 = *model->Forward(x)->ToVector<float>();
+  EXPECT_NE(train1, train2);  // a new mask per call
+  model->Eval();
+  std::vector<float> eval1 = *model->Forward(x)->ToVector<float>();
+  std::vector<float> eval2 = *model->Forward(x)->ToVector<float>();
+  EXPECT_EQ(eval1, eval2);
+  // Backward reapplies the forward's mask: zeroed activations get no gradient.
+  model->Train();
+  Dropout drop(0.5, 9);
+  Tensor ones = *Tensor::FromVector<float>(std::vector<float>(64, 1.0f), {8, 8});
+  std::vector<float> out = *drop.Forward(ones)->ToVector<float>();
+  std::vector<float> grad = *drop.Backward(ones)->ToVector<float>();
+  EXPECT_EQ(out, grad);
+  Dropout all(1.0, 1);
+  for (float v : Values(*all.Forward(ones))) EXPECT_EQ(v, 0.0f);
+  Dropout invalid(1.5, 1);
+  EXPECT_EQ(invalid.Forward(ones).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,133 @@
+// CUDA versions of the nn elementwise kernels. The arithmetic is
+// nn/internal/nn_elementwise.h, shared with the CPU code (compiled with
+// --fmad=false so both round identically). Grid-stride loops.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/internal/elementwise.h"
+#include "nn/internal/nn_cuda_launch.h"
+#include "nn/internal/nn_elementwise.h"
+
+namespace lockstep {
+namespace nn_cuda_internal {
+namespace {
+
+namespace ew = ::lockstep::elementwise;
+namespace nw = ::lockstep::nn_elementwise;
+
+enum DTypeValue { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3 };
+
+constexpr int kThreads = 256;
+
+inline unsigned Blocks(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
+}
+
+#define LOCKSTEP_GRID_LOOP(i, count)                                                   \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <typename T>
+__global__ void ReluKernel(const T* in, T* out, int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const auto x = ew::Load(in[i]);
+    out[i] = x > 0 || x != x ? in[i] : ew::Store<T>(0);
+  }
+}
+
+template <typename T>
+__global__ void ReluBackwardKernel(const T* grad_out, const T* out, T* grad_in, int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    // As PyTorch's threshold_backward: zero where out <= 0 (NaN passes).
+    grad_in[i] = ew::Load(out[i]) <= 0 ? ew::Store<T>(0) : grad_out[i];
+  }
+}
+
+template <typename T>
+__global__ void DropoutKernel(const T* in, T* out, int64_t count, uint64_t seed, uint64_t offset,
+                              uint32_t threshold, float scale) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const bool keep = nw::DropoutKeep(seed, offset, static_cast<uint64_t>(i), threshold);
+    out[i] = ew::Store<T>(keep ? ew::Load(in[i]) * static_cast<ew::Acc<T>>(scale) : 0);
+  }
+}
+
+__global__ void SgdKernel(nw::SgdParams params, float* p, const float* g, float* buf,
+                          int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    float unused = 0.0f;
+    nw::SgdUpdate(params, p[i], g[i], buf != nullptr ? buf[i] : unused);
+  }
+}
+
+__global__ void AdamKernel(nw::AdamParams params, float* p, const float* g, float* m, float* v,
+                           float* v_max, int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    float unused = 0.0f;
+    nw::AdamUpdate(params, p[i], g[i], m[i], v[i], v_max != nullptr ? v_max[i] : unused);
+  }
+}
+
+template <typename Fn>
+int Dispatch(int dtype, Fn&& fn) {
+  switch (dtype) {
+    case kF32: return fn(float{});
+    case kF64: return fn(double{});
+    case kF16: return fn(Half{});
+    case kBF16: return fn(BFloat16{});
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int LastError() { return static_cast<int>(cudaPeekAtLastError()); }
+
+}  // namespace
+
+int LaunchRelu(int dtype, const void* in, void* out, int64_t count) {
+  if (count == 0) return 0;
+  return Dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ReluKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out), count);
+    return LastError();
+  });
+}
+
+int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* grad_in,
+                       int64_t count) {
+  if (count == 0) return 0;
+  return Dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ReluBackwardKernel<T><<<Blocks(count), kThreads>>>(
+        static_cast<const T*>(grad_out), static_cast<const T*>(out), static_cast<T*>(grad_in), count);
+    return LastError();
+  });
+}
+
+int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed,
+                  uint64_t offset, uint32_t keep_threshold24, float scale) {
+  if (count == 0) return 0;
+  return Dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    DropoutKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out),
+                                                  count, seed, offset, keep_threshold24, scale);
+    return LastError();
+  });
+}
+
+int LaunchSgd(const nw::SgdParams& params, float* p, const float* g, float* buf, int64_t count) {
+  if (count == 0) return 0;
+  SgdKernel<<<Blocks(count), kThreads>>>(params, p, g, buf, count);
+  return LastError();
+}
+
+int LaunchAdam(const nw::AdamParams& params, float* p, const float* g, float* m, float* v,
+               float* v_max, int64_t count) {
+  if (count == 0) return 0;
+  AdamKernel<<<Blocks(count), kThreads>>>(params, p, g, m, v, v_max, count);
+  return LastError();
+}
+
+}  // namespace nn_cuda_internal
+}  // namespace lockstep

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Golden data for nn/golden_test.cc, from PyTorch 1.13 (Debian's python3-torch).
+
+    /usr/bin/python3 nn/testdata/make_nn_golden.py nn/testdata/mlp_golden.safetensors
+
+A fixed MLP (Flatten, Linear 20->16, ReLU, Linear 16->12, ReLU, Linear 12->5)
+built right after torch.manual_seed(0), so its initial weights come from
+PyTorch's own initialization; then, for each optimizer configuration, three
+training steps on three fixed batches. Stored, all f32 unless noted:
+
+  init.<param>                initial parameters (lockstep must reproduce them bit for bit)
+  batch<k>.x, batch<k>.y      inputs [8, 4, 5] and labels (i64) of step k
+  step0.logits, step0.loss    forward of batch 0 with the initial weights (loss 0-d)
+  step0.grad.<param>          gradients of that loss
+  <opt>.step<k>.<param>       parameters after step k+1 of optimizer <opt>
+  <opt>.step<k>.loss          the loss computed in step k+1 (before its update)
+  big.weight_head/tail, big.bias, big.weight_sum (f64)
+                              Linear(784, 512) after manual_seed(1): first and
+                              last 64 weights, all biases, and the f64 sum of
+                              all weights (init check at the trainer's size)
+The optimizer configurations are in the file's metadata as JSON.
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from read_safetensors import write_safetensors  # noqa: E402
+
+OPTIMIZERS = {
+    "sgd": ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=1e-3)),
+    "sgd_nesterov": ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=1e-3)),
+    "adam_amsgrad": ("Adam", dict(lr=1e-2, weight_decay=1e-3, amsgrad=True)),
+    "adamw": ("AdamW", dict(lr=1e-2, weight_decay=1e-2)),
+}
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(20, 16), torch.nn.ReLU(),
+        torch.nn.Linear(16, 12), torch.nn.ReLU(),
+        torch.nn.Linear(12, 5))
+
+
+def main(path):
+    torch.set_num_threads(1)
+    out = {}
+    model = make_model()
+    for name, p in model.named_parameters():
+        out["init." + name] = p.detach().clone()
+    gen = torch.Generator().manual_seed(1234)
+    batches = []
+    for k in range(3):
+        x = torch.randn(8, 4, 5, generator=gen)
+        y = torch.randint(0, 5, (8,), generator=gen)
+        batches.append((x, y))
+        out[f"batch{k}.x"] = x
+        out[f"batch{k}.y"] = y
+
+    x, y = batches[0]
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    out["step0.logits"] = logits.detach().clone()
+    out["step0.loss"] = loss.detach().clone()
+    for name, p in model.named_parameters():
+        out["step0.grad." + name] = p.grad.detach().clone()
+
+    for key, (cls, kwargs) in OPTIMIZERS.items():
+        model = make_model()
+        opt = getattr(torch.optim, cls)(model.parameters(), **kwargs)
+        for k, (x, y) in enumerate(batches):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            out[f"{key}.step{k}.loss"] = loss.detach().clone()
+            for name, p in model.named_parameters():
+                out[f"{key}.step{k}.{name}"] = p.detach().clone()
+
+    torch.manual_seed(1)
+    big = torch.nn.Linear(784, 512)
+    w = big.weight.detach().flatten()
+    out["big.weight_head"] = w[:64].clone()
+    out["big.weight_tail"] = w[-64:].clone()
+    out["big.bias"] = big.bias.detach().clone()
+    out["big.weight_sum"] = w.double().sum().reshape(())
+
+    metadata = {"optimizers": json.dumps({k: [c, a] for k, (c, a) in OPTIMIZERS.items()},
+                                         sort_keys=True),
+                "torch": torch.__version__}
+    write_safetensors(path, out, metadata)
+    print(f"wrote {len(out)} tensors to {path}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlp_golden.safetensors"))
