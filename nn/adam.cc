@@ -98,9 +98,11 @@ absl::Status Adam::Step() {
     params.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
     params.eps = static_cast<float>(options_.eps);
     params.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-    params.decoupled = options_.decoupled_weight_decay;
-    params.amsgrad = options_.amsgrad;
-    params.maximize = options_.maximize;
+    nn_elementwise::AdamFlags flags;
+    flags.decoupled = options_.decoupled_weight_decay;
+    flags.decay = options_.weight_decay != 0.0;
+    flags.amsgrad = options_.amsgrad;
+    flags.maximize = options_.maximize;
     float* value = p.value.data<float>();
     const float* grad = p.grad.data<float>();
     float* m = state["exp_avg"].data<float>();
@@ -109,14 +111,27 @@ absl::Status Adam::Step() {
     const int64_t n = p.value.numel();
     if (p.value.device().is_cuda()) {
       LOCKSTEP_RETURN_IF_ERROR(
-          nn_cuda::Adam(p.value.device().index(), params, value, grad, m, v, v_max, n));
+          nn_cuda::Adam(p.value.device().index(), params, flags, value, grad, m, v, v_max, n));
       continue;
     }
-    float unused = 0.0f;
-    for (int64_t k = 0; k < n; ++k) {
-      nn_elementwise::AdamUpdate(params, value[k], grad[k], m[k], v[k],
-                                 v_max != nullptr ? v_max[k] : unused);
-    }
+    // One loop per flag combination: no branches inside, so it vectorizes.
+    nn_elementwise::WithBools(
+        [&](auto decoupled, auto decay, auto amsgrad, auto maximize) {
+          using Flags = nn_elementwise::StaticAdamFlags<decoupled, decay, amsgrad, maximize>;
+          if (v_max == nullptr) {
+#pragma GCC ivdep
+            for (int64_t k = 0; k < n; ++k) {
+              float unused = 0.0f;
+              nn_elementwise::AdamUpdate(params, Flags{}, value[k], grad[k], m[k], v[k], unused);
+            }
+          } else {
+#pragma GCC ivdep
+            for (int64_t k = 0; k < n; ++k) {
+              nn_elementwise::AdamUpdate(params, Flags{}, value[k], grad[k], m[k], v[k], v_max[k]);
+            }
+          }
+        },
+        flags.decoupled, flags.decay, flags.amsgrad, flags.maximize);
   }
   return absl::OkStatus();
 }

@@ -130,18 +130,20 @@ absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t
                 "Dropout", device);
 }
 
-absl::Status Sgd(int device, const nn_elementwise::SgdParams& params, float* p, const float* g,
+absl::Status Sgd(int device, const nn_elementwise::SgdParams& params,
+                 const nn_elementwise::SgdFlags& flags, float* p, const float* g,
                  float* buf, int64_t count) {
   absl::Status s = SetDevice(device, "Sgd");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchSgd(params, p, g, buf, count), "Sgd", device);
+  return Finish(nn_cuda_internal::LaunchSgd(params, flags, p, g, buf, count), "Sgd", device);
 }
 
-absl::Status Adam(int device, const nn_elementwise::AdamParams& params, float* p, const float* g,
+absl::Status Adam(int device, const nn_elementwise::AdamParams& params,
+                  const nn_elementwise::AdamFlags& flags, float* p, const float* g,
                   float* m, float* v, float* v_max, int64_t count) {
   absl::Status s = SetDevice(device, "Adam");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchAdam(params, p, g, m, v, v_max, count), "Adam", device);
+  return Finish(nn_cuda_internal::LaunchAdam(params, flags, p, g, m, v, v_max, count), "Adam", device);
 }
 
 }  // namespace nn_cuda

@@ -26,10 +26,10 @@ absl::Status Dropout(int, DType, const void*, void*, int64_t, uint64_t, uint64_t
                      float) {
   return NoCuda("Dropout");
 }
-absl::Status Sgd(int, const nn_elementwise::SgdParams&, float*, const float*, float*, int64_t) {
+absl::Status Sgd(int, const nn_elementwise::SgdParams&, const nn_elementwise::SgdFlags&, float*, const float*, float*, int64_t) {
   return NoCuda("Sgd");
 }
-absl::Status Adam(int, const nn_elementwise::AdamParams&, float*, const float*, float*, float*,
+absl::Status Adam(int, const nn_elementwise::AdamParams&, const nn_elementwise::AdamFlags&, float*, const float*, float*, float*,
                   float*, int64_t) {
   return NoCuda("Adam");
 }

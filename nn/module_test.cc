@@ -126,6 +126,25 @@ TEST(ModuleTest, GradientsAccumulateUntilZeroGrad) {
   for (Parameter* p : params) EXPECT_FALSE(p->grad.defined());
 }
 
+TEST(ModuleTest, NoInputGradientMeansNoneBeforeTheFirstTrainableLayer) {
+  // Flatten (child 0) has no parameters: without an input gradient the first
+  // Linear must not compute one either, yet every parameter gets its
+  // gradient and every pending forward is consumed.
+  std::unique_ptr<Sequential> model = Mlp();
+  absl::StatusOr<Tensor> logits = model->Forward(Batch(2, 6, 0.0f));
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, Labels({0, 1}));
+  absl::StatusOr<Tensor> gx = model->Backward(ce->grad_logits, /*input_grad=*/false);
+  ASSERT_TRUE(gx.ok()) << gx.status();
+  EXPECT_FALSE(gx->defined());
+  for (Parameter* p : model->Parameters()) EXPECT_TRUE(p->grad.defined());
+  EXPECT_FALSE(model->Backward(ce->grad_logits).ok());  // consumed
+  // With an input gradient, it has the input's shape.
+  logits = model->Forward(Batch(2, 6, 0.0f));
+  gx = model->Backward(ce->grad_logits);
+  ASSERT_TRUE(gx.ok()) << gx.status();
+  EXPECT_EQ(gx->shape(), (Shape{2, 6}));
+}
+
 TEST(ModuleTest, BackwardWithoutForwardIsAnError) {
   std::unique_ptr<Sequential> model = Mlp();
   absl::StatusOr<Tensor> g = model->Backward(*Tensor::Zeros({2, 3}, DType::kF32));

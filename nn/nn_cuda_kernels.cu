@@ -54,19 +54,19 @@ __global__ void DropoutKernel(const T* in, T* out, int64_t count, uint64_t seed,
   }
 }
 
-__global__ void SgdKernel(nw::SgdParams params, float* p, const float* g, float* buf,
-                          int64_t count) {
+__global__ void SgdKernel(nw::SgdParams params, nw::SgdFlags flags, float* p, const float* g,
+                          float* buf, int64_t count) {
   LOCKSTEP_GRID_LOOP(i, count) {
     float unused = 0.0f;
-    nw::SgdUpdate(params, p[i], g[i], buf != nullptr ? buf[i] : unused);
+    nw::SgdUpdate(params, flags, p[i], g[i], buf != nullptr ? buf[i] : unused);
   }
 }
 
-__global__ void AdamKernel(nw::AdamParams params, float* p, const float* g, float* m, float* v,
-                           float* v_max, int64_t count) {
+__global__ void AdamKernel(nw::AdamParams params, nw::AdamFlags flags, float* p, const float* g,
+                           float* m, float* v, float* v_max, int64_t count) {
   LOCKSTEP_GRID_LOOP(i, count) {
     float unused = 0.0f;
-    nw::AdamUpdate(params, p[i], g[i], m[i], v[i], v_max != nullptr ? v_max[i] : unused);
+    nw::AdamUpdate(params, flags, p[i], g[i], m[i], v[i], v_max != nullptr ? v_max[i] : unused);
   }
 }
 
@@ -116,16 +116,17 @@ int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t 
   });
 }
 
-int LaunchSgd(const nw::SgdParams& params, float* p, const float* g, float* buf, int64_t count) {
+int LaunchSgd(const nw::SgdParams& params, const nw::SgdFlags& flags, float* p, const float* g,
+              float* buf, int64_t count) {
   if (count == 0) return 0;
-  SgdKernel<<<Blocks(count), kThreads>>>(params, p, g, buf, count);
+  SgdKernel<<<Blocks(count), kThreads>>>(params, flags, p, g, buf, count);
   return LastError();
 }
 
-int LaunchAdam(const nw::AdamParams& params, float* p, const float* g, float* m, float* v,
-               float* v_max, int64_t count) {
+int LaunchAdam(const nw::AdamParams& params, const nw::AdamFlags& flags, float* p, const float* g,
+               float* m, float* v, float* v_max, int64_t count) {
   if (count == 0) return 0;
-  AdamKernel<<<Blocks(count), kThreads>>>(params, p, g, m, v, v_max, count);
+  AdamKernel<<<Blocks(count), kThreads>>>(params, flags, p, g, m, v, v_max, count);
   return LastError();
 }
 

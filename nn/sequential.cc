@@ -21,10 +21,16 @@ absl::StatusOr<Tensor> Sequential::Forward(const Tensor& input) {
 
 absl::StatusOr<Tensor> Sequential::BackwardImpl(const Tensor& grad_output, bool input_grad,
                                                 const GradReadyHook& hook) {
+  // Without an input gradient, nothing before the first child with
+  // parameters needs one either (e.g. no 128x784 GEMM for Flatten's input).
+  size_t first_trainable = size();
+  for (size_t i = 0; i < size() && first_trainable == size(); ++i) {
+    if (!child(i).Parameters().empty()) first_trainable = i;
+  }
   Tensor g = grad_output;
   for (size_t i = size(); i-- > 0;) {
-    // Only the first child's input is the module's input.
-    absl::StatusOr<Tensor> gi = ChildBackward(child(i), g, i > 0 || input_grad, hook);
+    const bool child_input_grad = input_grad || i > first_trainable;
+    absl::StatusOr<Tensor> gi = ChildBackward(child(i), g, child_input_grad, hook);
     if (!gi.ok()) {
       return absl::Status(gi.status().code(),
                           absl::StrCat("Sequential child ", i, " (", child(i).type_name(),

@@ -48,14 +48,17 @@ absl::Status Sgd::Step() {
   params.momentum = static_cast<float>(options_.momentum);
   params.one_minus_dampening = static_cast<float>(1.0 - options_.dampening);
   params.weight_decay = static_cast<float>(options_.weight_decay);
-  params.nesterov = options_.nesterov;
-  params.maximize = options_.maximize;
+  nn_elementwise::SgdFlags flags;
+  flags.decay = options_.weight_decay != 0.0;
+  flags.momentum = options_.momentum != 0.0;
+  flags.nesterov = options_.nesterov;
+  flags.maximize = options_.maximize;
   for (size_t i = 0; i < parameters().size(); ++i) {
     Parameter& p = *parameters()[i].parameter;
     if (!p.grad.defined()) continue;
     LOCKSTEP_RETURN_IF_ERROR(optimizer_internal::CheckGrad("SGD", parameters()[i]));
     float* buf = nullptr;
-    params.first_step = false;
+    flags.first_step = false;
     if (options_.momentum != 0.0) {
       std::map<std::string, Tensor>& state = StateOf(i);
       auto it = state.find("momentum_buffer");
@@ -63,7 +66,7 @@ absl::Status Sgd::Step() {
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor created,
                                   Tensor::Empty(p.value.shape(), DType::kF32, p.value.device()));
         it = state.emplace("momentum_buffer", created).first;
-        params.first_step = true;
+        flags.first_step = true;
       }
       buf = it->second.data<float>();
     }
@@ -71,13 +74,27 @@ absl::Status Sgd::Step() {
     const float* grad = p.grad.data<float>();
     const int64_t n = p.value.numel();
     if (p.value.device().is_cuda()) {
-      LOCKSTEP_RETURN_IF_ERROR(nn_cuda::Sgd(p.value.device().index(), params, value, grad, buf, n));
+      LOCKSTEP_RETURN_IF_ERROR(
+          nn_cuda::Sgd(p.value.device().index(), params, flags, value, grad, buf, n));
       continue;
     }
-    float unused = 0.0f;
-    for (int64_t k = 0; k < n; ++k) {
-      nn_elementwise::SgdUpdate(params, value[k], grad[k], buf != nullptr ? buf[k] : unused);
-    }
+    // One loop per flag combination: no branches inside, so it vectorizes.
+    nn_elementwise::WithBools(
+        [&](auto decay, auto momentum, auto nesterov, auto maximize, auto first) {
+          using Flags = nn_elementwise::StaticSgdFlags<decay, momentum, nesterov, maximize, first>;
+          if (buf == nullptr) {
+            for (int64_t k = 0; k < n; ++k) {
+              float unused = 0.0f;
+              nn_elementwise::SgdUpdate(params, Flags{}, value[k], grad[k], unused);
+            }
+          } else {
+#pragma GCC ivdep
+            for (int64_t k = 0; k < n; ++k) {
+              nn_elementwise::SgdUpdate(params, Flags{}, value[k], grad[k], buf[k]);
+            }
+          }
+        },
+        flags.decay, flags.momentum, flags.nesterov, flags.maximize, flags.first_step);
   }
   return absl::OkStatus();
 }

@@ -26,9 +26,11 @@ absl::Status ReluBackward(int device, DType dtype, const void* grad_out, const v
                           void* grad_in, int64_t count);
 absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t count,
                      uint64_t seed, uint64_t offset, uint32_t keep_threshold24, float scale);
-absl::Status Sgd(int device, const nn_elementwise::SgdParams& params, float* p, const float* g,
+absl::Status Sgd(int device, const nn_elementwise::SgdParams& params,
+                 const nn_elementwise::SgdFlags& flags, float* p, const float* g,
                  float* buf, int64_t count);
-absl::Status Adam(int device, const nn_elementwise::AdamParams& params, float* p, const float* g,
+absl::Status Adam(int device, const nn_elementwise::AdamParams& params,
+                  const nn_elementwise::AdamFlags& flags, float* p, const float* g,
                   float* m, float* v, float* v_max, int64_t count);
 
 }  // namespace nn_cuda

@@ -16,10 +16,10 @@ int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* g
                        int64_t count);
 int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed,
                   uint64_t offset, uint32_t keep_threshold24, float scale);
-int LaunchSgd(const nn_elementwise::SgdParams& params, float* p, const float* g, float* buf,
-              int64_t count);
-int LaunchAdam(const nn_elementwise::AdamParams& params, float* p, const float* g, float* m,
-               float* v, float* v_max, int64_t count);
+int LaunchSgd(const nn_elementwise::SgdParams& params, const nn_elementwise::SgdFlags& flags,
+              float* p, const float* g, float* buf, int64_t count);
+int LaunchAdam(const nn_elementwise::AdamParams& params, const nn_elementwise::AdamFlags& flags,
+               float* p, const float* g, float* m, float* v, float* v_max, int64_t count);
 
 }  // namespace nn_cuda_internal
 }  // namespace lockstep

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/half.h"
 
@@ -29,22 +30,33 @@ LOCKSTEP_HOST_DEVICE inline bool DropoutKeep(uint64_t seed, uint64_t offset, uin
   return static_cast<uint32_t>(x >> 40) < keep_threshold24;
 }
 
+// Scalars are passed by value: a reference would let the compiler assume the
+// float arrays alias them and keep reloading (no SIMD). Boolean choices are a
+// Flags type: the runtime structs below on CUDA (uniform branches are free
+// there), compile-time constants (StaticFlags) in the CPU loops so that every
+// branch disappears and the loops vectorize. One body serves both.
 struct SgdParams {
   float lr;
   float momentum;
   float one_minus_dampening;
   float weight_decay;
+};
+
+struct SgdFlags {
+  bool decay;       // weight_decay != 0
+  bool momentum;    // momentum != 0
   bool nesterov;
   bool maximize;    // ascend: use -g
   bool first_step;  // the momentum buffer is created from this step's gradient
 };
 
-LOCKSTEP_HOST_DEVICE inline void SgdUpdate(const SgdParams& s, float& p, float g, float& buf) {
-  float d = s.maximize ? -g : g;
-  if (s.weight_decay != 0.0f) d = d + s.weight_decay * p;
-  if (s.momentum != 0.0f) {
-    buf = s.first_step ? d : buf * s.momentum + s.one_minus_dampening * d;
-    d = s.nesterov ? d + s.momentum * buf : buf;
+template <typename Flags>
+LOCKSTEP_HOST_DEVICE inline void SgdUpdate(SgdParams s, Flags f, float& p, float g, float& buf) {
+  float d = f.maximize ? -g : g;
+  if (f.decay) d = d + s.weight_decay * p;
+  if (f.momentum) {
+    buf = f.first_step ? d : buf * s.momentum + s.one_minus_dampening * d;
+    d = f.nesterov ? d + s.momentum * buf : buf;
   }
   p = p + (-s.lr) * d;
 }
@@ -57,28 +69,61 @@ struct AdamParams {
   float bias_correction2_sqrt;
   float eps;
   float neg_step_size;  // -lr / (1 - beta1^step)
-  bool decoupled;       // AdamW
-  bool amsgrad;
-  bool maximize;        // ascend: use -g
 };
 
-LOCKSTEP_HOST_DEVICE inline void AdamUpdate(const AdamParams& a, float& p, float g, float& m,
+struct AdamFlags {
+  bool decoupled;  // AdamW: p *= decay_factor
+  bool decay;      // Adam with weight_decay != 0: g += weight_decay * p
+  bool amsgrad;
+  bool maximize;   // ascend: use -g
+};
+
+template <typename Flags>
+LOCKSTEP_HOST_DEVICE inline void AdamUpdate(AdamParams a, Flags f, float& p, float g, float& m,
                                             float& v, float& v_max) {
-  if (a.maximize) g = -g;
-  if (a.decoupled) {
+  if (f.maximize) g = -g;
+  if (f.decoupled) {
     p = p * a.decay_factor;
-  } else if (a.weight_decay != 0.0f) {
+  } else if (f.decay) {
     g = g + a.weight_decay * p;
   }
   m = m * a.beta1 + a.one_minus_beta1 * g;
   v = v * a.beta2 + a.one_minus_beta2 * g * g;
   float second = v;
-  if (a.amsgrad) {
+  if (f.amsgrad) {
     v_max = v_max > v || v_max != v_max ? v_max : v;  // torch.maximum propagates NaN
     second = v_max;
   }
   const float denom = sqrtf(second) / a.bias_correction2_sqrt + a.eps;
   p = p + a.neg_step_size * (m / denom);
+}
+
+// Compile-time flags with the member names of SgdFlags / AdamFlags.
+template <bool kDecay, bool kMomentum, bool kNesterov, bool kMaximize, bool kFirst>
+struct StaticSgdFlags {
+  static constexpr bool decay = kDecay, momentum = kMomentum, nesterov = kNesterov,
+                        maximize = kMaximize, first_step = kFirst;
+};
+
+template <bool kDecoupled, bool kDecay, bool kAmsgrad, bool kMaximize>
+struct StaticAdamFlags {
+  static constexpr bool decoupled = kDecoupled, decay = kDecay, amsgrad = kAmsgrad,
+                        maximize = kMaximize;
+};
+
+// Calls fn(std::integral_constant<bool, b0>{}, ...) for runtime bools, so a
+// loop can be instantiated once per combination.
+template <bool... kBits, typename Fn>
+void WithBools(Fn&& fn) {
+  fn(std::integral_constant<bool, kBits>{}...);
+}
+template <bool... kBits, typename Fn, typename... Rest>
+void WithBools(Fn&& fn, bool b, Rest... rest) {
+  if (b) {
+    WithBools<kBits..., true>(fn, rest...);
+  } else {
+    WithBools<kBits..., false>(fn, rest...);
+  }
 }
 
 }  // namespace nn_elementwise
