@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "core/internal/cuda_grid.h"
 #include "core/internal/cuda_kernel_launch.h"
 #include "core/internal/elementwise.h"
 
@@ -15,21 +16,16 @@ namespace {
 
 namespace ew = ::lockstep::elementwise;
 
-// Enum values of core/dtype.h and core/reduce_op.h (kept in sync by
-// cuda_kernels_test comparing against the CPU kernels for every value).
-enum DTypeValue { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3, kI32 = 4, kI64 = 5, kU8 = 6 };
+using namespace ::lockstep::cuda_grid;  // NOLINT: kThreads, Blocks, dtype values
+
+// Enum values of core/reduce_op.h (kept in sync by cuda_kernels_test
+// comparing against the CPU kernels for every value).
 enum OpValue { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4 };
 
 struct InputPointers {
   const void* ptr[kMaxReduceInputs];
 };
 
-constexpr int kThreads = 256;
-
-inline unsigned Blocks(int64_t count) {
-  const int64_t blocks = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
-}
 
 template <typename T, typename Op, bool kAverage>
 __global__ void ReduceKernel(InputPointers inputs, int num_inputs, T* out, int64_t count) {
@@ -86,17 +82,6 @@ int VisitDType(int dtype, Fn&& fn) {
     case kI32: return fn(int32_t{});
     case kI64: return fn(int64_t{});
     case kU8: return fn(uint8_t{});
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
-}
-
-template <typename Fn>
-int VisitFloatDType(int dtype, Fn&& fn) {
-  switch (dtype) {
-    case kF32: return fn(float{});
-    case kF64: return fn(double{});
-    case kF16: return fn(Half{});
-    case kBF16: return fn(BFloat16{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

@@ -164,7 +164,9 @@ TEST(DataLoaderTest, StopsCleanlyMidEpoch) {
                                       DataLoaderOptions{7, false, 4, 3, false});
     ASSERT_TRUE(loader->StartEpoch(0).ok());
     ASSERT_TRUE(loader->Next().ok());
-    if (round % 2 == 0) ASSERT_TRUE(loader->StartEpoch(1).ok());  // Restart mid-epoch.
+    if (round % 2 == 0) {
+      ASSERT_TRUE(loader->StartEpoch(1).ok());  // Restart mid-epoch.
+    }
     // The destructor stops and joins the workers with batches in flight.
   }
 }

@@ -1,6 +1,7 @@
 // libFuzzer entry point for the IDX parser. With clang:
-//   clang++ -std=c++17 -fsanitize=fuzzer,address -I. data/idx_fuzz_target.cc data/idx.cc \
+//   clang++ -std=c++17 -fsanitize=fuzzer,address -I. data/idx_fuzz_target.cc data/idx.cc
 //     -labsl_status -labsl_strings -labsl_str_format_internal -labsl_int128 -lz -o /tmp/idx_fuzz
+//   (one command)
 //   /tmp/idx_fuzz -max_total_time=60
 // Under gcc, idx_fuzz_test drives it with seeded mutations in CI.
 #include <cstddef>

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/internal/cuda_grid.h"
 #include "core/internal/elementwise.h"
 #include "nn/internal/nn_cuda_launch.h"
 #include "nn/internal/nn_elementwise.h"
@@ -16,18 +17,8 @@ namespace {
 namespace ew = ::lockstep::elementwise;
 namespace nw = ::lockstep::nn_elementwise;
 
-enum DTypeValue { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3 };
-
-constexpr int kThreads = 256;
-
-inline unsigned Blocks(int64_t count) {
-  const int64_t blocks = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
-}
-
-#define LOCKSTEP_GRID_LOOP(i, count)                                                   \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+using cuda_grid::Blocks;
+using cuda_grid::kThreads;
 
 template <typename T>
 __global__ void ReluKernel(const T* in, T* out, int64_t count) {
@@ -70,24 +61,13 @@ __global__ void AdamKernel(nw::AdamParams params, nw::AdamFlags flags, float* p,
   }
 }
 
-template <typename Fn>
-int Dispatch(int dtype, Fn&& fn) {
-  switch (dtype) {
-    case kF32: return fn(float{});
-    case kF64: return fn(double{});
-    case kF16: return fn(Half{});
-    case kBF16: return fn(BFloat16{});
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
-}
-
 int LastError() { return static_cast<int>(cudaPeekAtLastError()); }
 
 }  // namespace
 
 int LaunchRelu(int dtype, const void* in, void* out, int64_t count) {
   if (count == 0) return 0;
-  return Dispatch(dtype, [&](auto zero) {
+  return cuda_grid::VisitFloatDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     ReluKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out), count);
     return LastError();
@@ -97,7 +77,7 @@ int LaunchRelu(int dtype, const void* in, void* out, int64_t count) {
 int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* grad_in,
                        int64_t count) {
   if (count == 0) return 0;
-  return Dispatch(dtype, [&](auto zero) {
+  return cuda_grid::VisitFloatDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     ReluBackwardKernel<T><<<Blocks(count), kThreads>>>(
         static_cast<const T*>(grad_out), static_cast<const T*>(out), static_cast<T*>(grad_in), count);
@@ -108,7 +88,7 @@ int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* g
 int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed,
                   uint64_t offset, uint32_t keep_threshold24, float scale) {
   if (count == 0) return 0;
-  return Dispatch(dtype, [&](auto zero) {
+  return cuda_grid::VisitFloatDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     DropoutKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out),
                                                   count, seed, offset, keep_threshold24, scale);

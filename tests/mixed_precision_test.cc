@@ -76,18 +76,32 @@ std::vector<std::vector<float>> Weights(Module& m) {
   return out;
 }
 
-TEST(MixedPrecisionTest, F16OverflowIsSkippedAndTheScaleBacksOffThenItLearns) {
-  const PrecisionPolicy policy = *ParsePrecision("fp16");
-  ASSERT_TRUE(NeedsLossScaling(policy));
-  Mt19937 gen(11);
+// An 8-32-4 MLP computing in `compute`, with plain SGD (lr 0.1).
+struct Trainee {
+  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Sgd> optimizer;
+};
+
+Trainee MakeTrainee(DType compute, uint64_t seed) {
+  Mt19937 gen(seed);
   MlpOptions options;
   options.sizes = {8, 32, 4};
   options.flatten = false;
-  options.compute_dtype = policy.compute_dtype;
-  std::unique_ptr<Sequential> model = *MakeMlp(options, gen);
+  options.compute_dtype = compute;
+  Trainee t;
+  t.model = *MakeMlp(options, gen);
   SgdOptions sgd;
   sgd.lr = 0.1;
-  std::unique_ptr<Sgd> optimizer = *Sgd::Create(model->NamedParameters(), sgd);
+  t.optimizer = *Sgd::Create(t.model->NamedParameters(), sgd);
+  return t;
+}
+
+TEST(MixedPrecisionTest, F16OverflowIsSkippedAndTheScaleBacksOffThenItLearns) {
+  const PrecisionPolicy policy = *ParsePrecision("fp16");
+  ASSERT_TRUE(NeedsLossScaling(policy));
+  Trainee t = MakeTrainee(policy.compute_dtype, 11);
+  Sequential* model = t.model.get();
+  Sgd* optimizer = t.optimizer.get();
   GradScalerOptions scaler_options;
   scaler_options.init_scale = 0x1p40;  // far beyond f16's range: the first steps overflow
   GradScaler scaler = *GradScaler::Create(scaler_options);
@@ -132,15 +146,9 @@ TEST(MixedPrecisionTest, F16OverflowIsSkippedAndTheScaleBacksOffThenItLearns) {
 TEST(MixedPrecisionTest, Bf16TrainsWithoutScaling) {
   const PrecisionPolicy policy = *ParsePrecision("bf16");
   ASSERT_FALSE(NeedsLossScaling(policy));
-  Mt19937 gen(12);
-  MlpOptions options;
-  options.sizes = {8, 32, 4};
-  options.flatten = false;
-  options.compute_dtype = policy.compute_dtype;
-  std::unique_ptr<Sequential> model = *MakeMlp(options, gen);
-  SgdOptions sgd;
-  sgd.lr = 0.1;
-  std::unique_ptr<Sgd> optimizer = *Sgd::Create(model->NamedParameters(), sgd);
+  Trainee t = MakeTrainee(policy.compute_dtype, 12);
+  Sequential* model = t.model.get();
+  Sgd* optimizer = t.optimizer.get();
   Mt19937 data(6);
   double first_loss = 0.0, last_loss = 0.0;
   for (int step = 0; step < 150; ++step) {
