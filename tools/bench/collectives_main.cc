@@ -1,7 +1,7 @@
 // Collective benchmark in the style of nccl-tests.
 //
-//   bazel run --config=opt //tools/bench:collectives -- --op=all_reduce --nproc=2 \
-//       --min_bytes=4K --max_bytes=256M --check
+//   bazel run --config=opt //tools/bench:collectives -- --op=all_reduce --nproc=2
+//       --min_bytes=4K --max_bytes=256M --check        (one command)
 //
 // With --nproc=N it starts N local ranks itself (this binary again, with
 // torchrun's variables); without it, it joins the group described by RANK,
