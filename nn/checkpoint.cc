@@ -17,7 +17,7 @@ constexpr char kFormatKey[] = "lockstep.checkpoint";
 
 bool Reserved(const std::string& key) {
   return key == kFormatKey || absl::StartsWith(key, "progress.") ||
-         absl::StartsWith(key, "optimizer.");
+         absl::StartsWith(key, "optimizer.") || absl::StartsWith(key, "module.");
 }
 
 template <typename Int>
@@ -50,6 +50,7 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
       {"progress.step", absl::StrCat(progress.step)},
       {"progress.seed", absl::StrCat(progress.seed)},
   };
+  for (const auto& [key, value] : model.ExtraState()) metadata["module." + key] = value;
   if (optimizer != nullptr) {
     for (const NamedTensor& t : optimizer->StateTensors()) {
       tensors.emplace_back(kOptimizerPrefix + t.first, t.second);
@@ -61,7 +62,7 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
     if (Reserved(key)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "SaveCheckpoint ", path, ": metadata key '", key,
-          "' is reserved (lockstep.checkpoint, progress.*, optimizer.*); prefix your keys, e.g. "
+          "' is reserved (lockstep.checkpoint, progress.*, optimizer.*, module.*); prefix your keys, e.g. "
           "\"scaler.\""));
     }
     metadata[key] = value;
@@ -98,16 +99,30 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module&
                                                    type->second, " optimizer but resuming with ",
                                                    optimizer->type_name()));
   }
-  // Optimizer first: if the model then refuses, the old optimizer state is
-  // put back, so a failed load changes nothing.
+  std::map<std::string, std::string> extra;
+  for (const auto& [key, value] : file.metadata) {
+    if (absl::StartsWith(key, "module.")) extra[key.substr(7)] = value;
+  }
+  const std::map<std::string, std::string> previous_extra = model.ExtraState();
+  // Extra state first (it validates before applying), then the optimizer: if
+  // the model's tensors then refuse, the old states are put back, so a
+  // failed load changes nothing.
+  {
+    absl::Status s = model.LoadExtraState(extra);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
+  }
   std::vector<NamedTensor> previous;
   if (optimizer != nullptr) {
     previous = optimizer->StateTensors();
     absl::Status s = optimizer->LoadStateTensors(optimizer_state);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
+    if (!s.ok()) {
+      LOCKSTEP_RETURN_IF_ERROR(model.LoadExtraState(previous_extra));
+      return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
+    }
   }
   absl::Status s = model.LoadStateDict(model_state, /*strict=*/true);
   if (!s.ok()) {
+    LOCKSTEP_RETURN_IF_ERROR(model.LoadExtraState(previous_extra));
     if (optimizer != nullptr) LOCKSTEP_RETURN_IF_ERROR(optimizer->LoadStateTensors(previous));
     return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
   }

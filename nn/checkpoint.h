@@ -21,8 +21,9 @@
 //   * "optimizer/state.<index>.<key>" for the optimizer's state (see
 //     nn/optimizer.h); PyTorch module names never contain '/'.
 //   * metadata: "lockstep.checkpoint" = "1", "progress.epoch",
-//     "progress.step", "progress.seed", "optimizer.type" and
-//     "optimizer.<hyperparameter>", then the caller's entries.
+//     "progress.step", "progress.seed", "optimizer.type",
+//     "optimizer.<hyperparameter>", "module.<path>.<key>" for the modules'
+//     extra state (e.g. a Dropout's mask counter), then the caller's entries.
 // Writes are atomic (nn/atomic_file.h): a crash mid-write leaves the
 // previous checkpoint intact. Loading validates the whole file first and
 // changes nothing (model or optimizer) unless everything fits.
@@ -54,7 +55,8 @@ struct LoadedCheckpoint {
 };
 
 // `optimizer` may be null (then no optimizer entries are written). Metadata
-// keys of `extra_metadata` must not collide with the reserved ones above.
+// keys of `extra_metadata` must not collide with the reserved ones above
+// (lockstep.checkpoint, progress.*, optimizer.*, module.*).
 absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimizer* optimizer,
                             const TrainingProgress& progress,
                             const std::map<std::string, std::string>& extra_metadata = {},

@@ -232,6 +232,39 @@ TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
   expect_untouched("wrong optimizer");
 }
 
+TEST(CheckpointTest, DropoutMasksResumeExactly) {
+  // A model with dropout: the masks depend on each Dropout's call counter,
+  // which the checkpoint carries as module extra state.
+  const std::string path = TempDir() + "/dropout.safetensors";
+  auto make = [] {
+    Mt19937 gen(10);
+    MlpOptions options;
+    options.sizes = {6, 8, 8, 3};
+    options.dropout = 0.5;
+    options.dropout_seed = 77;
+    return *MakeMlp(options, gen);
+  };
+  const Tensor x = *Tensor::FromVector<float>(std::vector<float>(24, 0.5f), {4, 6});
+  std::unique_ptr<Sequential> straight = make();
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(straight->Forward(x).ok());
+  std::vector<float> expected = *straight->Forward(x)->ToVector<float>();
+
+  std::unique_ptr<Sequential> first = make();
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(first->Forward(x).ok());
+  ASSERT_TRUE(SaveCheckpoint(path, *first, nullptr, {}).ok());
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(path);
+  EXPECT_EQ(file->metadata.at("module.3.calls"), "3");
+  EXPECT_EQ(file->metadata.at("module.6.calls"), "3");
+  std::unique_ptr<Sequential> resumed = make();
+  ASSERT_TRUE(LoadCheckpoint(path, *resumed, nullptr).ok());
+  EXPECT_EQ(*resumed->Forward(x)->ToVector<float>(), expected);
+  // Extra state for a module the model lacks is refused, naming it.
+  absl::Status s = resumed->LoadExtraState({{"4.calls", "1"}, {"3.calls", "x"}});
+  EXPECT_NE(s.message().find("'4.calls'"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("'3.calls': Dropout calls must be an unsigned integer"),
+            absl::string_view::npos) << s;
+}
+
 TEST(CheckpointTest, ReservedMetadataKeysAreRefused) {
   Trainee run = MakeRun(9);
   absl::Status s = SaveCheckpoint(TempDir() + "/r.safetensors", *run.model, nullptr, {},

@@ -1,5 +1,6 @@
 #include "nn/dropout.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "nn/math.h"
@@ -19,6 +20,21 @@ absl::StatusOr<Tensor> Apply(const Tensor& in, double p, uint64_t seed, uint64_t
 }
 
 }  // namespace
+
+std::map<std::string, std::string> Dropout::OwnExtraState() const {
+  return {{"calls", absl::StrCat(calls_)}};
+}
+
+absl::Status Dropout::LoadOwnExtraState(const std::string& key, const std::string& value,
+                                        bool apply) {
+  uint64_t calls = 0;
+  if (key != "calls") return absl::InvalidArgumentError("Dropout has no extra state '" + key + "'");
+  if (!absl::SimpleAtoi(value, &calls)) {
+    return absl::InvalidArgumentError("Dropout calls must be an unsigned integer, got \"" + value + "\"");
+  }
+  if (apply) calls_ = calls;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Tensor> Dropout::Forward(const Tensor& input) {
   if (!(p_ >= 0.0 && p_ <= 1.0)) {

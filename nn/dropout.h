@@ -36,6 +36,10 @@ class Dropout : public Module {
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override {
     return std::unique_ptr<Module>(new Dropout(p_, seed_));
   }
+  // "calls": the mask counter, so a resumed run draws the same masks.
+  std::map<std::string, std::string> OwnExtraState() const override;
+  absl::Status LoadOwnExtraState(const std::string& key, const std::string& value,
+                                 bool apply) override;
 
  private:
   double p_;

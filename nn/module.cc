@@ -73,6 +73,51 @@ void Module::CollectState(const std::string& prefix, std::vector<NamedTensor>& o
   for (auto& [name, child] : children_) child->CollectState(prefix + name + ".", out);
 }
 
+void Module::CollectExtraState(const std::string& prefix,
+                               std::map<std::string, std::string>& out) const {
+  for (const auto& [key, value] : OwnExtraState()) out[prefix + key] = value;
+  for (const auto& [name, child] : children_) child->CollectExtraState(prefix + name + ".", out);
+}
+
+std::map<std::string, std::string> Module::ExtraState() const {
+  std::map<std::string, std::string> out;
+  CollectExtraState("", out);
+  return out;
+}
+
+// Offers each entry under `prefix` whose remaining key has no '.' to this
+// module, the rest to the child named by the next component.
+absl::Status Module::VisitExtraState(const std::string& prefix,
+                                     const std::map<std::string, std::string>& state, bool apply,
+                                     std::vector<std::string>& problems,
+                                     std::set<std::string>& seen) {
+  for (auto it = state.lower_bound(prefix); it != state.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    const std::string key = it->first.substr(prefix.size());
+    if (key.find('.') != std::string::npos) continue;
+    seen.insert(it->first);
+    absl::Status s = LoadOwnExtraState(key, it->second, apply);
+    if (!s.ok()) problems.push_back(absl::StrCat("'", it->first, "': ", s.message()));
+  }
+  for (auto& [name, child] : children_) {
+    LOCKSTEP_RETURN_IF_ERROR(child->VisitExtraState(prefix + name + ".", state, apply, problems, seen));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::LoadExtraState(const std::map<std::string, std::string>& state) {
+  std::vector<std::string> problems;
+  std::set<std::string> seen;
+  LOCKSTEP_RETURN_IF_ERROR(VisitExtraState("", state, /*apply=*/false, problems, seen));
+  for (const auto& [key, value] : state) {
+    if (!seen.count(key)) problems.push_back("'" + key + "' names no module of this model");
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadExtraState into ", type_name(), ": ",
+                                                   absl::StrJoin(problems, "; ")));
+  }
+  return VisitExtraState("", state, /*apply=*/true, problems, seen);
+}
+
 std::vector<NamedParameter> Module::NamedParameters() {
   std::vector<NamedParameter> out;
   CollectParameters("", out);

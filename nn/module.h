@@ -29,7 +29,9 @@
 #define LOCKSTEP_NN_MODULE_H_
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +101,13 @@ class Module {
   // message lists every problem. Nothing is written unless all checks pass.
   absl::Status LoadStateDict(const std::vector<NamedTensor>& state, bool strict = true);
 
+  // Non-tensor state that a resumed run needs (PyTorch's get_extra_state),
+  // e.g. Dropout's call counter, as "<module path>.<key>" -> value strings.
+  std::map<std::string, std::string> ExtraState() const;
+  // Restores what ExtraState returned; unknown or malformed entries are
+  // errors naming them, and nothing changes unless all are valid.
+  absl::Status LoadExtraState(const std::map<std::string, std::string>& state);
+
   // Zeroes every defined gradient (torch 1.13's zero_grad(set_to_none=False));
   // with set_to_none, drops them instead.
   absl::Status ZeroGrad(bool set_to_none = false);
@@ -124,6 +133,15 @@ class Module {
   // A new module of the same kind and configuration, with uninitialized (or
   // any) parameters on `device`; CloneTo copies the values in.
   virtual absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const = 0;
+
+  // This module's own extra state (not its children's); see ExtraState.
+  virtual std::map<std::string, std::string> OwnExtraState() const { return {}; }
+  // Checks (apply = false) or applies (apply = true) one entry of it.
+  virtual absl::Status LoadOwnExtraState(const std::string& key, const std::string& value,
+                                         bool apply) {
+    return absl::InvalidArgumentError("unknown extra state '" + key + "' for " +
+                                      std::string(type_name()));
+  }
 
   void RegisterParameter(std::string name, Parameter* parameter);
   void RegisterBuffer(std::string name, Tensor* buffer);
@@ -151,6 +169,10 @@ class Module {
   void CollectParameters(const std::string& prefix, std::vector<NamedParameter>& out);
   void CollectState(const std::string& prefix, std::vector<NamedTensor>& out);
   void CollectBuffers(const std::string& prefix, std::vector<NamedTensor>& out);
+  void CollectExtraState(const std::string& prefix, std::map<std::string, std::string>& out) const;
+  absl::Status VisitExtraState(const std::string& prefix,
+                               const std::map<std::string, std::string>& state, bool apply,
+                               std::vector<std::string>& problems, std::set<std::string>& seen);
 
   GradReadyHook hook_;
   bool training_ = true;
