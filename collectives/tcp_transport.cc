@@ -81,8 +81,11 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   const std::string my_address = HostPort(options.host, port);
   LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
 
-  // Connect to lower ranks.
-  for (int peer = 0; peer < rank; ++peer) {
+  // Connect to every other rank (our send direction) and introduce
+  // ourselves; the replies are read after accepting, so no rank waits on
+  // another's accept loop while that one waits on it.
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
     LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(peer), options.timeout));
     std::string host;
     int peer_port = 0;
@@ -92,32 +95,38 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     TuneSocket(fd.get(), options.socket_buffer_bytes);
     const Hello hello{kHelloMagic, kTransportVersion, rank, size};
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
-    Hello reply{};
-    LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &reply, sizeof(reply), deadline, name));
-    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply, size, name));
-    if (reply.rank != peer) {
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", address, " answered as rank ", reply.rank,
-                                                        ", expected rank ", peer));
-    }
-    t->peers_[peer] = Peer{std::move(fd), address};
+    t->peers_[peer].send_fd = std::move(fd);
+    t->peers_[peer].address = address;
   }
-  // Accept higher ranks, in whatever order they arrive.
-  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
+  // Accept every other rank's send connection (our receive direction), in
+  // whatever order they arrive.
+  for (int accepted = 0; accepted < size - 1; ++accepted) {
     LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
-                                            absl::StrCat("the ranks above ", rank)));
+                                            absl::StrCat("the other ranks of ", rank)));
     const std::string name = absl::StrCat("a connecting rank (", my_address, ")");
     TuneSocket(fd.get(), options.socket_buffer_bytes);
     Hello hello{};
     LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &hello, sizeof(hello), deadline, name));
     LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, size, name));
-    if (hello.rank <= rank || t->peers_[hello.rank].fd.valid()) {
+    if (hello.rank == rank || t->peers_[hello.rank].recv_fd.valid()) {
       return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", hello.rank,
-                                                        " connected to rank ", rank, " unexpectedly (twice, or from below)"));
+                                                        " connected to rank ", rank, " unexpectedly (twice, or itself)"));
     }
     const Hello reply{kHelloMagic, kTransportVersion, rank, size};
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
-    LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(hello.rank), options.timeout));
-    t->peers_[hello.rank] = Peer{std::move(fd), address};
+    t->peers_[hello.rank].recv_fd = std::move(fd);
+  }
+  // Each send connection must have reached the rank we meant.
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::string name = absl::StrCat("rank ", peer, " (", t->peers_[peer].address, ")");
+    Hello reply{};
+    LOCKSTEP_RETURN_IF_ERROR(RecvAll(t->peers_[peer].send_fd.get(), &reply, sizeof(reply), deadline, name));
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply, size, name));
+    if (reply.rank != peer) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address,
+                                                        " answered as rank ", reply.rank, ", expected rank ", peer));
+    }
   }
   return t;
 }
@@ -131,15 +140,16 @@ void TcpTransport::Abort(absl::string_view reason) {
   aborted_ = true;
   const std::string text(reason.substr(0, kMaxAbortReason));
   for (Peer& p : peers_) {
-    if (!p.fd.valid()) continue;
+    if (!p.send_fd.valid()) continue;
     // Best effort, never blocking: a peer that is reading headers learns why.
     MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size()};
     iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = 2;
-    (void)::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(p.fd.get(), SHUT_RDWR);
+    (void)::sendmsg(p.send_fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(p.send_fd.get(), SHUT_RDWR);
+    if (p.recv_fd.valid()) ::shutdown(p.recv_fd.get(), SHUT_RDWR);
   }
 }
 
@@ -182,7 +192,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
       Transfer& t = transfers[i];
       Progress& p = progress[i];
       const MessageTag message_tag = tag_of(t);
-      const int fd = peers_[t.peer].fd.get();
+      const int fd = t.kind == Transfer::Kind::kSend ? peers_[t.peer].send_fd.get() : peers_[t.peer].recv_fd.get();
       iovec iov[2];
       int n_iov = 0;
       if (p.header_done < sizeof(MessageHeader)) {
@@ -299,9 +309,9 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
       if (t.kind == Transfer::Kind::kSend) {
         const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
         if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
-        fds.push_back({peers_[t.peer].fd.get(), POLLOUT, 0});
+        fds.push_back({peers_[t.peer].send_fd.get(), POLLOUT, 0});
       } else {
-        fds.push_back({peers_[t.peer].fd.get(), POLLIN, 0});
+        fds.push_back({peers_[t.peer].recv_fd.get(), POLLIN, 0});
       }
     }
     if (fds.empty()) {

@@ -7,10 +7,15 @@
 //       TcpTransport::Create(store, rank, world_size, options));
 //
 // Each rank listens on a free port and publishes "host:port" under
-// "tcp_transport/<rank>"; rank i connects to every rank j < i and accepts
-// from every j > i, with a handshake (magic, version, ranks, world size)
-// checked on both sides. Sockets use TCP_NODELAY and large buffers; all I/O
-// is non-blocking and driven by poll() with the caller's deadline.
+// "tcp_transport/<rank>". Every pair of ranks has two connections, one per
+// direction: each rank connects to every other rank for its sends and
+// accepts one connection from every other rank for its receives, with a
+// handshake (magic, version, ranks, world size) checked on both sides. One
+// socket per direction keeps a rank's sends and receives off each other's
+// socket lock (with one shared socket, data arriving while the owner is in
+// sendmsg goes to the socket's backlog and is processed late, in the
+// sender's context). Sockets use TCP_NODELAY and fixed buffers; all I/O is
+// non-blocking and driven by poll() with the caller's deadline.
 #ifndef LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
 
@@ -52,7 +57,8 @@ class TcpTransport : public Transport {
       : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)) {}
 
   struct Peer {
-    Fd fd;
+    Fd send_fd;  // connected by this rank: carries its messages to the peer
+    Fd recv_fd;  // accepted from the peer: carries the peer's messages here
     std::string address;
   };
 
