@@ -61,6 +61,12 @@ absl::Status CheckHello(const Hello& h, int expected_size, absl::string_view fro
   return absl::OkStatus();
 }
 
+size_t IovBytes(const iovec* iov, int n) {
+  size_t total = 0;
+  for (int k = 0; k < n; ++k) total += iov[k].iov_len;
+  return total;
+}
+
 // Progress of one transfer inside Exchange.
 struct Progress {
   MessageHeader header{};
@@ -185,6 +191,13 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   absl::InlinedVector<Progress, 16> progress(transfers.size());
   size_t remaining = transfers.size();
   absl::InlinedVector<pollfd, 16> fds;
+  absl::InlinedVector<size_t, 16> fd_stream;
+  // Whether a stream's socket may accept (send) or deliver (receive) bytes
+  // now: cleared when a call returns EAGAIN or less than asked, set again
+  // by poll(). Calls go only to sockets that can progress; retrying
+  // recvmsg in a loop would take the socket lock each time and contend with
+  // the sender's CPU delivering packets into that socket.
+  absl::InlinedVector<bool, 16> may_progress(current.size(), true);
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{tag.seq, t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
   };
@@ -192,7 +205,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   while (remaining > 0) {
     bool moved = false;
     for (size_t stream = 0; stream < current.size(); ++stream) {
-      if (current[stream] == kNone) continue;
+      if (current[stream] == kNone || !may_progress[stream]) continue;
       const size_t i = current[stream];
       Transfer& t = transfers[i];
       Progress& p = progress[i];
@@ -214,6 +227,9 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
           msg.msg_iov = iov;
           msg.msg_iovlen = n_iov;
           const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if ((n < 0 && errno != EINTR) || (n >= 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+            may_progress[stream] = false;  // The socket buffer is full.
+          }
           if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             return absl::UnavailableError(absl::StrCat("sending op #", message_tag.seq, " (tag ", message_tag.tag,
                                                        ") to ", PeerName(t.peer), " failed: ", std::strerror(errno),
@@ -233,6 +249,9 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
         msg.msg_iov = iov;
         msg.msg_iovlen = n_iov;
         const ssize_t n = n_iov > 0 ? ::recvmsg(fd, &msg, MSG_DONTWAIT) : 0;
+        if ((n < 0 && errno != EINTR) || (n > 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+          may_progress[stream] = false;  // Took all that had arrived.
+        }
         if (n == 0 && n_iov > 0) {
           return absl::UnavailableError(absl::StrCat(
               PeerName(t.peer), " closed the connection during op #", message_tag.seq,
@@ -298,15 +317,11 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
       spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
       continue;
     }
-    const Deadline now = SteadyClock::now();
-    if (now >= deadline) break;
-    if (now < spin_until) {
-      sched_yield();
-      continue;
-    }
-    // Sleep until a socket is ready. Sends held back by `ready` wait for our
-    // own receives, so they are not polled.
+    // Nothing moved: every stream not held back by `ready` (sends waiting
+    // for our own receives) waits for its socket. poll() says which can go
+    // on: at once while spinning (yielding between tries), then sleeping.
     fds.clear();
+    fd_stream.clear();
     for (size_t stream = 0; stream < current.size(); ++stream) {
       if (current[stream] == kNone) continue;
       const Transfer& t = transfers[current[stream]];
@@ -318,12 +333,26 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
       } else {
         fds.push_back({peers_[t.peer].recv_fd.get(), POLLIN, 0});
       }
+      fd_stream.push_back(stream);
     }
     if (fds.empty()) {
       return absl::InternalError("TcpTransport::Exchange: every pending send waits for data that no receive will produce");
     }
-    const int rc = ::poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
-    if (rc == 0 && SteadyClock::now() >= deadline) break;
+    const Deadline now = SteadyClock::now();
+    if (now >= deadline) break;
+    const bool spinning = now < spin_until;
+    const int rc = ::poll(fds.data(), fds.size(), spinning ? 0 : PollTimeoutMs(deadline));
+    if (rc > 0) {
+      for (size_t k = 0; k < fds.size(); ++k) {
+        if (fds[k].revents != 0) may_progress[fd_stream[k]] = true;  // Errors too: the call reports them.
+      }
+      continue;
+    }
+    if (spinning) {
+      sched_yield();
+      continue;
+    }
+    if (SteadyClock::now() >= deadline) break;
     spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
   }
   if (remaining == 0) return absl::OkStatus();
