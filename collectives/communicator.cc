@@ -133,13 +133,13 @@ absl::Status Communicator::broken_status() {
 }
 
 std::shared_ptr<Work> Communicator::Failed(absl::Status status) {
-  auto work = std::make_shared<Work>();
+  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
   work->Complete(std::move(status));
   return work;
 }
 
 std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) {
-  auto work = std::make_shared<Work>();
+  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -439,7 +439,7 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": tag ", tag, " must be below 2^31")));
   }
   if (auto s = CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
-  auto work = std::make_shared<Work>();
+  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {

@@ -65,6 +65,11 @@ struct CommunicatorOptions {
   size_t segment_bytes = 256 << 10;
   int socket_buffer_bytes = 256 << 10;  // Measured best on loopback (docs/PERFORMANCE.md).
   // (0 leaves the kernel's autotuning on.)
+  // Work::Wait first checks for completion this long, yielding the core
+  // between checks, before it sleeps: waking a sleeping thread on these VMs
+  // costs tens of microseconds, more than a small all-reduce (4 KiB: 13-29
+  // µs sleeping at once, 11-13 µs with 100 µs here; no change at 1 MiB).
+  int wait_spin_microseconds = 100;
   // Compare every operation's fingerprint across ranks first (costs one small
   // exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;

@@ -17,6 +17,7 @@
 #define LOCKSTEP_COLLECTIVES_WORK_H_
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -26,6 +27,10 @@ namespace lockstep {
 
 class Work {
  public:
+  // `spin_microseconds`: how long Wait() checks for completion, yielding the
+  // core between checks, before it sleeps (0: sleep at once).
+  explicit Work(int spin_microseconds = 0) : spin_microseconds_(spin_microseconds) {}
+
   absl::Status Wait();
   absl::Status Wait(std::chrono::milliseconds timeout);
   bool IsCompleted();
@@ -35,12 +40,16 @@ class Work {
   void Complete(absl::Status status);
 
  private:
-  // Wait() sleeps at once rather than spinning: with a worker thread per
-  // rank, a spinning waiter steals the core its own worker needs (measured:
-  // 3-4x slower small all-reduces on 2 cores; docs/PERFORMANCE.md).
+  // Wait() never busy-spins: it yields between checks, so a worker thread
+  // sharing the waiter's core runs first (a plain spin made small
+  // all-reduces 3-4x slower on 2 cores), and then sleeps.
+  void SpinUntilDone(std::chrono::microseconds limit);
+
+  const int spin_microseconds_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
+  std::atomic<bool> done_flag_{false};
   absl::Status status_;
 };
 
