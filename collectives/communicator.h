@@ -64,6 +64,8 @@ struct CommunicatorOptions {
   // Ring pipelining: reduce received data in segments of this size.
   size_t segment_bytes = 256 << 10;
   int socket_buffer_bytes = 256 << 10;  // Measured best on loopback (docs/PERFORMANCE.md).
+  // TCP congestion control ("" keeps the system's); see TcpTransportOptions.
+  std::string tcp_congestion_control = "cubic";
   // (0 leaves the kernel's autotuning on.)
   // Work::Wait first checks for completion this long, yielding the core
   // between checks, before it sleeps: waking a sleeping thread on these VMs

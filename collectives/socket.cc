@@ -220,9 +220,14 @@ absl::Status SetNonBlocking(int fd) {
   return absl::OkStatus();
 }
 
-void TuneSocket(int fd, int buffer_bytes) {
+void TuneSocket(int fd, int buffer_bytes, const std::string& congestion_control) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (!congestion_control.empty()) {
+    // Best effort: an algorithm the kernel lacks or forbids keeps the default.
+    setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, congestion_control.data(),
+               static_cast<socklen_t>(congestion_control.size()));
+  }
   if (buffer_bytes > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));

@@ -71,8 +71,9 @@ absl::Status SendAll(int fd, const void* data, size_t bytes, Deadline deadline,
 absl::Status RecvAll(int fd, void* data, size_t bytes, Deadline deadline, absl::string_view peer);
 
 absl::Status SetNonBlocking(int fd);
-// TCP_NODELAY plus large send/receive buffers for bulk transfers.
-void TuneSocket(int fd, int buffer_bytes);
+// TCP_NODELAY, fixed send/receive buffers (buffer_bytes > 0) and a congestion
+// control algorithm (non-empty; best effort).
+void TuneSocket(int fd, int buffer_bytes, const std::string& congestion_control = "");
 
 // The local address of a connected or listening socket ("ip:port").
 std::string LocalAddress(int fd);

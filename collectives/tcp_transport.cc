@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
     const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
     LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Connect(host, peer_port, deadline, name));
-    TuneSocket(fd.get(), options.socket_buffer_bytes);
+    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
     const Hello hello{kHelloMagic, kTransportVersion, rank, size};
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
     t->peers_[peer].send_fd = std::move(fd);
@@ -115,7 +115,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
                                             absl::StrCat("the other ranks of ", rank)));
     const std::string name = absl::StrCat("a connecting rank (", my_address, ")");
-    TuneSocket(fd.get(), options.socket_buffer_bytes);
+    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
     Hello hello{};
     LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &hello, sizeof(hello), deadline, name));
     LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, size, name));
