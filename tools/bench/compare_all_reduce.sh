@@ -2,6 +2,8 @@
 # lockstep's all-reduce over TCP beside PyTorch 1.13 gloo and OpenMPI over
 # TCP, 2 ranks, f32 SUM, interleaved runs, medians. Prints a markdown table.
 #   bash tools/bench/compare_all_reduce.sh [runs]
+# LOCKSTEP_BENCH_FLAGS adds flags to lockstep's runs, e.g.
+# LOCKSTEP_BENCH_FLAGS=--tcp_congestion_control= (the system's algorithm).
 # Needs python3-torch and openmpi-bin/libopenmpi-dev (apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,7 @@ for run in $(seq "$runs"); do
   for b in "${sizes[@]}"; do
     it=$(iters_for "$b")
     w=$(( it / 10 + 2 ))
-    "$ours" --nproc=2 --min_bytes="$b" --max_bytes="$b" --iters="$it" --warmup="$w" --json |
+    "$ours" --nproc=2 --min_bytes="$b" --max_bytes="$b" --iters="$it" --warmup="$w" --json ${LOCKSTEP_BENCH_FLAGS:-} |
       sed -nE 's/.*"bytes": ([0-9]+).*"time_us": ([0-9.]+).*"busbw_gbps": ([0-9.]+).*/lockstep \1 \2 \3/p' >>"$out"
     /usr/bin/python3 tools/bench/peers/gloo_all_reduce.py --nproc 2 --bytes "$b" --iters "$it" --warmup "$w" >>"$out" 2>/dev/null
     mpirun --allow-run-as-root -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo "$mpibin" "$b" "$it" "$w" >>"$out" 2>/dev/null
