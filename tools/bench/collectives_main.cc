@@ -49,6 +49,7 @@ ABSL_FLAG(int, root, 0, "root rank of rooted ops");
 ABSL_FLAG(int64_t, small_message_bytes, -1, "override CommunicatorOptions::small_message_bytes");
 ABSL_FLAG(int64_t, segment_bytes, -1, "override CommunicatorOptions::segment_bytes");
 ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "override CommunicatorOptions::socket_buffer_bytes (0: kernel autotuning)");
+ABSL_FLAG(int, wait_spin_microseconds, -1, "override CommunicatorOptions::wait_spin_microseconds");
 ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "CommunicatorOptions::tcp_congestion_control (\"\": the system's)");
 ABSL_FLAG(std::string, host, "", "address other ranks reach this one at (default: toward MASTER_ADDR)");
 
@@ -219,6 +220,7 @@ absl::Status RunRank(int rank, int world, const std::string& master_addr, int ma
   if (absl::GetFlag(FLAGS_segment_bytes) > 0) options.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
   if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) options.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
   options.tcp_congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
+  if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) options.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
   std::shared_ptr<Store> shared(std::move(store));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, rank, world, options));
 
