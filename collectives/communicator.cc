@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::shared_p
   transport_options.timeout = options.timeout;
   transport_options.socket_buffer_bytes = options.socket_buffer_bytes;
   transport_options.congestion_control = options.tcp_congestion_control;
+  transport_options.spin_microseconds = options.transport_spin_microseconds;
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> transport,
                             TcpTransport::Create(*prefixed, rank, size, transport_options));
   return FromTransport(std::move(transport), std::move(options), std::move(prefixed));

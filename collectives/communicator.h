@@ -64,6 +64,9 @@ struct CommunicatorOptions {
   // Ring pipelining: reduce received data in segments of this size.
   size_t segment_bytes = 256 << 10;
   int socket_buffer_bytes = 256 << 10;  // Measured best on loopback (docs/PERFORMANCE.md).
+  // How long the transport polls (yielding) for a peer's data before it
+  // sleeps in poll(); see TcpTransportOptions::spin_microseconds.
+  int transport_spin_microseconds = 200;
   // TCP congestion control ("" keeps the system's); see TcpTransportOptions.
   std::string tcp_congestion_control = "cubic";
   // (0 leaves the kernel's autotuning on.)

@@ -50,6 +50,7 @@ ABSL_FLAG(int64_t, small_message_bytes, -1, "override CommunicatorOptions::small
 ABSL_FLAG(int64_t, segment_bytes, -1, "override CommunicatorOptions::segment_bytes");
 ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "override CommunicatorOptions::socket_buffer_bytes (0: kernel autotuning)");
 ABSL_FLAG(int, wait_spin_microseconds, -1, "override CommunicatorOptions::wait_spin_microseconds");
+ABSL_FLAG(int, transport_spin_microseconds, -1, "override CommunicatorOptions::transport_spin_microseconds");
 ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "CommunicatorOptions::tcp_congestion_control (\"\": the system's)");
 ABSL_FLAG(std::string, host, "", "address other ranks reach this one at (default: toward MASTER_ADDR)");
 
@@ -221,6 +222,9 @@ absl::Status RunRank(int rank, int world, const std::string& master_addr, int ma
   if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) options.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
   options.tcp_congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
   if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) options.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
+  if (absl::GetFlag(FLAGS_transport_spin_microseconds) >= 0) {
+    options.transport_spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
+  }
   std::shared_ptr<Store> shared(std::move(store));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, rank, world, options));
 
