@@ -15,6 +15,7 @@
 #include "core/kernels.h"
 #include "core/tensor.h"
 #include "gmock/gmock.h"
+#include "core/testing/float_bits.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -22,17 +23,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
-
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof(f));
-  return f;
-}
+using testing::Bits;
+using testing::FromBits;
 
 uint64_t ParseHex(const std::string& s) { return std::stoull(s, nullptr, 16); }
 

@@ -10,22 +10,14 @@
 #include <limits>
 #include <random>
 
+#include "core/testing/float_bits.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
-
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof(f));
-  return f;
-}
+using testing::Bits;
+using testing::FromBits;
 
 // The value of a binary16 bit pattern from the IEEE 754 definition.
 double HalfValue(uint16_t h) {
