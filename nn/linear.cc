@@ -144,9 +144,15 @@ absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_RETURN_IF_ERROR(Gemm(ones, true, g, false, gb));
     LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, hook));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty(w.shape(), dtype, device));
-  LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, gw));
-  LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, hook));
+  if (dtype == DType::kF32 && weight_.grad.defined()) {
+    // Accumulate in the GEMM (beta = 1): no temporary, no extra pass.
+    LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, weight_.grad, 1.0f, 1.0f));
+    GradReady(weight_, hook);
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty(w.shape(), dtype, device));
+    LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, gw));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, hook));
+  }
   if (!input_grad) return Tensor();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(x.shape(), dtype, device));
   LOCKSTEP_RETURN_IF_ERROR(Gemm(g, false, w, false, gx));

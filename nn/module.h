@@ -155,6 +155,11 @@ class Module {
     return child.NewLike(device);
   }
 
+  // Fires `hook` for a parameter whose gradient a layer accumulated itself.
+  static void GradReady(Parameter& parameter, const GradReadyHook& hook) {
+    if (hook) hook(parameter);
+  }
+
   // parameter.grad += grad (creating it as zeros of the parameter's dtype and
   // device on first use; `grad` may be of another floating dtype and is
   // converted), then fires `hook`.
