@@ -146,5 +146,34 @@ absl::Status Adam(int device, const nn_elementwise::AdamParams& params,
   return Finish(nn_cuda_internal::LaunchAdam(params, flags, p, g, m, v, v_max, count), "Adam", device);
 }
 
+absl::Status Im2Col(int device, const window_elementwise::Geometry& g, const float* image,
+                    float* columns) {
+  absl::Status s = SetDevice(device, "Im2Col");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchIm2Col(g, image, columns), "Im2Col", device);
+}
+
+absl::Status Col2Im(int device, const window_elementwise::Geometry& g, const float* columns,
+                    float* image) {
+  absl::Status s = SetDevice(device, "Col2Im");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchCol2Im(g, columns, image), "Col2Im", device);
+}
+
+absl::Status MaxPool(int device, const window_elementwise::Geometry& g, int64_t images,
+                     const float* in, float* out, int32_t* indices) {
+  absl::Status s = SetDevice(device, "MaxPool2d");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchMaxPool(g, images, in, out, indices), "MaxPool2d", device);
+}
+
+absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, int64_t images,
+                             const float* grad_out, const int32_t* indices, float* grad_in) {
+  absl::Status s = SetDevice(device, "MaxPool2d backward");
+  if (!s.ok()) return s;
+  return Finish(nn_cuda_internal::LaunchMaxPoolBackward(g, images, grad_out, indices, grad_in),
+                "MaxPool2d backward", device);
+}
+
 }  // namespace nn_cuda
 }  // namespace lockstep

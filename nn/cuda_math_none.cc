@@ -34,5 +34,20 @@ absl::Status Adam(int, const nn_elementwise::AdamParams&, const nn_elementwise::
   return NoCuda("Adam");
 }
 
+absl::Status Im2Col(int, const window_elementwise::Geometry&, const float*, float*) {
+  return NoCuda("Im2Col");
+}
+absl::Status Col2Im(int, const window_elementwise::Geometry&, const float*, float*) {
+  return NoCuda("Col2Im");
+}
+absl::Status MaxPool(int, const window_elementwise::Geometry&, int64_t, const float*, float*,
+                     int32_t*) {
+  return NoCuda("MaxPool2d");
+}
+absl::Status MaxPoolBackward(int, const window_elementwise::Geometry&, int64_t, const float*,
+                             const int32_t*, float*) {
+  return NoCuda("MaxPool2d backward");
+}
+
 }  // namespace nn_cuda
 }  // namespace lockstep

@@ -82,6 +82,31 @@ TEST_F(CudaNnTest, ElementwiseKernelsAreBitIdentical) {
   EXPECT_EQ(Host(gy), Host(y));
 }
 
+TEST_F(CudaNnTest, WindowKernelsAreBitIdentical) {
+  const Window2d w{3, 3, 2, 2, 1, 1};
+  Tensor x = Random({2, 3, 9, 7}, 5);
+  Tensor image = *(*x.Slice(0, 1)).Reshape({3, 9, 7});
+  Shape out = *WindowOutputSize(9, 7, w);
+  Tensor col = *Tensor::Empty({27, out[0] * out[1]}, DType::kF32), gcol = OnGpu(col);
+  ASSERT_TRUE(Im2Col(image, w, col).ok());
+  ASSERT_TRUE(Im2Col(OnGpu(image), w, gcol).ok());
+  EXPECT_EQ(Host(gcol), Host(col));
+  Tensor back = *Tensor::Empty({3, 9, 7}, DType::kF32), gback = OnGpu(back);
+  ASSERT_TRUE(Col2Im(col, w, back).ok());
+  ASSERT_TRUE(Col2Im(gcol, w, gback).ok());
+  EXPECT_EQ(Host(gback), Host(back));
+  Tensor y = *Tensor::Empty({2, 3, out[0], out[1]}, DType::kF32), gy = OnGpu(y);
+  Tensor idx = *Tensor::Empty({2, 3, out[0], out[1]}, DType::kI32), gidx = OnGpu(idx);
+  ASSERT_TRUE(MaxPool2dForward(x, w, y, idx).ok());
+  ASSERT_TRUE(MaxPool2dForward(OnGpu(x), w, gy, gidx).ok());
+  EXPECT_EQ(Host(gy), Host(y));
+  EXPECT_EQ(*gidx.ToVector<int32_t>(), *idx.ToVector<int32_t>());
+  Tensor gx = *Tensor::Empty({2, 3, 9, 7}, DType::kF32), ggx = OnGpu(gx);
+  ASSERT_TRUE(MaxPool2dBackward(y, idx, w, gx).ok());
+  ASSERT_TRUE(MaxPool2dBackward(gy, gidx, w, ggx).ok());
+  EXPECT_EQ(Host(ggx), Host(gx));
+}
+
 // The same training run on CPU and GPU: SGD and AdamW updates are
 // bit-identical given identical gradients, so differences come only from
 // GEMM summation order and stay tiny.

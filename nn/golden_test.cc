@@ -10,6 +10,10 @@
 #include "core/mt19937.h"
 #include "gtest/gtest.h"
 #include "nn/adam.h"
+#include "nn/conv2d.h"
+#include "nn/flatten.h"
+#include "nn/max_pool2d.h"
+#include "nn/relu.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -186,6 +190,65 @@ TEST_F(GoldenTest, ThreeStepsOfEachOptimizer) {
       for (const NamedParameter& p : model->NamedParameters()) {
         ExpectClose(p.parameter->value, G(prefix + p.name), prefix + p.name);
       }
+    }
+  }
+}
+
+// The CNN of the script: Conv2d 1->4 (3x3, pad 1), ReLU, MaxPool2d(3, 2, 1),
+// Conv2d 4->6 (3x3, stride 2, pad 1), ReLU, Flatten, Linear 24->5.
+std::unique_ptr<Sequential> Cnn() {
+  Mt19937 gen(2);  // torch.manual_seed(2)
+  auto model = std::make_unique<Sequential>();
+  Conv2dOptions c1;
+  c1.in_channels = 1, c1.out_channels = 4, c1.kernel_h = c1.kernel_w = 3, c1.pad_h = c1.pad_w = 1;
+  model->Add(*Conv2d::Create(c1, gen));
+  model->Add(std::make_unique<ReLU>());
+  model->Add(std::make_unique<MaxPool2d>(3, 2, 1));
+  Conv2dOptions c2;
+  c2.in_channels = 4, c2.out_channels = 6, c2.kernel_h = c2.kernel_w = 3;
+  c2.stride_h = c2.stride_w = 2, c2.pad_h = c2.pad_w = 1;
+  model->Add(*Conv2d::Create(c2, gen));
+  model->Add(std::make_unique<ReLU>());
+  model->Add(std::make_unique<Flatten>());
+  LinearOptions fc;
+  fc.in_features = 24, fc.out_features = 5;
+  model->Add(*Linear::Create(fc, gen));
+  return model;
+}
+
+TEST_F(GoldenTest, ConvNetInitForwardBackwardAndSgd) {
+  std::unique_ptr<Sequential> model = Cnn();
+  std::vector<std::string> names;
+  for (const NamedParameter& p : model->NamedParameters()) {
+    names.push_back(p.name);
+    EXPECT_EQ(*p.parameter->value.ToVector<float>(), *G("conv.init." + p.name).ToVector<float>())
+        << p.name << " (initialization must be bit-identical)";
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "3.weight", "3.bias", "6.weight", "6.bias"}));
+  SgdOptions o;
+  o.lr = 0.1, o.momentum = 0.9;
+  std::unique_ptr<Sgd> sgd = *Sgd::Create(model->NamedParameters(), o);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(sgd->ZeroGrad().ok());
+    absl::StatusOr<Tensor> logits = model->Forward(G("conv.x"));
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, G("conv.y"));
+    ASSERT_TRUE(ce.ok()) << ce.status();
+    absl::StatusOr<Tensor> gx = model->Backward(ce->grad_logits);  // the input gradient too
+    ASSERT_TRUE(gx.ok()) << gx.status();
+    EXPECT_EQ(gx->shape(), (Shape{3, 1, 8, 8}));
+    if (k == 0) {
+      ExpectClose(*logits, G("conv.logits"), "conv logits");
+      const float expected_loss = (*G("conv.loss").ToVector<float>())[0];
+      EXPECT_NEAR(ce->loss, expected_loss, 1e-5 * std::fabs(expected_loss));
+      for (const NamedParameter& p : model->NamedParameters()) {
+        ExpectClose(p.parameter->grad, G("conv.grad." + p.name), "conv grad of " + p.name);
+      }
+    }
+    ASSERT_TRUE(sgd->Step().ok());
+    for (const NamedParameter& p : model->NamedParameters()) {
+      ExpectClose(p.parameter->value, G("conv.sgd.step" + std::to_string(k) + "." + p.name),
+                  "conv step " + std::to_string(k) + " " + p.name);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "nn/internal/cuda_math.h"
 #include "nn/internal/nn_elementwise.h"
+#include "nn/internal/window_elementwise.h"
 
 namespace lockstep {
 namespace {
@@ -225,6 +226,141 @@ absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_proba
       y[i] = ew::Store<T>(keep ? ew::Load(x[i]) * static_cast<ew::Acc<T>>(scale) : 0);
     }
   });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape> WindowOutputSize(int64_t height, int64_t width, const Window2d& w) {
+  if (w.kernel_h < 1 || w.kernel_w < 1 || w.stride_h < 1 || w.stride_w < 1 || w.pad_h < 0 ||
+      w.pad_w < 0 || height < 0 || width < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window: need kernel >= 1, stride >= 1, padding >= 0; got kernel ", w.kernel_h, "x",
+        w.kernel_w, ", stride ", w.stride_h, "x", w.stride_w, ", padding ", w.pad_h, "x", w.pad_w));
+  }
+  const int64_t out_h = (height + 2 * w.pad_h - w.kernel_h) / w.stride_h + 1;
+  const int64_t out_w = (width + 2 * w.pad_w - w.kernel_w) / w.stride_w + 1;
+  if (height + 2 * w.pad_h < w.kernel_h || width + 2 * w.pad_w < w.kernel_w || out_h < 1 ||
+      out_w < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window: a ", w.kernel_h, "x", w.kernel_w, " kernel does not fit a ", height, "x", width,
+        " input padded by ", w.pad_h, "x", w.pad_w, " (output size too small)"));
+  }
+  return Shape{out_h, out_w};
+}
+
+namespace {
+
+absl::StatusOr<window_elementwise::Geometry> GeometryOf(int64_t c, int64_t h, int64_t w,
+                                                        const Window2d& window) {
+  LOCKSTEP_ASSIGN_OR_RETURN(Shape out, WindowOutputSize(h, w, window));
+  return window_elementwise::Geometry{c, h, w, window.kernel_h, window.kernel_w,
+                                      window.stride_h, window.stride_w, window.pad_h,
+                                      window.pad_w, out[0], out[1]};
+}
+
+absl::Status CheckF32(const char* op, const char* name, const Tensor& t, const Shape& shape,
+                      Device device, DType dtype = DType::kF32) {
+  if (!t.defined() || t.dtype() != dtype || t.shape() != shape || t.device() != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": `", name, "` must be ", DTypeName(dtype), ShapeToString(shape), " on ",
+        device.ToString(), ", got ", t.defined() ? t.DebugString() : "undefined"));
+  }
+  return absl::OkStatus();
+}
+
+// An image [C, H, W] (Im2Col/Col2Im) or a batch [N, C, H, W] (pooling).
+absl::Status CheckImage(const char* op, const Tensor& t, int64_t dims) {
+  if (!t.defined() || t.dtype() != DType::kF32 || t.dim() != dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": expected an f32 tensor with ", dims, " dimensions, got ",
+        t.defined() ? t.DebugString() : "undefined"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Im2Col(const Tensor& image, const Window2d& window, const Tensor& columns) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckImage("Im2Col", image, 3));
+  const Shape& s = image.shape();
+  LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[0], s[1], s[2], window));
+  LOCKSTEP_RETURN_IF_ERROR(CheckF32("Im2Col", "columns", columns,
+                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w},
+                                    image.device()));
+  if (image.device().is_cuda()) {
+    return nn_cuda::Im2Col(image.device().index(), g, image.data<float>(), columns.data<float>());
+  }
+  const float* x = image.data<float>();
+  float* col = columns.data<float>();
+  for (int64_t i = 0; i < columns.numel(); ++i) col[i] = window_elementwise::Im2ColAt(g, x, i);
+  return absl::OkStatus();
+}
+
+absl::Status Col2Im(const Tensor& columns, const Window2d& window, const Tensor& image) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckImage("Col2Im", image, 3));
+  const Shape& s = image.shape();
+  LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[0], s[1], s[2], window));
+  LOCKSTEP_RETURN_IF_ERROR(CheckF32("Col2Im", "columns", columns,
+                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w},
+                                    image.device()));
+  if (image.device().is_cuda()) {
+    return nn_cuda::Col2Im(image.device().index(), g, columns.data<float>(), image.data<float>());
+  }
+  const float* col = columns.data<float>();
+  float* x = image.data<float>();
+  for (int64_t i = 0; i < image.numel(); ++i) x[i] = window_elementwise::Col2ImAt(g, col, i);
+  return absl::OkStatus();
+}
+
+absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out,
+                              const Tensor& indices) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckImage("MaxPool2d", in, 4));
+  const Shape& s = in.shape();
+  if (window.pad_h * 2 > window.kernel_h || window.pad_w * 2 > window.kernel_w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MaxPool2d: padding should be at most half of the kernel size, got padding ", window.pad_h,
+        "x", window.pad_w, " for a ", window.kernel_h, "x", window.kernel_w, " kernel"));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[1], s[2], s[3], window));
+  const Shape out_shape = {s[0], s[1], g.out_h, g.out_w};
+  LOCKSTEP_RETURN_IF_ERROR(CheckF32("MaxPool2d", "out", out, out_shape, in.device()));
+  LOCKSTEP_RETURN_IF_ERROR(CheckF32("MaxPool2d", "indices", indices, out_shape, in.device(), DType::kI32));
+  if (in.device().is_cuda()) {
+    return nn_cuda::MaxPool(in.device().index(), g, s[0], in.data<float>(), out.data<float>(),
+                            indices.data<int32_t>());
+  }
+  const int64_t per_image = g.channels * g.out_h * g.out_w;
+  const float* x = in.data<float>();
+  float* y = out.data<float>();
+  int32_t* idx = indices.data<int32_t>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    y[i] = window_elementwise::MaxPoolAt(g, x + (i / per_image) * g.channels * g.height * g.width,
+                                         i % per_image, &idx[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
+                               const Window2d& window, const Tensor& grad_in) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckImage("MaxPool2d backward", grad_in, 4));
+  const Shape& s = grad_in.shape();
+  LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[1], s[2], s[3], window));
+  const Shape out_shape = {s[0], s[1], g.out_h, g.out_w};
+  LOCKSTEP_RETURN_IF_ERROR(CheckF32("MaxPool2d backward", "grad_out", grad_out, out_shape, grad_in.device()));
+  LOCKSTEP_RETURN_IF_ERROR(
+      CheckF32("MaxPool2d backward", "indices", indices, out_shape, grad_in.device(), DType::kI32));
+  if (grad_in.device().is_cuda()) {
+    return nn_cuda::MaxPoolBackward(grad_in.device().index(), g, s[0], grad_out.data<float>(),
+                                    indices.data<int32_t>(), grad_in.data<float>());
+  }
+  const int64_t per_image = g.channels * g.height * g.width;
+  const int64_t per_out = g.channels * g.out_h * g.out_w;
+  const float* gy = grad_out.data<float>();
+  const int32_t* idx = indices.data<int32_t>();
+  float* gx = grad_in.data<float>();
+  for (int64_t i = 0; i < grad_in.numel(); ++i) {
+    const int64_t n = i / per_image;
+    gx[i] = window_elementwise::MaxPoolBackwardAt(g, gy + n * per_out, idx + n * per_out, i % per_image);
+  }
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/tensor.h"
 
 namespace lockstep {
@@ -47,6 +48,35 @@ absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tenso
 // gradient without storing it. 0 < keep_probability <= 1.
 absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability,
                           uint64_t seed, uint64_t offset);
+
+// A sliding window over [channels, height, width] images, for Conv2d (via
+// im2col + GEMM) and MaxPool2d. f32 tensors only.
+struct Window2d {
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+};
+
+// [out_h, out_w] = floor((in + 2 pad - kernel) / stride) + 1 per dimension;
+// an error when the window does not fit or an argument is out of range.
+absl::StatusOr<Shape> WindowOutputSize(int64_t height, int64_t width, const Window2d& window);
+
+// columns [C * kh * kw, out_h * out_w] = the image [C, H, W] unfolded
+// (torch.nn.functional.unfold of one image), zeros where the window covers
+// padding.
+absl::Status Im2Col(const Tensor& image, const Window2d& window, const Tensor& columns);
+// The adjoint of Im2Col: image [C, H, W] = the sum of the column entries
+// taken from each pixel (torch.nn.functional.fold).
+absl::Status Col2Im(const Tensor& columns, const Window2d& window, const Tensor& image);
+
+// out [N, C, out_h, out_w] = window maxima of in [N, C, H, W], with the
+// winner's index (ih * W + iw, i32) in `indices`, as PyTorch's CPU
+// max_pool2d (first maximum; NaN propagates).
+absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out,
+                              const Tensor& indices);
+// grad_in [N, C, H, W] = each window's gradient routed to its winner.
+absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
+                               const Window2d& window, const Tensor& grad_in);
 
 }  // namespace lockstep
 

@@ -155,5 +155,70 @@ TEST(DropoutTest, KeepsAboutKeepProbabilityAndScales) {
   EXPECT_EQ(DropoutApply(x, y2, 0.0, 42, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(WindowTest, Im2ColAndCol2ImAreAdjoint) {
+  // <Im2Col(x), c> == <x, Col2Im(c)> for random x and c: col2im gathers
+  // exactly the entries im2col scattered, padding and strides included.
+  for (const Window2d& w : {Window2d{3, 3, 1, 1, 1, 1}, Window2d{3, 2, 2, 3, 1, 0}, Window2d{2, 2, 2, 2, 0, 0}}) {
+    const int64_t c = 2, h = 7, wd = 6;
+    Shape out = *WindowOutputSize(h, wd, w);
+    const int64_t rows = c * w.kernel_h * w.kernel_w, cols = out[0] * out[1];
+    std::vector<float> xv = Random(c * h * wd, 11), cv = Random(rows * cols, 12);
+    Tensor x = *Tensor::FromVector<float>(xv, {c, h, wd});
+    Tensor col = *Tensor::Empty({rows, cols}, DType::kF32);
+    ASSERT_TRUE(Im2Col(x, w, col).ok());
+    Tensor back = *Tensor::Empty({c, h, wd}, DType::kF32);
+    ASSERT_TRUE(Col2Im(*Tensor::FromVector<float>(cv, {rows, cols}), w, back).ok());
+    double lhs = 0, rhs = 0;
+    std::vector<float> colv = *col.ToVector<float>(), backv = *back.ToVector<float>();
+    for (size_t i = 0; i < colv.size(); ++i) lhs += double{colv[i]} * cv[i];
+    for (size_t i = 0; i < backv.size(); ++i) rhs += double{xv[i]} * backv[i];
+    EXPECT_NEAR(lhs, rhs, 1e-4) << w.kernel_h << "x" << w.kernel_w;
+  }
+  // A 1x1 kernel with stride 1 is the identity.
+  Tensor x = *Tensor::FromVector<float>({1, 2, 3, 4}, {1, 2, 2});
+  Tensor col = *Tensor::Empty({1, 4}, DType::kF32);
+  ASSERT_TRUE(Im2Col(x, Window2d{}, col).ok());
+  EXPECT_EQ(*col.ToVector<float>(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(WindowTest, MaxPoolPicksFirstMaximumPropagatesNaNAndRoutesGradients) {
+  // One 1x4x4 image, 2x2 windows, stride 2.
+  Tensor x = *Tensor::FromVector<float>({1, 5, 2, 2,
+                                         5, 3, 2, 2,
+                                         0, NAN, 7, 1,
+                                         NAN, 4, 1, 7},
+                                        {1, 1, 4, 4});
+  Tensor y = *Tensor::Empty({1, 1, 2, 2}, DType::kF32);
+  Tensor idx = *Tensor::Empty({1, 1, 2, 2}, DType::kI32);
+  ASSERT_TRUE(MaxPool2dForward(x, Window2d{2, 2, 2, 2, 0, 0}, y, idx).ok());
+  std::vector<float> out = *y.ToVector<float>();
+  EXPECT_EQ(out[0], 5.0f);
+  EXPECT_EQ(out[1], 2.0f);
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_EQ(out[3], 7.0f);
+  // First 5 (index 1, not 4), first 2 (index 2), the last NaN (index 12, as
+  // PyTorch's CPU kernel), first 7 (index 10).
+  EXPECT_EQ(*idx.ToVector<int32_t>(), (std::vector<int32_t>{1, 2, 12, 10}));
+  Tensor g = *Tensor::FromVector<float>({10, 20, 30, 40}, {1, 1, 2, 2});
+  Tensor gx = *Tensor::Empty({1, 1, 4, 4}, DType::kF32);
+  ASSERT_TRUE(MaxPool2dBackward(g, idx, Window2d{2, 2, 2, 2, 0, 0}, gx).ok());
+  EXPECT_EQ(*gx.ToVector<float>(),
+            (std::vector<float>{0, 10, 20, 0, 0, 0, 0, 0, 0, 0, 40, 0, 30, 0, 0, 0}));
+}
+
+TEST(WindowTest, BadWindowsAreErrors) {
+  EXPECT_FALSE(WindowOutputSize(2, 2, Window2d{3, 3, 1, 1, 0, 0}).ok());  // does not fit
+  EXPECT_FALSE(WindowOutputSize(5, 5, Window2d{0, 3, 1, 1, 0, 0}).ok());
+  EXPECT_FALSE(WindowOutputSize(5, 5, Window2d{3, 3, 0, 1, 0, 0}).ok());
+  EXPECT_EQ(*WindowOutputSize(8, 8, Window2d{3, 3, 2, 2, 1, 1}), (Shape{4, 4}));
+  Tensor x = *Tensor::Zeros({1, 1, 4, 4}, DType::kF32);
+  Tensor y = *Tensor::Empty({1, 1, 4, 4}, DType::kF32);
+  Tensor idx = *Tensor::Empty({1, 1, 4, 4}, DType::kI32);
+  absl::Status s = MaxPool2dForward(x, Window2d{2, 2, 1, 1, 2, 2}, y, idx);
+  EXPECT_NE(s.message().find("at most half of the kernel"), absl::string_view::npos) << s;
+  s = MaxPool2dForward(x, Window2d{2, 2, 2, 2, 0, 0}, y, idx);
+  EXPECT_NE(s.message().find("`out` must be f32[1, 1, 2, 2]"), absl::string_view::npos) << s;
+}
+
 }  // namespace
 }  // namespace lockstep

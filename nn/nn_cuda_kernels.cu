@@ -9,6 +9,7 @@
 #include "core/internal/elementwise.h"
 #include "nn/internal/nn_cuda_launch.h"
 #include "nn/internal/nn_elementwise.h"
+#include "nn/internal/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda_internal {
@@ -61,6 +62,35 @@ __global__ void AdamKernel(nw::AdamParams params, nw::AdamFlags flags, float* p,
   }
 }
 
+namespace we = ::lockstep::window_elementwise;
+
+__global__ void Im2ColKernel(we::Geometry g, const float* image, float* columns, int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) { columns[i] = we::Im2ColAt(g, image, i); }
+}
+
+__global__ void Col2ImKernel(we::Geometry g, const float* columns, float* image, int64_t count) {
+  LOCKSTEP_GRID_LOOP(i, count) { image[i] = we::Col2ImAt(g, columns, i); }
+}
+
+__global__ void MaxPoolKernel(we::Geometry g, const float* in, float* out, int32_t* indices,
+                              int64_t count) {
+  const int64_t per_image = g.channels * g.out_h * g.out_w;
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const int64_t n = i / per_image;
+    out[i] = we::MaxPoolAt(g, in + n * g.channels * g.height * g.width, i % per_image, &indices[i]);
+  }
+}
+
+__global__ void MaxPoolBackwardKernel(we::Geometry g, const float* grad_out, const int32_t* indices,
+                                      float* grad_in, int64_t count) {
+  const int64_t per_image = g.channels * g.height * g.width;
+  const int64_t per_out = g.channels * g.out_h * g.out_w;
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const int64_t n = i / per_image;
+    grad_in[i] = we::MaxPoolBackwardAt(g, grad_out + n * per_out, indices + n * per_out, i % per_image);
+  }
+}
+
 int LastError() { return static_cast<int>(cudaPeekAtLastError()); }
 
 }  // namespace
@@ -107,6 +137,36 @@ int LaunchAdam(const nw::AdamParams& params, const nw::AdamFlags& flags, float* 
                float* m, float* v, float* v_max, int64_t count) {
   if (count == 0) return 0;
   AdamKernel<<<Blocks(count), kThreads>>>(params, flags, p, g, m, v, v_max, count);
+  return LastError();
+}
+
+int LaunchIm2Col(const we::Geometry& g, const float* image, float* columns) {
+  const int64_t count = g.channels * g.kernel_h * g.kernel_w * g.out_h * g.out_w;
+  if (count == 0) return 0;
+  Im2ColKernel<<<Blocks(count), kThreads>>>(g, image, columns, count);
+  return LastError();
+}
+
+int LaunchCol2Im(const we::Geometry& g, const float* columns, float* image) {
+  const int64_t count = g.channels * g.height * g.width;
+  if (count == 0) return 0;
+  Col2ImKernel<<<Blocks(count), kThreads>>>(g, columns, image, count);
+  return LastError();
+}
+
+int LaunchMaxPool(const we::Geometry& g, int64_t images, const float* in, float* out,
+                  int32_t* indices) {
+  const int64_t count = images * g.channels * g.out_h * g.out_w;
+  if (count == 0) return 0;
+  MaxPoolKernel<<<Blocks(count), kThreads>>>(g, in, out, indices, count);
+  return LastError();
+}
+
+int LaunchMaxPoolBackward(const we::Geometry& g, int64_t images, const float* grad_out,
+                          const int32_t* indices, float* grad_in) {
+  const int64_t count = images * g.channels * g.height * g.width;
+  if (count == 0) return 0;
+  MaxPoolBackwardKernel<<<Blocks(count), kThreads>>>(g, grad_out, indices, grad_in, count);
   return LastError();
 }
 

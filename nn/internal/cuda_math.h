@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 #include "nn/internal/nn_elementwise.h"
+#include "nn/internal/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda {
@@ -32,6 +33,15 @@ absl::Status Sgd(int device, const nn_elementwise::SgdParams& params,
 absl::Status Adam(int device, const nn_elementwise::AdamParams& params,
                   const nn_elementwise::AdamFlags& flags, float* p, const float* g,
                   float* m, float* v, float* v_max, int64_t count);
+
+absl::Status Im2Col(int device, const window_elementwise::Geometry& g, const float* image,
+                    float* columns);
+absl::Status Col2Im(int device, const window_elementwise::Geometry& g, const float* columns,
+                    float* image);
+absl::Status MaxPool(int device, const window_elementwise::Geometry& g, int64_t images,
+                     const float* in, float* out, int32_t* indices);
+absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, int64_t images,
+                             const float* grad_out, const int32_t* indices, float* grad_in);
 
 }  // namespace nn_cuda
 }  // namespace lockstep

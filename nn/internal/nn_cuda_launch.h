@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "nn/internal/nn_elementwise.h"
+#include "nn/internal/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda_internal {
@@ -20,6 +21,14 @@ int LaunchSgd(const nn_elementwise::SgdParams& params, const nn_elementwise::Sgd
               float* p, const float* g, float* buf, int64_t count);
 int LaunchAdam(const nn_elementwise::AdamParams& params, const nn_elementwise::AdamFlags& flags,
                float* p, const float* g, float* m, float* v, float* v_max, int64_t count);
+
+// `images` images of g.channels x g.height x g.width, one after another.
+int LaunchIm2Col(const window_elementwise::Geometry& g, const float* image, float* columns);
+int LaunchCol2Im(const window_elementwise::Geometry& g, const float* columns, float* image);
+int LaunchMaxPool(const window_elementwise::Geometry& g, int64_t images, const float* in,
+                  float* out, int32_t* indices);
+int LaunchMaxPoolBackward(const window_elementwise::Geometry& g, int64_t images,
+                          const float* grad_out, const int32_t* indices, float* grad_in);
 
 }  // namespace nn_cuda_internal
 }  // namespace lockstep

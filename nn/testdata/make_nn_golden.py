@@ -14,6 +14,12 @@ training steps on three fixed batches. Stored, all f32 unless noted:
   step0.grad.<param>          gradients of that loss
   <opt>.step<k>.<param>       parameters after step k+1 of optimizer <opt>
   <opt>.step<k>.loss          the loss computed in step k+1 (before its update)
+  conv.init.<param>, conv.x, conv.y, conv.logits, conv.loss, conv.grad.<param>,
+  conv.sgd.step<k>.<param>    a small CNN (Conv2d 1->4 3x3 pad 1, ReLU, MaxPool2d
+                              3 stride 2 pad 1 (overlapping windows), Conv2d 4->6
+                              3x3 stride 2 pad 1, ReLU, Flatten, Linear 24->5)
+                              built after manual_seed(2), its forward/backward
+                              on [3, 1, 8, 8], then 2 steps of SGD(momentum 0.9)
   big.weight_head/tail, big.bias, big.weight_sum (f64)
                               Linear(784, 512) after manual_seed(1): first and
                               last 64 weights, all biases, and the f64 sum of
@@ -81,6 +87,33 @@ def main(path):
             out[f"{key}.step{k}.loss"] = loss.detach().clone()
             for name, p in model.named_parameters():
                 out[f"{key}.step{k}.{name}"] = p.detach().clone()
+
+    torch.manual_seed(2)
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, stride=2, padding=1),
+        torch.nn.Conv2d(4, 6, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(24, 5))
+    for name, p in conv.named_parameters():
+        out["conv.init." + name] = p.detach().clone()
+    x = torch.randn(3, 1, 8, 8, generator=gen)
+    y = torch.randint(0, 5, (3,), generator=gen)
+    out["conv.x"], out["conv.y"] = x, y
+    logits = conv(x)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    out["conv.logits"] = logits.detach().clone()
+    out["conv.loss"] = loss.detach().clone()
+    for name, p in conv.named_parameters():
+        out["conv.grad." + name] = p.grad.detach().clone()
+    opt = torch.optim.SGD(conv.parameters(), lr=0.1, momentum=0.9)
+    for k in range(2):
+        if k > 0:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(conv(x), y).backward()
+        opt.step()
+        for name, p in conv.named_parameters():
+            out[f"conv.sgd.step{k}.{name}"] = p.detach().clone()
 
     torch.manual_seed(1)
     big = torch.nn.Linear(784, 512)

@@ -1,0 +1,72 @@
+// Conv2d: 2-D convolution over [batch, channels, height, width] f32 tensors
+// (torch.nn.Conv2d with groups = 1, dilation = 1), as im2col + GEMM per
+// image on CPU (OpenBLAS) or CUDA (cuBLAS).
+//
+//   Conv2dOptions options;
+//   options.in_channels = 1;
+//   options.out_channels = 8;
+//   options.kernel_h = options.kernel_w = 3;
+//   options.pad_h = options.pad_w = 1;
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Conv2d> conv, Conv2d::Create(options, gen));
+//
+// "weight" [out, in, kh, kw] and "bias" [out] are initialized as PyTorch's
+// (kaiming_uniform_(a=sqrt(5)) and uniform(+-1/sqrt(fan_in)), fan_in = in *
+// kh * kw, in that order, from `gen`). Forward keeps the input; backward
+// recomputes the columns (memory over time), computes the weight and bias
+// gradients over the whole batch, fires the gradient-ready hook (bias,
+// then weight) and returns the input gradient.
+#ifndef LOCKSTEP_NN_CONV2D_H_
+#define LOCKSTEP_NN_CONV2D_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+#include "core/mt19937.h"
+#include "nn/math.h"
+#include "nn/module.h"
+
+namespace lockstep {
+
+struct Conv2dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  bool bias = true;
+  Device device = Device::Cpu();
+};
+
+class Conv2d : public Module {
+ public:
+  static absl::StatusOr<std::unique_ptr<Conv2d>> Create(const Conv2dOptions& options,
+                                                        Mt19937& gen);
+
+  absl::string_view type_name() const override { return "Conv2d"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& input) override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+
+ protected:
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
+                                      const GradReadyHook& hook) override;
+  absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override;
+
+ private:
+  explicit Conv2d(const Conv2dOptions& options) : options_(options) {}
+  Window2d window() const;
+  // A [rows, cols] f32 tensor of ones on the module's device (cached).
+  absl::StatusOr<Tensor> Ones(int64_t rows, int64_t cols);
+
+  Conv2dOptions options_;
+  Parameter weight_;
+  Parameter bias_;
+  Tensor saved_input_;
+  Tensor ones_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_NN_CONV2D_H_
