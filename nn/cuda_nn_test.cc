@@ -107,6 +107,20 @@ TEST_F(CudaNnTest, WindowKernelsAreBitIdentical) {
   EXPECT_EQ(Host(ggx), Host(gx));
 }
 
+TEST_F(CudaNnTest, CloneToCudaGivesTheSameForward) {
+  Mt19937 gen(3);
+  MlpOptions options;
+  options.sizes = {20, 16, 4};
+  options.flatten = false;
+  std::unique_ptr<Sequential> cpu = *MakeMlp(options, gen);
+  absl::StatusOr<std::unique_ptr<Module>> gpu = cpu->CloneTo(Device::Cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (Parameter* p : (*gpu)->Parameters()) EXPECT_TRUE(p->value.device().is_cuda());
+  Tensor x = Random({5, 20}, 8);
+  std::vector<float> a = Host(*cpu->Forward(x)), b = Host(*(*gpu)->Forward(OnGpu(x)));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5) << i;
+}
+
 // The same training run on CPU and GPU: SGD and AdamW updates are
 // bit-identical given identical gradients, so differences come only from
 // GEMM summation order and stay tiny.

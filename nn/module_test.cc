@@ -212,6 +212,49 @@ TEST(ModuleTest, StateDictRoundTripAndStrictErrors) {
   EXPECT_TRUE(c->LoadStateDict(bad, /*strict=*/false).ok());
 }
 
+// A module with a buffer (like BatchNorm's running statistics).
+class Scaled : public Module {
+ public:
+  Scaled() {
+    scale_.value = *Tensor::FromVector<float>({2.0f});
+    count_ = *Tensor::FromVector<int64_t>({7});
+    RegisterParameter("scale", &scale_);
+    RegisterBuffer("count", &count_);
+  }
+  absl::string_view type_name() const override { return "Scaled"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& input) override { return input; }
+
+ protected:
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& g, bool, const GradReadyHook&) override { return g; }
+  absl::StatusOr<std::unique_ptr<Module>> NewLike(Device) const override {
+    return std::unique_ptr<Module>(new Scaled());
+  }
+
+ private:
+  Parameter scale_;
+  Tensor count_;
+};
+
+TEST(ModuleTest, BuffersFollowParametersOfTheirModuleInTheStateDict) {
+  auto model = std::make_unique<Sequential>();
+  model->Add(std::make_unique<Scaled>());
+  Mt19937 gen(0);
+  LinearOptions fc;
+  fc.in_features = 2, fc.out_features = 1;
+  model->Add(*Linear::Create(fc, gen));
+  model->Add(std::make_unique<Scaled>());
+  std::vector<std::string> names;
+  for (const NamedTensor& t : model->StateDict()) names.push_back(t.first);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.scale", "0.count", "1.weight", "1.bias", "2.scale", "2.count"}));
+  ASSERT_EQ(model->NamedBuffers().size(), 2u);
+  EXPECT_EQ(model->NamedBuffers()[1].first, "2.count");
+  std::vector<NamedTensor> state = model->StateDict();
+  state[1].second = *Tensor::FromVector<int64_t>({42});
+  ASSERT_TRUE(model->LoadStateDict(state).ok());
+  EXPECT_EQ((*model->NamedBuffers()[0].second.ToVector<int64_t>())[0], 42);
+  EXPECT_EQ(model->Parameters().size(), 4u);  // buffers are not parameters
+}
+
 TEST(ModuleTest, CloneToIsADeepCopy) {
   std::unique_ptr<Sequential> model = Mlp(4);
   absl::StatusOr<std::unique_ptr<Module>> copy = model->CloneTo(Device::Cpu());
