@@ -74,6 +74,7 @@ TEST(AtomicFileTest, CrashMidWriteLeavesThePreviousFileIntact) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::alarm(60);  // Deadline: a hung child dies by SIGALRM and fails the test.
     AtomicWriteOptions options;
     options.testing_crash_after_bytes = 100000;
     (void)WriteFileAtomically(path, replacement, options);
@@ -81,7 +82,7 @@ TEST(AtomicFileTest, CrashMidWriteLeavesThePreviousFileIntact) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), kSimulatedCrashExitCode);
 
   EXPECT_EQ(ReadAll(path), previous);
@@ -100,6 +101,7 @@ TEST(AtomicFileTest, CrashAfterAllBytesBeforeRenameLeavesThePreviousFile) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::alarm(60);  // Deadline: a hung child dies by SIGALRM and fails the test.
     AtomicWriteOptions options;
     options.testing_crash_after_bytes = 3;
     (void)WriteFileAtomically(path, "new", options);
@@ -107,7 +109,7 @@ TEST(AtomicFileTest, CrashAfterAllBytesBeforeRenameLeavesThePreviousFile) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), kSimulatedCrashExitCode);
   EXPECT_EQ(ReadAll(path), "old");
   ::unlink(absl::StrCat(path, ".tmp.", child).c_str());

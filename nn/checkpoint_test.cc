@@ -137,6 +137,7 @@ TEST(CheckpointTest, CrashMidWriteLeavesThePreviousCheckpoint) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::alarm(60);  // Deadline: a hung child dies by SIGALRM and fails the test.
     AtomicWriteOptions crash;
     crash.testing_crash_after_bytes = static_cast<int64_t>(before.size() / 2);
     TrainingProgress progress;
@@ -146,7 +147,7 @@ TEST(CheckpointTest, CrashMidWriteLeavesThePreviousCheckpoint) {
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), kSimulatedCrashExitCode);
   EXPECT_EQ(ReadAll(path), before);  // byte for byte
   Trainee restored = MakeRun(5);

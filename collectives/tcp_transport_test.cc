@@ -1,0 +1,87 @@
+// TcpTransport's mesh setup against a peer that is not a current lockstep
+// rank: an old protocol version or garbage is refused with an error naming
+// the problem, within the setup timeout, instead of hanging or building a
+// mesh that would misread every message.
+#include "collectives/tcp_transport.h"
+
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <string>
+
+#include "collectives/hash_store.h"
+#include "collectives/socket.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+// What a rank sends first on each connection (magic "LKTP", version, rank,
+// world size), as tcp_transport.cc lays it out.
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  int32_t rank;
+  int32_t size;
+};
+
+// Plays "rank 1" of a 2-rank group against a real rank 0: publishes a
+// listening address, connects to rank 0 and sends `hello` bytes. Returns rank
+// 0's TcpTransport::Create status.
+absl::Status SetUpAgainst(const std::string& hello_bytes) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(10000);
+  int port = 0;
+  absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
+  if (!listener.ok()) return listener.status();
+  if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
+  auto rank0 = std::async(std::launch::async, [&] {
+    return TcpTransport::Create(store, 0, 2, options).status();
+  });
+  const Deadline deadline = DeadlineIn(Milliseconds(10000));
+  absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(10000));
+  EXPECT_TRUE(address.ok()) << address.status();
+  std::string host;
+  int rank0_port = 0;
+  EXPECT_TRUE(SplitHostPort(*address, &host, &rank0_port).ok());
+  absl::StatusOr<Fd> fd = Connect(host, rank0_port, deadline, "rank 0");
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  EXPECT_TRUE(SendAll(fd->get(), hello_bytes.data(), hello_bytes.size(), deadline, "rank 0").ok());
+  // Rank 0 also connected to our listener; accepting it keeps its connect
+  // from depending on the kernel's backlog.
+  absl::StatusOr<Fd> from_rank0 = Accept(listener->get(), deadline, "rank 0");
+  EXPECT_TRUE(from_rank0.ok()) << from_rank0.status();
+  return rank0.get();
+}
+
+std::string Bytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); }
+
+TEST(TcpTransportTest, AnOlderProtocolVersionIsRefusedNamingBothVersions) {
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 1, 1, 2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("speaks protocol 1, this rank 2; use one lockstep build"),
+            absl::string_view::npos)
+      << s;
+}
+
+TEST(TcpTransportTest, GarbageIsRefusedAsNotALockstepRank) {
+  const absl::Status s = SetUpAgainst("GET / HTTP/1.1\r\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("is not a lockstep rank (bad handshake)"), absl::string_view::npos) << s;
+}
+
+TEST(TcpTransportTest, AWrongWorldSizeIsRefused) {
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 2, 1, 3}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("says rank 1 of 3, this group has 2 ranks"), absl::string_view::npos) << s;
+}
+
+TEST(TcpTransportTest, ARankClaimingToBeItselfIsRefused) {
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 2, 0, 2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace lockstep
