@@ -53,13 +53,13 @@ absl::StatusOr<std::unique_ptr<Module>> Conv2d::NewLike(Device device) const {
   return std::unique_ptr<Module>(std::move(copy));
 }
 
-absl::StatusOr<Tensor> Conv2d::Ones(int64_t rows, int64_t cols) {
-  if (ones_.defined() && ones_.shape() == Shape{rows, cols}) return ones_;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector<float>(
-                                             std::vector<float>(static_cast<size_t>(rows * cols), 1.0f),
-                                             {rows, cols}));
-  LOCKSTEP_ASSIGN_OR_RETURN(ones_, host.To(weight_.value.device()));
-  return ones_;
+absl::StatusOr<Tensor> Conv2d::Ones(int64_t count, Shape shape) {
+  if (!ones_.defined() || ones_.numel() != count) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector<float>(
+                                               std::vector<float>(static_cast<size_t>(count), 1.0f)));
+    LOCKSTEP_ASSIGN_OR_RETURN(ones_, host.To(weight_.value.device()));
+  }
+  return ones_.Reshape(std::move(shape));
 }
 
 absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
@@ -87,7 +87,7 @@ absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
     LOCKSTEP_RETURN_IF_ERROR(Im2Col(image, window(), columns));
     float beta = 0.0f;
     if (options_.bias) {  // y_i = b 1^T, then y_i += W columns
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, Ones(1, positions));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, Ones(positions, {1, positions}));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor b, bias_.value.Reshape({options_.out_channels, 1}));
       LOCKSTEP_RETURN_IF_ERROR(Gemm(b, false, ones, false, yi));
       beta = 1.0f;
@@ -136,7 +136,7 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_RETURN_IF_ERROR(Im2Col(image, window(), columns));
     LOCKSTEP_RETURN_IF_ERROR(Gemm(gi, false, columns, true, gw, 1.0f, beta));
     if (options_.bias) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, Ones(positions, 1));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, Ones(positions, {positions, 1}));
       LOCKSTEP_RETURN_IF_ERROR(Gemm(gi, false, ones, false, gb, 1.0f, beta));
     }
     if (input_grad) {

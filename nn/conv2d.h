@@ -57,8 +57,9 @@ class Conv2d : public Module {
  private:
   explicit Conv2d(const Conv2dOptions& options) : options_(options) {}
   Window2d window() const;
-  // A [rows, cols] f32 tensor of ones on the module's device (cached).
-  absl::StatusOr<Tensor> Ones(int64_t rows, int64_t cols);
+  // `count` ones on the module's device as `shape` (a row or a column; one
+  // cached vector, reshaped without a copy).
+  absl::StatusOr<Tensor> Ones(int64_t count, Shape shape);
 
   Conv2dOptions options_;
   Parameter weight_;

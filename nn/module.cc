@@ -149,6 +149,7 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
     if (!given.emplace(name, &tensor).second) problems.push_back("duplicate entry '" + name + "'");
   }
   std::vector<std::string> missing;
+  std::set<std::string> matched;
   const std::vector<NamedTensor> own = StateDict();
   for (const auto& [name, target] : own) {
     auto it = given.find(name);
@@ -156,6 +157,7 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
       missing.push_back(name);
       continue;
     }
+    matched.insert(name);
     const Tensor& src = *it->second;
     if (!src.defined() || src.shape() != target.shape() || src.dtype() != target.dtype()) {
       problems.push_back(absl::StrCat("'", name, "': expected ", DTypeName(target.dtype()),
@@ -164,12 +166,13 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
                                                           ShapeToString(src.shape())
                                                     : std::string("undefined")));
     }
-    given.erase(it);
   }
   if (strict) {
     if (!missing.empty()) problems.push_back("missing: " + absl::StrJoin(missing, ", "));
     std::vector<std::string> unexpected;
-    for (const auto& [name, t] : given) unexpected.push_back(name);
+    for (const auto& [name, t] : given) {
+      if (!matched.count(name)) unexpected.push_back(name);
+    }
     if (!unexpected.empty()) problems.push_back("unexpected: " + absl::StrJoin(unexpected, ", "));
   }
   if (!problems.empty()) {
@@ -177,11 +180,9 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
         "LoadStateDict into ", type_name(), ": ", absl::StrJoin(problems, "; "),
         ". Check that the checkpoint was written by the same model architecture"));
   }
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, tensor] : state) by_name.emplace(name, &tensor);
   for (const auto& [name, target] : own) {
-    auto it = by_name.find(name);
-    if (it != by_name.end()) LOCKSTEP_RETURN_IF_ERROR(target.CopyFrom(*it->second));
+    auto it = given.find(name);
+    if (it != given.end()) LOCKSTEP_RETURN_IF_ERROR(target.CopyFrom(*it->second));
   }
   return absl::OkStatus();
 }
@@ -210,6 +211,14 @@ absl::StatusOr<std::unique_ptr<Module>> Module::CloneTo(Device device) const {
   LOCKSTEP_RETURN_IF_ERROR(copy->LoadStateDict(self.StateDict()));
   copy->Train(training_);
   return copy;
+}
+
+bool Module::HasParameters() const {
+  if (!parameters_.empty()) return true;
+  for (const auto& [name, child] : children_) {
+    if (child->HasParameters()) return true;
+  }
+  return false;
 }
 
 int64_t Module::NumParameterElements() {

@@ -121,6 +121,9 @@ class Module {
   // pending forwards are not copied). DataParallel's replicate uses it.
   absl::StatusOr<std::unique_ptr<Module>> CloneTo(Device device) const;
 
+  // Whether this module or any below it has a parameter.
+  bool HasParameters() const;
+
   // Number of elements over all parameters.
   int64_t NumParameterElements();
 

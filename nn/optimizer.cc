@@ -24,8 +24,9 @@ absl::Status Optimizer::ZeroGrad(bool set_to_none) {
 
 std::vector<NamedTensor> Optimizer::StateTensors() const {
   std::vector<NamedTensor> out;
+  const std::vector<StateKey> keys = StateKeys();
   for (const auto& [index, entries] : state_) {
-    for (const StateKey& k : StateKeys()) {
+    for (const StateKey& k : keys) {
       auto it = entries.find(k.key);
       if (it != entries.end()) out.emplace_back(absl::StrCat("state.", index, ".", k.key), it->second);
     }

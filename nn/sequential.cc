@@ -25,7 +25,7 @@ absl::StatusOr<Tensor> Sequential::BackwardImpl(const Tensor& grad_output, bool 
   // parameters needs one either (e.g. no 128x784 GEMM for Flatten's input).
   size_t first_trainable = size();
   for (size_t i = 0; i < size() && first_trainable == size(); ++i) {
-    if (!child(i).Parameters().empty()) first_trainable = i;
+    if (child(i).HasParameters()) first_trainable = i;
   }
   Tensor g = grad_output;
   for (size_t i = size(); i-- > 0;) {

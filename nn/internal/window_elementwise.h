@@ -35,23 +35,31 @@ LOCKSTEP_HOST_DEVICE inline float Im2ColAt(const Geometry& g, const float* image
   return image[(c * g.height + ih) * g.width + iw];
 }
 
-// Image element i of col2im: the sum of every column entry that im2col took
-// from it, in increasing window order.
-LOCKSTEP_HOST_DEVICE inline float Col2ImAt(const Geometry& g, const float* columns, int64_t i) {
-  const int64_t c = i / (g.height * g.width);
-  const int64_t ih = (i / g.width) % g.height, iw = i % g.width;
-  const int64_t positions = g.out_h * g.out_w;
-  float sum = 0.0f;
+// Calls fn(ki, kj, window) for every window position (window = oh * out_w +
+// ow) whose kernel offset (ki, kj) lands on pixel (ih, iw), in increasing
+// window order: the windows that read that pixel.
+template <typename Fn>
+LOCKSTEP_HOST_DEVICE inline void ForEachWindowOf(const Geometry& g, int64_t ih, int64_t iw, Fn&& fn) {
   for (int64_t ki = g.kernel_h - 1; ki >= 0; --ki) {  // increasing window rows
     const int64_t th = ih + g.pad_h - ki;
     if (th < 0 || th % g.stride_h != 0 || th / g.stride_h >= g.out_h) continue;
     for (int64_t kj = g.kernel_w - 1; kj >= 0; --kj) {
       const int64_t tw = iw + g.pad_w - kj;
       if (tw < 0 || tw % g.stride_w != 0 || tw / g.stride_w >= g.out_w) continue;
-      const int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-      sum += columns[row * positions + (th / g.stride_h) * g.out_w + tw / g.stride_w];
+      fn(ki, kj, (th / g.stride_h) * g.out_w + tw / g.stride_w);
     }
   }
+}
+
+// Image element i of col2im: the sum of every column entry that im2col took
+// from it, in increasing window order.
+LOCKSTEP_HOST_DEVICE inline float Col2ImAt(const Geometry& g, const float* columns, int64_t i) {
+  const int64_t c = i / (g.height * g.width);
+  const int64_t positions = g.out_h * g.out_w;
+  float sum = 0.0f;
+  ForEachWindowOf(g, (i / g.width) % g.height, i % g.width, [&](int64_t ki, int64_t kj, int64_t window) {
+    sum += columns[((c * g.kernel_h + ki) * g.kernel_w + kj) * positions + window];
+  });
   return sum;
 }
 
@@ -92,16 +100,9 @@ LOCKSTEP_HOST_DEVICE inline float MaxPoolBackwardAt(const Geometry& g, const flo
   const int64_t plane_index = ih * g.width + iw;
   const int64_t base = c * g.out_h * g.out_w;
   float sum = 0.0f;
-  for (int64_t ki = g.kernel_h - 1; ki >= 0; --ki) {  // increasing window rows
-    const int64_t th = ih + g.pad_h - ki;
-    if (th < 0 || th % g.stride_h != 0 || th / g.stride_h >= g.out_h) continue;
-    for (int64_t kj = g.kernel_w - 1; kj >= 0; --kj) {
-      const int64_t tw = iw + g.pad_w - kj;
-      if (tw < 0 || tw % g.stride_w != 0 || tw / g.stride_w >= g.out_w) continue;
-      const int64_t o = base + (th / g.stride_h) * g.out_w + tw / g.stride_w;
-      if (indices[o] == plane_index) sum += grad_out[o];
-    }
-  }
+  ForEachWindowOf(g, ih, iw, [&](int64_t, int64_t, int64_t window) {
+    if (indices[base + window] == plane_index) sum += grad_out[base + window];
+  });
   return sum;
 }
 
