@@ -70,6 +70,8 @@ _LIBS = {
     "benchmark_main": (["benchmark_main", "benchmark"], ["pthread"], "benchmark/benchmark.h", "libbenchmark-dev"),
     "openblas": (["openblas"], ["pthread", "m"], "x86_64-linux-gnu/cblas.h", "libopenblas-dev"),
     "zlib": (["z"], [], "zlib.h", "zlib1g-dev"),
+    # Header-only: the target only checks that the header is there.
+    "nlohmann_json": ([], [], "nlohmann/json.hpp", "nlohmann-json3-dev"),
 }
 
 # Google Benchmark ships no static archive on Debian 12; tools/gpu_check.sh
@@ -77,6 +79,8 @@ _LIBS = {
 _NO_STATIC = ["benchmark"]
 
 def _static_flags(libs):
+    if not libs:
+        return []
     flags = ["-Wl,--start-group"]
     for lib in libs:
         flags.append("-l" + lib if lib in _NO_STATIC else "-l:lib%s.a" % lib)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "core/kernels.h"
 #include "core/status.h"
 
@@ -12,10 +13,19 @@ absl::StatusOr<Tensor> Scratch::Get(int slot, int64_t count, DType dtype) {
   if (bytes_.size() <= static_cast<size_t>(slot)) bytes_.resize(slot + 1);
   const int64_t need = count * static_cast<int64_t>(DTypeSize(dtype));
   if (!bytes_[slot].defined() || bytes_[slot].numel() < need) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bytes_[slot], Tensor::Empty({std::max<int64_t>(need, 64)}, DType::kU8));
+    LOCKSTEP_ASSIGN_OR_RETURN(bytes_[slot], Tensor::Empty({std::max<int64_t>(need, 64)}, DType::kU8, Device::Cpu(), pinned_));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor region, bytes_[slot].Flat(0, need));
   return region.ViewAs(dtype);
+}
+
+absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
+  constexpr size_t kMaxSegment = size_t{1} << 30;
+  if (options.segment_bytes == 0 || options.segment_bytes > kMaxSegment) {
+    return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.segment_bytes is ", options.segment_bytes,
+                                                   "; it must be in [1, 2^30] (default 256 KiB)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size) {

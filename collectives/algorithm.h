@@ -23,22 +23,40 @@ namespace lockstep {
 
 // Scratch memory reused across operations, so that large collectives do not
 // allocate (and page-fault) fresh buffers every time. One tensor per slot at
-// a time; contents are undefined.
+// a time; contents are undefined. `pinned`: page-locked host memory, for
+// staging CUDA tensors (allocated once, not per operation).
 class Scratch {
  public:
+  explicit Scratch(bool pinned = false) : pinned_(pinned) {}
   absl::StatusOr<Tensor> Get(int slot, int64_t count, DType dtype);
 
  private:
+  bool pinned_;
   std::vector<Tensor> bytes_;  // u8 buffers, one per slot, grown on demand.
 };
+
+// How the algorithms run; the defaults suit TCP on loopback and LANs
+// (docs/PERFORMANCE.md has the measurements behind them).
+struct AlgorithmOptions {
+  // All-reduce takes recursive doubling below this many bytes (latency
+  // bound), the ring from here on (bandwidth bound).
+  size_t small_message_bytes = 256 << 10;
+  // Ring pipelining: received data is reduced in pieces of this many bytes
+  // while the rest is still arriving. > 0.
+  size_t segment_bytes = 256 << 10;
+};
+
+// InvalidArgument naming the bad field and the accepted range.
+absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options);
 
 struct AlgorithmContext {
   Transport& transport;
   uint64_t seq = 0;       // The operation's sequence number.
   uint32_t next_tag = 0;  // Incremented by each step.
   Deadline deadline;
-  size_t segment_bytes = 256 << 10;
+  size_t segment_bytes = AlgorithmOptions().segment_bytes;
   Scratch* scratch = nullptr;  // Optional: without it, algorithms allocate.
+  size_t small_message_bytes = AlgorithmOptions().small_message_bytes;
 
   // A scratch tensor from `scratch`, or a fresh one.
   absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {

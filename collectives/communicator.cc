@@ -1,5 +1,8 @@
 #include "collectives/communicator.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -8,24 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/algorithm.h"
-#include "collectives/all_gather.h"
-#include "collectives/all_reduce.h"
-#include "collectives/barrier.h"
-#include "collectives/broadcast.h"
-#include "collectives/gather.h"
-#include "collectives/prefix_store.h"
-#include "collectives/reduce.h"
-#include "collectives/reduce_scatter.h"
-#include "collectives/tcp_transport.h"
+#include "collectives/completable_work.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
 namespace lockstep {
 namespace {
 
-constexpr uint32_t kFingerprintTag = 0xFFFFFFFFu;
-constexpr uint32_t kPointToPointTagBit = 0x80000000u;
+constexpr uint32_t kPointToPointTagLimit = 0x80000000u;
 
 const char* OpTypeName(uint8_t op) {
   switch (op) {
@@ -42,22 +35,6 @@ const char* OpTypeName(uint8_t op) {
   }
   return "?";
 }
-
-// A CPU tensor to run an algorithm on: `t` itself, or a pinned host copy of a
-// CUDA tensor (copied in when `copy_in`).
-absl::StatusOr<Tensor> Stage(const Tensor& t, bool copy_in) {
-  if (t.device().is_cpu()) return t;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty({t.numel()}, t.dtype(), Device::Cpu(), /*pinned=*/true));
-  if (copy_in) LOCKSTEP_RETURN_IF_ERROR(host.CopyFrom(t));
-  return host;
-}
-
-absl::Status Unstage(const Tensor& host, const Tensor& t) {
-  if (t.device().is_cpu()) return absl::OkStatus();
-  return t.CopyFrom(host);
-}
-
-absl::StatusOr<Tensor> Flat1d(const Tensor& t) { return t.Flat(0, t.numel()); }
 
 absl::Status CheckTensor(const Tensor& t, const char* op, const char* what) {
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is undefined"));
@@ -85,48 +62,63 @@ absl::Status CheckSame(const Tensor& a, const Tensor& b, const char* op, int64_t
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<Store> store, int rank,
-                                                                   int size, CommunicatorOptions options) {
-  if (store == nullptr) return absl::InvalidArgumentError("Communicator::Create: no store");
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("Communicator::Create: rank ", rank,
-                                                   " is not in [0, ", size, ") (world size ", size, ")"));
+absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options) {
+  if (options.timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.timeout is ", options.timeout.count(),
+                                                   " ms; it must be positive (default 300000)"));
   }
+  if (options.wait_spin_microseconds < 0 || options.wait_spin_microseconds > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.wait_spin_microseconds is ",
+                                                   options.wait_spin_microseconds,
+                                                   "; it must be in [0, 1000000] (default 100)"));
+  }
+  if (options.failure_report_window < Milliseconds(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.failure_report_window is ",
+                                                   options.failure_report_window.count(),
+                                                   " ms; it must be >= 0 (default 1000)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_ptr<Backend> backend,
+                                                                   CommunicatorOptions options,
+                                                                   std::shared_ptr<Store> failure_store) {
+  if (backend == nullptr) return absl::InvalidArgumentError("Communicator::Create: no backend");
+  LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorOptions(options));
   const char* debug = std::getenv("LOCKSTEP_DEBUG");
   if (debug != nullptr && std::strcmp(debug, "DETAIL") == 0) options.debug_checks = true;
-  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, std::move(store));
-  TcpTransportOptions transport_options;
-  transport_options.host = options.host;
-  transport_options.timeout = options.timeout;
-  transport_options.socket_buffer_bytes = options.socket_buffer_bytes;
-  transport_options.congestion_control = options.tcp_congestion_control;
-  transport_options.spin_microseconds = options.transport_spin_microseconds;
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> transport,
-                            TcpTransport::Create(*prefixed, rank, size, transport_options));
-  return FromTransport(std::move(transport), std::move(options), std::move(prefixed));
+  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    return absl::InternalError(absl::StrCat("Communicator::Create: eventfd failed: ", std::strerror(errno)));
+  }
+  auto comm = std::unique_ptr<Communicator>(
+      new Communicator(std::move(backend), std::move(options), std::move(failure_store)));
+  comm->wake_ = Fd(wake);
+  comm->worker_ = std::thread([c = comm.get()] { c->WorkerLoop(); });
+  return comm;
 }
 
-std::unique_ptr<Communicator> Communicator::FromTransport(std::unique_ptr<Transport> transport,
-                                                          CommunicatorOptions options,
-                                                          std::shared_ptr<Store> store) {
-  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options), std::move(store)));
-}
-
-Communicator::Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options,
+Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options,
                            std::shared_ptr<Store> store)
-    : transport_(std::move(transport)), store_(std::move(store)), options_(std::move(options)), rank_(transport_->rank()),
-      size_(transport_->size()), send_seq_(size_, 0), recv_seq_(size_, 0) {
-  worker_ = std::thread([this] { WorkerLoop(); });
+    : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
+      rank_(backend_->rank()), size_(backend_->size()), send_seq_(size_, 0), recv_seq_(size_, 0),
+      help_gate_(std::make_shared<HelpGate>()) {
+  help_gate_->comm = this;
 }
 
 Communicator::~Communicator() {
+  {
+    // No waiting caller may start an operation from now on.
+    std::lock_guard<std::mutex> gate(help_gate_->mu);
+    help_gate_->comm = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     stopping_flag_.store(true, std::memory_order_release);
   }
   work_cv_.notify_all();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 absl::Status Communicator::broken_status() {
@@ -135,13 +127,38 @@ absl::Status Communicator::broken_status() {
 }
 
 std::shared_ptr<Work> Communicator::Failed(absl::Status status) {
-  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
-  work->Complete(std::move(status));
+  return CompletableWork::Done(std::move(status), options_.wait_spin_microseconds);
+}
+
+absl::Status Communicator::CheckDevice(const Tensor& t, const char* op, const char* what) const {
+  if (!t.defined()) return absl::OkStatus();
+  const BackendCapabilities caps = backend_->capabilities();
+  if (t.device().is_cpu() ? caps.cpu_tensors : caps.cuda_tensors) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is on ", t.device().ToString(), ", which the ",
+                                                 caps.name, " backend does not accept; move it to ",
+                                                 caps.cpu_tensors ? "the CPU" : "a CUDA device"));
+}
+
+std::shared_ptr<CompletableWork> Communicator::NewWork() {
+  auto work = CompletableWork::Create(options_.wait_spin_microseconds);
+  // The waiting thread runs queued operations itself while this
+  // communicator's thread is idle (Work::SetHelper). The gate outlives the
+  // communicator: a Work waited on after it is gone helps nobody.
+  std::weak_ptr<HelpGate> gate = help_gate_;
+  const Work* raw = work.get();
+  work->SetHelper([gate, raw] {
+    if (std::shared_ptr<HelpGate> g = gate.lock()) {
+      // try_lock: a Then callback that waits inside a helped operation must
+      // not deadlock on the gate; it simply waits without helping.
+      std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
+      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(raw);
+    }
+  });
   return work;
 }
 
 std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) {
-  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
+  std::shared_ptr<CompletableWork> work = NewWork();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -149,11 +166,23 @@ std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) 
       return work;
     }
     fingerprint.seq = next_seq_++;
-    queue_.push_back(Item{work, std::move(task), fingerprint, true});
+    Item item;
+    item.work = work;
+    item.task = std::move(task);
+    item.fingerprint = fingerprint;
+    queue_.push_back(std::move(item));
     queue_size_.store(queue_.size(), std::memory_order_release);
   }
   work_cv_.notify_one();
   return work;
+}
+
+absl::Status Communicator::Break(const absl::Status& status) {
+  backend_->Abort(status.message());  // Peers blocked on us fail now, not at their deadline.
+  absl::Status shared = ShareFailure(status);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_.ok()) broken_ = shared;
+  return shared;
 }
 
 void Communicator::WorkerLoop() {
@@ -170,34 +199,118 @@ void Communicator::WorkerLoop() {
         sched_yield();
       }
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      // One runner at a time: a waiting caller may be running operations.
+      work_cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // Stopping, and everything queued ran.
       item = std::move(queue_.front());
       queue_.pop_front();
       queue_size_.store(queue_.size(), std::memory_order_release);
-      if (!broken_.ok()) {
-        lock.unlock();
-        item.work->Complete(broken_);
-        continue;
-      }
+      running_ = true;
     }
-    const Deadline deadline = DeadlineIn(options_.timeout);
-    absl::Status status;
-    if (item.collective && options_.debug_checks && size_ > 1) {
-      status = CheckFingerprints(item.fingerprint, deadline);
+    RunItem(std::move(item));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
     }
-    if (status.ok()) status = item.task(item.fingerprint.seq, deadline);
-    if (!status.ok()) {
-      status = absl::Status(status.code(), absl::StrCat("rank ", rank_, ": ", Describe(item.fingerprint),
-                                                        " failed: ", status.message()));
-      transport_->Abort(status.message());  // Peers blocked on us fail now, not at their deadline.
-      status = ShareFailure(status);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        broken_ = status;
-      }
+    // A caller may be waiting to run the next operation itself.
+    work_cv_.notify_all();
+  }
+}
+
+void Communicator::HelpUntilDone(const Work* awaited) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!running_ && !queue_.empty() && !const_cast<Work*>(awaited)->IsCompleted()) {
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    queue_size_.store(queue_.size(), std::memory_order_release);
+    running_ = true;
+    lock.unlock();
+    RunItem(std::move(item));
+    lock.lock();
+    running_ = false;
+  }
+  lock.unlock();
+  work_cv_.notify_all();
+}
+
+void Communicator::RunItem(Item item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) {
+      absl::Status broken = broken_;
+      item.work->Complete(broken);
+      return;
     }
-    item.work->Complete(status);
+  }
+  if (!item.task) {
+    RunPointToPointBatch(std::move(item));
+    return;
+  }
+  const OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout)};
+  absl::Status status;
+  if (options_.debug_checks && size_ > 1) status = CheckFingerprints(item.fingerprint, op_ctx);
+  if (status.ok()) status = item.task(op_ctx);
+  if (!status.ok()) {
+    status = Break(absl::Status(status.code(), absl::StrCat("rank ", rank_, ": ", Describe(item.fingerprint),
+                                                            " failed: ", status.message())));
+  }
+  item.work->Complete(status);
+}
+
+// The operations of one point-to-point batch: the first, then whatever is
+// posted while it runs, up to the next collective.
+class Communicator::Batch : public PointToPointSource {
+ public:
+  Batch(Communicator& comm, Item first) : comm_(comm) { pending_.push_back(std::move(first)); }
+
+  void Take(std::vector<PointToPointOp>* ops) override {
+    uint64_t drained;
+    (void)::read(comm_.wake_.get(), &drained, sizeof(drained));  // Re-arms the wake-up.
+    std::lock_guard<std::mutex> lock(comm_.mu_);
+    while (!comm_.queue_.empty() && !comm_.queue_.front().task) {
+      pending_.push_back(std::move(comm_.queue_.front()));
+      comm_.queue_.pop_front();
+    }
+    comm_.queue_size_.store(comm_.queue_.size(), std::memory_order_release);
+    for (; handed_ < pending_.size(); ++handed_) {
+      Item& item = pending_[handed_];
+      PointToPointOp op = std::move(item.p2p);
+      std::shared_ptr<CompletableWork> work = item.work;
+      op.done = [work] { work->Complete(absl::OkStatus()); };
+      ops->push_back(std::move(op));
+    }
+  }
+  int wake_fd() const override { return comm_.wake_.get(); }
+
+  // Fails every operation of the batch that has not finished.
+  void Fail(const absl::Status& status) {
+    for (Item& item : pending_) {
+      item.work->Complete(absl::Status(status.code(), absl::StrCat("rank ", comm_.rank_, ": ",
+                                                                   Describe(item.fingerprint), " failed: ",
+                                                                   status.message())));
+    }
+  }
+
+ private:
+  Communicator& comm_;
+  std::deque<Item> pending_;  // Deque: items keep their addresses.
+  size_t handed_ = 0;
+};
+
+void Communicator::RunPointToPointBatch(Item first) {
+  Batch batch(*this, std::move(first));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p2p_running_ = true;
+  }
+  absl::Status status = backend_->RunPointToPoint(batch, DeadlineIn(options_.timeout));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p2p_running_ = false;
+  }
+  if (!status.ok()) {
+    status = Break(absl::Status(status.code(), absl::StrCat("point-to-point: ", status.message())));
+    batch.Fail(status);  // Completed operations keep their OK status.
   }
 }
 
@@ -228,20 +341,19 @@ std::string Communicator::Describe(const Fingerprint& f) {
       f.op == static_cast<uint8_t>(OpType::kReduceScatter)) {
     absl::StrAppend(&s, ", ", ReduceOpName(static_cast<ReduceOp>(f.reduce_op)));
   }
-  if (f.root >= 0) absl::StrAppend(&s, ", root ", f.root);
+  if (f.op == static_cast<uint8_t>(OpType::kSend)) {
+    absl::StrAppend(&s, ", to rank ", f.root, ", tag ", f.tag);
+  } else if (f.op == static_cast<uint8_t>(OpType::kRecv)) {
+    absl::StrAppend(&s, ", from rank ", f.root, ", tag ", f.tag);
+  } else if (f.root >= 0) {
+    absl::StrAppend(&s, ", root ", f.root);
+  }
   return s + ")";
 }
 
-absl::Status Communicator::CheckFingerprints(const Fingerprint& mine, Deadline deadline) {
+absl::Status Communicator::CheckFingerprints(const Fingerprint& mine, const OpContext& op_ctx) {
   std::vector<Fingerprint> all(size_);
-  all[rank_] = mine;
-  std::vector<Transfer> transfers;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    transfers.push_back(Transfer::Send(peer, &mine, sizeof(Fingerprint)));
-    transfers.push_back(Transfer::Recv(peer, &all[peer], sizeof(Fingerprint)));
-  }
-  LOCKSTEP_RETURN_IF_ERROR(transport_->Exchange(absl::MakeSpan(transfers), MessageTag{mine.seq, kFingerprintTag}, deadline));
+  LOCKSTEP_RETURN_IF_ERROR(backend_->AllGatherBytes(&mine, sizeof(Fingerprint), all.data(), op_ctx));
   bool same = true;
   for (const Fingerprint& f : all) same &= std::memcmp(&f, &mine, sizeof(Fingerprint)) == 0;
   if (same) return absl::OkStatus();
@@ -261,23 +373,12 @@ std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor&
   if (auto s = CheckTensor(input, "AllReduce", "input"); !s.ok()) return Failed(s);
   if (auto s = CheckTensor(output, "AllReduce", "output"); !s.ok()) return Failed(s);
   if (auto s = CheckSame(input, output, "AllReduce", 1, "input", "output"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(input, "AllReduce", "input"); !s.ok()) return Failed(s);
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("AllReduce: invalid reduce op"));
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, -1, input.numel()};
-  return Enqueue(f, [this, input, output, op](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (!output.SharesStorageWith(input) || output.raw_data() != input.raw_data()) {
-      LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
-    }
-    if (output.numel() == 0) return absl::OkStatus();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, true));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(staged));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    if (buffer.nbytes() < options_.small_message_bytes || buffer.numel() < size_) {
-      LOCKSTEP_RETURN_IF_ERROR(RecursiveDoublingAllReduce(ctx, buffer, op));
-    } else {
-      LOCKSTEP_RETURN_IF_ERROR(RingAllReduce(ctx, buffer, op));
-    }
-    return Unstage(staged, output);
+                static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
+  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
+    return backend_->AllReduce(input, output, op, ctx);
   });
 }
 
@@ -290,23 +391,12 @@ std::shared_ptr<Work> Communicator::Reduce(const Tensor& input, const Tensor& ou
     if (auto s = CheckTensor(output, "Reduce", "output (at the root)"); !s.ok()) return Failed(s);
     if (auto s = CheckSame(input, output, "Reduce", 1, "input", "output"); !s.ok()) return Failed(s);
   }
+  if (auto s = CheckDevice(input, "Reduce", "input"); !s.ok()) return Failed(s);
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("Reduce: invalid reduce op"));
   Fingerprint f{0, static_cast<uint8_t>(OpType::kReduce), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, root, input.numel()};
-  return Enqueue(f, [this, input, output, op, root](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (input.numel() == 0) return absl::OkStatus();
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    if (rank_ == root) {
-      if (output.raw_data() != input.raw_data()) LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, true));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(staged));
-      LOCKSTEP_RETURN_IF_ERROR(BinomialReduce(ctx, buffer, op, root));
-      return Unstage(staged, output);
-    }
-    // Partial results must not overwrite the caller's input.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor scratch, input.To(Device::Cpu()));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(scratch));
-    return BinomialReduce(ctx, buffer, op, root);
+                static_cast<uint8_t>(op), 0, root, input.numel(), 0, 0};
+  return Enqueue(f, [this, input, output, op, root](const OpContext& ctx) {
+    return backend_->Reduce(input, output, op, root, ctx);
   });
 }
 
@@ -315,33 +405,20 @@ std::shared_ptr<Work> Communicator::Broadcast(const Tensor& tensor, int root) {
     return Failed(absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " is not a rank (world size ", size_, ")")));
   }
   if (auto s = CheckTensor(tensor, "Broadcast", "tensor"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(tensor, "Broadcast", "tensor"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kBroadcast), static_cast<uint8_t>(tensor.dtype()), 0, 0, root,
-                tensor.numel()};
-  return Enqueue(f, [this, tensor, root](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (tensor.numel() == 0) return absl::OkStatus();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(tensor, rank_ == root));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, staged, root));
-    return rank_ == root ? absl::OkStatus() : Unstage(staged, tensor);
-  });
+                tensor.numel(), 0, 0};
+  return Enqueue(f, [this, tensor, root](const OpContext& ctx) { return backend_->Broadcast(tensor, root, ctx); });
 }
 
 std::shared_ptr<Work> Communicator::AllGather(const Tensor& input, const Tensor& output) {
   if (auto s = CheckTensor(input, "AllGather", "input"); !s.ok()) return Failed(s);
   if (auto s = CheckTensor(output, "AllGather", "output"); !s.ok()) return Failed(s);
   if (auto s = CheckSame(input, output, "AllGather", size_, "input", "output"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(input, "AllGather", "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllGather), static_cast<uint8_t>(input.dtype()), 0, 0, -1,
-                input.numel()};
-  return Enqueue(f, [this, input, output](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (input.numel() == 0) return absl::OkStatus();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, false));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(staged));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(rank_ * input.numel(), input.numel()));
-    LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, buffer));
-    return Unstage(staged, output);
-  });
+                input.numel(), 0, 0};
+  return Enqueue(f, [this, input, output](const OpContext& ctx) { return backend_->AllGather(input, output, ctx); });
 }
 
 std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& output, int root) {
@@ -353,18 +430,11 @@ std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& ou
     if (auto s = CheckTensor(output, "Gather", "output (at the root)"); !s.ok()) return Failed(s);
     if (auto s = CheckSame(input, output, "Gather", size_, "input", "output"); !s.ok()) return Failed(s);
   }
+  if (auto s = CheckDevice(input, "Gather", "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kGather), static_cast<uint8_t>(input.dtype()), 0, 0, root,
-                input.numel()};
-  return Enqueue(f, [this, input, output, root](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (input.numel() == 0) return absl::OkStatus();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, true));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    if (rank_ != root) return DirectGather(ctx, mine, Tensor(), root);
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(output, false));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Flat1d(staged));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine_flat, Flat1d(mine));
-    LOCKSTEP_RETURN_IF_ERROR(DirectGather(ctx, mine_flat, slots, root));
-    return Unstage(staged, output);
+                input.numel(), 0, 0};
+  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
+    return backend_->Gather(input, output, root, ctx);
   });
 }
 
@@ -377,21 +447,11 @@ std::shared_ptr<Work> Communicator::Scatter(const Tensor& input, const Tensor& o
     if (auto s = CheckTensor(input, "Scatter", "input (at the root)"); !s.ok()) return Failed(s);
     if (auto s = CheckSame(output, input, "Scatter", size_, "output", "input"); !s.ok()) return Failed(s);
   }
+  if (auto s = CheckDevice(output, "Scatter", "output"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kScatter), static_cast<uint8_t>(output.dtype()), 0, 0, root,
-                output.numel()};
-  return Enqueue(f, [this, input, output, root](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (output.numel() == 0) return absl::OkStatus();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine_staged, Stage(output, false));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Flat1d(mine_staged));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    if (rank_ == root) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(input, true));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Flat1d(staged));
-      LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, slots, mine, root));
-    } else {
-      LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, Tensor(), mine, root));
-    }
-    return Unstage(mine_staged, output);
+                output.numel(), 0, 0};
+  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
+    return backend_->Scatter(input, output, root, ctx);
   });
 }
 
@@ -399,28 +459,18 @@ std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Ten
   if (auto s = CheckTensor(input, "ReduceScatter", "input"); !s.ok()) return Failed(s);
   if (auto s = CheckTensor(output, "ReduceScatter", "output"); !s.ok()) return Failed(s);
   if (auto s = CheckSame(output, input, "ReduceScatter", size_, "output", "input"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(input, "ReduceScatter", "input"); !s.ok()) return Failed(s);
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("ReduceScatter: invalid reduce op"));
   Fingerprint f{0, static_cast<uint8_t>(OpType::kReduceScatter), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, -1, input.numel()};
-  return Enqueue(f, [this, input, output, op](uint64_t seq, Deadline deadline) -> absl::Status {
-    if (output.numel() == 0) return absl::OkStatus();
-    // The ring reduces in place: work on a copy so the input is unchanged.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor scratch, input.To(Device::Cpu()));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Flat1d(scratch));
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
-    // The ring has divided chunk r already for AVG.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank_ * output.numel(), output.numel()));
-    return output.CopyFrom(mine);
+                static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
+  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
+    return backend_->ReduceScatter(input, output, op, ctx);
   });
 }
 
 std::shared_ptr<Work> Communicator::Barrier() {
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kBarrier), 0, 0, 0, -1, 0};
-  return Enqueue(f, [this](uint64_t seq, Deadline deadline) {
-    AlgorithmContext ctx{*transport_, seq, 0, deadline, options_.segment_bytes, &scratch_};
-    return DisseminationBarrier(ctx);
-  });
+  Fingerprint f{0, static_cast<uint8_t>(OpType::kBarrier), 0, 0, 0, -1, 0, 0, 0};
+  return Enqueue(f, [this](const OpContext& ctx) { return backend_->Barrier(ctx); });
 }
 
 std::shared_ptr<Work> Communicator::Send(const Tensor& tensor, int dst, uint32_t tag) {
@@ -437,11 +487,17 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": peer ", peer, " is not another rank (this is rank ",
                                                           rank_, " of ", size_, ")")));
   }
-  if (tag & kPointToPointTagBit) {
+  if (tag >= kPointToPointTagLimit) {
     return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": tag ", tag, " must be below 2^31")));
   }
   if (auto s = CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
-  auto work = std::make_shared<Work>(options_.wait_spin_microseconds);
+  if (auto s = CheckDevice(tensor, name, "tensor"); !s.ok()) return Failed(s);
+  if (!backend_->capabilities().point_to_point) {
+    return Failed(absl::UnimplementedError(absl::StrCat(name, ": the ", backend_->capabilities().name,
+                                                        " backend has no point-to-point operations")));
+  }
+  std::shared_ptr<CompletableWork> work = NewWork();
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -451,18 +507,22 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     // Point-to-point messages are numbered per peer and direction, not in the
     // collective sequence (only two ranks take part).
     const uint64_t seq = send ? send_seq_[peer]++ : recv_seq_[peer]++;
-    Fingerprint f{seq, static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv),
-                  static_cast<uint8_t>(tensor.dtype()), 0, 0, peer, tensor.numel()};
-    Task task = [this, tensor, peer, tag, send](uint64_t seq, Deadline deadline) -> absl::Status {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor staged, Stage(tensor, send));
-      Transfer t = send ? Transfer::Send(peer, staged.raw_data(), staged.nbytes())
-                        : Transfer::Recv(peer, staged.raw_data(), staged.nbytes());
-      LOCKSTEP_RETURN_IF_ERROR(
-          transport_->Exchange({&t, 1}, MessageTag{seq, tag | kPointToPointTagBit}, deadline));
-      return send ? absl::OkStatus() : Unstage(staged, tensor);
-    };
-    queue_.push_back(Item{work, std::move(task), f, false});
+    Item item;
+    item.work = work;
+    item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv),
+                                   static_cast<uint8_t>(tensor.dtype()), 0, 0, peer, tensor.numel(), tag, 0};
+    item.p2p.send = send;
+    item.p2p.peer = peer;
+    item.p2p.tag = tag;
+    item.p2p.seq = seq;
+    item.p2p.tensor = tensor;
+    queue_.push_back(std::move(item));
     queue_size_.store(queue_.size(), std::memory_order_release);
+    wake = p2p_running_;
+  }
+  if (wake) {
+    const uint64_t one = 1;
+    (void)::write(wake_.get(), &one, sizeof(one));  // The running batch takes it.
   }
   work_cv_.notify_one();
   return work;

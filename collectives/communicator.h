@@ -1,33 +1,43 @@
 // Communicator: a group of `size` ranks that run collectives together, as a
 // c10d ProcessGroup.
 //
-//   auto store = std::shared_ptr<Store>(*TcpStore::Create(store_options));
+//   // Over TCP (collectives/tcp_communicator.h), or from the environment
+//   // that torchrun, mpirun or srun set (collectives/init_from_env.h):
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-//                             Communicator::Create(store, rank, world_size, {}));
+//                             CreateTcpCommunicator(store, rank, world_size, {}));
 //   std::shared_ptr<Work> w = comm->AllReduce(grads, ReduceOp::kAvg);
 //   ...
 //   LOCKSTEP_RETURN_IF_ERROR(w->Wait());
 //
-// Every operation is validated when called (wrong sizes, dtypes, roots or
-// peers come back at once as a failed Work, nothing sent), then queued in
-// call order and run on the communicator's own thread. All ranks must call
-// the same collectives in the same order; with `debug_checks` (or the
+// The Communicator is the front: it validates every operation when called
+// (wrong sizes, dtypes, devices, roots or peers come back at once as a
+// failed Work, nothing sent), numbers it, queues it in call order and runs
+// it on its own thread through a Backend (collectives/backend.h: the host
+// algorithms over a Transport, or NCCL), completing its Work. All ranks must
+// call the same collectives in the same order; with `debug_checks` (or the
 // environment variable LOCKSTEP_DEBUG=DETAIL) each operation first compares
 // a fingerprint (sequence number, op, dtype, count, root, reduce op) across
 // ranks and fails on every rank with all views when they differ.
 //
+// Point to point (Send/Recv, as isend/irecv) run concurrently: operations
+// posted one after another, up to the next collective, progress together,
+// so two ranks may each Send and then Recv any amount without deadlock.
+// Receives from one peer match that peer's sends in call order (the tags
+// must agree, else both fail naming both).
+//
 // Every operation has a deadline (options.timeout). When a peer dies or a
 // deadline passes, the operation fails naming the rank and its address, the
-// communicator closes its connections (so the other ranks fail at once too)
+// communicator aborts its backend (so the other ranks fail at once too)
 // and every later operation fails with the same cause: create a new
 // communicator to continue. Each failing rank also posts its error in the
 // store and, for up to `failure_report_window`, collects the others', so a
 // rank that only saw a neighbour hang up still learns which rank died first.
 //
-// Tensors may be on the CPU or on a CUDA device (staged through pinned host
-// memory). Any dtype; reduce ops SUM, AVG, PROD, MIN, MAX (AVG: sum, then
-// exact division by the world size). f16/bf16 reduce in f32 at each step and
-// round once per step.
+// Tensors may be on the CPU or on a CUDA device, as the backend's
+// capabilities allow (the host backend stages CUDA tensors through pinned
+// host memory). Any dtype; reduce ops SUM, AVG, PROD, MIN, MAX (AVG: sum,
+// then exact division by the world size). f16/bf16 reduce in f32 at each
+// step and round once per step.
 #ifndef LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 #define LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 
@@ -43,54 +53,41 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/algorithm.h"
+#include "collectives/backend.h"
+#include "collectives/socket.h"
 #include "collectives/store.h"
-#include "collectives/transport.h"
 #include "collectives/work.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"
 
 namespace lockstep {
 
+class CompletableWork;
+
 struct CommunicatorOptions {
-  // Deadline of each operation, from when it starts running.
+  // Deadline of each operation, from when it starts running. > 0.
   Milliseconds timeout = Milliseconds(300000);
-  // The address other ranks reach this rank at (its interface toward them).
-  std::string host = "127.0.0.1";
-  // Namespace of this group's keys in the store (several groups, restarts).
-  std::string store_prefix = "comm";
-  // All-reduce uses recursive doubling below this many bytes, the ring above.
-  size_t small_message_bytes = 256 << 10;
-  // Ring pipelining: reduce received data in segments of this size.
-  size_t segment_bytes = 256 << 10;
-  int socket_buffer_bytes = 256 << 10;  // Measured best on loopback (docs/PERFORMANCE.md).
-  // How long the transport polls (yielding) for a peer's data before it
-  // sleeps in poll(); see TcpTransportOptions::spin_microseconds.
-  int transport_spin_microseconds = 200;
-  // TCP congestion control ("" keeps the system's); see TcpTransportOptions.
-  std::string tcp_congestion_control = "cubic";
-  // (0 leaves the kernel's autotuning on.)
   // Work::Wait first checks for completion this long, yielding the core
-  // between checks, before it sleeps: waking a sleeping thread on these VMs
-  // costs tens of microseconds, more than a small all-reduce (4 KiB: 13-29
-  // µs sleeping at once, 11-13 µs with 100 µs here; no change at 1 MiB).
+  // between checks, before it sleeps (a sleeping thread can take tens of
+  // microseconds to wake on a virtual machine). 0..1000000.
   int wait_spin_microseconds = 100;
-  // Compare every operation's fingerprint across ranks first (costs one small
-  // exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
+  // Compare every operation's fingerprint across ranks first (costs one
+  // small exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;
   // After a failure, how long to wait for the other ranks' failure reports.
   Milliseconds failure_report_window = Milliseconds(1000);
 };
 
+// InvalidArgument naming the bad field and the accepted range.
+absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options);
+
 class Communicator {
  public:
-  static absl::StatusOr<std::unique_ptr<Communicator>> Create(std::shared_ptr<Store> store, int rank,
-                                                              int size, CommunicatorOptions options);
-  // Builds on an existing transport (tests, other transports).
-  // `store`, if given, is used to share failure reports (see below).
-  static std::unique_ptr<Communicator> FromTransport(std::unique_ptr<Transport> transport,
-                                                     CommunicatorOptions options,
-                                                     std::shared_ptr<Store> store = nullptr);
+  // `failure_store`, if given, is where ranks share failure reports (a store
+  // prefix of this group). Fails on bad options or a null backend.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(std::unique_ptr<Backend> backend,
+                                                              CommunicatorOptions options,
+                                                              std::shared_ptr<Store> failure_store = nullptr);
   ~Communicator();  // Finishes queued operations, then stops the thread.
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -98,6 +95,7 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const CommunicatorOptions& options() const { return options_; }
+  BackendCapabilities capabilities() const { return backend_->capabilities(); }
 
   // In place: every rank's `tensor` becomes op over all ranks' tensors.
   std::shared_ptr<Work> AllReduce(const Tensor& tensor, ReduceOp op);
@@ -116,12 +114,15 @@ class Communicator {
   // input: size * output.numel() elements; rank r gets the reduced block r.
   std::shared_ptr<Work> ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op);
   std::shared_ptr<Work> Barrier();
-  // Point to point. Pairs match in call order per (peer, tag).
+  // Point to point (isend/irecv). Tags below 2^31.
   std::shared_ptr<Work> Send(const Tensor& tensor, int dst, uint32_t tag = 0);
   std::shared_ptr<Work> Recv(const Tensor& tensor, int src, uint32_t tag = 0);
 
   // The first error that broke the communicator (OK while healthy).
   absl::Status broken_status();
+
+  // Payload bytes this rank sent to and received from each peer.
+  TrafficCounters Traffic() const { return backend_->Traffic(); }
 
  private:
   enum class OpType : uint8_t {
@@ -134,45 +135,66 @@ class Communicator {
     uint8_t dtype;
     uint8_t reduce_op;
     uint8_t reserved;
-    int32_t root;
+    int32_t root;  // The root; for Send/Recv the peer.
     int64_t count;
+    uint32_t tag;  // Send/Recv only.
+    uint32_t reserved2;
   };
-  using Task = std::function<absl::Status(uint64_t seq, Deadline deadline)>;
+  using Task = std::function<absl::Status(const OpContext& op_ctx)>;
+  struct Item {
+    std::shared_ptr<CompletableWork> work;
+    Task task;  // Collectives.
+    Fingerprint fingerprint;
+    PointToPointOp p2p;  // Point to point (task empty).
+  };
+  class Batch;
 
-  Communicator(std::unique_ptr<Transport> transport, CommunicatorOptions options, std::shared_ptr<Store> store);
+  Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options, std::shared_ptr<Store> store);
   // Posts this rank's failure and appends what the other ranks reported.
   absl::Status ShareFailure(absl::Status status);
+  // Records a failure: aborts the backend, shares the cause, breaks.
+  absl::Status Break(const absl::Status& status);
 
   std::shared_ptr<Work> Failed(absl::Status status);
+  absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
   // Queues a collective (numbered in call order) with its fingerprint.
   std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, Task task);
   std::shared_ptr<Work> EnqueuePointToPoint(int peer, uint32_t tag, bool send, const Tensor& tensor);
-  absl::Status CheckFingerprints(const Fingerprint& mine, Deadline deadline);
+  absl::Status CheckFingerprints(const Fingerprint& mine, const OpContext& op_ctx);
+  void RunPointToPointBatch(Item first);
+  // Runs one dequeued operation (on the worker or a helping caller).
+  void RunItem(Item item);
   void WorkerLoop();
+  // Runs queued operations on the calling thread while no other thread runs
+  // one and `awaited` is not complete.
+  void HelpUntilDone(const Work* awaited);
+  std::shared_ptr<CompletableWork> NewWork();
   static std::string Describe(const Fingerprint& f);
 
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Backend> backend_;
   std::shared_ptr<Store> store_;  // Prefixed; may be null.
-  Scratch scratch_;  // Used only by the worker thread.
   const CommunicatorOptions options_;
   const int rank_, size_;
 
   std::mutex mu_;  // Guards everything below.
   std::condition_variable work_cv_;
-  struct Item {
-    std::shared_ptr<Work> work;
-    Task task;
-    Fingerprint fingerprint;
-    bool collective;
-  };
   std::deque<Item> queue_;
   uint64_t next_seq_ = 0;
   std::vector<uint64_t> send_seq_, recv_seq_;  // Per peer, point to point.
   bool stopping_ = false;
+  bool running_ = false;  // An operation runs (worker or helping caller).
+  bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.
   absl::Status broken_;
+  Fd wake_;  // eventfd: a Send/Recv was posted while a batch runs.
   // Mirrors of queue_.size() and stopping_ for the worker's lock-free spin.
   std::atomic<size_t> queue_size_{0};
   std::atomic<bool> stopping_flag_{false};
+  // Lets Works' helpers reach this communicator while it exists.
+  struct HelpGate {
+    std::mutex mu;
+    Communicator* comm = nullptr;
+  };
+  std::shared_ptr<HelpGate> help_gate_;
   std::thread worker_;
 };
 

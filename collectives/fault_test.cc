@@ -22,8 +22,8 @@ bool Contains(const absl::Status& s, absl::string_view needle) {
 }
 
 TEST(FaultTest, KilledRankFailsEveryOtherRankNamingIt) {
-  CommunicatorOptions options = TestOptions();
-  options.timeout = Milliseconds(20000);
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.timeout = Milliseconds(20000);
   constexpr int kVictim = 2;
   const std::vector<absl::Status> results = RunProcesses(3, [](Communicator& comm) -> absl::Status {
     // 64 MiB per rank: long enough to be mid-transfer when the victim dies.
@@ -56,8 +56,8 @@ TEST(FaultTest, KilledRankFailsEveryOtherRankNamingIt) {
 }
 
 TEST(FaultTest, DebugModeCatchesMismatchedOpsOnEveryRank) {
-  CommunicatorOptions options = TestOptions();
-  options.debug_checks = true;
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.debug_checks = true;
   const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
     Tensor t = *Tensor::Zeros({1000}, DType::kF32);
     absl::Status s = comm.rank() == 0 ? comm.AllReduce(t, ReduceOp::kSum)->Wait() : comm.Broadcast(t, 0)->Wait();
@@ -72,8 +72,8 @@ TEST(FaultTest, DebugModeCatchesMismatchedOpsOnEveryRank) {
 }
 
 TEST(FaultTest, DebugModeCatchesCountAndDtypeMismatches) {
-  CommunicatorOptions options = TestOptions();
-  options.debug_checks = true;
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.debug_checks = true;
   for (int variant = 0; variant < 2; ++variant) {
     const std::vector<absl::Status> results = RunThreads(3, [&](Communicator& comm) -> absl::Status {
       const bool odd_one = comm.rank() == 2;
@@ -101,8 +101,8 @@ TEST(FaultTest, SizeMismatchIsCaughtByHeadersWithoutDebugMode) {
 }
 
 TEST(FaultTest, AMissingPeerTimesOutNamingIt) {
-  CommunicatorOptions options = TestOptions();
-  options.timeout = Milliseconds(500);
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.timeout = Milliseconds(500);
   std::promise<void> rank0_done;
   std::shared_future<void> done = rank0_done.get_future().share();
   const std::vector<absl::Status> results = RunThreads(2, [&](Communicator& comm) -> absl::Status {

@@ -15,24 +15,19 @@ absl::StatusOr<std::unique_ptr<FusedAllReduce>> FusedAllReduce::Start(Communicat
     }
     items.push_back({tensors[i].nbytes(), tensors[i].dtype(), tensors[i].device()});
   }
+  const size_t limits[] = {bucket_cap_bytes};
+  LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment assignment, AssignBuckets(items, limits));
   std::unique_ptr<FusedAllReduce> fused(new FusedAllReduce());
-  fused->tensors_ = std::move(tensors);
-  fused->buckets_ = AssignBuckets(items, bucket_cap_bytes);
-  for (const std::vector<size_t>& bucket : fused->buckets_) {
-    const Tensor& first = fused->tensors_[bucket.front()];
-    int64_t count = 0;
-    for (size_t i : bucket) count += fused->tensors_[i].numel();
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({count}, first.dtype(), first.device()));
-    int64_t offset = 0;
-    for (size_t i : bucket) {
-      const Tensor& t = fused->tensors_[i];
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor slot, flat.Flat(offset, t.numel()));
-      LOCKSTEP_RETURN_IF_ERROR(slot.CopyFrom(t));
-      offset += t.numel();
-    }
+  fused->buckets_ = std::move(assignment.buckets);
+  for (size_t b = 0; b < fused->buckets_.size(); ++b) {
+    std::vector<Tensor> members;
+    for (size_t i : fused->buckets_[b]) members.push_back(tensors[i]);
+    LOCKSTEP_ASSIGN_OR_RETURN(GradBucket bucket,
+                              GradBucket::Create(b, b + 1 == fused->buckets_.size(), members, fused->buckets_[b]));
+    LOCKSTEP_RETURN_IF_ERROR(bucket.CopyInAll());
     // Launched as soon as this bucket is packed; the next one packs meanwhile.
-    fused->works_.push_back(comm.AllReduce(flat, op));
-    fused->flat_.push_back(std::move(flat));
+    fused->works_.push_back(comm.AllReduce(bucket.buffer(), op));
+    fused->grad_buckets_.push_back(std::move(bucket));
   }
   return fused;
 }
@@ -41,19 +36,13 @@ absl::Status FusedAllReduce::Wait() {
   if (waited_) return absl::FailedPreconditionError("FusedAllReduce::Wait: called twice");
   waited_ = true;
   absl::Status first_error;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
+  for (size_t b = 0; b < grad_buckets_.size(); ++b) {
     absl::Status s = works_[b]->Wait();
     if (!s.ok()) {
       if (first_error.ok()) first_error = s;
       continue;  // Tensors of a failed bucket keep their inputs.
     }
-    int64_t offset = 0;
-    for (size_t i : buckets_[b]) {
-      const Tensor& t = tensors_[i];
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor slot, flat_[b].Flat(offset, t.numel()));
-      LOCKSTEP_RETURN_IF_ERROR(t.CopyFrom(slot));
-      offset += t.numel();
-    }
+    LOCKSTEP_RETURN_IF_ERROR(grad_buckets_[b].CopyOutAll());
   }
   return first_error;
 }

@@ -1,8 +1,10 @@
 // Fused ("bucketed") all-reduce of many tensors, as Horovod's tensor fusion
-// and DDP's buckets: tensors are packed into flat buckets of at most
-// `bucket_cap_bytes` (collectives/bucket_assignment.h), one asynchronous
-// all-reduce is launched per bucket as soon as it is packed, and results
-// are unpacked back into the tensors.
+// and DDP's buckets: tensors are packed into flat GradBuckets
+// (collectives/grad_bucket.h) by PyTorch's rule (collectives/
+// bucket_assignment.h: a bucket of one dtype and device closes once it
+// reaches `bucket_cap_bytes`, so its last tensor may take it past the cap),
+// one asynchronous all-reduce is launched per bucket as soon as it is
+// packed, and results are unpacked back into the tensors.
 //
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto fused,
 //       FusedAllReduce::Start(comm, grads, ReduceOp::kAvg, /*bucket_cap_bytes=*/25 << 20));
@@ -22,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "collectives/grad_bucket.h"
 #include "collectives/work.h"
 #include "core/tensor.h"
 
@@ -41,9 +44,8 @@ class FusedAllReduce {
  private:
   FusedAllReduce() = default;
 
-  std::vector<Tensor> tensors_;
   std::vector<std::vector<size_t>> buckets_;
-  std::vector<Tensor> flat_;  // One flat buffer per bucket.
+  std::vector<GradBucket> grad_buckets_;  // Hold the tensors and flat buffers.
   std::vector<std::shared_ptr<Work>> works_;
   bool waited_ = false;
 };

@@ -5,8 +5,10 @@
 #include <sched.h>
 #include <sys/uio.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -78,11 +80,40 @@ struct Progress {
 
 }  // namespace
 
+absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
+  if (options.host.empty()) {
+    return absl::InvalidArgumentError("TcpTransportOptions.host is empty; give the address the other ranks reach this "
+                                      "one at (127.0.0.1 for one machine)");
+  }
+  if (options.timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.timeout is ", options.timeout.count(),
+                                                   " ms; it must be positive"));
+  }
+  if (options.socket_buffer_bytes < 0 || options.socket_buffer_bytes > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.socket_buffer_bytes is ",
+                                                   options.socket_buffer_bytes,
+                                                   "; it must be in [0, 2^30] (0: the kernel's autotuning)"));
+  }
+  if (options.spin_microseconds < 0 || options.spin_microseconds > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.spin_microseconds is ",
+                                                   options.spin_microseconds, "; it must be in [0, 1000000]"));
+  }
+  for (char c : options.congestion_control) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.congestion_control '",
+                                                     options.congestion_control,
+                                                     "' is not a congestion control name (cubic, reno, bbr, ...)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store, int rank, int size,
                                                                    const TcpTransportOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " is not in [0, ", size, ")"));
   }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateTcpTransportOptions(options));
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, options));
   if (size == 1) return t;
   const Deadline deadline = DeadlineIn(options.timeout);
@@ -164,32 +195,71 @@ void TcpTransport::Abort(absl::string_view reason) {
   }
 }
 
+TrafficCounters TcpTransport::Traffic() const {
+  TrafficCounters c;
+  for (int peer = 0; peer < size_; ++peer) {
+    c.bytes_sent.push_back(sent_[peer].load(std::memory_order_relaxed));
+    c.bytes_received.push_back(received_[peer].load(std::memory_order_relaxed));
+  }
+  return c;
+}
+
 absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) {
+  return Run(transfers, tag, deadline, nullptr);
+}
+
+absl::Status TcpTransport::ExchangeOpen(TransferFeed& feed, Deadline deadline) {
+  return Run({}, MessageTag{}, deadline, &feed);
+}
+
+absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
   if (aborted_) {
     return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
   }
   // Streams: (peer, direction). Transfers of one stream run in order, linked
   // through `next`; `current[stream]` is the one in progress (or kNone).
   // Inlined storage: no heap allocation per call for the usual few transfers.
+  // Transfers added by the feed live in `added` (stable addresses; an empty
+  // vector allocates nothing, so collectives pay nothing for it).
   constexpr size_t kNone = ~size_t{0};
+  std::vector<std::unique_ptr<Transfer>> added;
+  auto at = [&](size_t i) -> Transfer& { return i < initial.size() ? initial[i] : *added[i - initial.size()]; };
   absl::InlinedVector<size_t, 16> current(2 * static_cast<size_t>(size_), kNone);
   absl::InlinedVector<size_t, 16> last(2 * static_cast<size_t>(size_), kNone);
-  absl::InlinedVector<size_t, 16> next(transfers.size(), kNone);
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    const Transfer& t = transfers[i];
+  absl::InlinedVector<size_t, 16> next;
+  absl::InlinedVector<Progress, 16> progress;
+  size_t total = 0, remaining = 0;
+  auto link = [&](size_t i) -> absl::Status {
+    const Transfer& t = at(i);
     if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
       return absl::InvalidArgumentError(absl::StrCat("TcpTransport: bad peer ", t.peer, " for rank ", rank_));
     }
+    next.push_back(kNone);
+    progress.emplace_back();
     const size_t stream = 2 * t.peer + (t.kind == Transfer::Kind::kRecv ? 1 : 0);
     if (current[stream] == kNone) {
-      current[stream] = i;
+      current[stream] = i;  // Idle stream (nothing yet, or all before completed).
     } else {
       next[last[stream]] = i;
     }
     last[stream] = i;
-  }
-  absl::InlinedVector<Progress, 16> progress(transfers.size());
-  size_t remaining = transfers.size();
+    ++total;
+    ++remaining;
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < initial.size(); ++i) LOCKSTEP_RETURN_IF_ERROR(link(i));
+  std::vector<Transfer> more;
+  auto poll_feed = [&]() -> absl::Status {
+    if (feed == nullptr) return absl::OkStatus();
+    more.clear();
+    feed->Poll(&more);
+    for (Transfer& t : more) {
+      added.push_back(std::make_unique<Transfer>(std::move(t)));
+      LOCKSTEP_RETURN_IF_ERROR(link(initial.size() + added.size() - 1));
+    }
+    return absl::OkStatus();
+  };
+  LOCKSTEP_RETURN_IF_ERROR(poll_feed());
   absl::InlinedVector<pollfd, 16> fds;
   absl::InlinedVector<size_t, 16> fd_stream;
   // Whether a stream's socket may accept (send) or deliver (receive) bytes
@@ -199,15 +269,22 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   // the sender's CPU delivering packets into that socket.
   absl::InlinedVector<bool, 16> may_progress(current.size(), true);
   auto tag_of = [&](const Transfer& t) {
-    return MessageTag{tag.seq, t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
+    return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
   };
   Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
-  while (remaining > 0) {
+  while (true) {
+    if (remaining == 0) {
+      // Done, unless the feed has more.
+      const size_t before = total;
+      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
+      if (total == before) break;
+    }
     bool moved = false;
     for (size_t stream = 0; stream < current.size(); ++stream) {
       if (current[stream] == kNone || !may_progress[stream]) continue;
       const size_t i = current[stream];
-      Transfer& t = transfers[i];
+      Transfer& t = at(i);
       Progress& p = progress[i];
       const MessageTag message_tag = tag_of(t);
       const int fd = t.kind == Transfer::Kind::kSend ? peers_[t.peer].send_fd.get() : peers_[t.peer].recv_fd.get();
@@ -240,6 +317,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
             const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
             p.header_done += header_part;
             p.done += sent - header_part;
+            sent_[t.peer].fetch_add(sent - header_part, std::memory_order_relaxed);
             moved = true;
           }
         }
@@ -268,6 +346,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
           const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
           p.header_done += header_part;
           p.done += got - header_part;
+          received_[t.peer].fetch_add(got - header_part, std::memory_order_relaxed);
           if (!had_header && p.header_done == sizeof(MessageHeader)) {
             const MessageHeader& h = p.header;
             if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
@@ -284,11 +363,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
                                                          " because: ", reason));
             }
             if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag || h.bytes != t.bytes) {
-              return absl::InternalError(absl::StrCat(
-                  "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " tag ", h.tag, " with ", h.bytes,
-                  " bytes, but rank ", rank_, " expected op #", message_tag.seq, " tag ", message_tag.tag, " with ",
-                  t.bytes, " bytes. The ranks called different collectives or sizes; run with ",
-                  "LOCKSTEP_DEBUG=DETAIL to compare every call"));
+              return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
             }
           }
         }
@@ -310,9 +385,15 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
         current[stream] = next[i];
         --remaining;
         moved = true;
+        if (t.on_done) LOCKSTEP_RETURN_IF_ERROR(t.on_done());
       }
     }
-    if (remaining == 0) break;
+    if (feed != nullptr) {
+      const size_t before = total;
+      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
+      moved |= total != before;
+    }
+    if (remaining == 0) continue;  // The top of the loop asks the feed once more.
     if (moved) {
       spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
       continue;
@@ -324,7 +405,7 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
     fd_stream.clear();
     for (size_t stream = 0; stream < current.size(); ++stream) {
       if (current[stream] == kNone) continue;
-      const Transfer& t = transfers[current[stream]];
+      const Transfer& t = at(current[stream]);
       const Progress& p = progress[current[stream]];
       if (t.kind == Transfer::Kind::kSend) {
         const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
@@ -338,12 +419,16 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
     if (fds.empty()) {
       return absl::InternalError("TcpTransport::Exchange: every pending send waits for data that no receive will produce");
     }
+    const bool wake = feed != nullptr && feed->wake_fd() >= 0;
+    if (wake) fds.push_back({feed->wake_fd(), POLLIN, 0});
     const Deadline now = SteadyClock::now();
     if (now >= deadline) break;
     const bool spinning = now < spin_until;
-    const int rc = ::poll(fds.data(), fds.size(), spinning ? 0 : PollTimeoutMs(deadline));
+    int timeout_ms = spinning ? 0 : PollTimeoutMs(deadline);
+    if (feed != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);
+    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc > 0) {
-      for (size_t k = 0; k < fds.size(); ++k) {
+      for (size_t k = 0; k < fd_stream.size(); ++k) {
         if (fds[k].revents != 0) may_progress[fd_stream[k]] = true;  // Errors too: the call reports them.
       }
       continue;
@@ -360,14 +445,25 @@ absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag t
   for (size_t stream = 0; stream < current.size(); ++stream) {
     if (current[stream] == kNone) continue;
     const size_t i = current[stream];
-    waiting.push_back(absl::StrCat(transfers[i].kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
-                                   PeerName(transfers[i].peer), " (", progress[i].done, " of ", transfers[i].bytes,
-                                   " bytes)"));
+    const Transfer& t = at(i);
+    waiting.push_back(absl::StrCat(t.kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
+                                   PeerName(t.peer), " (", progress[i].done, " of ", t.bytes, " bytes)"));
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "op #", tag.seq, " timed out on rank ", rank_, " while ", absl::StrJoin(waiting, "; "),
+      "op #", total > 0 ? tag_of(at(0)).seq : tag.seq, " timed out on rank ", rank_, " while ",
+      absl::StrJoin(waiting, "; "),
       ". The peer may be stuck in other work, deadlocked in a different collective, or dead; ",
       "raise the timeout if it is just slow"));
+}
+
+absl::Status TcpTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,
+                                         MessageTag expected, size_t expected_bytes) const {
+  return absl::InternalError(absl::StrCat(
+      "collective mismatch: ", PeerName(peer), " sent op #", got_seq, " ", DescribeTag(got_tag), " with ", got_bytes,
+      " bytes, but rank ", rank_, " expected op #", expected.seq, " ", DescribeTag(expected.tag), " with ",
+      expected_bytes,
+      " bytes. The ranks called different collectives or sizes (or posted point-to-point receives from one "
+      "peer in another order than that peer's sends); run with LOCKSTEP_DEBUG=DETAIL to compare every call"));
 }
 
 }  // namespace lockstep

@@ -19,6 +19,8 @@
 #ifndef LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TCP_TRANSPORT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +33,10 @@
 namespace lockstep {
 
 struct TcpTransportOptions {
+  // The address the other ranks reach this rank at (its interface toward them).
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
+  // SO_SNDBUF/SO_RCVBUF of every connection; 0 leaves the kernel's autotuning.
   int socket_buffer_bytes = 256 << 10;
   // TCP congestion control of the mesh's sockets ("" keeps the system's).
   // cubic, Linux's usual default: with bbr (this build machine's default)
@@ -46,6 +50,9 @@ struct TcpTransportOptions {
   int spin_microseconds = 200;
 };
 
+// InvalidArgument naming the bad field and the accepted range.
+absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options);
+
 class TcpTransport : public Transport {
  public:
   static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(Store& store, int rank, int size,
@@ -55,11 +62,19 @@ class TcpTransport : public Transport {
   int size() const override { return size_; }
   std::string PeerName(int peer) const override;
   absl::Status Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) override;
+  absl::Status ExchangeOpen(TransferFeed& feed, Deadline deadline) override;
+  TrafficCounters Traffic() const override;
   void Abort(absl::string_view reason) override;
 
  private:
   TcpTransport(int rank, int size, const TcpTransportOptions& options)
-      : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)) {}
+      : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)),
+        sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
+
+  // Exchange and ExchangeOpen: the initial transfers, then the feed's.
+  absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);
+  absl::Status MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes, MessageTag expected,
+                             size_t expected_bytes) const;
 
   struct Peer {
     Fd send_fd;  // connected by this rank: carries its messages to the peer
@@ -72,6 +87,8 @@ class TcpTransport : public Transport {
   const TcpTransportOptions options_;
   std::vector<Peer> peers_;
   bool aborted_ = false;
+  // Payload bytes per peer; read by Traffic() from any thread.
+  std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
 };
 
 }  // namespace lockstep

@@ -8,9 +8,12 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "collectives/hash_store.h"
 #include "collectives/socket.h"
+#include "collectives/testing/transport_conformance.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -81,6 +84,41 @@ TEST(TcpTransportTest, ARankClaimingToBeItselfIsRefused) {
   const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 2, 0, 2}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
+}
+
+std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::unique_ptr<Transport>> transports(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TcpTransportOptions options;
+      options.timeout = Milliseconds(30000);
+      absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(*store, r, n, options);
+      EXPECT_TRUE(t.ok()) << t.status();
+      if (t.ok()) transports[r] = std::move(*t);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return transports;
+}
+
+using testing::TransportConformanceTest;
+INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
+                         ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
+                         testing::TransportFactoryName);
+
+TEST(TcpTransportTest, BadOptionsAreRefusedNamingTheField) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.socket_buffer_bytes = -1;
+  absl::Status s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("socket_buffer_bytes"), absl::string_view::npos) << s;
+  options = TcpTransportOptions();
+  options.congestion_control = "cubic; rm -rf";
+  s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_NE(s.message().find("congestion_control"), absl::string_view::npos) << s;
 }
 
 }  // namespace

@@ -11,6 +11,15 @@
 // carries a header (sequence number, tag, byte count) that the receiver
 // checks against what it expects, so bytes of two operations can never mix:
 // a mismatch is an error naming both views.
+//
+// `ExchangeOpen` is the same engine left open for point-to-point
+// operations: a feed adds transfers while earlier ones are in flight, so a
+// send and a receive posted one after the other both progress (two ranks
+// sending each other more than a socket buffer holds cannot deadlock).
+//
+// Implementations: TcpTransport (collectives/tcp_transport.h) and, for
+// tests, FakeTransport (collectives/testing/fake_transport.h); both pass the
+// conformance suite in collectives/testing/transport_conformance.h.
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 
@@ -18,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -31,6 +41,18 @@ struct MessageTag {
   uint64_t seq = 0;
   uint32_t tag = 0;
 };
+
+// Tags with this bit set carry point-to-point messages (the user's tag in the
+// low 31 bits); collectives number their steps from 0.
+constexpr uint32_t kPointToPointTagBit = 0x80000000u;
+
+// "tag 3", or "point-to-point tag 5", for error messages.
+inline std::string DescribeTag(uint32_t tag) {
+  if ((tag & kPointToPointTagBit) != 0 && tag < 0xFFFFFF00u) {
+    return "point-to-point tag " + std::to_string(tag & ~kPointToPointTagBit);
+  }
+  return "tag " + std::to_string(tag);
+}
 
 struct Transfer {
   enum class Kind { kSend, kRecv };
@@ -46,8 +68,12 @@ struct Transfer {
   // Sends only: how many bytes (from the start) may be sent so far; null
   // means all. It grows as the caller's receive callbacks produce data.
   std::function<size_t()> ready;
-  // The tag of this message; -1: the Exchange's tag.
+  // The tag and sequence number of this message; -1: the Exchange's.
   int64_t tag = -1;
+  int64_t seq = -1;
+  // Called once, when this transfer has completed (a receive: all bytes
+  // arrived and were checked); an error fails the exchange.
+  std::function<absl::Status()> on_done;
 
   static Transfer Send(int peer, const void* data, size_t bytes) {
     Transfer t;
@@ -67,6 +93,26 @@ struct Transfer {
   }
 };
 
+// Where ExchangeOpen gets more transfers.
+class TransferFeed {
+ public:
+  virtual ~TransferFeed() = default;
+  // Appends the transfers that became available since the last call
+  // (each with its own seq and tag). Called between rounds of I/O.
+  virtual void Poll(std::vector<Transfer>* more) = 0;
+  // An eventfd-like descriptor that turns readable when Poll has more, so
+  // an idle transport wakes up; the transport never reads it. -1: none
+  // (then the transport re-polls the feed at least every millisecond).
+  virtual int wake_fd() const { return -1; }
+};
+
+// Payload bytes moved per peer since the transport was created (message
+// headers not counted).
+struct TrafficCounters {
+  std::vector<uint64_t> bytes_sent;      // [peer]
+  std::vector<uint64_t> bytes_received;  // [peer]
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -79,6 +125,13 @@ class Transport {
 
   // Runs all transfers concurrently; every message is tagged with `tag`.
   virtual absl::Status Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) = 0;
+
+  // Runs the feed's transfers (Poll is called first, then between rounds)
+  // until every one completed and the feed has no more, or one fails, or the
+  // deadline passes. Transfers must carry their own seq and tag.
+  virtual absl::Status ExchangeOpen(TransferFeed& feed, Deadline deadline) = 0;
+
+  virtual TrafficCounters Traffic() const = 0;
 
   // Tells every peer why (best effort) and closes every connection, so that
   // peers blocked on this rank fail at once, with `reason` in their error,

@@ -3,8 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/completable_work.h"
 
 namespace lockstep {
 
@@ -16,6 +18,7 @@ void Work::SpinUntilDone(std::chrono::microseconds limit) {
 }
 
 absl::Status Work::Wait() {
+  if (helper_ && !IsCompleted()) helper_();
   SpinUntilDone(std::chrono::microseconds(spin_microseconds_));
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });
@@ -33,24 +36,45 @@ absl::Status Work::Wait(std::chrono::milliseconds timeout) {
   return status_;
 }
 
-bool Work::IsCompleted() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
-}
+bool Work::IsCompleted() { return done_flag_.load(std::memory_order_acquire); }
 
 absl::Status Work::status() {
   std::lock_guard<std::mutex> lock(mu_);
   return done_ ? status_ : absl::UnavailableError("Work::status: not completed yet");
 }
 
+absl::Status Work::SynchronizeStream(void* /*stream*/) { return Wait(); }
+
+std::shared_ptr<Work> Work::Then(std::function<absl::Status()> fn) {
+  auto chained = CompletableWork::Create(spin_microseconds_);
+  chained->helper_ = helper_;
+  auto run = [chained, fn = std::move(fn)](const absl::Status& status) {
+    chained->Complete(status.ok() ? fn() : status);
+  };
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(run));
+      return chained;
+    }
+  }
+  run(status_);  // status_ no longer changes once done_.
+  return chained;
+}
+
 void Work::Complete(absl::Status status) {
+  std::vector<std::function<void(const absl::Status&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
     status_ = std::move(status);
     done_ = true;
     done_flag_.store(true, std::memory_order_release);
+    callbacks.swap(callbacks_);
   }
   done_cv_.notify_all();
+  // Outside the lock: a callback may chain or wait on this work.
+  for (auto& callback : callbacks) callback(status_);
 }
 
 }  // namespace lockstep

@@ -1,8 +1,13 @@
-// Work: the handle of one asynchronous collective operation, as c10d's Work.
+// Work: the handle of one asynchronous collective operation, as c10d's Work
+// and its Future.
 //
 //   std::shared_ptr<Work> work = comm->AllReduce(grads, ReduceOp::kSum);
 //   ...                              // overlap other work
 //   LOCKSTEP_RETURN_IF_ERROR(work->Wait());
+//
+//   // A comm hook: decompress when the all-reduce of a bucket ends.
+//   std::shared_ptr<Work> done = comm->AllReduce(half, ReduceOp::kSum)->Then(
+//       [=]() { return full.CopyFrom(half); });
 //
 // Contract:
 //   * Wait(timeout) blocks until the operation finished or `timeout` passed.
@@ -11,33 +16,67 @@
 //     by its own deadline, the communicator's timeout). Wait() without a
 //     timeout waits for that final status, so it cannot hang forever.
 //   * IsCompleted() never blocks. status() is the final status once
-//     IsCompleted() is true.
+//     IsCompleted() is true, Unavailable before.
+//   * Then(fn) returns a new Work that completes after this one and `fn`:
+//     fn runs exactly once, only if this work succeeded, on the thread that
+//     completes this work (the communicator's thread, or a thread waiting
+//     on one of its Works that ran it; or at once, on the caller's thread,
+//     if already complete). fn must not block on other
+//     operations of the same communicator (they queue behind it), but may
+//     start new ones. The chained Work's status is this work's error, or
+//     fn's status.
 //   * Output tensors must not be read or written until the work completed.
+//
+// Users cannot complete a Work: backends do, through CompletableWork
+// (collectives/completable_work.h, visible to the collectives packages).
 #ifndef LOCKSTEP_COLLECTIVES_WORK_H_
 #define LOCKSTEP_COLLECTIVES_WORK_H_
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/status/status.h"
 
 namespace lockstep {
 
-class Work {
+class Work : public std::enable_shared_from_this<Work> {
  public:
-  // `spin_microseconds`: how long Wait() checks for completion, yielding the
-  // core between checks, before it sleeps (0: sleep at once).
-  explicit Work(int spin_microseconds = 0) : spin_microseconds_(spin_microseconds) {}
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
 
   absl::Status Wait();
   absl::Status Wait(std::chrono::milliseconds timeout);
   bool IsCompleted();
   absl::Status status();
 
-  // For the communicator: records the final status and wakes waiters.
+  std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
+
+  // Makes work queued later on the CUDA stream `stream` (a cudaStream_t)
+  // wait for this operation. A backend that runs on the device (NCCL)
+  // overrides this with an event wait that does not block the host; the
+  // default blocks the host until completion, then returns the status.
+  virtual absl::Status SynchronizeStream(void* stream);
+
+ protected:
+  // `spin_microseconds`: how long Wait() checks for completion, yielding the
+  // core between checks, before it sleeps (0: sleep at once).
+  explicit Work(int spin_microseconds) : spin_microseconds_(spin_microseconds) {}
+
+  // Records the final status, wakes waiters and runs the callbacks, once:
+  // later calls are ignored.
   void Complete(absl::Status status);
+
+  // Called by Wait() (without a timeout) before it spins or sleeps: lets the
+  // waiting thread run queued operations itself when the backend's own
+  // thread is idle, saving two thread wake-ups per small operation. Chained
+  // Works inherit it. Set before the Work is shared.
+  void SetHelper(std::function<void()> helper) { helper_ = std::move(helper); }
 
  private:
   // Wait() never busy-spins: it yields between checks, so a worker thread
@@ -46,11 +85,13 @@ class Work {
   void SpinUntilDone(std::chrono::microseconds limit);
 
   const int spin_microseconds_;
+  std::function<void()> helper_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
   std::atomic<bool> done_flag_{false};
   absl::Status status_;
+  std::vector<std::function<void(const absl::Status&)>> callbacks_;
 };
 
 }  // namespace lockstep

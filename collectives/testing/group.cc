@@ -1,8 +1,11 @@
 #include "collectives/testing/group.h"
 
-#include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,26 +15,51 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/hash_store.h"
+#include "collectives/host_backend.h"
+#include "collectives/socket.h"
 #include "collectives/tcp_store.h"
+#include "core/subprocess.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace testing {
 
-CommunicatorOptions TestOptions() {
-  CommunicatorOptions o;
-  o.timeout = Milliseconds(60000);
+TcpCommunicatorOptions TestOptions() {
+  TcpCommunicatorOptions o;
+  o.communicator.timeout = Milliseconds(60000);
+  o.transport.timeout = Milliseconds(60000);
   return o;
 }
 
-std::vector<absl::Status> RunThreads(int size, const RankFn& fn, CommunicatorOptions options) {
-  auto store = std::make_shared<HashStore>();
-  store->set_timeout(options.timeout);
+std::vector<absl::Status> RunFakeThreads(int size, const RankFn& fn, FakeNetworkOptions network,
+                                         TcpCommunicatorOptions options) {
+  std::vector<std::unique_ptr<Transport>> transports = FakeNetwork::Create(size, network);
   std::vector<absl::Status> results(size);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(store, rank, size, options);
+      absl::StatusOr<std::unique_ptr<HostBackend>> backend =
+          HostBackend::Create(std::move(transports[rank]), options.algorithms, "fake");
+      if (!backend.ok()) {
+        results[rank] = backend.status();
+        return;
+      }
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*backend), options.communicator);
+      results[rank] = comm.ok() ? fn(**comm) : comm.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicatorOptions options) {
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(options.communicator.timeout);
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateTcpCommunicator(store, rank, size, options);
       results[rank] = comm.ok() ? fn(**comm) : comm.status();
     });
   }
@@ -45,17 +73,17 @@ constexpr char kChildEnv[] = "LOCKSTEP_TEST_GROUP_CHILD";
 
 // In a child: runs `fn` as the rank described by the environment and exits.
 [[noreturn]] void RunChild(int rank, int size, int port, int fd, const RankFn& fn,
-                           const CommunicatorOptions& options) {
+                           const TcpCommunicatorOptions& options) {
   TcpStoreOptions store_options;
   store_options.port = port;
-  store_options.timeout = options.timeout;
+  store_options.timeout = options.communicator.timeout;
   absl::Status status;
   absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
   if (!store.ok()) {
     status = store.status();
   } else {
     std::shared_ptr<Store> shared = std::move(*store);
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(shared, rank, size, options);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateTcpCommunicator(shared, rank, size, options);
     status = comm.ok() ? fn(**comm) : comm.status();
   }
   const std::string message = status.ToString();
@@ -67,7 +95,7 @@ constexpr char kChildEnv[] = "LOCKSTEP_TEST_GROUP_CHILD";
 
 }  // namespace
 
-std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, CommunicatorOptions options,
+std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicatorOptions options,
                                        int deadline_seconds) {
   // Children are this test binary, re-executed with a filter for the current
   // test (fork+exec: fresh processes, and ThreadSanitizer-friendly). The test
@@ -88,45 +116,52 @@ std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, CommunicatorO
   const int port = (*server)->port();
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string filter = absl::StrCat("--gtest_filter=", test->test_suite_name(), ".", test->name());
-  std::vector<pid_t> pids;
-  std::vector<int> pipes;
+  // Per rank: the child (killed and reaped on any early return) and the read
+  // end of the pipe its status comes back on. Pipes are close-on-exec, so a
+  // child inherits only its own write end.
+  std::vector<Subprocess> children;
+  std::vector<Fd> pipes;
   for (int rank = 0; rank < size; ++rank) {
     int fds[2];
-    if (pipe(fds) != 0) return std::vector<absl::Status>(size, absl::InternalError("pipe failed"));
-    const std::string env = absl::StrCat(call, ",", rank, ",", size, ",", port, ",", fds[1]);
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      setenv(kChildEnv, env.c_str(), 1);
-      alarm(static_cast<unsigned>(deadline_seconds));  // Survives exec: a hung rank dies.
-      char self[] = "/proc/self/exe";
-      std::string filter_arg = filter;
-      char* argv[] = {self, filter_arg.data(), nullptr};
-      execv(self, argv);
-      _exit(5);
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      return std::vector<absl::Status>(size, absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno))));
     }
-    close(fds[1]);
-    pids.push_back(pid);
-    pipes.push_back(fds[0]);
+    Fd read_end(fds[0]);
+    const Fd write_end(fds[1]);  // Ours closes at the end of this iteration.
+    SubprocessOptions child;
+    child.argv = {"/proc/self/exe", filter};
+    child.env = {{kChildEnv, absl::StrCat(call, ",", rank, ",", size, ",", port, ",", fds[1])}};
+    child.inherit_fds = {fds[1]};
+    child.alarm_seconds = static_cast<unsigned>(deadline_seconds);  // Survives exec: a hung rank dies.
+    absl::StatusOr<Subprocess> spawned = Subprocess::Spawn(child);
+    if (!spawned.ok()) return std::vector<absl::Status>(size, spawned.status());
+    children.push_back(std::move(*spawned));
+    pipes.push_back(std::move(read_end));
   }
   std::vector<absl::Status> results(size);
   for (int rank = 0; rank < size; ++rank) {
+    // EOF comes when the child exits (or dies of its alarm).
     std::string message;
     char buffer[4096];
     ssize_t n;
-    while ((n = read(pipes[rank], buffer, sizeof(buffer))) > 0) message.append(buffer, static_cast<size_t>(n));
-    close(pipes[rank]);
-    int wstatus = 0;
-    waitpid(pids[rank], &wstatus, 0);
-    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+    while ((n = read(pipes[rank].get(), buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) message.append(buffer, static_cast<size_t>(n));
+    }
+    pipes[rank].Reset();
+    // Bounded too, in case a child closes the pipe and then hangs.
+    absl::StatusOr<ExitStatus> status =
+        children[rank].Wait(Subprocess::Clock::now() + std::chrono::seconds(deadline_seconds));
+    if (!status.ok()) {
+      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, ": ", status.status().message()));
+    } else if (status->success()) {
       results[rank] = absl::OkStatus();
-    } else if (WIFSIGNALED(wstatus)) {
-      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, " killed by signal ", WTERMSIG(wstatus),
-                                                       WTERMSIG(wstatus) == SIGALRM ? " (test deadline)" : "",
+    } else if (status->signaled()) {
+      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, " killed by signal ", status->signal(),
+                                                       status->signal() == SIGALRM ? " (test deadline)" : "",
                                                        message.empty() ? "" : ": " + message));
     } else {
-      results[rank] = absl::InternalError(absl::StrCat("rank ", rank, " failed: ", message));
+      results[rank] = absl::InternalError(
+          absl::StrCat("rank ", rank, " failed (", status->ToString(), ")", message.empty() ? "" : ": " + message));
     }
   }
   return results;

@@ -17,19 +17,27 @@
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
+#include "collectives/tcp_communicator.h"
+#include "collectives/testing/fake_transport.h"
 
 namespace lockstep {
 namespace testing {
 
 using RankFn = std::function<absl::Status(Communicator& comm)>;
 
-CommunicatorOptions TestOptions();
+TcpCommunicatorOptions TestOptions();
 
-std::vector<absl::Status> RunThreads(int size, const RankFn& fn, CommunicatorOptions options = TestOptions());
+std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicatorOptions options = TestOptions());
 
 // `deadline_seconds` bounds each child process (SIGALRM).
-std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, CommunicatorOptions options = TestOptions(),
+std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicatorOptions options = TestOptions(),
                                        int deadline_seconds = 120);
+
+// Threads over an in-memory FakeNetwork (collectives/testing/fake_transport.h)
+// through the host backend: the communicator exactly as in production, with
+// the network's capacity under the test's control.
+std::vector<absl::Status> RunFakeThreads(int size, const RankFn& fn, FakeNetworkOptions network = {},
+                                         TcpCommunicatorOptions options = TestOptions());
 
 }  // namespace testing
 }  // namespace lockstep

@@ -3,15 +3,17 @@
 //   bazel run --config=opt //tools/bench:collectives -- --op=all_reduce --nproc=2
 //       --min_bytes=4K --max_bytes=256M --check        (one command)
 //
-// With --nproc=N it starts N local ranks itself (this binary again, with
-// torchrun's variables); without it, it joins the group described by RANK,
-// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 hosts the store there),
-// as under tools/launch or torchrun. Rank 0 prints one row per size:
-// bytes, count, type, time (us), algbw (GB/s), busbw (GB/s), #wrong. busbw
-// uses nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
+// With --nproc=N it hosts the store itself and starts N local ranks (this
+// binary again, with torchrun's variables and TORCHELASTIC_USE_AGENT_STORE);
+// the first rank to fail stops the others. Without it, it joins the group
+// its launcher describes (torchrun, mpirun or srun; see
+// collectives/rank_environment.h): rank 0 hosts the store at
+// MASTER_ADDR:MASTER_PORT unless a launcher already does. Rank 0 prints one
+// row per size: bytes, count, type, time (us), algbw (GB/s), busbw (GB/s),
+// #wrong. busbw uses nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
 // gather and scatter (n-1)/n; broadcast and reduce 1. The time is the
 // slowest rank's mean over --iters iterations after --warmup.
-#include <sys/wait.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,11 +29,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collectives/communicator.h"
+#include "collectives/rank_environment.h"
+#include "collectives/tcp_communicator.h"
 #include "collectives/socket.h"
 #include "collectives/tcp_store.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/status.h"
+#include "core/subprocess.h"
 
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter");
@@ -46,12 +51,12 @@ ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the 
 ABSL_FLAG(bool, check, false, "verify every result and count wrong elements");
 ABSL_FLAG(bool, json, false, "print JSON lines instead of the table");
 ABSL_FLAG(int, root, 0, "root rank of rooted ops");
-ABSL_FLAG(int64_t, small_message_bytes, -1, "override CommunicatorOptions::small_message_bytes");
-ABSL_FLAG(int64_t, segment_bytes, -1, "override CommunicatorOptions::segment_bytes");
-ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "override CommunicatorOptions::socket_buffer_bytes (0: kernel autotuning)");
-ABSL_FLAG(int, wait_spin_microseconds, -1, "override CommunicatorOptions::wait_spin_microseconds");
-ABSL_FLAG(int, transport_spin_microseconds, -1, "override CommunicatorOptions::transport_spin_microseconds");
-ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "CommunicatorOptions::tcp_congestion_control (\"\": the system's)");
+ABSL_FLAG(int64_t, small_message_bytes, -1, "AlgorithmOptions::small_message_bytes");
+ABSL_FLAG(int64_t, segment_bytes, -1, "AlgorithmOptions::segment_bytes");
+ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "TcpTransportOptions::socket_buffer_bytes (0: kernel autotuning)");
+ABSL_FLAG(int, wait_spin_microseconds, -1, "CommunicatorOptions::wait_spin_microseconds");
+ABSL_FLAG(int, transport_spin_microseconds, -1, "TcpTransportOptions::spin_microseconds");
+ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "TcpTransportOptions::congestion_control (\"\": the system's)");
 ABSL_FLAG(std::string, host, "", "address other ranks reach this one at (default: toward MASTER_ADDR)");
 
 namespace lockstep {
@@ -198,7 +203,8 @@ absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, 
   return wrong;
 }
 
-absl::Status RunRank(int rank, int world, const std::string& master_addr, int master_port) {
+absl::Status RunRank(const RankEnvironment& env) {
+  const int rank = env.rank, world = env.world_size;
   LOCKSTEP_ASSIGN_OR_RETURN(BenchOp op, ParseOp(absl::GetFlag(FLAGS_op)));
   LOCKSTEP_ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
   LOCKSTEP_ASSIGN_OR_RETURN(ReduceOp rop, ParseReduceOp(absl::GetFlag(FLAGS_reduce_op)));
@@ -210,23 +216,30 @@ absl::Status RunRank(int rank, int world, const std::string& master_addr, int ma
   if (root < 0 || root >= world) return absl::InvalidArgumentError(absl::StrCat("--root=", root, " is not a rank"));
 
   TcpStoreOptions store_options;
-  store_options.host = master_addr;
-  store_options.port = master_port;
-  store_options.is_server = rank == 0;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = rank == 0 && !env.agent_store;
+  store_options.token = env.store_token;
   store_options.timeout = Milliseconds(120000);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(store_options));
-  CommunicatorOptions options;
-  options.host = absl::GetFlag(FLAGS_host).empty() ? "127.0.0.1" : absl::GetFlag(FLAGS_host);
-  if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) options.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
-  if (absl::GetFlag(FLAGS_segment_bytes) > 0) options.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
-  if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) options.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
-  options.tcp_congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
-  if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) options.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
+  TcpCommunicatorOptions options;
+  options.transport.host = absl::GetFlag(FLAGS_host).empty() ? "127.0.0.1" : absl::GetFlag(FLAGS_host);
+  if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) {
+    options.algorithms.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
+  }
+  if (absl::GetFlag(FLAGS_segment_bytes) > 0) options.algorithms.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) {
+    options.transport.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
+  }
+  options.transport.congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
+  if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) {
+    options.communicator.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
+  }
   if (absl::GetFlag(FLAGS_transport_spin_microseconds) >= 0) {
-    options.transport_spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
+    options.transport.spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
   }
   std::shared_ptr<Store> shared(std::move(store));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, rank, world, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateTcpCommunicator(shared, rank, world, options));
 
   const bool json = absl::GetFlag(FLAGS_json);
   if (rank == 0 && !json) {
@@ -290,37 +303,69 @@ absl::Status RunRank(int rank, int world, const std::string& master_addr, int ma
   return comm->Barrier()->Wait();
 }
 
-// --nproc: start the ranks as children of this process and wait for them.
+// A secret for the --nproc store, so that other local users cannot join or
+// disturb it. Empty (no token) if the kernel has no randomness to give.
+std::string RandomToken() {
+  unsigned char bytes[16];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) return "";
+  std::string token;
+  for (unsigned char b : bytes) token += absl::StrFormat("%02x", b);
+  return token;
+}
+
+// --nproc: host the store here and start the ranks as children. The store
+// listens on port 0 and stays bound for the children's lifetime, so no other
+// process can take the port between choosing it and using it (as with
+// "listen, close, pass the number on").
 int SpawnLocal(int nproc, char** argv) {
-  int port = 0;
-  { absl::StatusOr<Fd> probe = Listen("127.0.0.1", 0, &port); }
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < nproc; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("RANK", absl::StrCat(rank).c_str(), 1);
-      setenv("LOCAL_RANK", absl::StrCat(rank).c_str(), 1);
-      setenv("WORLD_SIZE", absl::StrCat(nproc).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);
-      std::vector<std::string> args;
-      for (char** a = argv; *a != nullptr; ++a) {
-        if (std::string(*a).rfind("--nproc", 0) != 0) args.push_back(*a);
-      }
-      args.push_back("--nproc=0");
-      std::vector<char*> c_args;
-      for (std::string& a : args) c_args.push_back(a.data());
-      c_args.push_back(nullptr);
-      execv("/proc/self/exe", c_args.data());
-      _exit(127);
-    }
-    children.push_back(pid);
+  TcpStoreServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  server_options.token = RandomToken();
+  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(server_options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "collectives: cannot start the store: %s\n", server.status().ToString().c_str());
+    return 1;
   }
+  std::vector<std::string> args = {"/proc/self/exe"};
+  for (char** a = argv + 1; *a != nullptr; ++a) {
+    if (std::string(*a).rfind("--nproc", 0) != 0) args.push_back(*a);
+  }
+  args.push_back("--nproc=0");
+  // Destroying `children` (any return) kills and reaps the ranks still running.
+  std::vector<Subprocess> children;
+  for (int rank = 0; rank < nproc; ++rank) {
+    SubprocessOptions options;
+    options.argv = args;
+    options.env = {{"RANK", absl::StrCat(rank)},
+                   {"LOCAL_RANK", absl::StrCat(rank)},
+                   {"WORLD_SIZE", absl::StrCat(nproc)},
+                   {"LOCAL_WORLD_SIZE", absl::StrCat(nproc)},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", absl::StrCat((*server)->port())},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                   {"LOCKSTEP_STORE_TOKEN", server_options.token}};
+    absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+    if (!child.ok()) {
+      std::fprintf(stderr, "collectives: cannot start rank %d: %s\n", rank, child.status().ToString().c_str());
+      return 1;
+    }
+    children.push_back(std::move(*child));
+  }
+  // The first failure stops the others: they would only wait for the failed
+  // rank until the store's timeout (torchrun does the same).
   int failures = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int running = nproc; running > 0; --running) {
+    absl::StatusOr<WaitAnyResult> ended = WaitAny(absl::MakeSpan(children), Subprocess::Deadline::max());
+    if (!ended.ok()) {
+      std::fprintf(stderr, "collectives: %s\n", ended.status().ToString().c_str());
+      return 1;
+    }
+    if (ended->status.success()) continue;
+    if (failures++ == 0) {
+      std::fprintf(stderr, "collectives: rank %zu %s; stopping the other ranks\n", ended->index,
+                   ended->status.ToString().c_str());
+      for (Subprocess& child : children) (void)child.Kill();
+    }
   }
   return failures == 0 ? 0 : 1;
 }
@@ -332,21 +377,15 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc > 0) return lockstep::SpawnLocal(nproc, argv);
-  const char* rank = std::getenv("RANK");
-  const char* world = std::getenv("WORLD_SIZE");
-  const char* addr = std::getenv("MASTER_ADDR");
-  const char* port = std::getenv("MASTER_PORT");
-  int r = 0, w = 0, p = 0;
-  if (rank == nullptr || world == nullptr || addr == nullptr || port == nullptr || !absl::SimpleAtoi(rank, &r) ||
-      !absl::SimpleAtoi(world, &w) || !absl::SimpleAtoi(port, &p)) {
-    std::fprintf(stderr,
-                 "collectives: give --nproc=N to start N local ranks, or set RANK, WORLD_SIZE, MASTER_ADDR and "
-                 "MASTER_PORT (as tools/launch and torchrun do)\n");
+  const absl::StatusOr<lockstep::RankEnvironment> env = lockstep::RankEnvironmentFromEnv();
+  if (!env.ok()) {
+    std::fprintf(stderr, "collectives: give --nproc=N to start N local ranks, or start it under a launcher: %s\n",
+                 std::string(env.status().message()).c_str());
     return 2;
   }
-  const absl::Status s = lockstep::RunRank(r, w, addr, p);
+  const absl::Status s = lockstep::RunRank(*env);
   if (!s.ok()) {
-    std::fprintf(stderr, "collectives: rank %d: %s\n", r, s.ToString().c_str());
+    std::fprintf(stderr, "collectives: rank %d: %s\n", env->rank, s.ToString().c_str());
     return 1;
   }
   return 0;

@@ -1,0 +1,113 @@
+// Backend: what runs collectives for a Communicator. The Communicator
+// (collectives/communicator.h) owns argument checks, sequence numbers,
+// fingerprints, Work and failure sharing; a Backend only runs operations
+// whose arguments were already checked, one at a time, on the
+// communicator's thread, in the same order on every rank.
+//
+//   HostBackend (collectives/host_backend.h): the CPU algorithms over any
+//     Transport (TCP, shared memory); CUDA tensors staged through pinned
+//     host memory.
+//   NCCL (later): CUDA tensors, one rank per GPU.
+//
+// Tensors passed here are defined, with the dtypes, element counts and
+// devices that the Communicator's checks guarantee (see its header), and a
+// device the backend's capabilities accept. Each call returns when the
+// operation has finished (or failed); its error names the operation's peer
+// where there is one. After an error the Communicator calls Abort and never
+// calls the backend again.
+#ifndef LOCKSTEP_COLLECTIVES_BACKEND_H_
+#define LOCKSTEP_COLLECTIVES_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "collectives/socket.h"
+#include "collectives/transport.h"
+#include "core/device.h"
+#include "core/reduce_op.h"
+#include "core/tensor.h"
+
+namespace lockstep {
+
+// Identifies one running operation.
+struct OpContext {
+  uint64_t seq = 0;   // The collective's sequence number (same on every rank).
+  Deadline deadline;  // When it must have finished.
+};
+
+struct BackendCapabilities {
+  std::string name;  // "host over tcp", for messages
+  bool cpu_tensors = false;
+  bool cuda_tensors = false;
+  bool point_to_point = false;
+};
+
+// One point-to-point operation of a batch (see RunPointToPoint).
+struct PointToPointOp {
+  bool send = true;
+  int peer = -1;
+  uint32_t tag = 0;  // User tag (below 2^31).
+  uint64_t seq = 0;  // Per (peer, direction), in call order.
+  Tensor tensor;
+  // Called once by the backend when this operation has finished (OK), from
+  // the communicator's thread. Operations still running when the batch
+  // fails get the batch's error from the Communicator instead.
+  std::function<void()> done;
+};
+
+// Where point-to-point operations come from while a batch runs.
+class PointToPointSource {
+ public:
+  virtual ~PointToPointSource() = default;
+  // Moves the operations posted since the last call into `ops`.
+  virtual void Take(std::vector<PointToPointOp>* ops) = 0;
+  // Readable when Take has more (never read by the backend); -1: none.
+  virtual int wake_fd() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual BackendCapabilities capabilities() const = 0;
+  // "rank 2 (10.0.0.3:41234)", for error messages.
+  virtual std::string PeerName(int peer) const = 0;
+
+  // Semantics as Communicator's methods of the same names.
+  virtual absl::Status AllReduce(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) = 0;
+  virtual absl::Status Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,
+                              const OpContext& op_ctx) = 0;
+  virtual absl::Status Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) = 0;
+  virtual absl::Status AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) = 0;
+  virtual absl::Status Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) = 0;
+  virtual absl::Status Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) = 0;
+  virtual absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                                     const OpContext& op_ctx) = 0;
+  virtual absl::Status Barrier(const OpContext& op_ctx) = 0;
+
+  // Every rank's `bytes` bytes at `mine` into `all` (rank-major); used for
+  // the debug fingerprints, so it must work for any backend state.
+  virtual absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) = 0;
+
+  // Runs point-to-point operations from `source` concurrently (sends and
+  // receives with the same peer at once) until all that it gave have
+  // finished and it has no more. Receives from one peer match that peer's
+  // sends in call order; seq and tag must agree.
+  virtual absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) = 0;
+
+  // Tells the peers why (best effort) and stops: see Transport::Abort.
+  virtual void Abort(absl::string_view reason) = 0;
+
+  // Payload bytes moved per peer so far.
+  virtual TrafficCounters Traffic() const = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_BACKEND_H_

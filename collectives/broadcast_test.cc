@@ -1,0 +1,50 @@
+// Binomial broadcast over the fake transport, from the first and last rank.
+#include "collectives/broadcast.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/algorithm.h"
+#include "collectives/testing/algorithm_test_util.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using testing::AlgorithmRun;
+using testing::CheckValues;
+using testing::InputValue;
+using testing::RankInput;
+using testing::RunAlgorithm;
+using testing::StandardRuns;
+
+[[maybe_unused]] std::string Describe(const AlgorithmRun& run, int64_t count) {
+  return absl::StrCat(run.size, " ranks, ", count, " elements, capacity ", run.capacity_bytes, ", segment ",
+                      run.algorithms.segment_bytes);
+}
+
+// Sum over ranks of InputValue(r, i).
+[[maybe_unused]] float SumOver(int n, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += InputValue(r, i);
+  return s;
+}
+
+TEST(BroadcastTest, EveryRankGetsTheRootsData) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int root : {0, run.size - 1}) {
+      for (int64_t count : {int64_t{1}, int64_t{10007}}) {
+        auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+          Tensor t = ctx.rank() == root ? RankInput(root, count) : *Tensor::Zeros({count}, DType::kF32);
+          LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, t, root));
+          return CheckValues(t, [&](int64_t i) { return InputValue(root, i); });
+        });
+        for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ": " << s;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,230 @@
+#include "collectives/host_backend.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/all_gather.h"
+#include "collectives/all_reduce.h"
+#include "collectives/barrier.h"
+#include "collectives/broadcast.h"
+#include "collectives/gather.h"
+#include "collectives/reduce.h"
+#include "collectives/reduce_scatter.h"
+#include "collectives/scatter.h"
+#include "core/status.h"
+
+namespace lockstep {
+namespace {
+
+// A message tag outside the algorithms' step numbering.
+constexpr uint32_t kFingerprintTag = 0xFFFFFFFFu;
+
+absl::StatusOr<Tensor> Flat1d(const Tensor& t) { return t.Flat(0, t.numel()); }
+
+// Staging slots: one per tensor an operation stages at once.
+constexpr int kSlotA = 0;
+constexpr int kSlotB = 1;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(std::unique_ptr<Transport> transport,
+                                                                 AlgorithmOptions options,
+                                                                 std::string transport_name) {
+  if (transport == nullptr) return absl::InvalidArgumentError("HostBackend::Create: no transport");
+  LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(options));
+  return std::unique_ptr<HostBackend>(new HostBackend(std::move(transport), options, std::move(transport_name)));
+}
+
+BackendCapabilities HostBackend::capabilities() const {
+  BackendCapabilities c;
+  c.name = transport_name_.empty() ? "host" : absl::StrCat("host over ", transport_name_);
+  c.cpu_tensors = true;
+  c.cuda_tensors = true;  // Staged through pinned host memory.
+  c.point_to_point = true;
+  return c;
+}
+
+AlgorithmContext HostBackend::Context(const OpContext& op_ctx) {
+  AlgorithmContext ctx{*transport_, op_ctx.seq, 0, op_ctx.deadline, options_.segment_bytes, &scratch_};
+  ctx.small_message_bytes = options_.small_message_bytes;
+  return ctx;
+}
+
+absl::StatusOr<Tensor> HostBackend::Stage(const Tensor& t, int slot, bool copy_in) {
+  if (t.device().is_cpu()) return Flat1d(t);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, staging_.Get(slot, t.numel(), t.dtype()));
+  if (copy_in) LOCKSTEP_RETURN_IF_ERROR(host.CopyFrom(t));
+  return host;
+}
+
+namespace {
+absl::Status Unstage(const Tensor& host, const Tensor& t) {
+  if (t.device().is_cpu()) return absl::OkStatus();
+  return t.CopyFrom(host);
+}
+}  // namespace
+
+absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op,
+                                    const OpContext& op_ctx) {
+  if (!output.SharesStorageWith(input) || output.raw_data() != input.raw_data()) {
+    LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
+  }
+  if (output.numel() == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
+  AlgorithmContext ctx = Context(op_ctx);
+  LOCKSTEP_RETURN_IF_ERROR(lockstep::AllReduce(ctx, buffer, op));
+  return Unstage(buffer, output);
+}
+
+absl::Status HostBackend::Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,
+                                 const OpContext& op_ctx) {
+  if (input.numel() == 0) return absl::OkStatus();
+  AlgorithmContext ctx = Context(op_ctx);
+  if (rank() == root) {
+    if (output.raw_data() != input.raw_data()) LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
+    LOCKSTEP_RETURN_IF_ERROR(BinomialReduce(ctx, buffer, op, root));
+    return Unstage(buffer, output);
+  }
+  // Partial results must not overwrite the caller's input: a reused staging
+  // buffer takes them (no allocation per call).
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, staging_.Get(kSlotA, input.numel(), input.dtype()));
+  LOCKSTEP_RETURN_IF_ERROR(buffer.CopyFrom(input));
+  return BinomialReduce(ctx, buffer, op, root);
+}
+
+absl::Status HostBackend::Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) {
+  if (tensor.numel() == 0) return absl::OkStatus();
+  const bool is_root = rank() == root;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(tensor, kSlotA, is_root));
+  AlgorithmContext ctx = Context(op_ctx);
+  LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, buffer, root));
+  return is_root ? absl::OkStatus() : Unstage(buffer, tensor);
+}
+
+absl::Status HostBackend::AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) {
+  if (input.numel() == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, false));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(rank() * input.numel(), input.numel()));
+  LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
+  AlgorithmContext ctx = Context(op_ctx);
+  LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, buffer));
+  return Unstage(buffer, output);
+}
+
+absl::Status HostBackend::Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
+  if (input.numel() == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
+  AlgorithmContext ctx = Context(op_ctx);
+  if (rank() != root) return DirectGather(ctx, mine, Tensor(), root);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(output, kSlotB, false));
+  LOCKSTEP_RETURN_IF_ERROR(DirectGather(ctx, mine, slots, root));
+  return Unstage(slots, output);
+}
+
+absl::Status HostBackend::Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
+  if (output.numel() == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(output, kSlotA, false));
+  AlgorithmContext ctx = Context(op_ctx);
+  if (rank() == root) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(input, kSlotB, true));
+    LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, slots, mine, root));
+  } else {
+    LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, Tensor(), mine, root));
+  }
+  return Unstage(mine, output);
+}
+
+absl::Status HostBackend::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                                        const OpContext& op_ctx) {
+  if (output.numel() == 0) return absl::OkStatus();
+  // The ring reduces in place: it works on a reused staging copy (which is
+  // also the host copy of a CUDA input), so the input stays unchanged.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, staging_.Get(kSlotA, input.numel(), input.dtype()));
+  LOCKSTEP_RETURN_IF_ERROR(buffer.CopyFrom(input));
+  AlgorithmContext ctx = Context(op_ctx);
+  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
+  // The ring has divided chunk r already for AVG.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank() * output.numel(), output.numel()));
+  return output.CopyFrom(mine);
+}
+
+absl::Status HostBackend::Barrier(const OpContext& op_ctx) {
+  AlgorithmContext ctx = Context(op_ctx);
+  return DisseminationBarrier(ctx);
+}
+
+absl::Status HostBackend::AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) {
+  std::vector<Transfer> transfers;
+  char* out = static_cast<char*>(all);
+  std::memcpy(out + rank() * bytes, mine, bytes);
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    transfers.push_back(Transfer::Send(peer, mine, bytes));
+    transfers.push_back(Transfer::Recv(peer, out + peer * bytes, bytes));
+  }
+  return transport_->Exchange(absl::MakeSpan(transfers), MessageTag{op_ctx.seq, kFingerprintTag}, op_ctx.deadline);
+}
+
+namespace {
+
+// Turns the communicator's point-to-point operations into transfers: CUDA
+// tensors get their own pinned copy (several may be in flight at once).
+class PointToPointFeed : public TransferFeed {
+ public:
+  explicit PointToPointFeed(PointToPointSource& source) : source_(source) {}
+
+  void Poll(std::vector<Transfer>* more) override {
+    ops_.clear();
+    source_.Take(&ops_);
+    for (PointToPointOp& op : ops_) {
+      auto owned = std::make_shared<PointToPointOp>(std::move(op));
+      Tensor host = owned->tensor;
+      if (!host.device().is_cpu()) {
+        absl::StatusOr<Tensor> staged = Tensor::Empty({host.numel()}, host.dtype(), Device::Cpu(), /*pinned=*/true);
+        if (staged.ok() && owned->send) staged = absl::StatusOr<Tensor>(CopyIn(*staged, owned->tensor));
+        if (!staged.ok()) {
+          error_ = staged.status();
+          continue;
+        }
+        host = *staged;
+      }
+      Transfer t = owned->send ? Transfer::Send(owned->peer, host.raw_data(), host.nbytes())
+                               : Transfer::Recv(owned->peer, host.raw_data(), host.nbytes());
+      t.seq = static_cast<int64_t>(owned->seq);
+      t.tag = owned->tag | kPointToPointTagBit;
+      t.on_done = [owned, host]() -> absl::Status {
+        if (!owned->send && !owned->tensor.device().is_cpu()) LOCKSTEP_RETURN_IF_ERROR(owned->tensor.CopyFrom(host));
+        if (owned->done) owned->done();
+        return absl::OkStatus();
+      };
+      more->push_back(std::move(t));
+    }
+  }
+  int wake_fd() const override { return source_.wake_fd(); }
+  const absl::Status& error() const { return error_; }
+
+ private:
+  static absl::StatusOr<Tensor> CopyIn(const Tensor& host, const Tensor& device) {
+    LOCKSTEP_RETURN_IF_ERROR(host.CopyFrom(device));
+    return host;
+  }
+
+  PointToPointSource& source_;
+  std::vector<PointToPointOp> ops_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+absl::Status HostBackend::RunPointToPoint(PointToPointSource& source, Deadline deadline) {
+  PointToPointFeed feed(source);
+  absl::Status status = transport_->ExchangeOpen(feed, deadline);
+  if (!feed.error().ok()) return feed.error();
+  return status;
+}
+
+}  // namespace lockstep

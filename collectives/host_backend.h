@@ -1,0 +1,70 @@
+// HostBackend: runs the CPU collective algorithms (ring and recursive-doubling
+// all-reduce, ring reduce-scatter and all-gather, binomial broadcast and
+// reduce, direct gather and scatter, dissemination barrier) over any
+// Transport.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto transport, TcpTransport::Create(store, rank, size, {}));
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto backend, HostBackend::Create(std::move(transport), {}));
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(backend), {}));
+//
+// (collectives/tcp_communicator.h does all three.) CUDA tensors are staged
+// through pinned host buffers that are allocated once and reused; results
+// are copied back to the device before the operation completes.
+#ifndef LOCKSTEP_COLLECTIVES_HOST_BACKEND_H_
+#define LOCKSTEP_COLLECTIVES_HOST_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "collectives/algorithm.h"
+#include "collectives/backend.h"
+#include "collectives/transport.h"
+
+namespace lockstep {
+
+class HostBackend : public Backend {
+ public:
+  // Fails (InvalidArgument) on bad options.
+  static absl::StatusOr<std::unique_ptr<HostBackend>> Create(std::unique_ptr<Transport> transport,
+                                                             AlgorithmOptions options, std::string transport_name = "");
+
+  int rank() const override { return transport_->rank(); }
+  int size() const override { return transport_->size(); }
+  BackendCapabilities capabilities() const override;
+  std::string PeerName(int peer) const override { return transport_->PeerName(peer); }
+
+  absl::Status AllReduce(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) override;
+  absl::Status Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,
+                      const OpContext& op_ctx) override;
+  absl::Status Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) override;
+  absl::Status AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) override;
+  absl::Status Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
+  absl::Status Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
+  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                             const OpContext& op_ctx) override;
+  absl::Status Barrier(const OpContext& op_ctx) override;
+  absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) override;
+  absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) override;
+  void Abort(absl::string_view reason) override { transport_->Abort(reason); }
+  TrafficCounters Traffic() const override { return transport_->Traffic(); }
+
+ private:
+  HostBackend(std::unique_ptr<Transport> transport, AlgorithmOptions options, std::string transport_name)
+      : transport_(std::move(transport)), options_(options), transport_name_(std::move(transport_name)) {}
+
+  AlgorithmContext Context(const OpContext& op_ctx);
+  // A CPU tensor holding `t`'s data: `t` itself, or a pinned staging buffer
+  // (slot `slot`) for a CUDA tensor, filled from it when `copy_in`.
+  absl::StatusOr<Tensor> Stage(const Tensor& t, int slot, bool copy_in);
+
+  std::unique_ptr<Transport> transport_;
+  const AlgorithmOptions options_;
+  const std::string transport_name_;
+  Scratch scratch_;                    // Algorithms' temporaries.
+  Scratch staging_{/*pinned=*/true};  // CUDA tensors' host copies.
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_HOST_BACKEND_H_

@@ -1,0 +1,40 @@
+#include "collectives/init_from_env.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/tcp_store.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options) {
+  ProcessGroup group;
+  LOCKSTEP_ASSIGN_OR_RETURN(group.env, RankEnvironmentFromEnv(env));
+  TcpStoreOptions store_options;
+  store_options.host = group.env.master_addr;
+  store_options.port = group.env.master_port;
+  store_options.is_server = group.env.rank == 0 && !group.env.agent_store;
+  store_options.num_workers = group.env.world_size;
+  store_options.timeout = options.store_timeout;
+  store_options.token = group.env.store_token;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("InitFromEnv: rank ", group.env.rank, " (from ", group.env.source,
+                                     "'s variables) could not ", store_options.is_server ? "serve" : "reach",
+                                     " the store at ", group.env.master_addr, ":", group.env.master_port, ": ",
+                                     store.status().message()));
+  }
+  group.store = std::move(*store);
+  LOCKSTEP_ASSIGN_OR_RETURN(group.comm, CreateTcpCommunicator(group.store, group.env.rank, group.env.world_size,
+                                                              options.communicator));
+  return group;
+}
+
+absl::StatusOr<ProcessGroup> InitFromEnv(const InitOptions& options) {
+  return InitFromEnv([](const char* name) -> const char* { return std::getenv(name); }, options);
+}
+
+}  // namespace lockstep

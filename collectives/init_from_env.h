@@ -1,0 +1,50 @@
+// InitFromEnv: joins the process group that a launcher described in the
+// environment, as torch.distributed.init_process_group("env://") does.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv());
+//   group.comm->AllReduce(grads, ReduceOp::kAvg)->Wait();
+//
+// Works under tools/launch and torchrun, `mpirun -np N` and `srun -n N`:
+// which variables each provides, which are required and the defaults for
+// MASTER_ADDR/MASTER_PORT are tabled in collectives/rank_environment.h.
+// What is missing or malformed is an error naming the variables.
+//
+// The rendezvous store is a TcpStore at MASTER_ADDR:MASTER_PORT: rank 0
+// serves it, unless TORCHELASTIC_USE_AGENT_STORE=True says that a launcher
+// already does (then every rank is a client, and no rank binds a port
+// chosen in advance). LOCKSTEP_STORE_TOKEN, when set, is the store's shared
+// secret. The communicator is then built over TCP
+// (collectives/tcp_communicator.h) with `options.communicator`.
+#ifndef LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
+#define LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/rank_environment.h"
+#include "collectives/store.h"
+#include "collectives/tcp_communicator.h"
+
+namespace lockstep {
+
+struct InitOptions {
+  TcpCommunicatorOptions communicator;
+  // How long to wait for the store and for every rank to arrive.
+  Milliseconds store_timeout = Milliseconds(300000);
+};
+
+struct ProcessGroup {
+  RankEnvironment env;
+  std::shared_ptr<Store> store;  // Also for the caller's own keys.
+  std::unique_ptr<Communicator> comm;
+};
+
+// Reads the process environment.
+absl::StatusOr<ProcessGroup> InitFromEnv(const InitOptions& options = {});
+// For tests and embedders: an explicit environment.
+absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_

@@ -1,0 +1,50 @@
+// Ring reduce-scatter over the fake transport: chunk r of rank r is the sum.
+#include "collectives/reduce_scatter.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/algorithm.h"
+#include "collectives/testing/algorithm_test_util.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using testing::AlgorithmRun;
+using testing::CheckValues;
+using testing::InputValue;
+using testing::RankInput;
+using testing::RunAlgorithm;
+using testing::StandardRuns;
+
+[[maybe_unused]] std::string Describe(const AlgorithmRun& run, int64_t count) {
+  return absl::StrCat(run.size, " ranks, ", count, " elements, capacity ", run.capacity_bytes, ", segment ",
+                      run.algorithms.segment_bytes);
+}
+
+// Sum over ranks of InputValue(r, i).
+[[maybe_unused]] float SumOver(int n, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += InputValue(r, i);
+  return s;
+}
+
+TEST(ReduceScatterTest, EachRankGetsItsReducedChunk) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int64_t count : {int64_t{run.size}, int64_t{7} * run.size + 3, int64_t{10007}}) {
+      auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+        Tensor t = RankInput(ctx.rank(), count);
+        LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, t, ReduceOp::kSum));
+        const Chunk mine = ChunkOf(count, ctx.size(), ctx.rank());
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor chunk, t.Flat(mine.offset, mine.count));
+        return CheckValues(chunk, [&](int64_t i) { return SumOver(run.size, mine.offset + i); });
+      });
+      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

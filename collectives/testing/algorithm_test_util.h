@@ -1,0 +1,44 @@
+// Runs a collective algorithm on n threads over an in-memory FakeNetwork,
+// each with its own AlgorithmContext: the algorithms' unit tests, with the
+// network capacity and pipelining sizes under the test's control.
+#ifndef LOCKSTEP_COLLECTIVES_TESTING_ALGORITHM_TEST_UTIL_H_
+#define LOCKSTEP_COLLECTIVES_TESTING_ALGORITHM_TEST_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/algorithm.h"
+#include "core/tensor.h"
+
+namespace lockstep {
+namespace testing {
+
+struct AlgorithmRun {
+  int size = 2;
+  size_t capacity_bytes = 64 << 10;  // Of each fake connection.
+  AlgorithmOptions algorithms;
+};
+
+// One status per rank; the ranks' contexts have seq 1 and a 30 s deadline.
+std::vector<absl::Status> RunAlgorithm(const AlgorithmRun& run,
+                                       const std::function<absl::Status(AlgorithmContext& ctx)>& body);
+
+// Rank r's element i: a small integer, so f32 sums of a few ranks are exact.
+float InputValue(int rank, int64_t i);
+
+// A 1-D f32 tensor with InputValue(rank, offset + i).
+Tensor RankInput(int rank, int64_t count, int64_t offset = 0);
+
+// OK, or an error naming the first element of `t` that differs from `want(i)`.
+absl::Status CheckValues(const Tensor& t, const std::function<float(int64_t i)>& want);
+
+// The runs most algorithm tests sweep: world sizes 1-5 (powers of two and
+// not), generous and tiny connection capacities, small and default segments.
+std::vector<AlgorithmRun> StandardRuns();
+
+}  // namespace testing
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_TESTING_ALGORITHM_TEST_UTIL_H_

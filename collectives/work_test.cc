@@ -1,0 +1,147 @@
+// Work: Wait with and without a timeout, status before completion, Then
+// chains (once, in order, at once when already complete, errors propagate),
+// completing twice, and Then callbacks that start more work.
+#include "collectives/work.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "collectives/completable_work.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(WorkTest, StatusBeforeCompletionIsUnavailableAndWaitTimesOut) {
+  auto work = CompletableWork::Create();
+  EXPECT_FALSE(work->IsCompleted());
+  EXPECT_EQ(work->status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status s = work->Wait(milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_FALSE(work->IsCompleted());
+}
+
+TEST(WorkTest, WaitReturnsTheFinalStatusFromAnotherThread) {
+  auto work = CompletableWork::Create(/*spin_microseconds=*/50);
+  std::thread completer([work] { work->Complete(absl::DataLossError("bits flipped")); });
+  const absl::Status s = work->Wait();
+  completer.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(work->IsCompleted());
+  EXPECT_EQ(work->status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(work->Wait(milliseconds(1)).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(WorkTest, OnlyTheFirstCompletionCounts) {
+  auto work = CompletableWork::Create();
+  work->Complete(absl::OkStatus());
+  work->Complete(absl::InternalError("late"));
+  EXPECT_TRUE(work->status().ok());
+}
+
+TEST(WorkTest, ThenRunsOnceOnTheCompletingThreadAfterSuccess) {
+  auto work = CompletableWork::Create();
+  std::atomic<int> runs{0};
+  std::thread::id ran_on;
+  std::shared_ptr<Work> chained = work->Then([&] {
+    ++runs;
+    ran_on = std::this_thread::get_id();
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(runs.load(), 0);
+  EXPECT_FALSE(chained->IsCompleted());
+  std::thread completer([work] { work->Complete(absl::OkStatus()); });
+  const std::thread::id completer_id = completer.get_id();
+  completer.join();
+  EXPECT_TRUE(chained->Wait(milliseconds(1000)).ok());
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(ran_on, completer_id);
+}
+
+TEST(WorkTest, ThenOnACompletedWorkRunsAtOnceOnTheCaller) {
+  auto work = CompletableWork::Create();
+  work->Complete(absl::OkStatus());
+  std::thread::id ran_on;
+  std::shared_ptr<Work> chained = work->Then([&] {
+    ran_on = std::this_thread::get_id();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(chained->IsCompleted());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(WorkTest, ErrorsPropagateWithoutRunningTheCallback) {
+  auto work = CompletableWork::Create();
+  bool ran = false;
+  std::shared_ptr<Work> last = work->Then([&] {
+                                      ran = true;
+                                      return absl::OkStatus();
+                                    })
+                                   ->Then([&] {
+                                     ran = true;
+                                     return absl::OkStatus();
+                                   });
+  work->Complete(absl::UnavailableError("rank 1 died"));
+  const absl::Status s = last->Wait(milliseconds(1000));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "rank 1 died");
+  EXPECT_FALSE(ran);
+}
+
+TEST(WorkTest, ACallbackErrorFailsTheChainFromThere) {
+  auto work = CompletableWork::Create();
+  int order = 0, first = -1, second = -1;
+  std::shared_ptr<Work> a = work->Then([&] {
+    first = order++;
+    return absl::InvalidArgumentError("decompression failed");
+  });
+  std::shared_ptr<Work> b = a->Then([&] {
+    second = order++;
+    return absl::OkStatus();
+  });
+  work->Complete(absl::OkStatus());
+  EXPECT_TRUE(work->status().ok());
+  EXPECT_EQ(a->status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(second, -1);
+}
+
+TEST(WorkTest, SeveralCallbacksRunInRegistrationOrder) {
+  auto work = CompletableWork::Create();
+  std::vector<int> order;
+  auto a = work->Then([&] { order.push_back(1); return absl::OkStatus(); });
+  auto b = work->Then([&] { order.push_back(2); return absl::OkStatus(); });
+  work->Complete(absl::OkStatus());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+TEST(WorkTest, ACallbackMayStartAndChainMoreWork) {
+  auto first = CompletableWork::Create();
+  auto second = CompletableWork::Create();
+  std::shared_ptr<Work> tail;
+  std::shared_ptr<Work> chained = first->Then([&] {
+    // What a comm hook does: launch the next operation from the callback.
+    tail = second->Then([] { return absl::OkStatus(); });
+    return absl::OkStatus();
+  });
+  first->Complete(absl::OkStatus());
+  ASSERT_NE(tail, nullptr);
+  EXPECT_TRUE(chained->IsCompleted());
+  EXPECT_FALSE(tail->IsCompleted());
+  second->Complete(absl::OkStatus());
+  EXPECT_TRUE(tail->Wait(milliseconds(1000)).ok());
+}
+
+TEST(WorkTest, SynchronizeStreamWithoutADeviceBackendWaitsOnTheHost) {
+  auto work = CompletableWork::Create();
+  std::thread completer([work] { work->Complete(absl::OkStatus()); });
+  EXPECT_TRUE(work->SynchronizeStream(nullptr).ok());
+  completer.join();
+}
+
+}  // namespace
+}  // namespace lockstep
