@@ -39,14 +39,12 @@ struct TcpTransportOptions {
   // SO_SNDBUF/SO_RCVBUF of every connection; 0 leaves the kernel's autotuning.
   int socket_buffer_bytes = 256 << 10;
   // TCP congestion control of the mesh's sockets ("" keeps the system's).
-  // cubic, Linux's usual default: with bbr (this build machine's default)
-  // loopback all-reduces of 64 KiB-16 MiB took ~25% longer (bbr paces
-  // bursts that cubic sends at once); large transfers were unchanged.
+  // cubic, not bbr: bbr paces the bursts a collective sends at once
+  // (docs/PERFORMANCE.md has the measurements).
   std::string congestion_control = "cubic";
-  // Keeps trying (yielding the CPU between tries) for this long before
-  // blocking in poll(): a thread that sleeps in poll() can take tens of
-  // microseconds to wake up on a virtual machine, longer than most small
-  // messages take to arrive. Yielding lets other threads of the process run.
+  // How long a waiting transfer keeps trying (yielding the CPU between
+  // tries) before it sleeps in poll(): small messages usually arrive sooner
+  // than a sleeping thread wakes up. 0..1000000.
   int spin_microseconds = 200;
 };
 
