@@ -44,6 +44,10 @@ struct AlgorithmOptions {
   // Ring pipelining: received data is reduced in pieces of this many bytes
   // while the rest is still arriving. > 0.
   size_t segment_bytes = 256 << 10;
+  // Point to point: bytes of messages that arrived before their Recv was
+  // posted that a rank keeps (collectives/point_to_point.h); beyond it such
+  // a message is an error.
+  size_t unexpected_bytes_limit = 64 << 20;
 };
 
 // InvalidArgument naming the bad field and the accepted range.

@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
 Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options,
                            std::shared_ptr<Store> store)
     : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
-      rank_(backend_->rank()), size_(backend_->size()), send_seq_(size_, 0), recv_seq_(size_, 0),
+      rank_(backend_->rank()), size_(backend_->size()),
       help_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
 }
@@ -504,9 +504,9 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
       work->Complete(broken_);
       return work;
     }
-    // Point-to-point messages are numbered per peer and direction, not in the
-    // collective sequence (only two ranks take part).
-    const uint64_t seq = send ? send_seq_[peer]++ : recv_seq_[peer]++;
+    // Point-to-point messages are numbered per (peer, tag) and direction,
+    // not in the collective sequence (only two ranks take part).
+    const uint64_t seq = send ? send_seq_[{peer, tag}]++ : recv_seq_[{peer, tag}]++;
     Item item;
     item.work = work;
     item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv),

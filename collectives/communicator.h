@@ -22,8 +22,9 @@
 // Point to point (Send/Recv, as isend/irecv) run concurrently: operations
 // posted one after another, up to the next collective, progress together,
 // so two ranks may each Send and then Recv any amount without deadlock.
-// Receives from one peer match that peer's sends in call order (the tags
-// must agree, else both fail naming both).
+// The k-th Recv from a peer with a tag gets the k-th Send from that peer
+// with that tag; a message that comes before its Recv is kept, within a
+// limit (collectives/point_to_point.h).
 //
 // Every operation has a deadline (options.timeout). When a peer dies or a
 // deadline passes, the operation fails naming the rank and its address, the
@@ -46,6 +47,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -180,7 +182,8 @@ class Communicator {
   std::condition_variable work_cv_;
   std::deque<Item> queue_;
   uint64_t next_seq_ = 0;
-  std::vector<uint64_t> send_seq_, recv_seq_;  // Per peer, point to point.
+  // Point to point: numbered per (peer, tag) and direction, in call order.
+  std::map<std::pair<int, uint32_t>, uint64_t> send_seq_, recv_seq_;
   bool stopping_ = false;
   bool running_ = false;  // An operation runs (worker or helping caller).
   bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.

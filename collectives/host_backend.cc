@@ -169,62 +169,8 @@ absl::Status HostBackend::AllGatherBytes(const void* mine, size_t bytes, void* a
   return transport_->Exchange(absl::MakeSpan(transfers), MessageTag{op_ctx.seq, kFingerprintTag}, op_ctx.deadline);
 }
 
-namespace {
-
-// Turns the communicator's point-to-point operations into transfers: CUDA
-// tensors get their own pinned copy (several may be in flight at once).
-class PointToPointFeed : public TransferFeed {
- public:
-  explicit PointToPointFeed(PointToPointSource& source) : source_(source) {}
-
-  void Poll(std::vector<Transfer>* more) override {
-    ops_.clear();
-    source_.Take(&ops_);
-    for (PointToPointOp& op : ops_) {
-      auto owned = std::make_shared<PointToPointOp>(std::move(op));
-      Tensor host = owned->tensor;
-      if (!host.device().is_cpu()) {
-        absl::StatusOr<Tensor> staged = Tensor::Empty({host.numel()}, host.dtype(), Device::Cpu(), /*pinned=*/true);
-        if (staged.ok() && owned->send) staged = absl::StatusOr<Tensor>(CopyIn(*staged, owned->tensor));
-        if (!staged.ok()) {
-          error_ = staged.status();
-          continue;
-        }
-        host = *staged;
-      }
-      Transfer t = owned->send ? Transfer::Send(owned->peer, host.raw_data(), host.nbytes())
-                               : Transfer::Recv(owned->peer, host.raw_data(), host.nbytes());
-      t.seq = static_cast<int64_t>(owned->seq);
-      t.tag = owned->tag | kPointToPointTagBit;
-      t.on_done = [owned, host]() -> absl::Status {
-        if (!owned->send && !owned->tensor.device().is_cpu()) LOCKSTEP_RETURN_IF_ERROR(owned->tensor.CopyFrom(host));
-        if (owned->done) owned->done();
-        return absl::OkStatus();
-      };
-      more->push_back(std::move(t));
-    }
-  }
-  int wake_fd() const override { return source_.wake_fd(); }
-  const absl::Status& error() const { return error_; }
-
- private:
-  static absl::StatusOr<Tensor> CopyIn(const Tensor& host, const Tensor& device) {
-    LOCKSTEP_RETURN_IF_ERROR(host.CopyFrom(device));
-    return host;
-  }
-
-  PointToPointSource& source_;
-  std::vector<PointToPointOp> ops_;
-  absl::Status error_;
-};
-
-}  // namespace
-
 absl::Status HostBackend::RunPointToPoint(PointToPointSource& source, Deadline deadline) {
-  PointToPointFeed feed(source);
-  absl::Status status = transport_->ExchangeOpen(feed, deadline);
-  if (!feed.error().ok()) return feed.error();
-  return status;
+  return point_to_point_.Run(source, deadline);
 }
 
 }  // namespace lockstep

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/algorithm.h"
 #include "collectives/backend.h"
+#include "collectives/point_to_point.h"
 #include "collectives/transport.h"
 
 namespace lockstep {
@@ -51,7 +52,8 @@ class HostBackend : public Backend {
 
  private:
   HostBackend(std::unique_ptr<Transport> transport, AlgorithmOptions options, std::string transport_name)
-      : transport_(std::move(transport)), options_(options), transport_name_(std::move(transport_name)) {}
+      : transport_(std::move(transport)), options_(options), transport_name_(std::move(transport_name)),
+        point_to_point_(*transport_, options.unexpected_bytes_limit) {}
 
   AlgorithmContext Context(const OpContext& op_ctx);
   // A CPU tensor holding `t`'s data: `t` itself, or a pinned staging buffer
@@ -63,6 +65,7 @@ class HostBackend : public Backend {
   const std::string transport_name_;
   Scratch scratch_;                    // Algorithms' temporaries.
   Scratch staging_{/*pinned=*/true};  // CUDA tensors' host copies.
+  PointToPointEngine point_to_point_;
 };
 
 }  // namespace lockstep

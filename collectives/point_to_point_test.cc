@@ -1,7 +1,8 @@
 // Point to point that cannot deadlock: two ranks each Send 64 MiB and then
 // Recv 64 MiB (far beyond any socket buffer), around a ring of 4, over real
 // processes on loopback TCP and over the in-memory transport; matching per
-// peer in call order; mismatched tags fail naming both; traffic counters.
+// (peer, tag) in call order; early messages kept within a limit; size
+// mismatches named; traffic counters.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -105,16 +106,60 @@ TEST(PointToPointTest, ReceivesMatchSendsPerPeerInCallOrderBetweenCollectives) {
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
 
-TEST(PointToPointTest, MismatchedTagsFailOnTheReceiverNamingBoth) {
+TEST(PointToPointTest, TagsMatchIndependentlyAndEarlyMessagesAreKeptAcrossBatches) {
   const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
-    Tensor t = *Tensor::Zeros({10}, DType::kF32);
-    absl::Status s = comm.rank() == 0 ? comm.Send(t, 1, /*tag=*/5)->Wait() : comm.Recv(t, 0, /*tag=*/6)->Wait();
-    if (comm.rank() == 0) return absl::OkStatus();  // The send may well have finished.
-    if (s.ok()) return absl::InternalError("a receive with tag 6 accepted a message with tag 5");
+    Tensor a = *Tensor::Zeros({3000}, DType::kF32), b = *Tensor::Zeros({5}, DType::kF32);
+    if (comm.rank() == 0) {
+      auto w1 = comm.Send(Filled(3000, 10), 1, /*tag=*/1);
+      auto w2 = comm.Send(Filled(5, 20), 1, /*tag=*/2);
+      if (absl::Status s = w1->Wait(); !s.ok()) return s;
+      if (absl::Status s = w2->Wait(); !s.ok()) return s;
+      return comm.Barrier()->Wait();
+    }
+    // Tag 2 first: the tag-1 message arrives before any Recv wants it and is
+    // kept; it is taken by a Recv posted after a collective (a later batch).
+    if (absl::Status s = comm.Recv(b, 0, /*tag=*/2)->Wait(); !s.ok()) return s;
+    if (absl::Status s = comm.Barrier()->Wait(); !s.ok()) return s;
+    if (absl::Status s = comm.Recv(a, 0, /*tag=*/1)->Wait(); !s.ok()) return s;
+    if (auto s = Check(a, 10, "tag 1"); !s.ok()) return s;
+    return Check(b, 20, "tag 2");
+  });
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(PointToPointTest, AnEarlyMessageBeyondTheLimitIsAClearError) {
+  TcpCommunicatorOptions options = testing::TestOptions();
+  options.algorithms.unexpected_bytes_limit = 1000;
+  const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    if (comm.rank() == 0) {
+      (void)comm.Send(Filled(4000, 1), 1, /*tag=*/5)->Wait();  // May fail once rank 1 aborts.
+      return absl::OkStatus();
+    }
+    Tensor t = *Tensor::Zeros({4000}, DType::kF32);
+    const absl::Status s = comm.Recv(t, 0, /*tag=*/6)->Wait();
     const std::string m(s.message());
-    if (m.find("tag 5") == std::string::npos || m.find("tag 6") == std::string::npos ||
-        m.find("Recv #0") == std::string::npos || m.find("from rank 0") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("unclear error: ", m));
+    if (s.code() != absl::StatusCode::kResourceExhausted || m.find("tag 5") == std::string::npos ||
+        m.find("16000 bytes") == std::string::npos || m.find("limit is 1000") == std::string::npos ||
+        m.find("Recv #0") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("unclear error: ", s.ToString()));
+    }
+    return absl::OkStatus();
+  }, options);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+TEST(PointToPointTest, ASizeMismatchNamesBothSizes) {
+  const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    if (comm.rank() == 0) {
+      (void)comm.Send(Filled(10, 1), 1)->Wait();
+      return absl::OkStatus();
+    }
+    Tensor t = *Tensor::Zeros({12}, DType::kF32);
+    const absl::Status s = comm.Recv(t, 0)->Wait();
+    const std::string m(s.message());
+    if (s.ok() || m.find("expects 48 bytes") == std::string::npos || m.find("carries 40") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("unclear error: ", s.ToString()));
     }
     return absl::OkStatus();
   });

@@ -362,7 +362,12 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
               return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", message_tag.seq,
                                                          " because: ", reason));
             }
-            if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag || h.bytes != t.bytes) {
+            if (t.route && h.magic == kMessageMagic) {
+              // Its destination is chosen now that the message is known.
+              LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag}, h.bytes));
+              t.bytes = h.bytes;
+            } else if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag ||
+                       h.bytes != t.bytes) {
               return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
             }
           }

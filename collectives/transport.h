@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/socket.h"
 
@@ -71,6 +72,11 @@ struct Transfer {
   // The tag and sequence number of this message; -1: the Exchange's.
   int64_t tag = -1;
   int64_t seq = -1;
+  // Receives in ExchangeOpen only: accept the next message from `peer`
+  // whatever its seq and tag; when its header has arrived, `route(tag,
+  // bytes)` returns where its `bytes` bytes go (this transfer's data and
+  // bytes are then set), or an error that fails the exchange.
+  std::function<absl::StatusOr<void*>(const MessageTag& tag, size_t bytes)> route;
   // Called once, when this transfer has completed (a receive: all bytes
   // arrived and were checked); an error fails the exchange.
   std::function<absl::Status()> on_done;

@@ -166,7 +166,14 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
         Channel& ch = net_->channel(t.peer, rank_);
         if (!p.header_done && !ch.headers.empty()) {
           const Header h = ch.headers.front();
-          if (h.seq != mt.seq || h.tag != mt.tag || h.bytes != t.bytes) {
+          if (t.route) {
+            lock.unlock();  // The route may allocate or take other locks.
+            absl::StatusOr<void*> dest = t.route(MessageTag{h.seq, h.tag}, h.bytes);
+            lock.lock();
+            if (!dest.ok()) return dest.status();
+            t.data = *dest;
+            t.bytes = h.bytes;
+          } else if (h.seq != mt.seq || h.tag != mt.tag || h.bytes != t.bytes) {
             return absl::InternalError(absl::StrCat("collective mismatch: ", PeerName(t.peer), " sent op #", h.seq,
                                                     " ", DescribeTag(h.tag), " with ", h.bytes, " bytes, but rank ",
                                                     rank_, " expected op #", mt.seq, " ", DescribeTag(mt.tag),

@@ -245,6 +245,72 @@ TEST_P(TransportConformanceTest, OpenExchangeRunsLaterTransfersBesideEarlierOnes
   }
 }
 
+TEST_P(TransportConformanceTest, RoutedReceivesTakeMessagesByTheirTags) {
+  // Rank 0 sends three messages; rank 1 accepts whatever comes and puts each
+  // where its tag says, learning sizes from the headers.
+  auto transports = GetParam().make(2);
+  const size_t sizes[] = {70000, 0, 33};
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      std::vector<std::vector<char>> data;
+      std::vector<Transfer> x;
+      for (int i = 0; i < 3; ++i) {
+        data.push_back(Pattern(sizes[i], i));
+        x.push_back(Transfer::Send(1, data.back().data(), sizes[i]));
+        x.back().seq = 100 + i;
+        x.back().tag = 40 + i;
+      }
+      return t.Exchange(absl::MakeSpan(x), MessageTag{}, Soon());
+    }
+    std::vector<std::vector<char>> got(3);
+    std::vector<Transfer> routers;
+    for (int i = 0; i < 3; ++i) {
+      Transfer r = Transfer::Recv(0, nullptr, 0);
+      r.route = [&](const MessageTag& tag, size_t bytes) -> absl::StatusOr<void*> {
+        const int i = static_cast<int>(tag.tag) - 40;
+        if (i < 0 || i > 2 || tag.seq != 100u + i) return absl::InternalError("unexpected header");
+        got[i].resize(bytes + 1);  // Non-null even for an empty message.
+        return static_cast<void*>(got[i].data());
+      };
+      routers.push_back(std::move(r));
+    }
+    OnePerPoll feed(routers);
+    LOCKSTEP_RETURN_IF_ERROR(t.ExchangeOpen(feed, Soon()));
+    for (int i = 0; i < 3; ++i) {
+      got[i].pop_back();
+      if (got[i] != Pattern(sizes[i], i)) return absl::InternalError(absl::StrCat("message ", i, " differs"));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+TEST_P(TransportConformanceTest, ARouteErrorFailsTheExchange) {
+  auto transports = GetParam().make(2);
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    std::vector<char> buffer(10);
+    if (t.rank() == 0) {
+      Transfer x = Transfer::Send(1, buffer.data(), 10);
+      (void)t.Exchange({&x, 1}, MessageTag{1, 2}, Soon());  // May or may not see rank 1's abort.
+      return absl::OkStatus();
+    }
+    Transfer r = Transfer::Recv(0, nullptr, 0);
+    r.route = [](const MessageTag&, size_t) -> absl::StatusOr<void*> {
+      return absl::InvalidArgumentError("no receive for this message");
+    };
+    OnePerPoll feed({r});
+    absl::Status s = t.ExchangeOpen(feed, Soon());
+    t.Abort("test over");
+    if (s.ok() || !Contains(s, "no receive for this message")) {
+      return absl::InternalError(absl::StrCat("route error not returned: ", s.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace lockstep
