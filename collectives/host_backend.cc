@@ -83,17 +83,16 @@ absl::Status HostBackend::Reduce(const Tensor& input, const Tensor& output, Redu
                                  const OpContext& op_ctx) {
   if (input.numel() == 0) return absl::OkStatus();
   AlgorithmContext ctx = Context(op_ctx);
-  if (rank() == root) {
-    if (output.raw_data() != input.raw_data()) LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
-    LOCKSTEP_RETURN_IF_ERROR(BinomialReduce(ctx, buffer, op, root));
-    return Unstage(buffer, output);
+  // Out of place: the input is read, never copied (a CUDA one is staged).
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
+  if (rank() != root) return BinomialReduce(ctx, mine, Tensor(), op, root);
+  if (output.device().is_cpu()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Flat1d(output));
+    return BinomialReduce(ctx, mine, out, op, root);
   }
-  // Partial results must not overwrite the caller's input: a reused staging
-  // buffer takes them (no allocation per call).
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, staging_.Get(kSlotA, input.numel(), input.dtype()));
-  LOCKSTEP_RETURN_IF_ERROR(buffer.CopyFrom(input));
-  return BinomialReduce(ctx, buffer, op, root);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Stage(output, kSlotB, false));
+  LOCKSTEP_RETURN_IF_ERROR(BinomialReduce(ctx, mine, out, op, root));
+  return Unstage(out, output);
 }
 
 absl::Status HostBackend::Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) {
@@ -141,12 +140,13 @@ absl::Status HostBackend::Scatter(const Tensor& input, const Tensor& output, int
 absl::Status HostBackend::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
                                         const OpContext& op_ctx) {
   if (output.numel() == 0) return absl::OkStatus();
-  // The ring reduces in place: it works on a reused staging copy (which is
-  // also the host copy of a CUDA input), so the input stays unchanged.
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, staging_.Get(kSlotA, input.numel(), input.dtype()));
-  LOCKSTEP_RETURN_IF_ERROR(buffer.CopyFrom(input));
+  // The ring reads the input where it is (a CUDA one is staged) and writes
+  // results into a reused buffer; only chunk r is copied out.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor source, Stage(input, kSlotA, true));
+  Scratch& results = input.device().is_cpu() ? results_ : staging_;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, results.Get(kSlotB, input.numel(), input.dtype()));
   AlgorithmContext ctx = Context(op_ctx);
-  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, buffer, op));
+  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, source, buffer, op));
   // The ring has divided chunk r already for AVG.
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank() * output.numel(), output.numel()));
   return output.CopyFrom(mine);

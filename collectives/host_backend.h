@@ -9,7 +9,8 @@
 //
 // (collectives/tcp_communicator.h does all three.) CUDA tensors are staged
 // through pinned host buffers that are allocated once and reused; results
-// are copied back to the device before the operation completes.
+// are copied back to the device before the operation completes. Reduce and
+// ReduceScatter read their input in place (never copying it).
 #ifndef LOCKSTEP_COLLECTIVES_HOST_BACKEND_H_
 #define LOCKSTEP_COLLECTIVES_HOST_BACKEND_H_
 
@@ -65,6 +66,7 @@ class HostBackend : public Backend {
   const std::string transport_name_;
   Scratch scratch_;                    // Algorithms' temporaries.
   Scratch staging_{/*pinned=*/true};  // CUDA tensors' host copies.
+  Scratch results_;                    // ReduceScatter's full-size results.
   PointToPointEngine point_to_point_;
 };
 

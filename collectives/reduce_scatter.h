@@ -11,6 +11,11 @@ namespace lockstep {
 
 absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op);
 
+// Out of place: `input` is left unchanged (and never copied); afterwards
+// chunk r of `buffer` (as many elements as `input`) holds the result, its
+// other chunks partial results.
+absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& input, const Tensor& buffer, ReduceOp op);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COLLECTIVES_REDUCE_SCATTER_H_

@@ -8,9 +8,14 @@
 
 namespace lockstep {
 
-absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases) {
+absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases,
+                     const Tensor* input) {
   const int n = ctx.size(), r = ctx.rank();
-  if (n == 1 || buffer.numel() == 0) return absl::OkStatus();
+  if (n == 1 || buffer.numel() == 0) {
+    // Alone, the result is this rank's own data.
+    if (input != nullptr && buffer.numel() > 0) return buffer.CopyFrom(*input);
+    return absl::OkStatus();
+  }
   const int64_t count = buffer.numel();
   const size_t element = buffer.element_size();
   const size_t segment = std::max<size_t>(element, ctx.segment_bytes / element * element);
@@ -36,9 +41,12 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
   transfers.reserve(2 * messages);
   const int right = mod(r + 1), left = mod(r - 1);
   const uint32_t base_tag = ctx.NextTag().tag;
+  // With a separate input, the first message sends the input's chunk and
+  // each reduction reads it: the input is never copied.
+  const Tensor& source = input != nullptr ? *input : buffer;
   for (int j = 0; j < messages; ++j) {
     const Chunk out = ChunkOf(count, n, sent_chunk(j));
-    Transfer send = Transfer::Send(right, BytePtr(buffer, out.offset), out.count * element);
+    Transfer send = Transfer::Send(right, BytePtr(j == 0 ? source : buffer, out.offset), out.count * element);
     send.tag = base_tag + j;
     if (j > 0) send.ready = [&final_bytes, j] { return final_bytes[j - 1]; };
     transfers.push_back(std::move(send));
@@ -53,12 +61,19 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
     recv.on_segment = [&, j, in, reduces, last_reduction](size_t offset, size_t length) -> absl::Status {
       const int64_t first = static_cast<int64_t>(offset / element);
       const int64_t len = static_cast<int64_t>(length / element);
-      if (reduces) {
+      if (reduces && input != nullptr) {
+        // buffer = op(input, received): the same operand order as in place.
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, input->Flat(in.offset + first, len));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, scratch.Flat(first, len));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor result, buffer.Flat(in.offset + first, len));
+        const Tensor operands[] = {mine, theirs};
+        if (len > 0) LOCKSTEP_RETURN_IF_ERROR(Reduce(StepOp(op), operands, result));
+      } else if (reduces) {
         LOCKSTEP_RETURN_IF_ERROR(ReduceRange(op, scratch, first, buffer, in.offset + first, len));
-        if (last_reduction && op == ReduceOp::kAvg && len > 0) {
-          LOCKSTEP_ASSIGN_OR_RETURN(Tensor done, buffer.Flat(in.offset + first, len));
-          LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, done, n));
-        }
+      }
+      if (last_reduction && op == ReduceOp::kAvg && len > 0) {
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor done, buffer.Flat(in.offset + first, len));
+        LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, done, n));
       }
       final_bytes[j] = offset + length;
       return absl::OkStatus();

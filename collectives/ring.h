@@ -23,7 +23,11 @@ enum class RingPhases { kReduceScatter, kAllGather, kBoth };
 
 // kReduceScatter: afterwards chunk r of rank r's buffer is op over all ranks
 // (AVG divided). kAllGather: rank r's chunk r is sent to all. kBoth: all-reduce.
-absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases);
+// `input` (kReduceScatter only; null: `buffer` is the input too): each rank's
+// data, read but never written; `buffer` then only receives results (chunk
+// r is final, the other chunks hold partial sums).
+absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases,
+                     const Tensor* input = nullptr);
 
 }  // namespace lockstep
 
