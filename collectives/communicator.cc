@@ -72,6 +72,11 @@ absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options) {
                                                    options.wait_spin_microseconds,
                                                    "; it must be in [0, 1000000] (default 100)"));
   }
+  if (options.worker_spin_microseconds < 0 || options.worker_spin_microseconds > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.worker_spin_microseconds is ",
+                                                   options.worker_spin_microseconds,
+                                                   "; it must be in [0, 1000000] (default 50)"));
+  }
   if (options.failure_report_window < Milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.failure_report_window is ",
                                                    options.failure_report_window.count(),
@@ -193,7 +198,7 @@ void Communicator::WorkerLoop() {
       // step's buckets, a benchmark loop): look for it briefly, yielding the
       // core to the caller's thread, before sleeping, because a thread woken
       // from a futex on these VMs can take tens of microseconds.
-      const Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(50);
+      const Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.worker_spin_microseconds);
       while (queue_size_.load(std::memory_order_acquire) == 0 && !stopping_flag_.load(std::memory_order_acquire) &&
              SteadyClock::now() < spin_until) {
         sched_yield();

@@ -73,6 +73,9 @@ struct CommunicatorOptions {
   // between checks, before it sleeps (a sleeping thread can take tens of
   // microseconds to wake on a virtual machine). 0..1000000.
   int wait_spin_microseconds = 100;
+  // After an operation, how long the communicator's thread keeps looking for
+  // the next one (yielding) before it sleeps. 0..1000000.
+  int worker_spin_microseconds = 50;
   // Compare every operation's fingerprint across ranks first (costs one
   // small exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;

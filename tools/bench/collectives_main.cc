@@ -9,15 +9,26 @@
 // its launcher describes (torchrun, mpirun or srun; see
 // collectives/rank_environment.h): rank 0 hosts the store at
 // MASTER_ADDR:MASTER_PORT unless a launcher already does. Rank 0 prints one
-// row per size: bytes, count, type, time (us), algbw (GB/s), busbw (GB/s),
-// #wrong. busbw uses nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
-// gather and scatter (n-1)/n; broadcast and reduce 1. The time is the
-// slowest rank's mean over --iters iterations after --warmup.
+// row per size: bytes, count, type, time (us), p50 (us), p95 (us), algbw
+// (GB/s), busbw (GB/s), #wrong (--json: the same as fields, p50_us and p95_us
+// beside time_us). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
+// all_gather, reduce_scatter, gather and scatter (n-1)/n; broadcast and
+// reduce 1. The time is the slowest rank's mean over --iters iterations after
+// --warmup (algbw and busbw come from it). p50 and p95 are likewise the
+// slowest rank's: each rank takes the percentiles of its own iteration
+// times, then the maximum over ranks. A mean hides whether a size is
+// uniformly slow or fast with a few stalls (a scheduler hiccup, a TCP
+// retransmit), which the tail shows. Each rank times every iteration with
+// one steady_clock read. (Pairing the ranks' i-th iterations instead would
+// mislead: ranks can fall into anti-phase, one fast where the other is slow,
+// seen at 4 KiB on 2 ranks as 5/45 us alternating, and every pair's maximum
+// is then the slow one.)
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -54,6 +65,7 @@ ABSL_FLAG(int, root, 0, "root rank of rooted ops");
 ABSL_FLAG(int64_t, small_message_bytes, -1, "AlgorithmOptions::small_message_bytes");
 ABSL_FLAG(int64_t, segment_bytes, -1, "AlgorithmOptions::segment_bytes");
 ABSL_FLAG(int64_t, socket_buffer_bytes, -1, "TcpTransportOptions::socket_buffer_bytes (0: kernel autotuning)");
+ABSL_FLAG(int, worker_spin_microseconds, -1, "CommunicatorOptions::worker_spin_microseconds");
 ABSL_FLAG(int, wait_spin_microseconds, -1, "CommunicatorOptions::wait_spin_microseconds");
 ABSL_FLAG(int, transport_spin_microseconds, -1, "TcpTransportOptions::spin_microseconds");
 ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "TcpTransportOptions::congestion_control (\"\": the system's)");
@@ -138,6 +150,17 @@ double Reduced(ReduceOp op, int n, int64_t i) {
     if (op == ReduceOp::kMax) acc = std::max(acc, v);
   }
   return op == ReduceOp::kAvg ? acc / n : acc;
+}
+
+// The nearest-rank percentile (the smallest value with at least p% of the
+// values at or below it): always one of the measured times, never an
+// interpolation between two. `values` must not be empty.
+double Percentile(std::vector<double> values, double p) {
+  const size_t n = values.size();
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(n)));
+  rank = std::min(std::max<size_t>(rank, 1), n);
+  std::nth_element(values.begin(), values.begin() + (rank - 1), values.end());
+  return values[rank - 1];
 }
 
 struct Buffers {
@@ -232,6 +255,9 @@ absl::Status RunRank(const RankEnvironment& env) {
     options.transport.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
   }
   options.transport.congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
+  if (absl::GetFlag(FLAGS_worker_spin_microseconds) >= 0) {
+    options.communicator.worker_spin_microseconds = absl::GetFlag(FLAGS_worker_spin_microseconds);
+  }
   if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) {
     options.communicator.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
   }
@@ -246,10 +272,11 @@ absl::Status RunRank(const RankEnvironment& env) {
     std::printf("# lockstep collectives benchmark: op %s, dtype %s, reduce_op %s, %d ranks, TCP transport\n",
                 absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(),
                 std::string(ReduceOpName(rop)).c_str(), world);
-    std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; GB/s = 1e9 bytes/s\n",
+    std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
+                "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
                 absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_check) ? "on" : "off");
-    std::printf("#%12s %12s %6s %12s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "algbw(GB/s)",
-                "busbw(GB/s)", "#wrong");
+    std::printf("#%12s %12s %6s %12s %10s %10s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "p50(us)",
+                "p95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
   const bool per_rank_count = op == BenchOp::kAllGather || op == BenchOp::kGather ||
@@ -266,10 +293,26 @@ absl::Status RunRank(const RankEnvironment& env) {
     }
     LOCKSTEP_RETURN_IF_ERROR(comm->Barrier()->Wait());
     const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+    // times[0]: this rank's mean; times[1 + i]: iteration i. Sized before the
+    // loop so that the loop does not allocate. One clock read per iteration:
+    // iteration i ends where i + 1 starts, so the per-iteration times add up
+    // to the loop's time and their mean is the mean reported.
+    std::vector<double> times(1 + iters);
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{seconds}));
+    auto previous = start;
+    for (int i = 0; i < iters; ++i) {
+      LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
+      const auto now = std::chrono::steady_clock::now();
+      times[1 + i] = std::chrono::duration<double>(now - previous).count();
+      previous = now;
+    }
+    times[0] = std::chrono::duration<double>(previous - start).count() / iters;
+    const std::vector<double> per_iteration(times.begin() + 1, times.end());
+    // MAX over ranks: the slowest rank's mean, p50 and p95 (nccl-tests
+    // reports the slowest rank).
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{
+                                                  times[0], Percentile(per_iteration, 50),
+                                                  Percentile(per_iteration, 95)}));
     LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(slowest, ReduceOp::kMax)->Wait());
     int64_t wrong = -1;
     if (absl::GetFlag(FLAGS_check)) {
@@ -280,20 +323,23 @@ absl::Status RunRank(const RankEnvironment& env) {
     }
     if (rank == 0) {
       const double t = slowest.data<double>()[0];
+      const double p50 = slowest.data<double>()[1];
+      const double p95 = slowest.data<double>()[2];
       const int64_t total_bytes = per_rank_count ? count * element * world : count * element;
       const double algbw = total_bytes / t / 1e9;
       const double busbw = algbw * BusFactor(op, world);
       const std::string wrong_text = wrong < 0 ? "N/A" : absl::StrCat(wrong);
       if (json) {
         std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"count\": %lld, "
-                    "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
+                    "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
+                    "\"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
                     absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(), world,
-                    static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6, algbw, busbw,
-                    static_cast<long long>(wrong));
+                    static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6, p50 * 1e6,
+                    p95 * 1e6, algbw, busbw, static_cast<long long>(wrong));
       } else {
-        std::printf(" %12lld %12lld %6s %12.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
-                    static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, algbw, busbw,
-                    wrong_text.c_str());
+        std::printf(" %12lld %12lld %6s %12.2f %10.2f %10.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
+                    static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, p50 * 1e6,
+                    p95 * 1e6, algbw, busbw, wrong_text.c_str());
       }
       std::fflush(stdout);
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark tool runs every op on 3 local ranks with --check and reports
-# no wrong elements; bad flags are refused with a clear message.
+# no wrong elements; its JSON carries the mean and the p50/p95 percentiles;
+# bad flags are refused with a clear message.
 set -euo pipefail
 bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
 for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; do
@@ -8,12 +9,23 @@ for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; 
   echo "$out"
   rows=$(echo "$out" | grep -v '^#' | wc -l)
   [[ $rows -eq 3 ]] || { echo "expected 3 rows for $op"; exit 1; }
-  if echo "$out" | grep -v '^#' | awk '{print $7}' | grep -qv '^0$'; then
+  # #wrong is the last column (p50 and p95 sit beside the time before it).
+  if echo "$out" | grep -v '^#' | awk '{print $NF}' | grep -qv '^0$'; then
     echo "wrong elements for $op"; exit 1
   fi
 done
 json=$("$bin" --op=all_reduce --dtype=bf16 --nproc=2 --min_bytes=64K --max_bytes=64K --iters=1 --warmup=0 --check --json)
 echo "$json" | grep -q '"wrong": 0' || { echo "json: $json"; exit 1; }
+# p50 <= p95 and both present as numbers; with one iteration both equal it.
+json=$("$bin" --op=all_reduce --nproc=2 --min_bytes=4K --max_bytes=4K --iters=50 --warmup=2 --json)
+echo "$json"
+/usr/bin/python3 - "$json" <<'PY' || { echo "bad p50/p95 in json: $json"; exit 1; }
+import json, sys
+row = json.loads(sys.argv[1])
+for key in ("time_us", "p50_us", "p95_us", "busbw_gbps"):
+    assert isinstance(row[key], (int, float)) and row[key] > 0, key
+assert row["p50_us"] <= row["p95_us"], row
+PY
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
 echo "$err" | grep -q "is not a collective" || { echo "unclear error: $err"; exit 1; }
 echo ok
