@@ -1,6 +1,7 @@
 #include "core/subprocess.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -47,11 +48,12 @@ class ScopedFd {
 // What the child reports through the close-on-exec pipe when it cannot
 // reach exec: which step failed and its errno.
 struct ChildFailure {
-  int step;  // kStepExec or kStepInheritFd.
+  int step;  // kStepExec, kStepInheritFd or kStepAffinity.
   int err;
 };
 constexpr int kStepExec = 1;
 constexpr int kStepInheritFd = 2;
+constexpr int kStepAffinity = 3;
 
 // Everything the child touches is prepared before fork: between fork and
 // exec only async-signal-safe calls are allowed (other threads may hold the
@@ -62,6 +64,8 @@ struct ChildPlan {
   const std::vector<int>* inherit_fds;
   bool new_process_group;
   unsigned alarm_seconds;
+  bool set_affinity;
+  cpu_set_t cpus;
 };
 
 [[noreturn]] void ExecChild(const ChildPlan& plan, int error_fd) {
@@ -85,6 +89,11 @@ struct ChildPlan {
   std::memset(&default_action, 0, sizeof(default_action));
   default_action.sa_handler = SIG_DFL;
   sigaction(SIGPIPE, &default_action, nullptr);
+  if (plan.set_affinity && sched_setaffinity(0, sizeof(plan.cpus), &plan.cpus) != 0) {
+    failure = {kStepAffinity, errno};
+    (void)!write(error_fd, &failure, sizeof(failure));
+    _exit(127);
+  }
   if (plan.alarm_seconds > 0) alarm(plan.alarm_seconds);
   execve(plan.argv[0], plan.argv.data(), plan.envp.data());
   failure.err = errno;
@@ -120,6 +129,11 @@ absl::StatusOr<std::vector<std::string>> ChildEnvironment(
 }
 
 absl::Status ExecError(const std::string& program, const ChildFailure& failure) {
+  if (failure.step == kStepAffinity) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot run '", program, "' on the CPUs asked for: ",
+                                                   ErrnoText(failure.err),
+                                                   "; name CPUs this process may use (see taskset -p $$)"));
+  }
   if (failure.step == kStepInheritFd) {
     return absl::InternalError(absl::StrCat("cannot run '", program, "': keeping an inherited descriptor open failed: ",
                                             ErrnoText(failure.err)));
@@ -159,6 +173,17 @@ std::string ExitStatus::ToString() const {
   return absl::StrCat("killed by signal ", value_, name != nullptr ? absl::StrCat(" (", name, ")") : "");
 }
 
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
 absl::StatusOr<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return absl::InvalidArgumentError("Subprocess::Spawn: argv is empty; argv[0] must be the program's path");
@@ -174,6 +199,14 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   plan.inherit_fds = &options.inherit_fds;
   plan.new_process_group = options.new_process_group;
   plan.alarm_seconds = options.alarm_seconds;
+  plan.set_affinity = !options.cpus.empty();
+  CPU_ZERO(&plan.cpus);
+  for (int cpu : options.cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("Subprocess::Spawn: CPU ", cpu, " is not a CPU number"));
+    }
+    CPU_SET(cpu, &plan.cpus);
+  }
 
   int error_pipe[2];
   if (pipe2(error_pipe, O_CLOEXEC) != 0) {

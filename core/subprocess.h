@@ -80,7 +80,14 @@ struct SubprocessOptions {
   // survives exec, so a hung child dies of SIGALRM even if this process
   // itself is killed and never waits for it.
   unsigned alarm_seconds = 0;
+  // Non-empty: the child (and every thread it starts) runs only on these
+  // CPUs, as `mpirun --bind-to core` binds ranks. A CPU this process may not
+  // use makes Spawn fail.
+  std::vector<int> cpus;
 };
+
+// The CPUs this process may run on (its affinity mask), in increasing order.
+std::vector<int> AllowedCpus();
 
 struct WaitAnyResult {
   size_t index;       // Into the span given to WaitAny.

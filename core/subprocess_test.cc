@@ -1,5 +1,7 @@
 #include "core/subprocess.h"
 
+#include <sched.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -230,6 +232,31 @@ TEST(SubprocessTest, AlarmBoundsAHungChild) {
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   ASSERT_TRUE(child.ok()) << child.status();
   EXPECT_EQ(*child->Wait(Soon()), ExitStatus::Signaled(SIGALRM));
+}
+
+TEST(SubprocessTest, BindsTheChildToTheCpusGiven) {
+  const std::vector<int> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  const int cpu = allowed.back();
+  // The kernel's view of the child's affinity, compared in the child.
+  SubprocessOptions options = Shell(absl::StrCat(
+      "test \"$(grep Cpus_allowed_list /proc/self/status | cut -f2)\" = ", cpu));
+  options.cpus = {cpu};
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<ExitStatus> status = child->Wait();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(status->success()) << status->ToString();
+}
+
+TEST(SubprocessTest, ACpuThisProcessMayNotUseIsRefused) {
+  SubprocessOptions options = Shell("exit 0");
+  options.cpus = {CPU_SETSIZE - 1};  // Not a CPU of this machine.
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  ASSERT_FALSE(child.ok());
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kInvalidArgument) << child.status();
+  options.cpus = {-1};
+  EXPECT_EQ(Subprocess::Spawn(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WaitAnyTest, ReturnsWhichChildEndedFirst) {
