@@ -20,7 +20,9 @@
 #       size and placement mode. AB_SIZES="4096 65536" restricts the sizes.
 #
 # LOCKSTEP_BENCH_FLAGS adds flags to lockstep's runs (both sides in --ab),
-# e.g. LOCKSTEP_BENCH_FLAGS=--tcp_congestion_control= (the system's algorithm).
+# e.g. LOCKSTEP_BENCH_FLAGS=--tcp_congestion_control= (the system's algorithm);
+# AB_A_FLAGS and AB_B_FLAGS add flags to one side of --ab only (e.g.
+# AB_A_FLAGS=--bind_to=none against a revision without binding).
 # Needs python3-torch (default mode only) and openmpi-bin/libopenmpi-dev (apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -117,7 +119,7 @@ run_lockstep() {  # bin bytes iters warmup -> mean p50 p95 busbw
   local line
   # shellcheck disable=SC2086  # LOCKSTEP_BENCH_FLAGS is a list of flags.
   line=$(timeout -k 5 300 "$1" --nproc=2 --min_bytes="$2" --max_bytes="$2" --iters="$3" --warmup="$4" --json \
-    ${LOCKSTEP_BENCH_FLAGS:-} 2>>"$errlog" | grep '^{' | tail -n 1) || return 1
+    ${LOCKSTEP_BENCH_FLAGS:-} ${side_flags:-} 2>>"$errlog" | grep '^{' | tail -n 1) || return 1
   [[ -n $line ]] || return 1
   json_fields "$line"
 }
@@ -203,7 +205,8 @@ case $mode in
     (cd "$tmp/ab" && bazel --output_base="$tmp/ab_output_base" shutdown) >/dev/null 2>&1 || true
     ab_server=0
     side() {  # A or B, preceded by its own ping-pong.
-      local pp pmode
+      local pp pmode side_flags
+      if [[ $2 == A ]]; then side_flags=${AB_A_FLAGS:-}; else side_flags=${AB_B_FLAGS:-}; fi
       read -r pp pmode < <(pingpong)
       record "$1" "$pmode" "$pp" "$2" "$3" run_lockstep "$tmp/$2_collectives" "$3" "$4" "$5"
     }
