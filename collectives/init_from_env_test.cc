@@ -50,9 +50,15 @@ void ExpectGroupWorks(const std::vector<Env>& envs) {
   for (int i = 0; i < n; ++i) EXPECT_TRUE(results[i].ok()) << "process " << i << ": " << results[i];
 }
 
-// A port nobody holds: a store server picks it and keeps it, then is
-// dropped right before the group uses the number (only within this test).
-int StorePort(TcpStoreServer& server) { return server.port(); }
+// A port that was free a moment ago, for tests where rank 0 itself must
+// serve the store (the listen-close gap is acceptable inside one test).
+int RecentlyFreePort() {
+  TcpStoreServerOptions probe;
+  probe.host = "127.0.0.1";
+  auto server = TcpStoreServer::Start(probe);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? (*server)->port() : 1;
+}
 
 TEST(InitFromEnvTest, TorchrunVariablesWithAnAgentStore) {
   TcpStoreServerOptions server_options;
@@ -63,23 +69,14 @@ TEST(InitFromEnvTest, TorchrunVariablesWithAnAgentStore) {
   for (int r = 0; r < 3; ++r) {
     envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", std::to_string(r)},
                     {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", std::to_string(StorePort(**server))},
+                    {"MASTER_PORT", std::to_string((*server)->port())},
                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   }
   ExpectGroupWorks(envs);
 }
 
 TEST(InitFromEnvTest, OpenMpiOnOneNodeWithATokenAndRankZeroServing) {
-  // Rank 0 serves on MASTER_PORT: take a port from a store server that is
-  // then stopped (the listen-close gap is acceptable inside one test).
-  int port;
-  {
-    TcpStoreServerOptions probe;
-    probe.host = "127.0.0.1";
-    auto server = TcpStoreServer::Start(probe);
-    ASSERT_TRUE(server.ok());
-    port = (*server)->port();
-  }
+  const int port = RecentlyFreePort();  // Rank 0 serves there.
   std::vector<Env> envs;
   for (int r = 0; r < 2; ++r) {
     envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -104,14 +101,7 @@ TEST(InitFromEnvTest, MissingVariablesAreNamed) {
 }
 
 TEST(InitFromEnvTest, AnUnreachableStoreNamesTheAddress) {
-  int port;
-  {
-    TcpStoreServerOptions probe;
-    probe.host = "127.0.0.1";
-    auto server = TcpStoreServer::Start(probe);
-    ASSERT_TRUE(server.ok());
-    port = (*server)->port();
-  }
+  const int port = RecentlyFreePort();  // Nobody serves there.
   Env env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
   InitOptions options;

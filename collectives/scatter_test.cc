@@ -3,7 +3,6 @@
 
 #include <atomic>
 
-#include "absl/strings/str_cat.h"
 #include "collectives/algorithm.h"
 #include "collectives/testing/algorithm_test_util.h"
 #include "core/status.h"
@@ -12,24 +11,7 @@
 namespace lockstep {
 namespace {
 
-using testing::AlgorithmRun;
-using testing::CheckValues;
-using testing::InputValue;
-using testing::RankInput;
-using testing::RunAlgorithm;
-using testing::StandardRuns;
-
-[[maybe_unused]] std::string Describe(const AlgorithmRun& run, int64_t count) {
-  return absl::StrCat(run.size, " ranks, ", count, " elements, capacity ", run.capacity_bytes, ", segment ",
-                      run.algorithms.segment_bytes);
-}
-
-// Sum over ranks of InputValue(r, i).
-[[maybe_unused]] float SumOver(int n, int64_t i) {
-  float s = 0;
-  for (int r = 0; r < n; ++r) s += InputValue(r, i);
-  return s;
-}
+using namespace testing;  // The algorithm test helpers.
 
 TEST(ScatterTest, EachRankGetsItsBlock) {
   for (const AlgorithmRun& run : StandardRuns()) {

@@ -46,6 +46,17 @@ absl::Status CheckValues(const Tensor& t, const std::function<float(int64_t i)>&
   return absl::OkStatus();
 }
 
+float SumOver(int n, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += InputValue(r, i);
+  return s;
+}
+
+std::string Describe(const AlgorithmRun& run, int64_t count) {
+  return absl::StrCat(run.size, " ranks, ", count, " elements, capacity ", run.capacity_bytes, ", segment ",
+                      run.algorithms.segment_bytes);
+}
+
 std::vector<AlgorithmRun> StandardRuns() {
   std::vector<AlgorithmRun> runs;
   for (int n = 1; n <= 5; ++n) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,12 @@ Tensor RankInput(int rank, int64_t count, int64_t offset = 0);
 
 // OK, or an error naming the first element of `t` that differs from `want(i)`.
 absl::Status CheckValues(const Tensor& t, const std::function<float(int64_t i)>& want);
+
+// Sum over ranks 0..n-1 of InputValue(r, i).
+float SumOver(int n, int64_t i);
+
+// "3 ranks, 1000 elements, capacity 700, segment 68", for failure messages.
+std::string Describe(const AlgorithmRun& run, int64_t count);
 
 // The runs most algorithm tests sweep: world sizes 1-5 (powers of two and
 // not), generous and tiny connection capacities, small and default segments.
