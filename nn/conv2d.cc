@@ -99,7 +99,7 @@ absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                            const GradReadyHook& hook) {
+                                            const ParameterReadyFn& ready) {
   if (!saved_input_.defined()) {
     return absl::FailedPreconditionError(
         "Conv2d.Backward: no pending Forward (each Backward consumes the last Forward)");
@@ -150,8 +150,8 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_RETURN_IF_ERROR(gw.SetZero());
     LOCKSTEP_RETURN_IF_ERROR(gb.SetZero());
   }
-  if (options_.bias) LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, hook));
-  LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, hook));
+  if (options_.bias) LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
+  LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
   return gx;
 }
 

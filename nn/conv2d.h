@@ -51,7 +51,7 @@ class Conv2d : public Module {
 
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                      const GradReadyHook& hook) override;
+                                      const ParameterReadyFn& ready) override;
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override;
 
  private:

@@ -51,7 +51,7 @@ absl::StatusOr<Tensor> Dropout::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> Dropout::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                             const GradReadyHook& hook) {
+                                             const ParameterReadyFn& ready) {
   if (!pending_) {
     return absl::FailedPreconditionError(
         "Dropout.Backward: no pending Forward (each Backward consumes the last Forward)");

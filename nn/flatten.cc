@@ -17,7 +17,7 @@ absl::StatusOr<Tensor> Flatten::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> Flatten::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                             const GradReadyHook& hook) {
+                                             const ParameterReadyFn& ready) {
   if (!pending_) {
     return absl::FailedPreconditionError(
         "Flatten.Backward: no pending Forward (each Backward consumes the last Forward)");

@@ -26,6 +26,19 @@ absl::StatusOr<Tensor> As(const Tensor& t, DType dtype) {
 
 absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options,
                                                         Mt19937& gen) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Linear> layer, Create(options));
+  // PyTorch's order: the whole weight, then the bias.
+  const double weight_bound = KaimingUniformBound(options.in_features, std::sqrt(5.0));
+  LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->weight_.value, -weight_bound, weight_bound, gen));
+  if (options.bias) {
+    const double bound =
+        options.in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(options.in_features)) : 0.0;
+    LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->bias_.value, -bound, bound, gen));
+  }
+  return layer;
+}
+
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options) {
   if (options.in_features < 0 || options.out_features < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Linear: features must be >= 0, got in=",
                                                    options.in_features,
@@ -38,18 +51,11 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& opti
   std::unique_ptr<Linear> layer(new Linear(options));
   LOCKSTEP_ASSIGN_OR_RETURN(
       layer->weight_.value,
-      Tensor::Empty({options.out_features, options.in_features}, DType::kF32, options.device));
-  LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->weight_.value,
-                                       -KaimingUniformBound(options.in_features, std::sqrt(5.0)),
-                                       KaimingUniformBound(options.in_features, std::sqrt(5.0)),
-                                       gen));
+      Tensor::Zeros({options.out_features, options.in_features}, DType::kF32, options.device));
   layer->RegisterParameter("weight", &layer->weight_);
   if (options.bias) {
     LOCKSTEP_ASSIGN_OR_RETURN(layer->bias_.value,
-                              Tensor::Empty({options.out_features}, DType::kF32, options.device));
-    const double bound =
-        options.in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(options.in_features)) : 0.0;
-    LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->bias_.value, -bound, bound, gen));
+                              Tensor::Zeros({options.out_features}, DType::kF32, options.device));
     layer->RegisterParameter("bias", &layer->bias_);
   }
   return layer;
@@ -68,8 +74,8 @@ absl::Status Linear::set_compute_dtype(DType dtype) {
 absl::StatusOr<std::unique_ptr<Module>> Linear::NewLike(Device device) const {
   LinearOptions options = options_;
   options.device = device;
-  Mt19937 unused(0);  // values are overwritten by CloneTo
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Linear> copy, Create(options, unused));
+  // Values are overwritten by CloneTo.
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Linear> copy, Create(options));
   return std::unique_ptr<Module>(std::move(copy));
 }
 
@@ -117,7 +123,7 @@ absl::StatusOr<Tensor> Linear::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                            const GradReadyHook& hook) {
+                                            const ParameterReadyFn& ready) {
   if (!saved_input_.defined()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Linear(", options_.in_features, " -> ", options_.out_features,
@@ -142,16 +148,16 @@ absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, OnesColumn(rows));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({1, options_.out_features}, dtype, device));
     LOCKSTEP_RETURN_IF_ERROR(Gemm(ones, true, g, false, gb));
-    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, hook));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
   }
   if (dtype == DType::kF32 && weight_.grad.defined()) {
     // Accumulate in the GEMM (beta = 1): no temporary, no extra pass.
     LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, weight_.grad, 1.0f, 1.0f));
-    GradReady(weight_, hook);
+    LOCKSTEP_RETURN_IF_ERROR(GradReady(weight_, ready));
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty(w.shape(), dtype, device));
     LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, gw));
-    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, hook));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
   }
   if (!input_grad) return Tensor();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(x.shape(), dtype, device));

@@ -11,6 +11,9 @@
 // initialized as PyTorch does (kaiming_uniform_(a=sqrt(5)) for the weight,
 // uniform(+-1/sqrt(in)) for the bias, in that order, from `gen`), so a model
 // built from the same seed as its PyTorch twin starts with the same numbers.
+// Create without a generator gives zero parameters, for weights that are
+// loaded right after (LoadStateDict); it draws nothing, so it leaves the
+// random stream of the layers built after it untouched.
 //
 // With compute_dtype f16 or bf16 (autocast), forward rounds the input, weight
 // and bias to that dtype, multiplies with f32 accumulation and returns the
@@ -44,6 +47,8 @@ class Linear : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options,
                                                         Mt19937& gen);
+  // Zero weight and bias (see above).
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options);
 
   absl::string_view type_name() const override { return "Linear"; }
   absl::StatusOr<Tensor> Forward(const Tensor& input) override;
@@ -56,7 +61,7 @@ class Linear : public Module {
 
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                      const GradReadyHook& hook) override;
+                                      const ParameterReadyFn& ready) override;
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override;
 
  private:

@@ -25,7 +25,7 @@ absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                               const GradReadyHook& hook) {
+                                               const ParameterReadyFn& ready) {
   if (!saved_indices_.defined()) {
     return absl::FailedPreconditionError(
         "MaxPool2d.Backward: no pending Forward (each Backward consumes the last Forward)");

@@ -25,7 +25,7 @@ class MaxPool2d : public Module {
 
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                      const GradReadyHook& hook) override;
+                                      const ParameterReadyFn& ready) override;
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override {
     return std::unique_ptr<Module>(new MaxPool2d(window_));
   }

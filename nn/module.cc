@@ -1,5 +1,6 @@
 #include "nn/module.h"
 
+#include <atomic>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -9,17 +10,67 @@
 
 namespace lockstep {
 
+namespace {
+
+std::atomic<uint64_t>& Generation() {
+  static std::atomic<uint64_t> generation{1};
+  return generation;
+}
+
+}  // namespace
+
+uint64_t Module::structure_generation() { return Generation().load(std::memory_order_acquire); }
+
+void Module::BuildHookTable() {
+  hook_index_.clear();
+  hook_names_.clear();
+  hook_generation_ = structure_generation();
+  for (NamedParameter& p : NamedParameters()) {
+    // A parameter registered twice keeps its first position, as torch's
+    // named_parameters() lists a shared parameter once.
+    if (hook_index_.emplace(p.parameter, hook_names_.size()).second) {
+      hook_names_.push_back(std::move(p.name));
+    }
+  }
+}
+
+void Module::SetGradReadyHook(GradReadyHook hook) {
+  hook_ = std::move(hook);
+  if (hook_) {
+    BuildHookTable();
+  } else {
+    hook_index_.clear();
+    hook_names_.clear();
+  }
+}
+
 absl::StatusOr<Tensor> Module::Backward(const Tensor& grad_output, bool input_grad) {
-  return BackwardImpl(grad_output, input_grad, hook_);
+  if (!hook_) return BackwardImpl(grad_output, input_grad, ParameterReadyFn());
+  if (hook_generation_ != structure_generation()) BuildHookTable();
+  const ParameterReadyFn ready = [this](Parameter& parameter) -> absl::Status {
+    auto it = hook_index_.find(&parameter);
+    if (it == hook_index_.end()) {
+      return absl::InternalError(absl::StrCat(
+          "gradient-ready hook of ", type_name(),
+          ": a layer reported a parameter that is not registered below this module (register "
+          "every parameter with RegisterParameter)"));
+    }
+    const std::string& name = hook_names_[it->second];
+    absl::Status s = hook_(GradReadyEvent{parameter, it->second, name});
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("gradient-ready hook for '", name, "' (index ",
+                                               it->second, "): ", s.message()));
+  };
+  return BackwardImpl(grad_output, input_grad, ready);
 }
 
 absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_output,
-                                             bool input_grad, const GradReadyHook& hook) {
-  return child.BackwardImpl(grad_output, input_grad, hook);
+                                             bool input_grad, const ParameterReadyFn& ready) {
+  return child.BackwardImpl(grad_output, input_grad, ready);
 }
 
 absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
-                                    const GradReadyHook& hook) {
+                                    const ParameterReadyFn& ready) {
   const Tensor& value = parameter.value;
   if (!grad.defined() || grad.numel() != value.numel() || grad.device() != value.device()) {
     return absl::InternalError(absl::StrCat(
@@ -39,12 +90,12 @@ absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
   } else {
     LOCKSTEP_RETURN_IF_ERROR(ReduceInto(ReduceOp::kSum, converted, parameter.grad));
   }
-  if (hook) hook(parameter);
-  return absl::OkStatus();
+  return GradReady(parameter, ready);
 }
 
 void Module::RegisterParameter(std::string name, Parameter* parameter) {
   parameters_.emplace_back(std::move(name), parameter);
+  Generation().fetch_add(1, std::memory_order_acq_rel);
 }
 
 void Module::RegisterBuffer(std::string name, Tensor* buffer) {
@@ -54,6 +105,7 @@ void Module::RegisterBuffer(std::string name, Tensor* buffer) {
 Module* Module::RegisterModule(std::string name, std::unique_ptr<Module> child) {
   Module* raw = child.get();
   children_.emplace_back(std::move(name), std::move(child));
+  Generation().fetch_add(1, std::memory_order_acq_rel);
   return raw;
 }
 

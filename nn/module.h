@@ -2,7 +2,7 @@
 // forward and backward, and per-parameter gradient-ready hooks.
 //
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp({784, 512, 10}, gen));
-//   model->SetGradReadyHook([&](Parameter& p) { reducer.MarkReady(p); });
+//   model->SetGradReadyHook([&](const GradReadyEvent& e) { return reducer.MarkReady(e.index); });
 //   LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, model->Forward(images));
 //   LOCKSTEP_ASSIGN_OR_RETURN(LossResult loss, CrossEntropy(logits, labels));
 //   LOCKSTEP_RETURN_IF_ERROR(model->Backward(loss.grad_logits).status());
@@ -12,8 +12,9 @@
 // There is no general autograd. Each layer's Forward keeps what its Backward
 // needs (the last forward only) and Backward consumes it: it computes the
 // gradients of the layer's parameters, accumulates them into
-// `Parameter::grad`, calls the gradient-ready hook once per parameter as soon
-// as that gradient is final, and returns the gradient of the layer's input.
+// `Parameter::grad`, reports each parameter as soon as its gradient is final
+// (which fires the gradient-ready hook), and returns the gradient of the
+// layer's input.
 // Containers run their children's backward in reverse order, so hooks fire
 // in reverse registration order of the parameters -- the order in which
 // PyTorch's autograd finishes them and in which DDP fills its buckets.
@@ -21,18 +22,29 @@
 // Gradients accumulate across backward calls until ZeroGrad (gradient
 // accumulation and DDP's no_sync rely on it). Parameter names are PyTorch's:
 // a child registered as "fc1" with a parameter "weight" is "fc1.weight";
-// Sequential children are named "0", "1", ...
+// Sequential children are named "0", "1", ... unless added with a name.
+//
+// Writing a layer: derive from Module; in the constructor or a Create
+// factory, register parameters (RegisterParameter), buffers (RegisterBuffer)
+// and children (RegisterModule) by address, in PyTorch's order; Forward saves
+// what backward needs; BackwardImpl consumes it, accumulates each parameter's
+// gradient with AccumulateGrad (or adds it itself and calls GradReady) in
+// reverse registration order, returns the first error of either, and returns
+// the input gradient (undefined when !input_grad). docs/ARCHITECTURE.md has
+// a worked example.
 //
 // A Module is neither copyable nor movable (parameters are registered by
 // address); hold it by unique_ptr and use CloneTo for a deep copy.
 #ifndef LOCKSTEP_NN_MODULE_H_
 #define LOCKSTEP_NN_MODULE_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -51,9 +63,24 @@ struct Parameter {
   Tensor grad;
 };
 
+// What the gradient-ready hook is told: the parameter, and its position and
+// name in NamedParameters() of the module the hook was set on (so a hook set
+// on the root sees "fc1.weight", one set on the child "fc1" sees "weight").
+// `name` is valid during the call only.
+struct GradReadyEvent {
+  Parameter& parameter;
+  size_t index;
+  const std::string& name;
+};
+
 // Called once per parameter per backward, right after its gradient became
 // final. Runs on the thread that called Backward; keep it short or hand off.
-using GradReadyHook = std::function<void(Parameter& parameter)>;
+// An error stops the backward at once and Backward returns it (see Backward).
+using GradReadyHook = std::function<absl::Status(const GradReadyEvent& event)>;
+
+// What layers call per parameter inside BackwardImpl (Module::Backward turns
+// it into a GradReadyEvent for the hook). Empty when no hook is set.
+using ParameterReadyFn = std::function<absl::Status(Parameter& parameter)>;
 
 // An entry of a state dict: a name and a tensor handle (not a copy).
 using NamedTensor = std::pair<std::string, Tensor>;
@@ -80,11 +107,22 @@ class Module {
   // if no forward is pending. With input_grad = false the input's gradient is
   // not computed (as for a PyTorch input that does not require grad) and an
   // undefined tensor is returned: the first layer of a model skips a GEMM.
+  //
+  // A hook error stops the backward immediately and is returned (its code
+  // kept, its message prefixed with the parameter's name and the path of
+  // layers). Then the parameter whose hook failed and those before it in
+  // backward order have accumulated this backward's gradient, the others
+  // have not, and layers not reached keep their pending forward (the next
+  // Forward replaces it): ZeroGrad and redo the step (DDP: fail the step).
   absl::StatusOr<Tensor> Backward(const Tensor& grad_output, bool input_grad = true);
 
   // The hook for this module and everything below it (replaces any previous
-  // one; an empty function removes it).
-  void SetGradReadyHook(GradReadyHook hook) { hook_ = std::move(hook); }
+  // one; an empty function removes it). Only the hook of the module whose
+  // Backward is called runs. The parameter -> (index, name) table is built
+  // here; modules do not normally change after construction, but if any
+  // module registers a parameter or child afterwards, the next Backward
+  // rebuilds it (a global registration counter tells).
+  void SetGradReadyHook(GradReadyHook hook);
 
   // Parameters in registration order, depth first, with hierarchical names;
   // the order of torch's model.named_parameters().
@@ -130,9 +168,11 @@ class Module {
  protected:
   Module() = default;
 
-  // Called by Backward with the hook of the module it was called on.
+  // Called by Backward with the per-parameter callback of the module it was
+  // called on; pass it to ChildBackward, AccumulateGrad and GradReady and
+  // return their errors at once.
   virtual absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                              const GradReadyHook& hook) = 0;
+                                              const ParameterReadyFn& ready) = 0;
   // A new module of the same kind and configuration, with uninitialized (or
   // any) parameters on `device`; CloneTo copies the values in.
   virtual absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const = 0;
@@ -151,23 +191,24 @@ class Module {
   // Takes ownership; returns the raw pointer for convenience.
   Module* RegisterModule(std::string name, std::unique_ptr<Module> child);
 
-  // For containers: runs a child's backward with the caller's hook.
+  // For containers: runs a child's backward with the caller's callback.
   static absl::StatusOr<Tensor> ChildBackward(Module& child, const Tensor& grad_output,
-                                              bool input_grad, const GradReadyHook& hook);
+                                              bool input_grad, const ParameterReadyFn& ready);
   static absl::StatusOr<std::unique_ptr<Module>> ChildNewLike(const Module& child, Device device) {
     return child.NewLike(device);
   }
 
-  // Fires `hook` for a parameter whose gradient a layer accumulated itself.
-  static void GradReady(Parameter& parameter, const GradReadyHook& hook) {
-    if (hook) hook(parameter);
+  // Reports a parameter whose gradient a layer accumulated itself; returns
+  // the hook's error.
+  static absl::Status GradReady(Parameter& parameter, const ParameterReadyFn& ready) {
+    return ready ? ready(parameter) : absl::OkStatus();
   }
 
   // parameter.grad += grad (creating it as zeros of the parameter's dtype and
   // device on first use; `grad` may be of another floating dtype and is
-  // converted), then fires `hook`.
+  // converted), then reports it (GradReady).
   static absl::Status AccumulateGrad(Parameter& parameter, const Tensor& grad,
-                                     const GradReadyHook& hook);
+                                     const ParameterReadyFn& ready);
 
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const {
     return children_;
@@ -182,7 +223,16 @@ class Module {
                                const std::map<std::string, std::string>& state, bool apply,
                                std::vector<std::string>& problems, std::set<std::string>& seen);
 
+  void BuildHookTable();
+  // Bumped by every RegisterParameter/RegisterModule anywhere, so a hook
+  // table built before a change is noticed (cheaply, at the next Backward).
+  static uint64_t structure_generation();
+
   GradReadyHook hook_;
+  // For hook_: each parameter's index in NamedParameters() and the names.
+  std::unordered_map<const Parameter*, size_t> hook_index_;
+  std::vector<std::string> hook_names_;
+  uint64_t hook_generation_ = 0;
   bool training_ = true;
   std::vector<std::pair<std::string, Parameter*>> parameters_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;

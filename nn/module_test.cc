@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/mt19937.h"
 #include "gtest/gtest.h"
 #include "nn/cross_entropy.h"
@@ -63,11 +64,14 @@ TEST(ModuleTest, HooksFireOncePerParameterInReverseOrderWithFinalGradients) {
   std::unique_ptr<Sequential> model = Mlp();
   std::vector<std::string> order;
   std::vector<std::vector<float>> at_hook;
-  std::map<Parameter*, std::string> name_of;
-  for (const NamedParameter& p : model->NamedParameters()) name_of[p.parameter] = p.name;
-  model->SetGradReadyHook([&](Parameter& p) {
-    order.push_back(name_of[&p]);
-    at_hook.push_back(*p.grad.ToVector<float>());
+  std::vector<NamedParameter> named = model->NamedParameters();
+  model->SetGradReadyHook([&](const GradReadyEvent& e) {
+    // The event's index and name are the parameter's place in NamedParameters().
+    EXPECT_EQ(named[e.index].parameter, &e.parameter);
+    EXPECT_EQ(named[e.index].name, e.name);
+    order.push_back(e.name);
+    at_hook.push_back(*e.parameter.grad.ToVector<float>());
+    return absl::OkStatus();
   });
   const Tensor x = Batch(4, 6, 0.1f);
   const Tensor y = Labels({0, 2, 1, 2});
@@ -96,11 +100,76 @@ TEST(ModuleTest, HookForLayerKFiresBeforeLayerKMinusOneComputes) {
   std::vector<NamedParameter> params = model->NamedParameters();
   Parameter* first_weight = params[0].parameter;
   bool first_had_grad_at_last_hook = true;
-  model->SetGradReadyHook([&](Parameter& p) {
-    if (&p == params[4].parameter) first_had_grad_at_last_hook = first_weight->grad.defined();
+  model->SetGradReadyHook([&](const GradReadyEvent& e) {
+    if (&e.parameter == params[4].parameter) {
+      first_had_grad_at_last_hook = first_weight->grad.defined();
+    }
+    return absl::OkStatus();
   });
   Step(*model, Batch(3, 6, 0.0f), Labels({1, 1, 0}));
   EXPECT_FALSE(first_had_grad_at_last_hook);
+}
+
+TEST(ModuleTest, AHookErrorStopsBackwardAtOnce) {
+  std::unique_ptr<Sequential> model = Mlp();
+  std::vector<std::string> seen;
+  model->SetGradReadyHook([&](const GradReadyEvent& e) {
+    seen.push_back(e.name);
+    if (e.name == "3.weight") return absl::UnavailableError("peer 2 is gone");
+    return absl::OkStatus();
+  });
+  absl::StatusOr<Tensor> logits = model->Forward(Batch(3, 6, 0.1f));
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, Labels({0, 1, 2}));
+  absl::StatusOr<Tensor> gx = model->Backward(ce->grad_logits);
+  EXPECT_EQ(gx.status().code(), absl::StatusCode::kUnavailable);  // the hook's code, kept
+  EXPECT_NE(gx.status().message().find("gradient-ready hook for '3.weight' (index 2): peer 2 is gone"),
+            absl::string_view::npos)
+      << gx.status();
+  EXPECT_NE(gx.status().message().find("Sequential child 3 (Linear)"), absl::string_view::npos)
+      << gx.status();
+  EXPECT_EQ(seen, (std::vector<std::string>{"5.bias", "5.weight", "3.bias", "3.weight"}));
+  std::vector<NamedParameter> params = model->NamedParameters();
+  EXPECT_TRUE(params[2].parameter->grad.defined());    // 3.weight: accumulated, then the hook failed
+  EXPECT_FALSE(params[1].parameter->grad.defined());   // 1.bias: never reached
+  // Without the hook, the model trains on.
+  model->SetGradReadyHook(nullptr);
+  ASSERT_TRUE(model->ZeroGrad(/*set_to_none=*/true).ok());
+  Step(*model, Batch(3, 6, 0.1f), Labels({0, 1, 2}));
+}
+
+TEST(ModuleTest, HookNamesAreRelativeToTheModuleItWasSetOn) {
+  std::unique_ptr<Sequential> model = Mlp();
+  Module& fc3 = model->child(3);
+  std::vector<std::pair<size_t, std::string>> seen;
+  fc3.SetGradReadyHook([&](const GradReadyEvent& e) {
+    seen.emplace_back(e.index, e.name);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(fc3.Forward(Batch(2, 5, 0.0f)).ok());
+  ASSERT_TRUE(fc3.Backward(*Tensor::Zeros({2, 4}, DType::kF32)).ok());
+  EXPECT_EQ(seen, (std::vector<std::pair<size_t, std::string>>{{1, "bias"}, {0, "weight"}}));
+  // The root's backward runs the root's hook only (none here).
+  seen.clear();
+  Step(*model, Batch(2, 6, 0.0f), Labels({0, 1}));
+  EXPECT_TRUE(seen.empty());
+}
+
+TEST(ModuleTest, HookTableFollowsModulesAddedAfterTheHookWasSet) {
+  auto model = std::make_unique<Sequential>();
+  Mt19937 gen(0);
+  LinearOptions fc;
+  fc.in_features = 3, fc.out_features = 2;
+  model->Add(*Linear::Create(fc, gen));
+  std::vector<std::string> seen;
+  model->SetGradReadyHook([&](const GradReadyEvent& e) {
+    seen.push_back(absl::StrCat(e.index, ":", e.name));
+    return absl::OkStatus();
+  });
+  fc.in_features = 2;
+  ASSERT_TRUE(model->Add("head", *Linear::Create(fc, gen)).ok());
+  ASSERT_TRUE(model->Forward(Batch(2, 3, 0.5f)).ok());
+  ASSERT_TRUE(model->Backward(*Tensor::Zeros({2, 2}, DType::kF32)).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"3:head.bias", "2:head.weight", "1:0.bias", "0:0.weight"}));
 }
 
 TEST(ModuleTest, GradientsAccumulateUntilZeroGrad) {
@@ -225,7 +294,7 @@ class Scaled : public Module {
   absl::StatusOr<Tensor> Forward(const Tensor& input) override { return input; }
 
  protected:
-  absl::StatusOr<Tensor> BackwardImpl(const Tensor& g, bool, const GradReadyHook&) override { return g; }
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& g, bool, const ParameterReadyFn&) override { return g; }
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device) const override {
     return std::unique_ptr<Module>(new Scaled());
   }

@@ -17,7 +17,7 @@ absl::StatusOr<Tensor> ReLU::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> ReLU::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                          const GradReadyHook& hook) {
+                                          const ParameterReadyFn& ready) {
   if (!saved_output_.defined()) {
     return absl::FailedPreconditionError(
         "ReLU.Backward: no pending Forward (each Backward consumes the last Forward)");

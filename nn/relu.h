@@ -18,7 +18,7 @@ class ReLU : public Module {
 
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                      const GradReadyHook& hook) override;
+                                      const ParameterReadyFn& ready) override;
   absl::StatusOr<std::unique_ptr<Module>> NewLike(Device device) const override {
     return std::unique_ptr<Module>(new ReLU());
   }

@@ -1,0 +1,232 @@
+// BatchNorm1d/2d against PyTorch 1.13 (nn/testdata/make_batchnorm_golden.py):
+// outputs, gradients and running statistics in training and eval mode within
+// 1e-5 relative, state dict names and order; a named Sequential that loads a
+// PyTorch state dict strictly; option and input errors.
+#include "nn/batch_norm.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/safetensors.h"
+#include "nn/sequential.h"
+
+namespace lockstep {
+namespace {
+
+constexpr char kGolden[] = "nn/testdata/batchnorm_golden.safetensors";
+
+class BatchNormGoldenTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(kGolden);
+    ASSERT_TRUE(file.ok()) << file.status();
+    golden_ = new SafetensorsFile(*std::move(file));
+    for (const auto& [name, t] : golden_->tensors) index_[name] = t;
+  }
+  static void TearDownTestSuite() {
+    delete golden_;
+    index_.clear();
+  }
+
+  static Tensor G(const std::string& name) {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      ADD_FAILURE() << "golden file has no tensor '" << name << "'";
+      return Tensor();
+    }
+    return it->second;
+  }
+  static std::string Meta(const std::string& key) { return golden_->metadata[key]; }
+
+  static SafetensorsFile* golden_;
+  static std::map<std::string, Tensor> index_;
+};
+
+SafetensorsFile* BatchNormGoldenTest::golden_ = nullptr;
+std::map<std::string, Tensor> BatchNormGoldenTest::index_;
+
+// |actual - expected| <= 1e-5 * |expected| + 1e-6 elementwise (the absolute
+// term only matters for values that are 0 up to rounding, e.g. a sum of
+// normalized values).
+void ExpectClose(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_TRUE(actual.defined()) << what;
+  ASSERT_TRUE(expected.defined()) << what;
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  std::vector<float> a = *actual.ToVector<float>();
+  std::vector<float> e = *expected.ToVector<float>();
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double tol = 1e-5 * std::fabs(e[i]) + 1e-6;
+    if (!(std::fabs(static_cast<double>(a[i]) - e[i]) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: lockstep " << a[i] << " vs PyTorch " << e[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " elements differ";
+}
+
+// As json.dumps(list_of_names).
+std::string JsonList(const std::vector<std::string>& names) {
+  return "[\"" + absl::StrJoin(names, "\", \"") + "\"]";
+}
+
+std::vector<std::string> StateNames(Module& m) {
+  std::vector<std::string> names;
+  for (const NamedTensor& t : m.StateDict()) names.push_back(t.first);
+  return names;
+}
+
+std::unique_ptr<BatchNorm> Make(const std::string& key) {
+  BatchNormOptions o;
+  o.num_features = 3;
+  if (key == "bn2d_cma") o.momentum = std::nullopt;
+  if (key.rfind("bn1d", 0) == 0) {
+    absl::StatusOr<std::unique_ptr<BatchNorm1d>> b = BatchNorm1d::Create(o);
+    if (!b.ok()) return nullptr;
+    return *std::move(b);
+  }
+  absl::StatusOr<std::unique_ptr<BatchNorm2d>> b = BatchNorm2d::Create(o);
+  if (!b.ok()) return nullptr;
+  return *std::move(b);
+}
+
+TEST_F(BatchNormGoldenTest, TrainThenEvalMatchesPyTorch) {
+  for (const std::string key : {"bn1d", "bn1d_3d", "bn2d", "bn2d_cma"}) {
+    SCOPED_TRACE(key);
+    std::unique_ptr<BatchNorm> bn = Make(key);
+    ASSERT_NE(bn, nullptr);
+    EXPECT_EQ(JsonList(StateNames(*bn)), Meta(key + ".state_dict_keys"));
+    ASSERT_TRUE(bn->weight().value.CopyFrom(G(key + ".weight")).ok());
+    ASSERT_TRUE(bn->bias().value.CopyFrom(G(key + ".bias")).ok());
+    for (const std::string step : {"train0", "train1", "train2", "eval"}) {
+      const std::string p = key + "." + step + ".";
+      if (step == "eval") bn->Eval();
+      ASSERT_TRUE(bn->ZeroGrad(/*set_to_none=*/true).ok());
+      absl::StatusOr<Tensor> y = bn->Forward(G(p + "x"));
+      ASSERT_TRUE(y.ok()) << y.status();
+      ExpectClose(*y, G(p + "y"), p + "y");
+      absl::StatusOr<Tensor> gx = bn->Backward(G(p + "g"));
+      ASSERT_TRUE(gx.ok()) << gx.status();
+      ExpectClose(*gx, G(p + "grad_input"), p + "grad_input");
+      ExpectClose(bn->weight().grad, G(p + "grad_weight"), p + "grad_weight");
+      ExpectClose(bn->bias().grad, G(p + "grad_bias"), p + "grad_bias");
+      if (step != "eval") {
+        ExpectClose(bn->running_mean(), G(p + "running_mean"), p + "running_mean");
+        ExpectClose(bn->running_var(), G(p + "running_var"), p + "running_var");
+        EXPECT_EQ(*bn->num_batches_tracked().ToVector<int64_t>(),
+                  *G(p + "num_batches_tracked").ToVector<int64_t>());
+      }
+    }
+    // Eval mode left the running statistics alone.
+    ExpectClose(bn->running_mean(), G(key + ".train2.running_mean"), "running_mean after eval");
+    EXPECT_EQ((*bn->num_batches_tracked().ToVector<int64_t>())[0], 3);
+  }
+}
+
+TEST_F(BatchNormGoldenTest, NamedSequentialLoadsATorchStateDictStrictly) {
+  auto seq = std::make_unique<Sequential>();
+  LinearOptions fc;
+  fc.in_features = 4, fc.out_features = 3;
+  absl::StatusOr<std::unique_ptr<Linear>> linear = Linear::Create(fc);  // no generator
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const std::vector<float> zeros = *(*linear)->weight().value.ToVector<float>();
+  for (float v : zeros) EXPECT_EQ(v, 0.0f);
+  ASSERT_TRUE(seq->Add("fc1", *std::move(linear)).ok());
+  BatchNormOptions bo;
+  bo.num_features = 3;
+  absl::StatusOr<BatchNorm1d*> bn = seq->Add("bn", *BatchNorm1d::Create(bo));
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  ASSERT_TRUE(seq->Add("relu", std::make_unique<ReLU>()).ok());
+  EXPECT_EQ(JsonList(StateNames(*seq)), Meta("seq.state_dict_keys"));
+
+  std::vector<NamedTensor> state;
+  for (const auto& [name, t] : golden_->tensors) {
+    if (name.rfind("seq.", 0) == 0 && name != "seq.x" && name != "seq.y") {
+      state.emplace_back(name.substr(4), t);
+    }
+  }
+  ASSERT_TRUE(seq->LoadStateDict(state, /*strict=*/true).ok());
+  EXPECT_EQ((*(*bn)->num_batches_tracked().ToVector<int64_t>())[0], 1);
+  seq->Eval();
+  absl::StatusOr<Tensor> y = seq->Forward(G("seq.x"));
+  ASSERT_TRUE(y.ok()) << y.status();
+  ExpectClose(*y, G("seq.y"), "seq.y");
+
+  // A deep copy keeps the names.
+  absl::StatusOr<std::unique_ptr<Module>> copy = seq->CloneTo(Device::Cpu());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(StateNames(**copy), StateNames(*seq));
+}
+
+TEST(BatchNormTest, OptionsWithoutAffineOrRunningStats) {
+  BatchNormOptions o;
+  o.num_features = 2;
+  o.affine = false;
+  o.track_running_stats = false;
+  std::unique_ptr<BatchNorm1d> bn = *BatchNorm1d::Create(o);
+  EXPECT_TRUE(bn->StateDict().empty());
+  bn->Eval();  // without running statistics, eval mode still uses the batch's
+  Tensor x = *Tensor::FromVector<float>({1, 10, 3, 20, 5, 30}, {3, 2});
+  std::vector<float> y = *bn->Forward(x)->ToVector<float>();
+  const float s = static_cast<float>(1.0 / std::sqrt(8.0 / 3.0 + 1e-5));
+  EXPECT_NEAR(y[0], -2.0f * s, 1e-6);
+  EXPECT_NEAR(y[2], 0.0f, 1e-6);
+  EXPECT_NEAR(y[4], 2.0f * s, 1e-6);
+  absl::StatusOr<Tensor> gx = bn->Backward(*Tensor::Zeros({3, 2}, DType::kF32));
+  ASSERT_TRUE(gx.ok()) << gx.status();
+}
+
+TEST(BatchNormTest, Errors) {
+  BatchNormOptions o;
+  EXPECT_EQ(BatchNorm2d::Create(o).status().code(), absl::StatusCode::kInvalidArgument);  // 0 features
+  o.num_features = 2;
+  o.momentum = 1.5;
+  EXPECT_EQ(BatchNorm1d::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.momentum = 0.1;
+  std::unique_ptr<BatchNorm1d> bn1 = *BatchNorm1d::Create(o);
+  std::unique_ptr<BatchNorm2d> bn2 = *BatchNorm2d::Create(o);
+  absl::StatusOr<Tensor> y = bn1->Forward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32));
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("BatchNorm1d(2).Forward: expected 2D or 3D"),
+            absl::string_view::npos)
+      << y.status();
+  EXPECT_FALSE(bn2->Forward(*Tensor::Zeros({2, 2}, DType::kF32)).ok());
+  EXPECT_FALSE(bn2->Forward(*Tensor::Zeros({2, 3, 2, 2}, DType::kF32)).ok());  // channels
+  // One value per channel cannot be normalized in training, and nothing changes.
+  y = bn1->Forward(*Tensor::Zeros({1, 2}, DType::kF32));
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("more than 1 value per channel"), absl::string_view::npos)
+      << y.status();
+  EXPECT_EQ((*bn1->num_batches_tracked().ToVector<int64_t>())[0], 0);
+  bn1->Eval();
+  EXPECT_TRUE(bn1->Forward(*Tensor::Zeros({1, 2}, DType::kF32)).ok());  // fine in eval
+  EXPECT_EQ(bn2->Backward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SequentialTest, NamedChildrenAreValidated) {
+  Sequential seq;
+  seq.Add(std::make_unique<ReLU>());  // "0"
+  absl::StatusOr<ReLU*> a = seq.Add("act", std::make_unique<ReLU>());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, &seq.child(1));
+  for (const std::string bad : {"", "a.b", "act", "0", "12"}) {
+    absl::StatusOr<ReLU*> r = seq.Add(bad, std::make_unique<ReLU>());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  seq.Add(std::make_unique<ReLU>());  // positional again: "2", as torch's append
+  ASSERT_EQ(seq.size(), 3u);
+  EXPECT_EQ(seq.child_name(0), "0");
+  EXPECT_EQ(seq.child_name(1), "act");
+  EXPECT_EQ(seq.child_name(2), "2");
+}
+
+}  // namespace
+}  // namespace lockstep
