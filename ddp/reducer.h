@@ -1,0 +1,109 @@
+// Reducer: DistributedDataParallel's gradient bucketing and averaging
+// (PyTorch 1.13's reducer.cpp), driven by the module's gradient-ready hook.
+// Internal to //ddp; see distributed_data_parallel.h for the rules it
+// implements.
+//
+// One iteration:
+//   PrepareForBackward()            // resets the per-iteration state
+//   MarkReady(index) per gradient   // from the hook, in backward's order:
+//                                   // copies into the bucket, launches full
+//                                   // buckets in bucket order
+//   FinalizeBackward()              // unused parameters, waits, writes back
+//   RebuildBucketsIfNeeded()        // at the next forward (once)
+#ifndef LOCKSTEP_DDP_REDUCER_H_
+#define LOCKSTEP_DDP_REDUCER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+#include "collectives/grad_bucket.h"
+#include "collectives/work.h"
+#include "ddp/comm_hook.h"
+#include "nn/module.h"
+
+namespace lockstep {
+
+struct BucketTiming;
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25 << 20;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+};
+
+class Reducer {
+ public:
+  // `params` in NamedParameters order, `names` parallel to it.
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::vector<Parameter*> params,
+                                                         std::vector<std::string> names, Communicator& comm,
+                                                         ReducerOptions options);
+
+  absl::Status SetCommHook(std::unique_ptr<CommHook> hook);
+  void SetObserver(std::function<void(const BucketTiming&)> observer) { observer_ = std::move(observer); }
+
+  // The error PyTorch raises at the next forward when the last backward did
+  // not reduce every gradient; OK otherwise.
+  absl::Status CheckPreviousIterationFinished() const;
+  // After the first iteration (find_unused_parameters false, or
+  // static_graph): buckets in the order gradients became ready on rank 0.
+  absl::Status RebuildBucketsIfNeeded();
+
+  void PrepareForBackward();
+  absl::Status MarkReady(size_t index);
+  absl::Status FinalizeBackward();
+
+  std::vector<std::vector<size_t>> bucket_indices() const;
+
+ private:
+  struct Bucket {
+    GradBucket grad_bucket;
+    std::vector<size_t> params;  // Parameter indices, in the bucket's order.
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+  struct Location {
+    size_t bucket;
+    size_t member;
+  };
+
+  Reducer(std::vector<Parameter*> params, std::vector<std::string> names, Communicator& comm,
+          ReducerOptions options);
+  absl::Status InitializeBuckets(const std::vector<std::vector<size_t>>& buckets);
+  absl::Status CopyGradIntoBucket(size_t index);
+  void LaunchReadyBuckets();
+  // Which parameters were used on any rank (find_unused_parameters).
+  absl::Status ReduceUsedMap(std::vector<bool>* globally_used);
+
+  const std::vector<Parameter*> params_;
+  const std::vector<std::string> names_;
+  Communicator& comm_;
+  const ReducerOptions options_;
+  std::unique_ptr<CommHook> hook_;
+  std::function<void(const BucketTiming&)> observer_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<Location> locations_;  // Per parameter.
+
+  // Per iteration.
+  std::vector<bool> ready_;
+  std::vector<bool> locally_used_;
+  size_t next_bucket_ = 0;
+  bool expect_hooks_ = false;
+  std::vector<std::string> unreduced_;  // Names whose gradient never came.
+
+  // Bucket rebuilding: the ready order of the first iteration.
+  bool has_rebuilt_buckets_ = false;
+  std::vector<size_t> ready_order_;
+  int iteration_ = 0;
+  // static_graph: the globally used parameters found in the first iteration.
+  std::vector<bool> static_used_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_DDP_REDUCER_H_
