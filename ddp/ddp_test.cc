@@ -19,6 +19,7 @@
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
+#include "core/half.h"
 #include "core/kernels.h"
 #include "nn/batch_norm.h"
 #include "nn/cross_entropy.h"
@@ -334,6 +335,56 @@ TEST(DdpEquivalenceTest, CompressionHooksStayClose) {
   c.tolerance = 2e-2;
   c.abs_tolerance = 2e-4;
   ExpectEquivalent(c);
+}
+
+// The compression hooks' arithmetic, element by element, from each rank's
+// own local gradient (scalar conversions of core/half.h, independent of the
+// kernels the hooks use): x = round(round(g0) / 2) + round(round(g1) / 2),
+// rounded, widened (PyTorch's cast, div_, all-reduce SUM, copy_).
+TEST(DdpTest, CompressionHooksCastAsPyTorch) {
+  for (const std::string hook : {"fp16_compress", "bf16_compress"}) {
+    auto round = [&](float x) {
+      return hook == "fp16_compress" ? HalfToFloat(FloatToHalf(x)) : BFloat16ToFloat(FloatToBFloat16(x));
+    };
+    const auto results = testing::RunThreads(kRanks, [&](Communicator& comm) -> absl::Status {
+      Batch b = MakeBatch(0, 0, comm.rank());
+      // This rank's local gradient, without DDP.
+      std::unique_ptr<Module> local = MakeModel(ModelKind::kMlp);
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor local_logits, local->Forward(b.x));
+      LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult local_ce, CrossEntropy(local_logits, b.y));
+      LOCKSTEP_RETURN_IF_ERROR(local->Backward(local_ce.grad_logits, false).status());
+      std::vector<float> mine;
+      for (Parameter* p : local->Parameters()) {
+        const std::vector<float> g = *p->grad.ToVector<float>();
+        mine.insert(mine.end(), g.begin(), g.end());
+      }
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine_t, Tensor::FromVector<float>(mine));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor all, Tensor::Empty({kRanks * static_cast<int64_t>(mine.size())}, DType::kF32));
+      LOCKSTEP_RETURN_IF_ERROR(comm.AllGather(mine_t, all)->Wait());
+      // DDP with the hook on the same model and data.
+      std::unique_ptr<Module> model = MakeModel(ModelKind::kMlp);
+      LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, comm, {}));
+      LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> h, MakeCommHook(hook));
+      LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::move(h)));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, ddp->Forward(b.x));
+      LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, b.y));
+      LOCKSTEP_RETURN_IF_ERROR(ddp->Backward(ce.grad_logits));
+      size_t k = 0;
+      const float* g = all.data<float>();
+      for (Parameter* p : model->Parameters()) {
+        const std::vector<float> got = *p->grad.ToVector<float>();
+        for (size_t i = 0; i < got.size(); ++i, ++k) {
+          const float a = round(round(g[k]) / kRanks), c = round(round(g[mine.size() + k]) / kRanks);
+          const float want = round(a + c);
+          if (got[i] != want) {
+            return absl::InternalError(absl::StrCat(hook, ": element ", k, " is ", got[i], ", expected ", want));
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+    for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  }
 }
 
 TEST(DdpTest, CompressionHooksHalveTheTraffic) {

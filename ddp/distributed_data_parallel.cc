@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   // PyTorch: bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024).
   reducer_options.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
   if (reducer_options.bucket_cap_bytes == 0) reducer_options.bucket_cap_bytes = 1;
+  reducer_options.first_bucket_bytes = options.first_bucket_bytes;
   reducer_options.find_unused_parameters = options.find_unused_parameters;
   reducer_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
   reducer_options.static_graph = options.static_graph;

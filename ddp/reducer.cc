@@ -23,8 +23,9 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<Parameter*>
         "DistributedDataParallel: the module has no parameters; there is nothing to average (use the module "
         "directly)");
   }
-  if (options.bucket_cap_bytes == 0) {
-    return absl::InvalidArgumentError("DistributedDataParallel: bucket_cap_mb must be positive");
+  if (options.bucket_cap_bytes == 0 || options.first_bucket_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "DistributedDataParallel: bucket_cap_mb and first_bucket_bytes must be positive");
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(names), comm, options));
   // The first buckets (distributed.py's _ddp_init_helper): one bucket per
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<Parameter*>
   if (options.static_graph || !options.find_unused_parameters) {
     limits = {std::numeric_limits<size_t>::max()};
   } else {
-    limits = {kDefaultFirstBucketBytes, options.bucket_cap_bytes};
+    limits = {options.first_bucket_bytes, options.bucket_cap_bytes};
   }
   LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment assignment, AssignBuckets(items, limits));
   std::reverse(assignment.buckets.begin(), assignment.buckets.end());
@@ -271,7 +272,7 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
     return absl::InternalError(absl::StrCat("DistributedDataParallel: ", order.size(), " of ", params_.size(),
                                             " gradients were recorded in the first iteration"));
   }
-  const size_t limits[] = {kDefaultFirstBucketBytes, options_.bucket_cap_bytes};
+  const size_t limits[] = {options_.first_bucket_bytes, options_.bucket_cap_bytes};
   LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment assignment, AssignBuckets(items, limits, order));
   // Wire form: [number of buckets, size of each, indices...]; its length is
   // the same on every rank (1 + buckets + parameters), except the bucket

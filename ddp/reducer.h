@@ -31,6 +31,7 @@ struct BucketTiming;
 
 struct ReducerOptions {
   size_t bucket_cap_bytes = 25 << 20;
+  size_t first_bucket_bytes = size_t{1} << 20;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
