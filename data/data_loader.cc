@@ -51,7 +51,13 @@ void DataLoader::StopWorkers() {
   workers_.clear();
 }
 
-absl::Status DataLoader::StartEpoch(int64_t epoch) {
+absl::Status DataLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
+  if (first_batch < 0 || first_batch > num_batches()) {
+    return absl::OutOfRangeError(absl::StrCat("DataLoader::StartEpoch: first_batch = ", first_batch,
+                                              "; an epoch has ", num_batches(),
+                                              " batches (was the checkpoint made with another batch "
+                                              "size or world size?)"));
+  }
   StopWorkers();
   sampler_->SetEpoch(epoch);
   order_ = sampler_->Indices();
@@ -66,8 +72,8 @@ absl::Status DataLoader::StartEpoch(int64_t epoch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = false;
-    next_to_make_ = 0;
-    next_to_return_ = 0;
+    next_to_make_ = first_batch;
+    next_to_return_ = first_batch;
     ready_.clear();
   }
   started_ = true;

@@ -27,6 +27,9 @@
 //     ends (StartEpoch begins a new one).
 //   * StartEpoch() during an epoch, or destroying the loader, stops and joins
 //     the workers; nothing leaks.
+//   * StartEpoch(epoch, k) resumes an epoch at batch k: the same order as
+//     StartEpoch(epoch), batches 0..k-1 skipped without being made (a
+//     restarted run continues where its checkpoint left off).
 // One thread drives a loader (StartEpoch/Next are not for concurrent use).
 #ifndef LOCKSTEP_DATA_DATA_LOADER_H_
 #define LOCKSTEP_DATA_DATA_LOADER_H_
@@ -80,7 +83,9 @@ class DataLoader {
   // Batches per epoch (len(loader) in PyTorch).
   int64_t num_batches() const;
 
-  absl::Status StartEpoch(int64_t epoch);
+  // Starts epoch `epoch` at batch `first_batch` (0: the whole epoch), in
+  // [0, num_batches()]; num_batches() gives an empty remainder.
+  absl::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
 
   // The next batch, std::nullopt at the end of the epoch, or an error.
   absl::StatusOr<std::optional<Batch>> Next();

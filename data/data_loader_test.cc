@@ -99,6 +99,49 @@ TEST(DataLoaderTest, EverySampleExactlyOnceAcrossDistributedRanks) {
   for (int64_t i = 0; i < 101; ++i) EXPECT_GE(seen.count(i), 1u) << i;
 }
 
+TEST(DataLoaderTest, StartEpochAtBatchKContinuesTheSameOrder) {
+  auto data = Data(203);
+  for (int workers : {0, 2}) {
+    auto full_loader = *DataLoader::Create(data, std::make_shared<RandomSampler>(203, 4),
+                                           DataLoaderOptions{16, false, workers, 2, false});
+    const std::vector<Batch> full = Epoch(*full_loader, 3);
+    ASSERT_EQ(full.size(), 13u);
+    // A fresh loader, as a resumed process has: its first epoch starts at batch k.
+    for (int64_t k : {1, 5, 12, 13}) {
+      auto loader = *DataLoader::Create(data, std::make_shared<RandomSampler>(203, 4),
+                                        DataLoaderOptions{16, false, workers, 2, false});
+      ASSERT_TRUE(loader->StartEpoch(3, k).ok());
+      std::vector<Batch> rest;
+      while (true) {
+        absl::StatusOr<std::optional<Batch>> b = loader->Next();
+        ASSERT_TRUE(b.ok()) << b.status();
+        if (!*b) break;
+        rest.push_back(**std::move(b));
+      }
+      ASSERT_EQ(rest.size(), full.size() - k) << "k=" << k << " workers=" << workers;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        EXPECT_EQ(rest[i].index, full[k + i].index);
+        EXPECT_EQ(rest[i].indices, full[k + i].indices);
+        EXPECT_EQ(std::memcmp(rest[i].features.raw_data(), full[k + i].features.raw_data(),
+                              full[k + i].features.nbytes()),
+                  0);
+      }
+      // The next epoch is whole again.
+      const std::vector<Batch> next = Epoch(*loader, 4);
+      EXPECT_EQ(next.size(), 13u);
+    }
+  }
+}
+
+TEST(DataLoaderTest, StartEpochRejectsABatchOutsideTheEpoch) {
+  auto loader = *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10),
+                                    DataLoaderOptions{4, false, 0, 2, false});
+  EXPECT_EQ(loader->StartEpoch(0, -1).code(), absl::StatusCode::kOutOfRange);
+  const absl::Status s = loader->StartEpoch(0, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("3 batches"), std::string::npos) << s;
+}
+
 TEST(DataLoaderTest, DropLastDropsTheShortBatch) {
   auto loader = *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10),
                                     DataLoaderOptions{4, true, 2, 2, false});
