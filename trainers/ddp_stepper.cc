@@ -1,0 +1,33 @@
+#include "trainers/ddp_stepper.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::unique_ptr<DdpStepper>> DdpStepper::Create(Module& module, Communicator& comm,
+                                                               const DdpOptions& options,
+                                                               std::unique_ptr<CommHook> hook) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
+                            DistributedDataParallel::Create(module, comm, options));
+  if (hook != nullptr) LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::move(hook)));
+  return std::unique_ptr<DdpStepper>(new DdpStepper(std::move(ddp)));
+}
+
+void DdpStepper::AttachTrace(TraceRecorder* trace) {
+  if (trace == nullptr) {
+    ddp_->SetBucketObserver(nullptr);
+    return;
+  }
+  // Runs on the thread that completed the bucket; the recorder is thread-safe.
+  ddp_->SetBucketObserver([trace](const BucketTiming& t) {
+    trace->Complete(absl::StrCat("allreduce bucket ", t.bucket_index), "ddp", t.launched,
+                    t.completed, TraceRecorder::kCommThread,
+                    {{"bucket", static_cast<int64_t>(t.bucket_index)},
+                     {"bytes", static_cast<int64_t>(t.bytes)}});
+  });
+}
+
+}  // namespace lockstep

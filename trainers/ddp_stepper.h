@@ -1,0 +1,46 @@
+// DdpStepper: the training loop's ModelStepper over DistributedDataParallel
+// (ddp/distributed_data_parallel.h). Forward and Backward are DDP's; with a
+// trace attached, every bucket's all-reduce becomes an event from launch to
+// completion on the trace's communication row.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DdpStepper> stepper,
+//                             DdpStepper::Create(*model, *group.comm, ddp_options, std::move(hook)));
+//   parts.stepper = stepper.get();
+//   parts.comm = group.comm.get();
+#ifndef LOCKSTEP_TRAINERS_DDP_STEPPER_H_
+#define LOCKSTEP_TRAINERS_DDP_STEPPER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "ddp/comm_hook.h"
+#include "ddp/distributed_data_parallel.h"
+#include "nn/module.h"
+#include "trainers/train_loop.h"
+
+namespace lockstep {
+
+class DdpStepper : public ModelStepper {
+ public:
+  // `module` and `comm` must outlive the stepper; `hook` may be null (the
+  // default all-reduce).
+  static absl::StatusOr<std::unique_ptr<DdpStepper>> Create(Module& module, Communicator& comm,
+                                                            const DdpOptions& options,
+                                                            std::unique_ptr<CommHook> hook);
+
+  Module& module() override { return ddp_->module(); }
+  absl::StatusOr<Tensor> Forward(const Tensor& input) override { return ddp_->Forward(input); }
+  absl::Status Backward(const Tensor& grad_output) override { return ddp_->Backward(grad_output); }
+  void AttachTrace(TraceRecorder* trace) override;
+
+  DistributedDataParallel& ddp() { return *ddp_; }
+
+ private:
+  explicit DdpStepper(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_TRAINERS_DDP_STEPPER_H_

@@ -1,0 +1,153 @@
+// ddp_trainer: the reference DistributedDataParallel trainer.
+//
+//   bazel run --config=opt //trainers:ddp_trainer -- --nproc=2 --epochs=3
+//
+// Without a rank environment (no RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)
+// it starts --nproc ranks of itself on this machine under a store it holds
+// (trainers/local_launch.h), each bound to its own CPU (--bind_to=core), and
+// stops them all when one fails. Under tools/launch, torchrun, mpirun or srun
+// it is one rank and joins the group from the environment (InitFromEnv).
+// Rank 0 prints the progress and writes --metrics and the checkpoints; every
+// rank writes its own trace_rank<r>.json under --trace.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/init_from_env.h"
+#include "ddp/comm_hook.h"
+#include "ddp/distributed_data_parallel.h"
+#include "trainers/ddp_stepper.h"
+#include "trainers/local_launch.h"
+#include "core/status.h"
+#include "trainers/train_loop.h"
+#include "trainers/trainer_setup.h"
+
+ABSL_FLAG(int, nproc, 2, "local ranks to start when no launcher set a rank environment");
+ABSL_FLAG(std::string, bind_to, "core", "core (each local rank on its own CPU) or none");
+ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
+ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf16_compress");
+ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
+ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
+ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
+
+namespace lockstep {
+namespace {
+
+constexpr char kProgram[] = "ddp_trainer";
+constexpr char kDdpUsage[] =
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25\n"
+    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
+    "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph\n";
+
+bool HasRankEnvironment() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
+                     const DdpOptions& ddp_options, const std::string& comm_hook) {
+  LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv());
+  const int rank = group.env.rank;
+  const int world_size = group.env.world_size;
+  Device device = config.device;
+  if (device.is_cuda()) device = Device::Cuda(group.env.local_rank);  // one GPU per local rank
+  // Every rank builds the same model (same seed); DDP broadcasts rank 0's anyway.
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
+                            MakeModel(config.model, config.seed, config.precision.compute_dtype, device));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
+  LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakeCommHook(comm_hook));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DdpStepper> stepper,
+                            DdpStepper::Create(*model, *group.comm, ddp_options, std::move(hook)));
+  if (rank == 0) {
+    std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
+                "device %s, comm hook %s, %zu buckets\n",
+                kProgram, world_size, group.env.source.c_str(), config.model.c_str(),
+                static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
+                config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
+                device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size());
+    std::fflush(stdout);
+  }
+  TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
+  loop.device = device;
+  TrainParts parts;
+  parts.stepper = stepper.get();
+  parts.optimizer = optimizer.get();
+  parts.scaler = &scaler;
+  parts.train = data.train;
+  parts.test = data.test;
+  parts.comm = group.comm.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
+  if (rank == 0 && !result.epochs.empty()) {
+    const EpochMetrics& last = result.epochs.back();
+    std::printf("%s: final test accuracy %.2f%% (%lld examples), %.0f samples/s over %d ranks, "
+                "%lld steps\n",
+                kProgram, 100 * last.test.accuracy(), static_cast<long long>(last.test.count),
+                last.samples_per_second, world_size, static_cast<long long>(result.steps));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  using namespace lockstep;
+  ParseTrainerFlagsOrExit(argc, argv, kProgram, kDdpUsage);
+  absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
+  if (!config.ok()) return UsageError(kProgram, config.status());
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  ddp_options.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  ddp_options.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
+  ddp_options.static_graph = absl::GetFlag(FLAGS_static_graph);
+  if (!(ddp_options.bucket_cap_mb > 0)) {
+    return UsageError(kProgram, absl::InvalidArgumentError("--bucket_cap_mb must be > 0"));
+  }
+  const std::string comm_hook = absl::GetFlag(FLAGS_comm_hook);
+  if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
+    return UsageError(kProgram, hook.status());
+  }
+  const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
+  if (bind_to != "core" && bind_to != "none") {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    absl::StrCat("--bind_to=", bind_to, ": expected core or none")));
+  }
+  // Check --dataset before starting ranks, so a typo is one message, not N.
+  absl::StatusOr<TrainerDatasets> data = LoadTrainerDatasets(*config);
+  if (absl::IsNotFound(data.status())) return UsageError(kProgram, data.status());
+  if (!HasRankEnvironment()) {
+    const int nproc = absl::GetFlag(FLAGS_nproc);
+    if (nproc < 1) return UsageError(kProgram, absl::InvalidArgumentError("--nproc must be >= 1"));
+    if (!data.ok()) {
+      std::fprintf(stderr, "%s: %s\n", kProgram, data.status().ToString().c_str());
+      return 1;
+    }
+    data = absl::StatusOr<TrainerDatasets>();  // The ranks load their own copies.
+    LocalLaunchOptions launch;
+    launch.nproc = nproc;
+    launch.bind_to_core = bind_to == "core";
+    launch.name = kProgram;
+    launch.argv = {"/proc/self/exe"};
+    for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
+    const absl::Status s = RunLocalRanks(launch);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    return 0;
+  }
+  absl::Status s = data.status();
+  if (s.ok()) s = RunRank(*config, *data, ddp_options, comm_hook);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

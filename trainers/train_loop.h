@@ -1,0 +1,208 @@
+// The training loop shared by the single-process and DDP trainers: epochs
+// over a DistributedSampler, a prefetching DataLoader, an optimizer, optional
+// loss scaling, evaluation, JSON-lines metrics, a progress display, a Chrome
+// trace and checkpoint/resume that loses nothing.
+//
+//   LocalStepper stepper(*model);                       // or DdpStepper (ddp_stepper.h)
+//   TrainParts parts;
+//   parts.stepper = &stepper;
+//   parts.optimizer = optimizer.get();
+//   parts.train = train_set;
+//   parts.test = test_set;
+//   TrainLoopOptions options;
+//   options.epochs = 3;
+//   options.checkpoint_dir = "/tmp/ckpt";
+//   options.resume = true;
+//   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(options, parts));
+//
+// What differs between one process and DDP is only how a batch goes forward
+// and backward: the ModelStepper. Everything the ranks must agree on (the
+// sampler's shard, the reductions of metrics, when to checkpoint) is decided
+// here from numbers every rank has, so all ranks issue the same collectives
+// in the same order.
+//
+// One step: data wait (DataLoader::Next), forward (stepper Forward + loss),
+// backward (loss gradient scaled when the scaler is enabled, stepper
+// Backward: with DDP this includes waiting for the gradient all-reduce),
+// optimizer (GradScaler::Step + Update, ZeroGrad). Each is timed for the
+// metrics and recorded in the trace.
+//
+// Checkpoints (checkpoint_dir non-empty): rank 0 writes
+// "<dir>/step-<10-digit step>.safetensors" (nn/checkpoint.h, atomic) every
+// checkpoint_every steps and after each epoch's evaluation, and keeps the
+// two newest. A checkpoint holds the model, the optimizer, the GradScaler
+// ("scaler." metadata), the modules' extra state (dropout counters: the only
+// random state besides the sampler, which is a function of seed and epoch),
+// the epoch and the batches done in it, and the epoch's running loss and
+// accuracy sums (reduced over ranks). With DDP the replicas, optimizers and
+// scalers are identical on every rank, so rank 0's file restores any rank.
+// With `resume` the newest loadable checkpoint is restored and the run
+// continues at the next batch: a run stopped after k steps and resumed ends
+// with exactly the parameters of an uninterrupted one. Without a checkpoint
+// the run starts fresh, so a restarted group resumes by itself.
+//
+// Evaluation counts every test example exactly once: rank r evaluates
+// indices r, r+W, r+2W, ... < N (no padding, unlike DistributedSampler), on
+// the plain module in eval mode (not through DDP, whose forward would issue
+// collectives that ranks with one batch less never match), and the counts
+// are summed over ranks through `comm`.
+#ifndef LOCKSTEP_TRAINERS_TRAIN_LOOP_H_
+#define LOCKSTEP_TRAINERS_TRAIN_LOOP_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "amp/grad_scaler.h"
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "nn/module.h"
+#include "nn/optimizer.h"
+#include "trainers/trace.h"
+
+namespace lockstep {
+
+// How one batch goes forward and backward: the seam between the loop and
+// data parallelism.
+class ModelStepper {
+ public:
+  virtual ~ModelStepper() = default;
+  // The plain model: the optimizer's parameters, checkpoints, evaluation.
+  virtual Module& module() = 0;
+  // Training forward of one batch (DDP: after broadcasting buffers).
+  virtual absl::StatusOr<Tensor> Forward(const Tensor& input) = 0;
+  // Backward of the last Forward. On return every gradient is final (DDP:
+  // the average over ranks).
+  virtual absl::Status Backward(const Tensor& grad_output) = 0;
+  // Called once before the first step with the rank's trace (null: no trace),
+  // so that a stepper can record its own events (DDP: bucket all-reduces).
+  virtual void AttachTrace(TraceRecorder* trace) {}
+};
+
+// One process: the module itself.
+class LocalStepper : public ModelStepper {
+ public:
+  explicit LocalStepper(Module& module) : module_(module) {}
+  Module& module() override { return module_; }
+  absl::StatusOr<Tensor> Forward(const Tensor& input) override { return module_.Forward(input); }
+  absl::Status Backward(const Tensor& grad_output) override {
+    // The first layer's input needs no gradient (the data).
+    return module_.Backward(grad_output, /*input_grad=*/false).status();
+  }
+
+ private:
+  Module& module_;
+};
+
+enum class ProgressMode {
+  kAuto,   // a bar when the stream is a terminal, else one line per epoch
+  kBar,
+  kLines,
+  kNone,
+};
+
+struct TrainLoopOptions {
+  int64_t epochs = 1;
+  int64_t batch_size = 64;  // Per rank.
+  int num_workers = 0;      // DataLoader threads (0: batches made in the loop).
+  int prefetch_factor = 2;
+  int rank = 0;
+  int world_size = 1;
+  uint64_t seed = 0;  // Sampler shuffling (seed + epoch), recorded in checkpoints.
+  Device device = Device::Cpu();
+
+  std::string checkpoint_dir;    // Empty: no checkpoints.
+  int64_t checkpoint_every = 0;  // Steps between checkpoints; 0: epoch ends only.
+  bool resume = false;
+  int64_t max_steps = 0;  // Stop after this many steps in all (resumed ones count); 0: no limit.
+
+  std::string metrics_path;  // JSON lines (rank 0); empty: none.
+  std::string trace_dir;     // trace_rank<r>.json per rank; empty: none.
+  ProgressMode progress = ProgressMode::kAuto;
+  std::FILE* progress_stream = stdout;  // Rank 0 only.
+};
+
+struct TrainParts {
+  ModelStepper* stepper = nullptr;
+  Optimizer* optimizer = nullptr;
+  // Null or disabled: no loss scaling (f32, bf16). The loop owns the
+  // per-iteration protocol (Scale, Step, Update).
+  GradScaler* scaler = nullptr;
+  std::shared_ptr<const Dataset> train;
+  std::shared_ptr<const Dataset> test;  // Null: no evaluation.
+  // Null in a single process; with DDP, the group's communicator (metrics
+  // and evaluation counts are summed over it).
+  Communicator* comm = nullptr;
+};
+
+// Loss, accuracy and counts; sums so that ranks can add them up.
+struct EvalCounts {
+  double loss_sum = 0;  // Sum over examples of the per-example loss.
+  int64_t correct = 0;
+  int64_t count = 0;
+  double loss() const { return count ? loss_sum / count : 0.0; }
+  double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
+};
+
+struct EpochMetrics {
+  int64_t epoch = 0;
+  int64_t step = 0;  // Steps done at the end of the epoch.
+  EvalCounts train;  // Over all ranks (DistributedSampler's padding included).
+  EvalCounts test;   // Over all ranks, every test example once.
+  double seconds = 0;         // Training time of this process's part of the epoch.
+  double samples_per_second = 0;  // Training examples (all ranks) per second.
+  // This rank's time in each phase of the step, seconds, summed over the epoch.
+  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  int64_t skipped_steps = 0;  // GradScaler found Inf/NaN.
+  std::vector<int64_t> peak_rss_bytes;  // Per rank.
+};
+
+struct TrainResult {
+  int64_t steps = 0;  // Total, resumed ones included.
+  bool resumed = false;
+  int64_t resumed_from_step = 0;
+  bool stopped_at_max_steps = false;
+  std::vector<EpochMetrics> epochs;  // Epochs completed by this process.
+};
+
+absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& options, const TrainParts& parts);
+
+// Rank `rank`'s share of an evaluation set of `n` examples: rank, rank + W,
+// ... below n. The shares of all ranks are disjoint and cover [0, n).
+class StridedSampler : public Sampler {
+ public:
+  StridedSampler(int64_t n, int rank, int world_size);
+  int64_t size() const override;
+  std::vector<int64_t> Indices() const override;
+
+ private:
+  int64_t n_;
+  int rank_, world_size_;
+};
+
+// Evaluates rank `rank`'s share (StridedSampler) of `dataset` on `module`
+// (switched to eval mode and back to the mode it was in); no reduction.
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
+                                         int rank, int world_size, int64_t batch_size,
+                                         int num_workers, Device device);
+
+// Sums `counts` over the ranks of `comm` (a no-op when comm is null).
+absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* comm);
+
+// Peak resident set size of this process (getrusage), bytes.
+int64_t PeakRssBytes();
+
+// The checkpoint files RunTraining wrote in `dir`, newest (highest step)
+// first; empty when there are none or `dir` does not exist.
+std::vector<std::string> ListCheckpoints(const std::string& dir);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_TRAINERS_TRAIN_LOOP_H_

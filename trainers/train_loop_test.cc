@@ -1,0 +1,252 @@
+#include "trainers/train_loop.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/testing/group.h"
+#include "core/status.h"
+#include "core/mt19937.h"
+#include "data/distributed_sampler.h"
+#include "data/synthetic_dataset.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "nn/mlp.h"
+#include "nn/sgd.h"
+
+namespace lockstep {
+namespace {
+
+std::shared_ptr<const Dataset> Data(int64_t n, uint64_t seed = 3) {
+  SyntheticOptions o;
+  o.size = n;
+  o.example_shape = {1, 4, 4};
+  o.seed = seed;
+  return *SyntheticDataset::Create(o);
+}
+
+std::unique_ptr<Sequential> Model(uint64_t seed = 0) {
+  Mt19937 gen(seed);
+  MlpOptions mlp;
+  mlp.sizes = {16, 12, 10};
+  return *MakeMlp(mlp, gen);
+}
+
+std::string TempPath(const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/train_loop_test_" + name;
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A stepper that also reports a communication event per backward on the
+// trace it was given, as DdpStepper does for each bucket.
+class TracingStepper : public LocalStepper {
+ public:
+  using LocalStepper::LocalStepper;
+  void AttachTrace(TraceRecorder* trace) override { trace_ = trace; }
+  absl::Status Backward(const Tensor& grad_output) override {
+    const auto start = TraceRecorder::Clock::now();
+    LOCKSTEP_RETURN_IF_ERROR(LocalStepper::Backward(grad_output));
+    if (trace_) {
+      trace_->Complete("allreduce bucket 0", "ddp", start, TraceRecorder::Clock::now(),
+                       TraceRecorder::kCommThread, {{"bytes", 4096}});
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TraceRecorder* trace_ = nullptr;
+};
+
+struct Trainee {
+  std::unique_ptr<Sequential> model = Model();
+  std::unique_ptr<Sgd> sgd;
+  TracingStepper stepper{*model};
+  Trainee() {
+    SgdOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    sgd = *Sgd::Create(model->NamedParameters(), o);
+  }
+  absl::StatusOr<TrainResult> Train(const TrainLoopOptions& options, Communicator* comm = nullptr,
+                                    int64_t test_size = 37) {
+    TrainParts parts;
+    parts.stepper = &stepper;
+    parts.optimizer = sgd.get();
+    parts.train = Data(100);
+    parts.test = Data(test_size, 4);
+    parts.comm = comm;
+    return RunTraining(options, parts);
+  }
+};
+
+TrainLoopOptions Quiet() {
+  TrainLoopOptions o;
+  o.epochs = 2;
+  o.batch_size = 16;
+  o.progress = ProgressMode::kNone;
+  return o;
+}
+
+TEST(TrainLoopTest, MetricsAreJsonLinesWithEveryField) {
+  TrainLoopOptions o = Quiet();
+  o.metrics_path = TempPath("metrics.jsonl");
+  o.num_workers = 1;
+  Trainee run;
+  absl::StatusOr<TrainResult> r = run.Train(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::ifstream in(o.metrics_path);
+  std::string line;
+  int epochs = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    ASSERT_EQ(j.value("event", ""), "epoch") << line;
+    for (const char* key : {"epoch", "step", "loss", "accuracy", "test_loss", "test_accuracy",
+                            "test_examples", "samples_per_s", "data_wait_s", "forward_s",
+                            "backward_s", "optimizer_s", "peak_rss_bytes", "seconds"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " missing in " << line;
+    }
+    EXPECT_EQ(j["epoch"], epochs);
+    EXPECT_EQ(j["step"], 7 * (epochs + 1));  // ceil(100 / 16) steps per epoch
+    EXPECT_EQ(j["test_examples"], 37);
+    EXPECT_GT(j["samples_per_s"].get<double>(), 0);
+    EXPECT_GE(j["accuracy"].get<double>(), 0);
+    EXPECT_LE(j["accuracy"].get<double>(), 1);
+    ASSERT_EQ(j["peak_rss_bytes"].size(), 1u);
+    EXPECT_GT(j["peak_rss_bytes"][0].get<int64_t>(), 1 << 20);
+    ++epochs;
+  }
+  EXPECT_EQ(epochs, 2);
+}
+
+TEST(TrainLoopTest, TraceHasCompleteEventsForEveryPhase) {
+  TrainLoopOptions o = Quiet();
+  o.trace_dir = TempPath("trace");
+  o.max_steps = 9;  // Stops mid-epoch 1: the trace is still written.
+  Trainee run;
+  absl::StatusOr<TrainResult> r = run.Train(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const nlohmann::json j =
+      nlohmann::json::parse(ReadAll(o.trace_dir + "/trace_rank0.json"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_TRUE(j.contains("traceEvents"));
+  std::map<std::string, int> count;
+  for (const nlohmann::json& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    EXPECT_GE(e["ts"].get<double>(), 0);
+    EXPECT_EQ(e["pid"], 0);
+    ++count[e["name"].get<std::string>()];
+    if (e["name"] == "allreduce bucket 0") {
+      EXPECT_EQ(e["tid"], TraceRecorder::kCommThread);
+      EXPECT_EQ(e["args"]["bytes"], 4096);
+    }
+  }
+  for (const char* name : {"data wait", "forward", "backward", "optimizer step", "allreduce bucket 0"}) {
+    EXPECT_EQ(count[name], 9) << name;
+  }
+  EXPECT_EQ(count["evaluate"], 1);  // After epoch 0 only.
+}
+
+TEST(TrainLoopTest, StridedSharesCoverEveryIndexOnce) {
+  for (int64_t n : {1, 2, 7, 100, 101}) {
+    for (int world : {1, 2, 3, 8}) {
+      std::vector<int> seen(n, 0);
+      int64_t total = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        StridedSampler s(n, rank, world);
+        const std::vector<int64_t> indices = s.Indices();
+        EXPECT_EQ(static_cast<int64_t>(indices.size()), s.size());
+        for (int64_t i : indices) ++seen[i];
+        total += s.size();
+      }
+      EXPECT_EQ(total, n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "n=" << n << " world=" << world;
+    }
+  }
+}
+
+TEST(TrainLoopTest, EvaluationOverSimulatedRanksCountsEachExampleOnce) {
+  // 101 is not divisible by 2: DistributedSampler would pad to 102.
+  auto test = Data(101, 4);
+  std::unique_ptr<Sequential> model = Model();
+  DistributedSamplerOptions padded;
+  padded.num_replicas = 2;
+  padded.shuffle = false;
+  EXPECT_EQ((*DistributedSampler::Create(101, padded)).total_size(), 102);
+
+  absl::StatusOr<EvalCounts> whole = EvaluateShard(*model, test, 0, 1, 16, 0, Device::Cpu());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->count, 101);
+  EvalCounts sum;
+  for (int rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<EvalCounts> part = EvaluateShard(*model, test, rank, 2, 16, rank, Device::Cpu());
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ(part->count, rank == 0 ? 51 : 50);
+    sum.loss_sum += part->loss_sum;
+    sum.correct += part->correct;
+    sum.count += part->count;
+  }
+  EXPECT_EQ(sum.count, 101);
+  EXPECT_EQ(sum.correct, whole->correct);
+  EXPECT_NEAR(sum.loss_sum, whole->loss_sum, 1e-9 * whole->loss_sum);
+  EXPECT_TRUE(model->is_training());  // The mode is given back.
+}
+
+TEST(TrainLoopTest, TwoRanksOverACommunicatorReportEveryTestExampleOnce) {
+  const std::string metrics = TempPath("two_ranks.jsonl");
+  std::vector<TrainResult> results(2);
+  const std::vector<absl::Status> statuses = testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
+    TrainLoopOptions o = Quiet();
+    o.epochs = 1;
+    o.rank = comm.rank();
+    o.world_size = comm.size();
+    o.metrics_path = metrics;  // Only rank 0 writes it.
+    Trainee run;
+    LOCKSTEP_ASSIGN_OR_RETURN(results[comm.rank()], run.Train(o, &comm, /*test_size=*/37));
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (const TrainResult& r : results) {
+    ASSERT_EQ(r.epochs.size(), 1u);
+    EXPECT_EQ(r.epochs[0].test.count, 37);  // 19 + 18, no padding
+    EXPECT_EQ(r.epochs[0].train.count, 100);  // 50 per rank: 100 divides evenly
+    EXPECT_EQ(r.epochs[0].peak_rss_bytes.size(), 2u);
+    EXPECT_EQ(r.steps, 4);  // ceil(50 / 16)
+  }
+  EXPECT_EQ(results[0].epochs[0].test.correct, results[1].epochs[0].test.correct);
+  std::ifstream in(metrics);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["test_examples"], 37);
+  EXPECT_FALSE(std::getline(in, line));
+}
+
+TEST(TrainLoopTest, BadOptionsAreErrors) {
+  Trainee run;
+  TrainLoopOptions o = Quiet();
+  o.world_size = 2;  // but no communicator
+  EXPECT_EQ(run.Train(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Quiet();
+  o.epochs = 0;
+  EXPECT_EQ(run.Train(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Quiet();
+  o.metrics_path = "/nonexistent-dir/metrics.jsonl";
+  EXPECT_EQ(run.Train(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,338 @@
+#include "trainers/trainer_setup.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/mt19937.h"
+#include "core/status.h"
+#include "data/idx_dataset.h"
+#include "data/normalize.h"
+#include "data/synthetic_dataset.h"
+#include "nn/adam.h"
+#include "nn/batch_norm.h"
+#include "nn/conv2d.h"
+#include "nn/flatten.h"
+#include "nn/linear.h"
+#include "nn/max_pool2d.h"
+#include "nn/mlp.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
+#include "nn/sgd.h"
+
+ABSL_FLAG(std::string, model, "mlp", "mlp (784-512-256-10) or cnn (two conv blocks with BatchNorm2d)");
+ABSL_FLAG(int64_t, epochs, 3, "epochs to train");
+ABSL_FLAG(int64_t, batch_size, 64, "examples per step per rank");
+ABSL_FLAG(double, lr, 0.1, "learning rate (use about 1e-3 for adam/adamw)");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd, adam or adamw");
+ABSL_FLAG(std::string, dataset, "auto",
+          "auto (Fashion-MNIST when dataset-fashion-mnist is installed, else synthetic), "
+          "fashion-mnist, synthetic, or a directory holding the four Fashion-MNIST IDX files");
+ABSL_FLAG(int64_t, synthetic_train_size, 60000, "training examples of --dataset=synthetic");
+ABSL_FLAG(int64_t, synthetic_test_size, 10000, "test examples of --dataset=synthetic");
+ABSL_FLAG(std::string, amp, "off", "mixed precision: off, fp16 (with loss scaling) or bf16");
+ABSL_FLAG(uint64_t, seed, 0, "model initialization and sampler shuffling");
+ABSL_FLAG(std::string, checkpoint_dir, "", "where checkpoints go (empty: none)");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at epoch ends only)");
+ABSL_FLAG(bool, resume, false,
+          "continue from the newest checkpoint in --checkpoint_dir when there is one");
+ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps in all (0: no limit)");
+ABSL_FLAG(std::string, metrics, "", "JSON-lines metrics file (empty: none)");
+ABSL_FLAG(std::string, trace, "", "directory for Chrome traces trace_rank<r>.json (empty: none)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (CUDA tensors; cuda:N for a given GPU)");
+ABSL_FLAG(int, num_workers, 2, "DataLoader threads per rank (0: load in the training thread)");
+
+namespace lockstep {
+namespace {
+
+constexpr char kSharedUsage[] =
+    "  --model=mlp|cnn  --epochs=3  --batch_size=64  --lr=0.1  --momentum=0.9\n"
+    "  --optimizer=sgd|adam|adamw  --dataset=auto|fashion-mnist|synthetic|DIR\n"
+    "  --amp=off|fp16|bf16  --seed=0  --device=cpu|cuda  --num_workers=2\n"
+    "  --checkpoint_dir=DIR  --checkpoint_every=N  --resume  --max_steps=N\n"
+    "  --metrics=FILE.jsonl  --trace=DIR  --synthetic_train_size=N  --synthetic_test_size=N\n";
+
+// absl keeps the usage message that ParseTrainerFlagsOrExit set.
+void PrintUsage() {
+  std::fprintf(stderr, "%s(--helpfull lists every flag)\n",
+               std::string(absl::ProgramUsageMessage()).c_str());
+}
+
+[[noreturn]] void ExitWithUsage(const char* program, const std::string& problem) {
+  std::fprintf(stderr, "%s: %s\n", program, problem.c_str());
+  PrintUsage();
+  std::exit(2);
+}
+
+// A [begin, begin + size) view of another dataset: the synthetic test split
+// shares the training split's class centres.
+class RangeDataset : public Dataset {
+ public:
+  RangeDataset(std::shared_ptr<const Dataset> base, int64_t begin, int64_t size)
+      : base_(std::move(base)), begin_(begin), size_(size) {}
+  int64_t size() const override { return size_; }
+  std::vector<int64_t> example_shape() const override { return base_->example_shape(); }
+  int64_t num_classes() const override { return base_->num_classes(); }
+  absl::Status Get(int64_t index, absl::Span<float> features, int64_t* label) const override {
+    LOCKSTEP_RETURN_IF_ERROR(CheckGetArgs(*this, "RangeDataset", index, features, label));
+    return base_->Get(begin_ + index, features, label);
+  }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  int64_t begin_, size_;
+};
+
+absl::StatusOr<TrainerDatasets> FashionMnist(const std::string& dir) {
+  TrainerDatasets d;
+  LOCKSTEP_ASSIGN_OR_RETURN(std::shared_ptr<IdxDataset> train, LoadFashionMnist(dir, Split::kTrain));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::shared_ptr<IdxDataset> test, LoadFashionMnist(dir, Split::kTest));
+  LOCKSTEP_ASSIGN_OR_RETURN(d.train, Normalize::Create(train, {kFashionMnistMean}, {kFashionMnistStd}));
+  LOCKSTEP_ASSIGN_OR_RETURN(d.test, Normalize::Create(test, {kFashionMnistMean}, {kFashionMnistStd}));
+  d.description = absl::StrCat("Fashion-MNIST (", dir, ")");
+  return d;
+}
+
+absl::StatusOr<TrainerDatasets> Synthetic(const TrainerConfig& c) {
+  SyntheticOptions options;
+  options.size = c.synthetic_train_size + c.synthetic_test_size;
+  options.seed = 1234;  // The data stays the same whatever --seed is.
+  LOCKSTEP_ASSIGN_OR_RETURN(std::shared_ptr<SyntheticDataset> all, SyntheticDataset::Create(options));
+  TrainerDatasets d;
+  d.train = std::make_shared<RangeDataset>(all, 0, c.synthetic_train_size);
+  d.test = std::make_shared<RangeDataset>(all, c.synthetic_train_size, c.synthetic_test_size);
+  d.description = absl::StrCat("synthetic (", c.synthetic_train_size, " train, ",
+                               c.synthetic_test_size, " test)");
+  return d;
+}
+
+}  // namespace
+
+void ParseTrainerFlagsOrExit(int argc, char** argv, const char* program, const char* extra_usage) {
+  absl::SetProgramUsageMessage(absl::StrCat("usage: ", program, " [flags]\n", kSharedUsage, extra_usage));
+  // absl's own parser exits with status 1 on a bad flag; check first so that
+  // every usage error is status 2, as the trainers promise.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') ExitWithUsage(program, "unexpected argument '" + arg + "'");
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = body, value;
+    const size_t eq = body.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;  // --noresume
+    }
+    if (flag == nullptr) ExitWithUsage(program, "unknown flag --" + name);
+    if (!has_value) {
+      if (flag->IsOfType<bool>()) continue;
+      // absl also takes "--flag value".
+      if (i + 1 >= argc) ExitWithUsage(program, "--" + name + " needs a value");
+      value = argv[++i];
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      ExitWithUsage(program, "--" + name + "=" + value + ": " + error);
+    }
+  }
+  absl::ParseCommandLine(argc, argv);
+}
+
+int UsageError(const char* program, const absl::Status& status) {
+  std::fprintf(stderr, "%s: %s\n", program, std::string(status.message()).c_str());
+  PrintUsage();
+  return 2;
+}
+
+absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
+  TrainerConfig c;
+  c.model = absl::GetFlag(FLAGS_model);
+  if (c.model != "mlp" && c.model != "cnn") {
+    return absl::InvalidArgumentError(absl::StrCat("--model=", c.model, ": expected mlp or cnn"));
+  }
+  c.epochs = absl::GetFlag(FLAGS_epochs);
+  if (c.epochs < 1) return absl::InvalidArgumentError("--epochs must be at least 1");
+  c.batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (c.batch_size < 1) return absl::InvalidArgumentError("--batch_size must be at least 1");
+  c.lr = absl::GetFlag(FLAGS_lr);
+  if (!(c.lr > 0)) return absl::InvalidArgumentError("--lr must be > 0");
+  c.momentum = absl::GetFlag(FLAGS_momentum);
+  if (!(c.momentum >= 0 && c.momentum < 1)) {
+    return absl::InvalidArgumentError("--momentum must be in [0, 1)");
+  }
+  c.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer=", c.optimizer, ": expected sgd, adam or adamw"));
+  }
+  c.dataset = absl::GetFlag(FLAGS_dataset);
+  if (c.dataset.empty()) return absl::InvalidArgumentError("--dataset is empty");
+  c.synthetic_train_size = absl::GetFlag(FLAGS_synthetic_train_size);
+  c.synthetic_test_size = absl::GetFlag(FLAGS_synthetic_test_size);
+  if (c.synthetic_train_size < 1 || c.synthetic_test_size < 0) {
+    return absl::InvalidArgumentError(
+        "--synthetic_train_size must be >= 1 and --synthetic_test_size >= 0");
+  }
+  const std::string amp = absl::GetFlag(FLAGS_amp);
+  if (amp != "off") {
+    if (amp != "fp16" && amp != "bf16") {
+      return absl::InvalidArgumentError(absl::StrCat("--amp=", amp, ": expected off, fp16 or bf16"));
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(c.precision, ParsePrecision(amp));
+    c.amp = true;
+  }
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (c.checkpoint_every < 0) return absl::InvalidArgumentError("--checkpoint_every must be >= 0");
+  c.resume = absl::GetFlag(FLAGS_resume);
+  if (c.resume && c.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--resume needs --checkpoint_dir");
+  }
+  c.max_steps = absl::GetFlag(FLAGS_max_steps);
+  if (c.max_steps < 0) return absl::InvalidArgumentError("--max_steps must be >= 0");
+  c.metrics = absl::GetFlag(FLAGS_metrics);
+  c.trace = absl::GetFlag(FLAGS_trace);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<Device> parsed = Device::Parse(device);
+  if (!parsed.ok() || !(parsed->is_cpu() || parsed->is_cuda())) {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda"));
+  }
+  c.device = *parsed;
+  c.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (c.num_workers < 0 || c.num_workers > 64) {
+    return absl::InvalidArgumentError("--num_workers must be in [0, 64]");
+  }
+  return c;
+}
+
+absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& c) {
+  if (c.dataset == "synthetic") return Synthetic(c);
+  if (c.dataset == "auto") {
+    absl::StatusOr<TrainerDatasets> fashion = FashionMnist(kDefaultFashionMnistDir);
+    if (fashion.ok()) return fashion;
+    if (!absl::IsNotFound(fashion.status())) return fashion.status();  // installed but broken
+    absl::StatusOr<TrainerDatasets> synthetic = Synthetic(c);
+    if (synthetic.ok()) {
+      synthetic->description += absl::StrCat("; Fashion-MNIST is not in ", kDefaultFashionMnistDir,
+                                             " (bash tools/setup.sh installs it)");
+    }
+    return synthetic;
+  }
+  const std::string dir = c.dataset == "fashion-mnist" ? kDefaultFashionMnistDir : c.dataset;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "--dataset=", c.dataset, ": ", dir, " is not a directory. Give fashion-mnist (",
+        kDefaultFashionMnistDir, ", from Debian's dataset-fashion-mnist: bash tools/setup.sh), "
+        "synthetic, auto, or a directory holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"));
+  }
+  return FashionMnist(dir);
+}
+
+absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
+                                                  DType compute_dtype, Device device) {
+  Mt19937 gen(seed);  // torch.manual_seed(seed), then the constructors draw in order.
+  if (name == "mlp") {
+    MlpOptions options;
+    options.sizes = {784, 512, 256, 10};
+    options.compute_dtype = compute_dtype;
+    options.device = device;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> mlp, MakeMlp(options, gen));
+    return std::unique_ptr<Module>(std::move(mlp));
+  }
+  if (name != "cnn") {
+    return absl::InvalidArgumentError(absl::StrCat("model '", name, "': expected mlp or cnn"));
+  }
+  if (!device.is_cpu()) {
+    return absl::UnimplementedError(
+        "--model=cnn needs --device=cpu: BatchNorm2d has no CUDA kernels yet");
+  }
+  auto model = std::make_unique<Sequential>();
+  int64_t in_channels = 1;
+  for (int64_t out_channels : {32, 64}) {
+    Conv2dOptions conv;
+    conv.in_channels = in_channels;
+    conv.out_channels = out_channels;
+    conv.kernel_h = conv.kernel_w = 3;
+    conv.pad_h = conv.pad_w = 1;
+    conv.device = device;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Conv2d> c, Conv2d::Create(conv, gen));
+    model->Add(std::move(c));
+    BatchNormOptions bn;
+    bn.num_features = out_channels;
+    bn.device = device;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<BatchNorm2d> b, BatchNorm2d::Create(bn));
+    model->Add(std::move(b));
+    model->Add(std::make_unique<ReLU>());
+    model->Add(std::make_unique<MaxPool2d>(2));
+    in_channels = out_channels;
+  }
+  model->Add(std::make_unique<Flatten>());
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{64 * 7 * 7, 128}, {128, 10}}) {
+    LinearOptions linear;
+    linear.in_features = in;
+    linear.out_features = out;
+    linear.compute_dtype = compute_dtype;
+    linear.device = device;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Linear> fc, Linear::Create(linear, gen));
+    model->Add(std::move(fc));
+    if (out == 128) model->Add(std::make_unique<ReLU>());
+  }
+  return std::unique_ptr<Module>(std::move(model));
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& c, Module& model) {
+  if (c.optimizer == "sgd") {
+    SgdOptions options;
+    options.lr = c.lr;
+    options.momentum = c.momentum;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> sgd, Sgd::Create(model.NamedParameters(), options));
+    return std::unique_ptr<Optimizer>(std::move(sgd));
+  }
+  AdamOptions options = c.optimizer == "adamw" ? AdamWOptions() : AdamOptions();
+  options.lr = c.lr;
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(model.NamedParameters(), options));
+  return std::unique_ptr<Optimizer>(std::move(adam));
+}
+
+absl::StatusOr<GradScaler> MakeGradScaler(const TrainerConfig& c) {
+  GradScalerOptions options;
+  options.enabled = c.amp && NeedsLossScaling(c.precision);
+  return GradScaler::Create(options);
+}
+
+TrainLoopOptions MakeLoopOptions(const TrainerConfig& c, int rank, int world_size) {
+  TrainLoopOptions o;
+  o.epochs = c.epochs;
+  o.batch_size = c.batch_size;
+  o.num_workers = c.num_workers;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.seed = c.seed;
+  o.device = c.device;
+  o.checkpoint_dir = c.checkpoint_dir;
+  o.checkpoint_every = c.checkpoint_every;
+  o.resume = c.resume;
+  o.max_steps = c.max_steps;
+  o.metrics_path = c.metrics;
+  o.trace_dir = c.trace;
+  return o;
+}
+
+}  // namespace lockstep
