@@ -9,6 +9,7 @@
 // it is one rank and joins the group from the environment (InitFromEnv).
 // Rank 0 prints the progress and writes --metrics and the checkpoints; every
 // rank writes its own trace_rank<r>.json under --trace.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -29,6 +30,7 @@
 ABSL_FLAG(int, nproc, 2, "local ranks to start when no launcher set a rank environment");
 ABSL_FLAG(std::string, bind_to, "core", "core (each local rank on its own CPU) or none");
 ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
+ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
 ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf16_compress");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
@@ -39,7 +41,7 @@ namespace {
 
 constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
-    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25\n"
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1\n"
     "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph\n";
 
@@ -104,6 +106,11 @@ int main(int argc, char** argv) {
   if (!config.ok()) return UsageError(kProgram, config.status());
   DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  const double first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  if (!(first_bucket_mb > 0) || first_bucket_mb > 1e6) {
+    return UsageError(kProgram, absl::InvalidArgumentError("--first_bucket_mb must be in (0, 1e6]"));
+  }
+  ddp_options.first_bucket_bytes = std::max<size_t>(1, static_cast<size_t>(first_bucket_mb * 1024 * 1024));
   ddp_options.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
   ddp_options.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
   ddp_options.static_graph = absl::GetFlag(FLAGS_static_graph);
