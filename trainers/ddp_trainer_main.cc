@@ -21,6 +21,7 @@
 #include "collectives/init_from_env.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
 #include "trainers/local_launch.h"
 #include "core/status.h"
@@ -69,11 +70,12 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                             DdpStepper::Create(*model, *group.comm, ddp_options, std::move(hook)));
   if (rank == 0) {
     std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
-                "device %s, comm hook %s, %zu buckets\n",
+                "device %s, comm hook %s, %zu buckets, BLAS kernels %s\n",
                 kProgram, world_size, group.env.source.c_str(), config.model.c_str(),
                 static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
                 config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
-                device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size());
+                device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size(),
+                BlasCoreName().c_str());
     std::fflush(stdout);
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
@@ -101,6 +103,8 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  // Before anything else: OpenBLAS may have picked its slowest kernels.
+  RestartWithFasterBlasKernelsIfNeeded(argv);
   ParseTrainerFlagsOrExit(argc, argv, kProgram, kDdpUsage);
   absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
   if (!config.ok()) return UsageError(kProgram, config.status());

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/status.h"
+#include "nn/blas_kernels.h"
 #include "trainers/train_loop.h"
 #include "trainers/trainer_setup.h"
 
@@ -19,10 +20,10 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
                                       config.device));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
-  std::printf("%s: model %s (%lld parameters), %s, optimizer %s, precision %s, device %s\n", kProgram,
-              config.model.c_str(), static_cast<long long>(model->NumParameterElements()),
-              data.description.c_str(), config.optimizer.c_str(),
-              PrecisionName(config.precision).c_str(), config.device.ToString().c_str());
+  std::printf("%s: model %s (%lld parameters), %s, optimizer %s, precision %s, device %s, BLAS kernels %s\n",
+              kProgram, config.model.c_str(), static_cast<long long>(model->NumParameterElements()),
+              data.description.c_str(), config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
+              config.device.ToString().c_str(), BlasCoreName().c_str());
   LocalStepper stepper(*model);
   TrainParts parts;
   parts.stepper = &stepper;
@@ -46,6 +47,8 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  // Before anything else: OpenBLAS may have picked its slowest kernels.
+  RestartWithFasterBlasKernelsIfNeeded(argv);
   ParseTrainerFlagsOrExit(argc, argv, kProgram, "");
   absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
   if (!config.ok()) return UsageError(kProgram, config.status());

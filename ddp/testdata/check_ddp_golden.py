@@ -21,6 +21,7 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # importing make_ddp_golden must leave no __pycache__ here
 sys.path.insert(0, os.path.join(HERE, "..", "..", "nn", "testdata"))
 sys.path.insert(0, HERE)
 from read_safetensors import read_safetensors, to_torch  # noqa: E402

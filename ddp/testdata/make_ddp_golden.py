@@ -158,7 +158,12 @@ def worker(rank, case, init_file, out_dir):
                          if "bucket" in k or k in ("find_unused_parameters", "world_size",
                                                    "comm_hook", "backend_name")}
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    dist.barrier()
+    # Skip interpreter teardown: in 1.13 destroying the Reducer/ProcessGroupGloo
+    # at exit can deadlock (~ProcessGroupGloo joins a gloo worker thread that
+    # waits for the GIL to free a tensor, while the main thread holds it).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def run_case(case, tmp):
