@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "nn/safetensors.h"
+#include "nn/state_dict_prefix.h"
 
 namespace lockstep {
 namespace {
@@ -135,7 +136,9 @@ absl::Status SaveModel(const std::string& path, Module& model, const AtomicWrite
 
 absl::Status LoadModel(const std::string& path, Module& model) {
   LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
-  absl::Status s = model.LoadStateDict(file.tensors, /*strict=*/true);
+  // A file saved from a PyTorch DDP or DataParallel model has "module."
+  // before every name: one rule for wrapped models (nn/state_dict_prefix.h).
+  absl::Status s = LoadStateDictAcceptingWrapperPrefix(model, file.tensors, /*strict=*/true);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadModel ", path, ": ", s.message()));
   return absl::OkStatus();
 }

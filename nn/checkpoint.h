@@ -72,6 +72,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module&
 // Only the model's state dict, names exactly as PyTorch's model.state_dict().
 absl::Status SaveModel(const std::string& path, Module& model,
                        const AtomicWriteOptions& options = {});
+// Loads such a file, or one saved from a PyTorch DDP/DataParallel wrapper
+// ("module."-prefixed names).
 absl::Status LoadModel(const std::string& path, Module& model);
 
 }  // namespace lockstep

@@ -274,5 +274,22 @@ TEST(CheckpointTest, ReservedMetadataKeysAreRefused) {
   EXPECT_NE(s.message().find("reserved"), absl::string_view::npos) << s;
 }
 
+TEST(CheckpointTest, LoadModelTakesAPyTorchDdpStateDict) {
+  // ddp.state_dict() of PyTorch's DDP wrapper (names "module.1.weight", ...,
+  // nn/testdata/make_ddp_state_dict.py) of the MLP that torch.manual_seed(0)
+  // initializes exactly as Mt19937(0) does here.
+  Mt19937 gen(0), other(99);
+  MlpOptions options;
+  options.sizes = {6, 5, 3};
+  std::unique_ptr<Sequential> reference = *MakeMlp(options, gen);
+  std::unique_ptr<Sequential> model = *MakeMlp(options, other);
+  ASSERT_TRUE(LoadModel("nn/testdata/ddp_state_dict.safetensors", *model).ok());
+  const std::vector<NamedTensor> want = reference->StateDict(), got = model->StateDict();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(*got[i].second.ToVector<float>(), *want[i].second.ToVector<float>()) << want[i].first;
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
