@@ -70,6 +70,8 @@ _LIBS = {
     "benchmark_main": (["benchmark_main", "benchmark"], ["pthread"], "benchmark/benchmark.h", "libbenchmark-dev"),
     "openblas": (["openblas"], ["pthread", "m"], "x86_64-linux-gnu/cblas.h", "libopenblas-dev"),
     "zlib": (["z"], [], "zlib.h", "zlib1g-dev"),
+    # HMAC-SHA256 for authenticated rank connections.
+    "crypto": (["crypto"], ["pthread", "dl"], "openssl/hmac.h", "libssl-dev"),
     # Header-only: the target only checks that the header is there.
     "nlohmann_json": ([], [], "nlohmann/json.hpp", "nlohmann-json3-dev"),
 }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/address.h"
 #include "collectives/tcp_store.h"
 #include "core/status.h"
 
@@ -28,8 +29,21 @@ absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions
                                      store.status().message()));
   }
   group.store = std::move(*store);
+  TcpCommunicatorOptions communicator = options.communicator;
+  AddressSelection selection;
+  selection.master_addr = group.env.master_addr;
+  selection.spans_hosts = group.env.world_size > group.env.local_world_size;
+  selection.host = options.host;
+  ApplyAddressEnvironment(&selection);
+  absl::StatusOr<std::string> host = ChooseLocalAddress(selection);
+  if (!host.ok()) {
+    return absl::Status(host.status().code(), absl::StrCat("InitFromEnv: rank ", group.env.rank, ": ",
+                                                           host.status().message()));
+  }
+  communicator.transport.host = *host;
+  if (communicator.transport.secret.empty()) communicator.transport.secret = group.env.store_token;
   LOCKSTEP_ASSIGN_OR_RETURN(group.comm, CreateTcpCommunicator(group.store, group.env.rank, group.env.world_size,
-                                                              options.communicator));
+                                                              communicator));
   return group;
 }
 

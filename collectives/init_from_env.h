@@ -13,8 +13,10 @@
 // serves it, unless TORCHELASTIC_USE_AGENT_STORE=True says that a launcher
 // already does (then every rank is a client, and no rank binds a port
 // chosen in advance). LOCKSTEP_STORE_TOKEN, when set, is the store's shared
-// secret. The communicator is then built over TCP
-// (collectives/tcp_communicator.h) with `options.communicator`.
+// secret and the key of the ranks' authenticated handshake. Each rank
+// advertises an address its peers can reach (collectives/address.h), so a
+// multi-node job needs nothing beyond MASTER_ADDR. The communicator is then
+// built over TCP (collectives/tcp_communicator.h) with `options.communicator`.
 #ifndef LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
 #define LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
 
@@ -29,7 +31,13 @@
 namespace lockstep {
 
 struct InitOptions {
+  // `communicator.transport.host` is chosen here (see `host`), and
+  // `communicator.transport.secret` defaults to LOCKSTEP_STORE_TOKEN.
   TcpCommunicatorOptions communicator;
+  // The address this rank advertises; empty: chosen as collectives/address.h
+  // says (LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME, else the route toward
+  // MASTER_ADDR, never loopback when the group spans hosts).
+  std::string host;
   // How long to wait for the store and for every rank to arrive.
   Milliseconds store_timeout = Milliseconds(300000);
 };

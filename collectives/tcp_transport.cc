@@ -1,16 +1,21 @@
 #include "collectives/tcp_transport.h"
 
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sched.h>
 #include <sys/uio.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "collectives/rank_handshake.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
@@ -18,20 +23,15 @@
 namespace lockstep {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4C4B5450;    // "LKTP"
+constexpr uint32_t kHelloMagic = rank_handshake::kMagic;
 constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS"
 // 2: one connection per direction, 64-byte message headers.
-constexpr uint32_t kTransportVersion = 2;
+// 3: authenticated handshake (collectives/rank_handshake.h).
+constexpr uint32_t kTransportVersion = rank_handshake::kVersion;
 // A message with this tag carries the reason its sender aborted.
 constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
 constexpr uint64_t kMaxAbortReason = 4096;
 
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  int32_t rank;
-  int32_t size;
-};
 
 struct MessageHeader {
   uint64_t seq;
@@ -46,8 +46,22 @@ struct MessageHeader {
 static_assert(sizeof(MessageHeader) == 64, "wire layout");
 
 std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
+std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/challenge"); }
 
-absl::Status CheckHello(const Hello& h, int expected_size, absl::string_view from) {
+// "ip:port" of the other end, for messages.
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "an unknown address";
+  char host[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), service, sizeof(service),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "an unknown address";
+  }
+  return HostPort(host, std::atoi(service));
+}
+
+absl::Status CheckHello(const rank_handshake::HelloPrefix& h, int expected_size, absl::string_view from) {
   if (h.magic != kHelloMagic) {
     return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " is not a lockstep rank (bad handshake)"));
   }
@@ -94,6 +108,9 @@ absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
                                                    options.socket_buffer_bytes,
                                                    "; it must be in [0, 2^30] (0: the kernel's autotuning)"));
   }
+  if (options.connect_timeout <= Milliseconds(0) || options.handshake_timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError("TcpTransportOptions.connect_timeout and handshake_timeout must be positive");
+  }
   if (options.spin_microseconds < 0 || options.spin_microseconds > 1000000) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.spin_microseconds is ",
                                                    options.spin_microseconds, "; it must be in [0, 1000000]"));
@@ -110,6 +127,8 @@ absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store, int rank, int size,
                                                                    const TcpTransportOptions& options) {
+  using rank_handshake::Hello;
+  using rank_handshake::HelloPrefix;
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " is not in [0, ", size, ")"));
   }
@@ -117,57 +136,129 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, options));
   if (size == 1) return t;
   const Deadline deadline = DeadlineIn(options.timeout);
+  const std::string& secret = options.secret;
   int port = 0;
-  LOCKSTEP_ASSIGN_OR_RETURN(Fd listener, Listen(options.host == "127.0.0.1" ? options.host : "0.0.0.0", 0, &port));
+  // Only on the configured address: nothing else on the host's other
+  // interfaces can reach the listener.
+  LOCKSTEP_ASSIGN_OR_RETURN(Fd listener, Listen(options.host, 0, &port));
   LOCKSTEP_RETURN_IF_ERROR(SetNonBlocking(listener.get()));
   const std::string my_address = HostPort(options.host, port);
+  // A fresh challenge for this rendezvous, before the address: a connector
+  // proves it read it (no replay of an older connection).
+  LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce challenge, rank_handshake::RandomNonce());
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(ChallengeKey(rank), rank_handshake::ToHex(challenge)));
   LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
 
   // Connect to every other rank (our send direction) and introduce
   // ourselves; the replies are read after accepting, so no rank waits on
   // another's accept loop while that one waits on it.
+  std::vector<rank_handshake::Nonce> sent_nonces(size);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(peer), options.timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::string challenge_hex, store.Get(ChallengeKey(peer), options.timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce peer_challenge, rank_handshake::NonceFromHex(challenge_hex));
     std::string host;
     int peer_port = 0;
     LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
     const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
-    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Connect(host, peer_port, deadline, name));
+    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, rank_handshake::ConnectToPeer(host, peer_port, rank, peer,
+                                                                   options.connect_timeout, deadline));
     TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
-    const Hello hello{kHelloMagic, kTransportVersion, rank, size};
+    LOCKSTEP_ASSIGN_OR_RETURN(sent_nonces[peer], rank_handshake::RandomNonce());
+    Hello hello{{kHelloMagic, kTransportVersion, rank, size}, sent_nonces[peer], {}};
+    if (!secret.empty()) {
+      hello.mac = rank_handshake::ConnectMac(secret, peer_challenge, rank, peer, size, sent_nonces[peer]);
+    }
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
     t->peers_[peer].send_fd = std::move(fd);
     t->peers_[peer].address = address;
   }
   // Accept every other rank's send connection (our receive direction), in
-  // whatever order they arrive.
-  for (int accepted = 0; accepted < size - 1; ++accepted) {
+  // whatever order they arrive. A connection that does not prove itself (no
+  // handshake in time, not a lockstep rank, a wrong MAC) is dropped and the
+  // wait goes on for the real rank: a stray or hostile process can neither
+  // take a rank's place nor stop the rendezvous.
+  for (int accepted = 0; accepted < size - 1;) {
     LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
                                             absl::StrCat("the other ranks of ", rank)));
-    const std::string name = absl::StrCat("a connecting rank (", my_address, ")");
-    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
+    const std::string from = PeerAddress(fd.get());
+    const std::string name = absl::StrCat("a connection from ", from, " to rank ", rank, " (", my_address, ")");
+    auto drop = [&](absl::string_view why) {
+      std::fprintf(stderr, "TcpTransport: rank %d dropped %s: %s\n", rank, name.c_str(), std::string(why).c_str());
+    };
+    const Deadline hello_deadline = std::min(deadline, DeadlineIn(options.handshake_timeout));
     Hello hello{};
-    LOCKSTEP_RETURN_IF_ERROR(RecvAll(fd.get(), &hello, sizeof(hello), deadline, name));
-    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, size, name));
-    if (hello.rank == rank || t->peers_[hello.rank].recv_fd.valid()) {
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", hello.rank,
-                                                        " connected to rank ", rank, " unexpectedly (twice, or itself)"));
+    if (absl::Status s = RecvAll(fd.get(), &hello.prefix, sizeof(HelloPrefix), hello_deadline, name); !s.ok()) {
+      drop(s.message());
+      continue;
     }
-    const Hello reply{kHelloMagic, kTransportVersion, rank, size};
+    if (hello.prefix.magic != kHelloMagic) {
+      if (!secret.empty()) {
+        drop("not a lockstep rank (bad handshake)");
+        continue;
+      }
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", name,
+                                                        " is not a lockstep rank (bad handshake)"));
+    }
+    if (hello.prefix.version != kTransportVersion) {
+      // An older format cannot be authenticated: with a secret it is just
+      // dropped; without one it must be a rank of another build.
+      if (!secret.empty()) {
+        drop(absl::StrCat("protocol version ", hello.prefix.version));
+        continue;
+      }
+      LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
+    }
+    if (absl::Status s = RecvAll(fd.get(), reinterpret_cast<char*>(&hello) + sizeof(HelloPrefix),
+                                 sizeof(Hello) - sizeof(HelloPrefix), hello_deadline, name);
+        !s.ok()) {
+      drop(s.message());
+      continue;
+    }
+    const int claimed = hello.prefix.rank;
+    if (!secret.empty()) {
+      const bool plausible = claimed >= 0 && claimed < size && hello.prefix.size == size;
+      if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(
+                                                                 secret, challenge, claimed, rank, size, hello.nonce))) {
+        drop(absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
+        continue;
+      }
+    }
+    // Authenticated (or no secret): disagreements are real errors.
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
+    if (claimed == rank || t->peers_[claimed].recv_fd.valid()) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", claimed, " connected to rank ", rank,
+                                                        " unexpectedly (twice, or itself): is RANK=", claimed,
+                                                        " given to two processes?"));
+    }
+    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce reply_nonce, rank_handshake::RandomNonce());
+    Hello reply{{kHelloMagic, kTransportVersion, rank, size}, reply_nonce, {}};
+    if (!secret.empty()) reply.mac = rank_handshake::AcceptMac(secret, hello.nonce, rank, claimed, size);
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
-    t->peers_[hello.rank].recv_fd = std::move(fd);
+    t->peers_[claimed].recv_fd = std::move(fd);
+    ++accepted;
   }
-  // Each send connection must have reached the rank we meant.
+  // Each send connection must have reached the rank we meant, and that rank
+  // must prove it knows the secret.
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     const std::string name = absl::StrCat("rank ", peer, " (", t->peers_[peer].address, ")");
     Hello reply{};
     LOCKSTEP_RETURN_IF_ERROR(RecvAll(t->peers_[peer].send_fd.get(), &reply, sizeof(reply), deadline, name));
-    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply, size, name));
-    if (reply.rank != peer) {
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply.prefix, size, name));
+    if (reply.prefix.rank != peer) {
       return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address,
-                                                        " answered as rank ", reply.rank, ", expected rank ", peer));
+                                                        " answered as rank ", reply.prefix.rank, ", expected rank ",
+                                                        peer));
+    }
+    if (!secret.empty() &&
+        !rank_handshake::MacEqual(reply.mac, rank_handshake::AcceptMac(secret, sent_nonces[peer], peer, rank, size))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "TcpTransport: whatever answered at ", t->peers_[peer].address, " as rank ", peer,
+          " does not know the group's secret: another process holds that address, or the ranks were started with "
+          "different LOCKSTEP_STORE_TOKENs"));
     }
   }
   return t;

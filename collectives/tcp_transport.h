@@ -6,11 +6,12 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto transport,
 //       TcpTransport::Create(store, rank, world_size, options));
 //
-// Each rank listens on a free port and publishes "host:port" under
-// "tcp_transport/<rank>". Every pair of ranks has two connections, one per
-// direction: each rank connects to every other rank for its sends and
-// accepts one connection from every other rank for its receives, with a
-// handshake (magic, version, ranks, world size) checked on both sides. One
+// Each rank listens on a free port of `host` only and publishes "host:port"
+// under "tcp_transport/<rank>". Every pair of ranks has two connections,
+// one per direction: each rank connects to every other rank for its sends
+// and accepts one connection from every other rank for its receives, with a
+// handshake (magic, version, ranks, world size and, given a secret, a
+// challenge-response: collectives/rank_handshake.h) checked on both sides. One
 // socket per direction keeps a rank's sends and receives off each other's
 // socket lock (with one shared socket, data arriving while the owner is in
 // sendmsg goes to the socket's backlog and is processed late, in the
@@ -36,6 +37,16 @@ struct TcpTransportOptions {
   // The address the other ranks reach this rank at (its interface toward them).
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
+  // The group's secret (the store token, LOCKSTEP_STORE_TOKEN): with it,
+  // every connection proves it (collectives/rank_handshake.h) and others
+  // are dropped; empty: connections are not authenticated.
+  std::string secret;
+  // A peer's published address that refuses connections fails at once; one
+  // that does not answer fails after this long.
+  Milliseconds connect_timeout = Milliseconds(10000);
+  // How long an accepted connection may take to introduce itself before it
+  // is dropped (setup goes on waiting for the real rank).
+  Milliseconds handshake_timeout = Milliseconds(5000);
   // SO_SNDBUF/SO_RCVBUF of every connection; 0 leaves the kernel's autotuning.
   int socket_buffer_bytes = 256 << 10;
   // TCP congestion control of the mesh's sockets ("" keeps the system's).

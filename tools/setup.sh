@@ -14,6 +14,7 @@ packages=(
   libbenchmark-dev
   libopenblas-dev
   zlib1g-dev
+  libssl-dev        # libcrypto: HMAC-SHA256 of the rank handshake
   nlohmann-json3-dev  # header-only JSON, for golden-data tests
   iproute2          # ip netns for multi-node tests
   dataset-fashion-mnist

@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collectives/address.h"
 #include "collectives/communicator.h"
 #include "collectives/rank_environment.h"
 #include "collectives/tcp_communicator.h"
@@ -73,7 +74,10 @@ ABSL_FLAG(int, worker_spin_microseconds, -1, "CommunicatorOptions::worker_spin_m
 ABSL_FLAG(int, wait_spin_microseconds, -1, "CommunicatorOptions::wait_spin_microseconds");
 ABSL_FLAG(int, transport_spin_microseconds, -1, "TcpTransportOptions::spin_microseconds");
 ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "TcpTransportOptions::congestion_control (\"\": the system's)");
-ABSL_FLAG(std::string, host, "", "address other ranks reach this one at (default: toward MASTER_ADDR)");
+ABSL_FLAG(std::string, host, "",
+          "address other ranks reach this one at (default: LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME, else the "
+          "route toward MASTER_ADDR; never loopback when the ranks span hosts)");
+ABSL_FLAG(int, timeout, 300, "seconds an operation (and the group's setup) may take before it fails");
 
 namespace lockstep {
 namespace {
@@ -247,10 +251,20 @@ absl::Status RunRank(const RankEnvironment& env) {
   store_options.port = env.master_port;
   store_options.is_server = rank == 0 && !env.agent_store;
   store_options.token = env.store_token;
-  store_options.timeout = Milliseconds(120000);
+  const int timeout_s = absl::GetFlag(FLAGS_timeout);
+  if (timeout_s < 1) return absl::InvalidArgumentError(absl::StrCat("--timeout=", timeout_s, ": expected >= 1 s"));
+  store_options.timeout = Milliseconds(int64_t{timeout_s} * 1000);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(store_options));
   TcpCommunicatorOptions options;
-  options.transport.host = absl::GetFlag(FLAGS_host).empty() ? "127.0.0.1" : absl::GetFlag(FLAGS_host);
+  AddressSelection selection;
+  selection.master_addr = env.master_addr;
+  selection.spans_hosts = env.world_size > env.local_world_size;
+  selection.host = absl::GetFlag(FLAGS_host);
+  ApplyAddressEnvironment(&selection);
+  LOCKSTEP_ASSIGN_OR_RETURN(options.transport.host, ChooseLocalAddress(selection));
+  options.transport.secret = env.store_token;
+  options.transport.timeout = store_options.timeout;
+  options.communicator.timeout = store_options.timeout;
   if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) {
     options.algorithms.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
   }
