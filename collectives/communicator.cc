@@ -321,20 +321,42 @@ void Communicator::RunPointToPointBatch(Item first) {
 
 absl::Status Communicator::ShareFailure(absl::Status status) {
   if (store_ == nullptr || size_ == 1) return status;
-  // Best effort: the store may be gone with the rank that hosted it.
-  if (!store_->Set(absl::StrCat("failure/", rank_), status.message()).ok()) return status;
+  // The store may hang with the rank that hosts it (a stopped process still
+  // accepts connections): the exchange runs on a thread of its own, and this
+  // rank takes whatever reports arrived within the window. The thread owns
+  // everything it touches, so it may outlive this call (until the store's
+  // own timeout) without harm.
+  struct Reports {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> texts;
+    bool done = false;
+  };
+  auto reports = std::make_shared<Reports>();
   const Deadline until = DeadlineIn(options_.failure_report_window);
-  std::vector<std::string> reports;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const auto left = std::chrono::duration_cast<Milliseconds>(until - SteadyClock::now());
-    absl::StatusOr<std::string> report =
-        store_->Get(absl::StrCat("failure/", peer), std::max(left, Milliseconds(0)));
-    if (report.ok()) reports.push_back(*report);
-  }
-  if (reports.empty()) return status;
+  std::thread([store = store_, reports, until, rank = rank_, size = size_,
+               message = std::string(status.message())] {
+    if (store->Set(absl::StrCat("failure/", rank), message).ok()) {
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer == rank) continue;
+        const auto left = std::chrono::duration_cast<Milliseconds>(until - SteadyClock::now());
+        if (left <= Milliseconds(0)) break;
+        absl::StatusOr<std::string> report = store->Get(absl::StrCat("failure/", peer), left);
+        if (report.ok()) {
+          std::lock_guard<std::mutex> lock(reports->mu);
+          reports->texts.push_back(*report);
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(reports->mu);
+    reports->done = true;
+    reports->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(reports->mu);
+  reports->cv.wait_until(lock, until, [&] { return reports->done; });
+  if (reports->texts.empty()) return status;
   return absl::Status(status.code(), absl::StrCat(status.message(), ". Other ranks reported: ",
-                                                  absl::StrJoin(reports, " | ")));
+                                                  absl::StrJoin(reports->texts, " | ")));
 }
 
 std::string Communicator::Describe(const Fingerprint& f) {

@@ -79,7 +79,8 @@ struct CommunicatorOptions {
   // Compare every operation's fingerprint across ranks first (costs one
   // small exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;
-  // After a failure, how long to wait for the other ranks' failure reports.
+  // After a failure, how long to wait for the other ranks' failure reports
+  // (a bound: a hung store does not delay the error further).
   Milliseconds failure_report_window = Milliseconds(1000);
 };
 

@@ -1,12 +1,17 @@
 // Failures must become errors on every rank, never hangs: a rank killed in the
 // middle of an all-reduce, mismatched collectives (caught by the debug
 // fingerprints, or by the message headers), and deadlines.
+#include <condition_variable>
 #include <csignal>
+#include <mutex>
 #include <future>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
+#include "collectives/host_backend.h"
+#include "collectives/store.h"
+#include "collectives/testing/fake_transport.h"
 #include "collectives/testing/group.h"
 #include "gtest/gtest.h"
 
@@ -119,6 +124,63 @@ TEST(FaultTest, AMissingPeerTimesOutNamingIt) {
     return absl::OkStatus();
   }, options);
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A store whose host hangs: every call blocks for 10 minutes (as a stopped
+// process that still accepts connections), unless the test ends first.
+class HangingStore : public Store {
+ public:
+  ~HangingStore() override { Release(); }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  absl::Status Set(absl::string_view, absl::string_view) override { return Hang(); }
+  absl::StatusOr<std::string> Get(absl::string_view, Milliseconds) override { return Hang(); }
+  using Store::Get;
+  absl::StatusOr<int64_t> Add(absl::string_view, int64_t) override { return Hang(); }
+  absl::StatusOr<std::string> CompareSet(absl::string_view, absl::string_view, absl::string_view) override {
+    return Hang();
+  }
+  absl::Status Wait(const std::vector<std::string>&, Milliseconds) override { return Hang(); }
+  using Store::Wait;
+  absl::StatusOr<bool> Check(const std::vector<std::string>&) override { return Hang(); }
+  absl::StatusOr<bool> DeleteKey(absl::string_view) override { return Hang(); }
+  absl::StatusOr<int64_t> NumKeys() override { return Hang(); }
+
+ private:
+  absl::Status Hang() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::minutes(10), [&] { return released_; });
+    return absl::UnavailableError("store host hung");
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+TEST(FaultTest, AHungStoreDoesNotDelayTheErrorBeyondTheReportWindow) {
+  // The op times out after 1 s; failure sharing may add at most the 200 ms
+  // window, not the store's minutes. (The test's own deadline catches a hang.)
+  auto transports = testing::FakeNetwork::Create(2);
+  auto store = std::make_shared<HangingStore>();
+  CommunicatorOptions options;
+  options.timeout = Milliseconds(1000);
+  options.failure_report_window = Milliseconds(200);
+  auto backend = HostBackend::Create(std::move(transports[0]), {}, "fake");
+  ASSERT_TRUE(backend.ok());
+  auto comm = Communicator::Create(std::move(*backend), options, store);
+  ASSERT_TRUE(comm.ok());
+  Tensor t = *Tensor::Zeros({10}, DType::kF32);
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status s = (*comm)->AllReduce(t, ReduceOp::kSum)->Wait();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  // A generous bound that only a hang would break (the store blocks 10 min).
+  EXPECT_LT(took, std::chrono::seconds(60));
+  comm->reset();
+  store->Release();
 }
 
 }  // namespace
