@@ -61,6 +61,8 @@ struct AlgorithmContext {
   size_t segment_bytes = AlgorithmOptions().segment_bytes;
   Scratch* scratch = nullptr;  // Optional: without it, algorithms allocate.
   size_t small_message_bytes = AlgorithmOptions().small_message_bytes;
+  // The buffer's element type in messages (MessageTag::element); 0: untyped.
+  uint8_t element = 0;
 
   // A scratch tensor from `scratch`, or a fresh one.
   absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {
@@ -70,7 +72,7 @@ struct AlgorithmContext {
 
   int rank() const { return transport.rank(); }
   int size() const { return transport.size(); }
-  MessageTag NextTag() { return MessageTag{seq, next_tag++}; }
+  MessageTag NextTag() { return MessageTag{seq, next_tag++, element}; }
 };
 
 struct Chunk {

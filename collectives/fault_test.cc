@@ -126,6 +126,19 @@ TEST(FaultTest, AMissingPeerTimesOutNamingIt) {
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(FaultTest, SameSizeDifferentDtypesFailWithoutDebugChecks) {
+  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    Tensor t = *Tensor::Zeros({16}, comm.rank() == 0 ? DType::kF32 : DType::kI32);
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    if (s.ok()) return absl::InternalError("f32 against i32 went unnoticed");
+    if (comm.rank() == 1 && !(Contains(s, "f32") && Contains(s, "i32")) && !Contains(s, "aborted")) {
+      return absl::InternalError(s.ToString());
+    }
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
 // A store whose host hangs: every call blocks for 10 minutes (as a stopped
 // process that still accepts connections), unless the test ends first.
 class HangingStore : public Store {

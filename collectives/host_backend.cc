@@ -47,9 +47,10 @@ BackendCapabilities HostBackend::capabilities() const {
   return c;
 }
 
-AlgorithmContext HostBackend::Context(const OpContext& op_ctx) {
+AlgorithmContext HostBackend::Context(const OpContext& op_ctx, DType dtype) {
   AlgorithmContext ctx{*transport_, op_ctx.seq, 0, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
+  ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }
 
@@ -74,7 +75,7 @@ absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, R
   }
   if (output.numel() == 0) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, output.dtype());
   LOCKSTEP_RETURN_IF_ERROR(lockstep::AllReduce(ctx, buffer, op));
   return Unstage(buffer, output);
 }
@@ -82,7 +83,7 @@ absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, R
 absl::Status HostBackend::Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,
                                  const OpContext& op_ctx) {
   if (input.numel() == 0) return absl::OkStatus();
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
   // Out of place: the input is read, never copied (a CUDA one is staged).
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
   if (rank() != root) return BinomialReduce(ctx, mine, Tensor(), op, root);
@@ -99,7 +100,7 @@ absl::Status HostBackend::Broadcast(const Tensor& tensor, int root, const OpCont
   if (tensor.numel() == 0) return absl::OkStatus();
   const bool is_root = rank() == root;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(tensor, kSlotA, is_root));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, tensor.dtype());
   LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, buffer, root));
   return is_root ? absl::OkStatus() : Unstage(buffer, tensor);
 }
@@ -109,7 +110,7 @@ absl::Status HostBackend::AllGather(const Tensor& input, const Tensor& output, c
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, false));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(rank() * input.numel(), input.numel()));
   LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
   LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, buffer));
   return Unstage(buffer, output);
 }
@@ -117,7 +118,7 @@ absl::Status HostBackend::AllGather(const Tensor& input, const Tensor& output, c
 absl::Status HostBackend::Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   if (input.numel() == 0) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
   if (rank() != root) return DirectGather(ctx, mine, Tensor(), root);
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(output, kSlotB, false));
   LOCKSTEP_RETURN_IF_ERROR(DirectGather(ctx, mine, slots, root));
@@ -127,7 +128,7 @@ absl::Status HostBackend::Gather(const Tensor& input, const Tensor& output, int 
 absl::Status HostBackend::Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   if (output.numel() == 0) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(output, kSlotA, false));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, output.dtype());
   if (rank() == root) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(input, kSlotB, true));
     LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, slots, mine, root));
@@ -145,7 +146,7 @@ absl::Status HostBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor source, Stage(input, kSlotA, true));
   Scratch& results = input.device().is_cpu() ? results_ : staging_;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, results.Get(kSlotB, input.numel(), input.dtype()));
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
   LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, source, buffer, op));
   // The ring has divided chunk r already for AVG.
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank() * output.numel(), output.numel()));
@@ -153,7 +154,8 @@ absl::Status HostBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
 }
 
 absl::Status HostBackend::Barrier(const OpContext& op_ctx) {
-  AlgorithmContext ctx = Context(op_ctx);
+  AlgorithmContext ctx = Context(op_ctx, DType::kU8);
+  ctx.element = 0;  // Empty messages.
   return DisseminationBarrier(ctx);
 }
 

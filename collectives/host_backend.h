@@ -56,7 +56,8 @@ class HostBackend : public Backend {
       : transport_(std::move(transport)), options_(options), transport_name_(std::move(transport_name)),
         point_to_point_(*transport_, options.unexpected_bytes_limit) {}
 
-  AlgorithmContext Context(const OpContext& op_ctx);
+  // The algorithms' context for an operation on `dtype` elements.
+  AlgorithmContext Context(const OpContext& op_ctx, DType dtype);
   // A CPU tensor holding `t`'s data: `t` itself, or a pinned staging buffer
   // (slot `slot`) for a CUDA tensor, filled from it when `copy_in`.
   absl::StatusOr<Tensor> Stage(const Tensor& t, int slot, bool copy_in);

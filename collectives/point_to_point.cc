@@ -7,6 +7,18 @@
 
 namespace lockstep {
 
+namespace {
+
+uint8_t ElementOf(const Tensor& t) { return static_cast<uint8_t>(static_cast<int>(t.dtype()) + 1); }
+
+absl::Status TypeMismatch(const PointToPointOp& recv, uint8_t sent) {
+  return absl::InvalidArgumentError(absl::StrCat("Recv #", recv.seq, " from rank ", recv.peer, " (tag ", recv.tag,
+                                                 ") expects ", ElementName(ElementOf(recv.tensor)),
+                                                 " elements, but the matching Send carries ", ElementName(sent)));
+}
+
+}  // namespace
+
 // Adapts the engine to the transport's feed; remembers the first error.
 class PointToPointEngine::Feed : public TransferFeed {
  public:
@@ -59,6 +71,7 @@ absl::Status PointToPointEngine::Take(PointToPointSource& source, std::vector<Tr
       Transfer t = Transfer::Send(op.peer, host.raw_data(), host.nbytes());
       t.seq = static_cast<int64_t>(op.seq);
       t.tag = op.tag | kPointToPointTagBit;
+      t.element = ElementOf(op.tensor);
       auto done = std::move(op.done);
       t.on_done = [done, host]() {  // `host` keeps a staged copy alive.
         if (done) done();
@@ -73,6 +86,9 @@ absl::Status PointToPointEngine::Take(PointToPointSource& source, std::vector<Tr
     if (kept != kept_.end() && !kept->second.empty() && kept->second.front().seq == recv->op.seq) {
       // Its message came first: hand it over now.
       Kept& message = kept->second.front();
+      if (message.element != 0 && message.element != ElementOf(recv->op.tensor)) {
+        return TypeMismatch(recv->op, message.element);
+      }
       if (message.bytes.size() != recv->host.nbytes()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Recv #", recv->op.seq, " from rank ", recv->op.peer, " (tag ", recv->op.tag, ") expects ",
@@ -116,6 +132,7 @@ Transfer PointToPointEngine::Router(int peer) {
     auto posted = posted_.find(key);
     if (posted != posted_.end() && !posted->second.empty() && posted->second.front()->op.seq == tag.seq) {
       std::unique_ptr<PostedRecv>& recv = posted->second.front();
+      if (tag.element != 0 && tag.element != ElementOf(recv->op.tensor)) return TypeMismatch(recv->op, tag.element);
       if (recv->host.nbytes() != bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Recv #", recv->op.seq, " from rank ", peer, " (tag ", key.second, ") expects ", recv->host.nbytes(),
@@ -137,6 +154,7 @@ Transfer PointToPointEngine::Router(int peer) {
     unexpected_bytes_ += bytes;
     routed->key = key;
     routed->kept.seq = tag.seq;
+    routed->kept.element = tag.element;
     routed->kept.bytes.resize(bytes);
     return static_cast<void*>(routed->kept.bytes.data());
   };

@@ -50,6 +50,7 @@ class PointToPointEngine {
   };
   struct Kept {
     uint64_t seq;
+    uint8_t element = 0;
     std::vector<char> bytes;
   };
   using Key = std::pair<int, uint32_t>;  // (peer, user tag)

@@ -167,6 +167,24 @@ TEST(PointToPointTest, ASizeMismatchNamesBothSizes) {
   EXPECT_TRUE(results[1].ok()) << results[1];
 }
 
+TEST(PointToPointTest, ADtypeMismatchNamesBothTypes) {
+  const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    if (comm.rank() == 0) {
+      (void)comm.Send(Filled(10, 1), 1)->Wait();
+      return absl::OkStatus();
+    }
+    Tensor t = *Tensor::Zeros({10}, DType::kI32);
+    const absl::Status s = comm.Recv(t, 0)->Wait();
+    const std::string m(s.message());
+    if (s.ok() || m.find("expects i32") == std::string::npos || m.find("carries f32") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("unclear error: ", s.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
 TEST(PointToPointTest, TrafficCountersCountPayloadPerPeer) {
   const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
     const TrafficCounters before = comm.Traffic();

@@ -82,7 +82,7 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
   }
   // Tags base_tag .. base_tag + messages - 1 are used by this call.
   ctx.next_tag = base_tag + messages;
-  return ctx.transport.Exchange(absl::MakeSpan(transfers), MessageTag{ctx.seq, base_tag}, ctx.deadline);
+  return ctx.transport.Exchange(absl::MakeSpan(transfers), MessageTag{ctx.seq, base_tag, ctx.element}, ctx.deadline);
 }
 
 }  // namespace lockstep

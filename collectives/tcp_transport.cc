@@ -38,10 +38,11 @@ struct MessageHeader {
   uint32_t tag;
   uint32_t magic;
   uint64_t bytes;
+  uint64_t element;  // MessageTag::element.
   // Padding to a cache line: the payload then sits at the same offset
   // modulo 64 in the socket's pages as in the user's buffer, and the
   // kernel's copies in and out run at full speed.
-  uint64_t reserved[5];
+  uint64_t reserved[4];
 };
 static_assert(sizeof(MessageHeader) == 64, "wire layout");
 
@@ -275,7 +276,7 @@ void TcpTransport::Abort(absl::string_view reason) {
   for (Peer& p : peers_) {
     if (!p.send_fd.valid()) continue;
     // Best effort, never blocking: a peer that is reading headers learns why.
-    MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size(), {}};
+    MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size(), 0, {}};
     iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
     msghdr msg{};
     msg.msg_iov = iov;
@@ -361,7 +362,8 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
   absl::InlinedVector<bool, 16> may_progress(current.size(), true);
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
-                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
+                      t.element != 0 ? t.element : tag.element};
   };
   Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
   while (true) {
@@ -383,7 +385,7 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       int n_iov = 0;
       if (p.header_done < sizeof(MessageHeader)) {
         if (p.header_done == 0 && t.kind == Transfer::Kind::kSend) {
-          p.header = MessageHeader{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, {}};
+          p.header = MessageHeader{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, {}};
         }
         iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
       }
@@ -455,11 +457,18 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
             }
             if (t.route && h.magic == kMessageMagic) {
               // Its destination is chosen now that the message is known.
-              LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag}, h.bytes));
+              LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
+                                                        h.bytes));
               t.bytes = h.bytes;
             } else if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag ||
                        h.bytes != t.bytes) {
               return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
+            } else if (h.element != 0 && message_tag.element != 0 && h.element != message_tag.element) {
+              return absl::InternalError(absl::StrCat(
+                  "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " with ",
+                  ElementName(static_cast<uint8_t>(h.element)), " elements, but rank ", rank_, " expected ",
+                  ElementName(message_tag.element), " (the same number of bytes). Every rank must call the same "
+                  "collective with the same dtype"));
             }
           }
         }

@@ -41,7 +41,14 @@ namespace lockstep {
 struct MessageTag {
   uint64_t seq = 0;
   uint32_t tag = 0;
+  // The payload's element type, as 1 + DType code; 0: untyped bytes. When
+  // both sides give one they must agree, so a same-size mismatch (f32 vs
+  // i32) is caught without the debug fingerprints.
+  uint8_t element = 0;
 };
+
+// "f32", or "untyped", for error messages.
+std::string ElementName(uint8_t element);
 
 // Tags with this bit set carry point-to-point messages (the user's tag in the
 // low 31 bits); collectives number their steps from 0.
@@ -69,9 +76,11 @@ struct Transfer {
   // Sends only: how many bytes (from the start) may be sent so far; null
   // means all. It grows as the caller's receive callbacks produce data.
   std::function<size_t()> ready;
-  // The tag and sequence number of this message; -1: the Exchange's.
+  // The tag, sequence number and element type of this message; -1 (0 for
+  // the element): the Exchange's.
   int64_t tag = -1;
   int64_t seq = -1;
+  uint8_t element = 0;
   // Receives in ExchangeOpen only: accept the next message from `peer`
   // whatever its seq and tag; when its header has arrived, `route(tag,
   // bytes)` returns where its `bytes` bytes go (this transfer's data and

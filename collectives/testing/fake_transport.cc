@@ -20,6 +20,7 @@ struct Header {
   uint64_t seq = 0;
   uint32_t tag = 0;
   uint64_t bytes = 0;
+  uint8_t element = 0;
 };
 constexpr size_t kHeaderBytes = 64;  // Counted against capacity, as TCP's.
 
@@ -115,7 +116,8 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
   };
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
-                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag};
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
+                      t.element != 0 ? t.element : tag.element};
   };
   for (const auto& t : transfers) {
     if (t->peer < 0 || t->peer >= size() || t->peer == rank_) {
@@ -144,7 +146,7 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
                                                      " failed: connection closed"));
         }
         if (!p.header_done && ch.used + kHeaderBytes <= net_->options.capacity_bytes) {
-          ch.headers.push_back(Header{mt.seq, mt.tag, t.bytes});
+          ch.headers.push_back(Header{mt.seq, mt.tag, t.bytes, mt.element});
           ch.used += kHeaderBytes;
           p.header_done = true;
           moved = true;
@@ -168,7 +170,7 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
           const Header h = ch.headers.front();
           if (t.route) {
             lock.unlock();  // The route may allocate or take other locks.
-            absl::StatusOr<void*> dest = t.route(MessageTag{h.seq, h.tag}, h.bytes);
+            absl::StatusOr<void*> dest = t.route(MessageTag{h.seq, h.tag, h.element}, h.bytes);
             lock.lock();
             if (!dest.ok()) return dest.status();
             t.data = *dest;
@@ -179,6 +181,10 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
                                                     rank_, " expected op #", mt.seq, " ", DescribeTag(mt.tag),
                                                     " with ", t.bytes,
                                                     " bytes"));
+          } else if (h.element != 0 && mt.element != 0 && h.element != mt.element) {
+            return absl::InternalError(absl::StrCat("collective mismatch: ", PeerName(t.peer), " sent op #", h.seq,
+                                                    " with ", ElementName(h.element), " elements, but rank ", rank_,
+                                                    " expected ", ElementName(mt.element)));
           }
           ch.headers.pop_front();
           ch.used -= kHeaderBytes;

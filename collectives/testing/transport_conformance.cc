@@ -174,6 +174,30 @@ TEST_P(TransportConformanceTest, MismatchedHeaderIsAnErrorNamingBothViews) {
   EXPECT_TRUE(Contains(results[1], "tag 6")) << results[1];
 }
 
+TEST_P(TransportConformanceTest, ElementTypesMustAgreeWhenBothAreGiven) {
+  // f32 (element 1) against i32 (element 5): the same bytes, another type.
+  auto transports = GetParam().make(2);
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    std::vector<char> buffer(64);
+    Transfer x = t.rank() == 0 ? Transfer::Send(1, buffer.data(), 64) : Transfer::Recv(0, buffer.data(), 64);
+    absl::Status s = t.Exchange({&x, 1}, MessageTag{2, 0, static_cast<uint8_t>(t.rank() == 0 ? 1 : 5)}, Soon());
+    if (t.rank() == 1) t.Abort("test over");
+    return s;
+  });
+  EXPECT_FALSE(results[1].ok());
+  EXPECT_TRUE(Contains(results[1], "f32")) << results[1];
+  EXPECT_TRUE(Contains(results[1], "i32")) << results[1];
+  // Untyped on one side: not checked.
+  auto again = GetParam().make(2);
+  auto untyped = RunRanks(again, [&](Transport& t) -> absl::Status {
+    std::vector<char> buffer(64);
+    Transfer x = t.rank() == 0 ? Transfer::Send(1, buffer.data(), 64) : Transfer::Recv(0, buffer.data(), 64);
+    return t.Exchange({&x, 1}, MessageTag{2, 0, static_cast<uint8_t>(t.rank() == 0 ? 1 : 0)}, Soon());
+  });
+  EXPECT_TRUE(untyped[0].ok()) << untyped[0];
+  EXPECT_TRUE(untyped[1].ok()) << untyped[1];
+}
+
 TEST_P(TransportConformanceTest, DeadlineNamesThePeerAndProgress) {
   auto transports = GetParam().make(2);
   std::vector<char> buffer(1000);
