@@ -4,6 +4,8 @@
 // mesh that would misread every message.
 #include "collectives/tcp_transport.h"
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <cstring>
 #include <future>
@@ -26,6 +28,7 @@ struct Hello {
   uint32_t version;
   int32_t rank;
   int32_t size;
+  uint8_t nonce_and_mac[48];  // Version 3: 16-byte nonce, 32-byte MAC.
 };
 
 // Plays "rank 1" of a 2-rank group against a real rank 0: publishes a
@@ -38,6 +41,7 @@ absl::Status SetUpAgainst(const std::string& hello_bytes) {
   int port = 0;
   absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
   if (!listener.ok()) return listener.status();
+  if (absl::Status s = store.Set("tcp_transport/1/challenge", std::string(32, '0')); !s.ok()) return s;
   if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
   auto rank0 = std::async(std::launch::async, [&] {
     return TcpTransport::Create(store, 0, 2, options).status();
@@ -59,11 +63,13 @@ absl::Status SetUpAgainst(const std::string& hello_bytes) {
 }
 
 std::string Bytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); }
+// An older version's 16-byte hello.
+std::string OldBytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), 16); }
 
 TEST(TcpTransportTest, AnOlderProtocolVersionIsRefusedNamingBothVersions) {
-  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 1, 1, 2}));
+  const absl::Status s = SetUpAgainst(OldBytes(Hello{0x4C4B5450u, 1, 1, 2, {}}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("speaks protocol 1, this rank 2; use one lockstep build"),
+  EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"),
             absl::string_view::npos)
       << s;
 }
@@ -75,13 +81,13 @@ TEST(TcpTransportTest, GarbageIsRefusedAsNotALockstepRank) {
 }
 
 TEST(TcpTransportTest, AWrongWorldSizeIsRefused) {
-  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 2, 1, 3}));
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 1, 3, {}}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("says rank 1 of 3, this group has 2 ranks"), absl::string_view::npos) << s;
 }
 
 TEST(TcpTransportTest, ARankClaimingToBeItselfIsRefused) {
-  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 2, 0, 2}));
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 0, 2, {}}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
 }
@@ -107,6 +113,69 @@ using testing::TransportConformanceTest;
 INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
                          ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
                          testing::TransportFactoryName);
+
+// With a secret, a process that reaches rank 0's port first and claims to
+// be rank 1 (it cannot know the MAC) is dropped, as is one that never says
+// anything; the real rank 1 then completes the mesh and the data is right.
+TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(30000);
+  options.handshake_timeout = Milliseconds(300);
+  options.secret = "group secret";
+  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
+  absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(30000));
+  ASSERT_TRUE(address.ok()) << address.status();
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(SplitHostPort(*address, &host, &port).ok());
+  const Deadline deadline = DeadlineIn(Milliseconds(30000));
+  absl::StatusOr<Fd> silent = Connect(host, port, deadline, "rank 0");
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  absl::StatusOr<Fd> impostor = Connect(host, port, deadline, "rank 0");
+  ASSERT_TRUE(impostor.ok()) << impostor.status();
+  Hello fake{0x4C4B5450u, 3, 1, 2, {}};
+  ASSERT_TRUE(SendAll(impostor->get(), &fake, sizeof(fake), deadline, "rank 0").ok());
+  // Now the real rank 1.
+  absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  // The impostor got no answer: rank 0 closed it.
+  char byte;
+  EXPECT_EQ(::recv(impostor->get(), &byte, 1, 0), 0);
+  const uint32_t sent = 500000, want = 1;
+  uint32_t got = 0;
+  auto receiver = std::async(std::launch::async, [&] {
+    Transfer t = Transfer::Recv(1, &got, sizeof(got));
+    return (*t0)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000)));
+  });
+  Transfer t = Transfer::Send(0, &want, sizeof(want));
+  EXPECT_TRUE((*rank1)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000))).ok());
+  EXPECT_TRUE(receiver.get().ok());
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got, sent);
+}
+
+// A rank whose published address refuses connections (here: a port nobody
+// listens on) is reported at once, not after the long setup timeout.
+TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
+  HashStore store;
+  int port = 0;
+  {
+    absl::StatusOr<Fd> closed = Listen("127.0.0.1", 0, &port);
+    ASSERT_TRUE(closed.ok());
+  }
+  ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
+  ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(600000);  // The long setup timeout is not what ends it.
+  const absl::Status s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("cannot connect to rank 1 at 127.0.0.1:"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("loopback"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("LOCKSTEP_SOCKET_IFNAME"), absl::string_view::npos) << s;
+}
 
 TEST(TcpTransportTest, BadOptionsAreRefusedNamingTheField) {
   HashStore store;
