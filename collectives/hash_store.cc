@@ -1,8 +1,25 @@
 #include "collectives/hash_store.h"
 
+#include "collectives/socket.h"
 #include "collectives/store_ops.h"
 
 namespace lockstep {
+namespace {
+
+// A saturated deadline: a huge timeout (Milliseconds::max()) waits for
+// good instead of overflowing into an immediate timeout.
+template <typename Predicate>
+bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Deadline deadline,
+               Predicate ready) {
+  if (deadline == kNoDeadline) {
+    cv.wait(lock, ready);
+    return true;
+  }
+  return cv.wait_until(lock, deadline, ready);
+}
+
+}  // namespace
+
 
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
   {
@@ -16,9 +33,7 @@ absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
 absl::StatusOr<std::string> HashStore::Get(absl::string_view key, Milliseconds timeout) {
   std::vector<std::string> keys = {std::string(key)};
   std::unique_lock<std::mutex> lock(mu_);
-  if (!changed_.wait_for(lock, timeout, [&] { return store_ops::AllPresent(data_, keys); })) {
-    return store_ops::WaitTimeout(data_, keys, timeout);
-  }
+  if (!WaitForKeys(lock, keys, timeout)) return store_ops::WaitTimeout(data_, keys, timeout);
   return data_.find(key)->second;
 }
 
@@ -45,10 +60,22 @@ absl::StatusOr<std::string> HashStore::CompareSet(absl::string_view key, absl::s
 
 absl::Status HashStore::Wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!changed_.wait_for(lock, timeout, [&] { return store_ops::AllPresent(data_, keys); })) {
-    return store_ops::WaitTimeout(data_, keys, timeout);
-  }
+  if (!WaitForKeys(lock, keys, timeout)) return store_ops::WaitTimeout(data_, keys, timeout);
   return absl::OkStatus();
+}
+
+bool HashStore::WaitForKeys(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                            Milliseconds timeout) {
+  ++waiters_;
+  const bool present =
+      WaitUntil(changed_, lock, DeadlineIn(timeout), [&] { return store_ops::AllPresent(data_, keys); });
+  --waiters_;
+  return present;
+}
+
+int HashStore::NumWaitersForTesting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_;
 }
 
 absl::StatusOr<bool> HashStore::Check(const std::vector<std::string>& keys) {

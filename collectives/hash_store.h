@@ -27,7 +27,13 @@ class HashStore : public Store {
   absl::StatusOr<bool> DeleteKey(absl::string_view key) override;
   absl::StatusOr<int64_t> NumKeys() override;
 
+  // Calls blocked in Get/Wait right now (tests synchronize on it).
+  int NumWaitersForTesting();
+
  private:
+  bool WaitForKeys(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys, Milliseconds timeout);
+
+  int waiters_ = 0;  // Guarded by mu_.
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string, std::less<>> data_;

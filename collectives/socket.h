@@ -18,9 +18,21 @@ namespace lockstep {
 using SteadyClock = std::chrono::steady_clock;
 using Deadline = SteadyClock::time_point;
 
-inline Deadline DeadlineIn(std::chrono::milliseconds timeout) { return SteadyClock::now() + timeout; }
+// "No deadline": DeadlineIn saturates to it, and every helper below treats it
+// as forever (poll() wakes at least hourly and waits again).
+inline constexpr Deadline kNoDeadline = Deadline::max();
 
-// Milliseconds left until `deadline` for poll(): 0 when past, capped at 1 h.
+// now + timeout, saturating: a timeout past the clock's range (2^62 ms,
+// Milliseconds::max()) is kNoDeadline instead of signed overflow; a zero or
+// negative timeout is now (already due).
+Deadline DeadlineIn(std::chrono::milliseconds timeout);
+
+// a + b without overflow (clamped to the range of milliseconds), for timeouts
+// built from parts (a wait plus a grace period).
+std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b);
+
+// Milliseconds left until `deadline` for poll(): 0 when past, capped at 1 h
+// (so kNoDeadline polls in 1 h steps).
 int PollTimeoutMs(Deadline deadline);
 
 // An owned file descriptor.

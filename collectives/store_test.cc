@@ -98,5 +98,18 @@ TEST(PrefixStoreTest, NamespacesKeys) {
   EXPECT_FALSE(*a.Check({"b/k"}));
 }
 
+TEST(HashStoreTest, AHugeTimeoutWaitsInsteadOfOverflowing) {
+  HashStore store;
+  std::thread setter([&] {
+    // Set once the getter is parked: the key's arrival ends the wait.
+    while (store.NumWaitersForTesting() == 0) std::this_thread::yield();
+    ASSERT_TRUE(store.Set("k", "v").ok());
+  });
+  absl::StatusOr<std::string> v = store.Get("k", Milliseconds::max());
+  setter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -138,7 +138,7 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
   std::string key;
   switch (op) {
     case Op::kHello:
-      in.String(&r.value, kMaxKeyBytes, "token");
+      in.String(&r.value, kMaxTokenBytes, "token");
       break;
     case Op::kSet:
       if (in.String(&key, kMaxKeyBytes, "key")) in.String(&r.value, kMaxValueBytes, "value");

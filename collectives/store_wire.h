@@ -9,8 +9,9 @@
 //   COMPARE_SET key expected desired | WAIT count keys... timeout_ms |
 //   CHECK count keys... | DELETE key | NUM_KEYS (empty)
 // Response (op RESPONSE): u8 status code | string value-or-error | i64 integer
-// The first frame of every connection is HELLO; with a server token, a wrong
-// token gets PERMISSION_DENIED and the connection is closed.
+// The first frame of every connection is HELLO (body <= kMaxHelloBodyBytes);
+// with a server token, a wrong token gets PERMISSION_DENIED and the
+// connection is closed.
 #ifndef LOCKSTEP_COLLECTIVES_STORE_WIRE_H_
 #define LOCKSTEP_COLLECTIVES_STORE_WIRE_H_
 
@@ -32,6 +33,11 @@ inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 inline constexpr uint32_t kMaxKeyBytes = 64u << 10;
 inline constexpr uint32_t kMaxKeys = 1u << 16;
 inline constexpr uint32_t kMaxBodyBytes = kMaxValueBytes + 2 * kMaxKeyBytes + 64;
+// HELLO is all a server reads from a client that has not authenticated, so
+// its limit is small: an unauthenticated peer can make the server buffer at
+// most kHeaderBytes + kMaxHelloBodyBytes.
+inline constexpr uint32_t kMaxTokenBytes = 4096;
+inline constexpr uint32_t kMaxHelloBodyBytes = 4 + kMaxTokenBytes;
 
 enum class Op : uint8_t {
   kHello = 1,

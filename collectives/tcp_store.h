@@ -17,6 +17,23 @@
 // (tests use 256) are fine. A TcpStore may be shared by threads: each call
 // uses its own connection from a small pool. TcpStoreServer runs a server alone (the
 // launcher's rendezvous).
+//
+// Resource limits (TcpStoreLimits), so that no client, with or without the
+// token, can starve the others:
+// - at most `max_connections` open connections; beyond that, and while
+//   accept() fails for want of descriptors (EMFILE/ENFILE), new connections
+//   wait in the listen backlog and the server keeps serving the connected ones;
+// - a connection must complete HELLO within `hello_timeout`; before HELLO the
+//   only frame accepted is a HELLO of at most store_wire::kMaxHelloBodyBytes,
+//   and any other header closes the connection at once;
+// - a request frame must arrive, and its reply be taken, within
+//   `frame_timeout` of its first byte (an idle connection between frames may
+//   stay, as the client's pool keeps them);
+// - per connection at most one request frame is buffered and one reply is
+//   queued: the server reads a client's next request only once its previous
+//   reply is sent, and handles at most one request per connection per poll()
+//   round, so a client that pipelines requests and never reads cannot grow
+//   the server's memory or delay the others.
 #ifndef LOCKSTEP_COLLECTIVES_TCP_STORE_H_
 #define LOCKSTEP_COLLECTIVES_TCP_STORE_H_
 
@@ -34,10 +51,34 @@
 
 namespace lockstep {
 
+// See "Resource limits" above.
+struct TcpStoreLimits {
+  // Below Linux's default descriptor limit (1024) with room for the process's
+  // own files and sockets.
+  int max_connections = 1000;
+  Milliseconds hello_timeout{5000};
+  Milliseconds frame_timeout{30000};
+};
+
+// A snapshot of the server's state, for tests and monitoring.
+struct TcpStoreServerStats {
+  int64_t connections = 0;     // Open, with or without HELLO.
+  int64_t authenticated = 0;   // HELLO accepted.
+  int64_t pending_waits = 0;   // GET/WAIT requests parked until their keys exist.
+  // Memory held by all connections' input and output buffers (capacity).
+  int64_t buffered_bytes = 0;
+  int64_t dropped_hello_timeout = 0;
+  int64_t dropped_frame_timeout = 0;
+  int64_t dropped_bad_frame = 0;    // Garbage, oversized or out-of-order frames.
+  int64_t accept_backoffs = 0;      // accept() out of descriptors (EMFILE, ENFILE).
+  int64_t accept_limit_pauses = 0;  // Rounds that left the listener alone at max_connections.
+};
+
 struct TcpStoreServerOptions {
   std::string host = "0.0.0.0";  // Interface to listen on.
   int port = 0;                   // 0 picks a free port.
   std::string token;              // Empty: no token required.
+  TcpStoreLimits limits;
 };
 
 class TcpStoreServer {
@@ -48,6 +89,8 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const { return port_; }
+  // As of the end of the server's latest poll() round.
+  TcpStoreServerStats stats() const;
 
  private:
   TcpStoreServer() = default;
@@ -57,6 +100,9 @@ class TcpStoreServer {
   Fd wake_;  // eventfd: written by the destructor to stop Run().
   int port_ = 0;
   std::string token_;
+  TcpStoreLimits limits_;
+  mutable std::mutex stats_mu_;
+  TcpStoreServerStats stats_;  // Guarded by stats_mu_; published by the server thread.
   std::thread thread_;
 };
 
@@ -69,7 +115,8 @@ struct TcpStoreOptions {
   int64_t num_workers = -1;
   bool wait_for_workers = true;
   Milliseconds timeout = kDefaultStoreTimeout;
-  std::string token;
+  std::string token;  // At most store_wire::kMaxTokenBytes.
+  TcpStoreLimits server_limits;  // The server's (is_server only).
 };
 
 class TcpStore : public Store {
@@ -78,6 +125,8 @@ class TcpStore : public Store {
 
   int port() const { return port_; }
   const std::string& host() const { return host_; }
+  // The server this store runs (is_server), else null.
+  const TcpStoreServer* server() const { return server_.get(); }
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key, Milliseconds timeout) override;

@@ -73,8 +73,23 @@ int64_t IdxArray::numel() const {
   return n;
 }
 
-absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name,
-                                  int64_t max_bytes) {
+namespace {
+
+// What the header promises: validated before any payload is read.
+struct IdxHeaderInfo {
+  IdxType type = IdxType::kU8;
+  std::vector<int64_t> dims;
+  size_t header_bytes = 0;
+  int64_t payload_bytes = 0;
+};
+
+std::string DimsText(const IdxHeaderInfo& h) {
+  return absl::StrCat("[", absl::StrJoin(h.dims, ", "), "] of ", IdxTypeName(h.type));
+}
+
+// Parses the header at the start of `bytes` (which may hold more, or only the
+// header).
+absl::StatusOr<IdxHeaderInfo> ParseHeader(absl::string_view bytes, absl::string_view name, int64_t max_bytes) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() < 4) {
     return Corrupt(name, absl::StrCat("truncated header: ", bytes.size(),
@@ -89,42 +104,60 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
     return Corrupt(name, absl::StrCat("unknown element type code 0x", absl::Hex(p[2], absl::kZeroPad2),
                                       "; expected 0x08 (u8), 0x09, 0x0B, 0x0C, 0x0D or 0x0E"));
   }
-  IdxArray out;
-  out.type = static_cast<IdxType>(p[2]);
+  IdxHeaderInfo h;
+  h.type = static_cast<IdxType>(p[2]);
   const int ndims = p[3];
   if (ndims < 1 || ndims > kMaxDims) {
     return Corrupt(name, absl::StrCat("dimension count ", ndims, " is outside 1..", kMaxDims));
   }
-  const size_t header = 4 + 4 * static_cast<size_t>(ndims);
-  if (bytes.size() < header) {
-    return Corrupt(name, absl::StrCat("truncated header: ", ndims, " dimensions need ", header,
+  h.header_bytes = 4 + 4 * static_cast<size_t>(ndims);
+  if (bytes.size() < h.header_bytes) {
+    return Corrupt(name, absl::StrCat("truncated header: ", ndims, " dimensions need ", h.header_bytes,
                                       " header bytes, the file has ", bytes.size()));
   }
-  const int64_t element_size = static_cast<int64_t>(IdxTypeSize(out.type));
-  int64_t payload = element_size;
-  for (int i = 0; i < ndims; ++i) {
-    const int64_t d = BigEndian32(p + 4 + 4 * i);
-    out.dims.push_back(d);
+  for (int i = 0; i < ndims; ++i) h.dims.push_back(BigEndian32(p + 4 + 4 * i));
+  int64_t payload = static_cast<int64_t>(IdxTypeSize(h.type));
+  bool too_large = false;
+  for (int64_t d : h.dims) {
     // Products stay below 2^62 because each step is checked against max_bytes.
-    if (d != 0 && payload > max_bytes / d) {
-      return Corrupt(name, absl::StrCat("dimensions [", absl::StrJoin(out.dims, ", "),
-                                        "...] of ", IdxTypeName(out.type),
-                                        " exceed the limit of ", max_bytes, " bytes"));
-    }
+    if (d != 0 && payload > max_bytes / d) too_large = true;
+    if (too_large) break;
     payload *= d;
   }
-  const int64_t available = static_cast<int64_t>(bytes.size() - header);
-  if (available < payload) {
-    return Corrupt(name, absl::StrCat("truncated: the header promises ", payload,
-                                      " bytes of data, only ", available, " are present"));
+  // A zero dimension makes the payload empty whatever the others say.
+  if (too_large && std::find(h.dims.begin(), h.dims.end(), 0) == h.dims.end()) {
+    return Corrupt(name, absl::StrCat("dimensions ", DimsText(h), " exceed the limit of ", max_bytes,
+                                      " bytes; raise max_bytes if the file is genuine"));
   }
+  h.payload_bytes = too_large ? 0 : payload;
+  return h;
+}
+
+absl::Status TruncatedPayload(absl::string_view name, int64_t payload, int64_t available) {
+  return Corrupt(name, absl::StrCat("truncated: the header promises ", payload,
+                                    " bytes of data, only ", available, " are present"));
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name,
+                                  int64_t max_bytes) {
+  absl::StatusOr<IdxHeaderInfo> h = ParseHeader(bytes, name, max_bytes);
+  if (!h.ok()) return h.status();
+  const int64_t payload = h->payload_bytes;
+  const int64_t available = static_cast<int64_t>(bytes.size() - h->header_bytes);
+  if (available < payload) return TruncatedPayload(name, payload, available);
   if (available > payload) {
     return Corrupt(name, absl::StrCat(available - payload, " unexpected bytes after the ",
                                       payload, " bytes of data the header describes"));
   }
+  IdxArray out;
+  out.type = h->type;
+  out.dims = std::move(h->dims);
   out.data.resize(static_cast<size_t>(payload));
-  if (payload > 0) std::memcpy(out.data.data(), p + header, static_cast<size_t>(payload));
+  if (payload > 0) std::memcpy(out.data.data(), bytes.data() + h->header_bytes, static_cast<size_t>(payload));
   // Big-endian elements to host (little-endian) order.
+  const size_t element_size = IdxTypeSize(out.type);
   if (element_size > 1) {
     for (size_t i = 0; i < out.data.size(); i += element_size) {
       std::reverse(out.data.begin() + i, out.data.begin() + i + element_size);
@@ -139,32 +172,61 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
     return absl::NotFoundError(absl::StrCat("IDX file '", path, "': cannot open: ",
                                             errno ? std::strerror(errno) : "out of memory"));
   }
-  // Header plus payload plus one byte, so that trailing garbage is seen.
-  const int64_t cap = max_bytes + 4 + 4 * kMaxDims + 1;
   std::string bytes;
-  char buffer[1 << 16];
-  while (true) {
-    const int n = gzread(file.get(), buffer, sizeof(buffer));
-    if (n < 0) {
-      int err = 0;
-      const char* message = gzerror(file.get(), &err);
-      return absl::DataLossError(
-          absl::StrCat("IDX file '", path, "': read failed: ", message,
-                       err == Z_DATA_ERROR ? " (corrupt gzip stream)" : ""));
+  // Decompresses until `bytes` holds `total` bytes or the stream ends, so
+  // nothing past what the header allows is ever inflated.
+  auto read_up_to = [&](size_t total) -> absl::Status {
+    char buffer[1 << 16];
+    while (bytes.size() < total) {
+      const int n = gzread(file.get(), buffer,
+                           static_cast<unsigned>(std::min(sizeof(buffer), total - bytes.size())));
+      if (n < 0) {
+        int err = 0;
+        const char* message = gzerror(file.get(), &err);
+        return absl::DataLossError(absl::StrCat("IDX file '", path, "': read failed: ", message,
+                                                err == Z_DATA_ERROR ? " (corrupt gzip stream)" : ""));
+      }
+      if (n == 0) break;
+      bytes.append(buffer, static_cast<size_t>(n));
     }
-    if (n == 0) break;
-    if (static_cast<int64_t>(bytes.size()) + n > cap) {
-      return absl::DataLossError(absl::StrCat("IDX file '", path, "': more than ", cap,
-                                              " bytes (decompressed); refusing to read further"));
+    return absl::OkStatus();
+  };
+  auto stream_error = [&]() -> absl::Status {
+    int err = Z_OK;
+    const char* message = gzerror(file.get(), &err);
+    if (err != Z_OK && err != Z_STREAM_END) {
+      return absl::DataLossError(absl::StrCat("IDX file '", path, "': ", message,
+                                              " (the gzip stream is truncated or corrupt)"));
     }
-    bytes.append(buffer, static_cast<size_t>(n));
+    return absl::OkStatus();
+  };
+
+  // The header first: it bounds everything read after it.
+  absl::Status s = read_up_to(4);
+  if (s.ok() && bytes.size() == 4) {
+    s = read_up_to(4 + 4 * std::min<size_t>(static_cast<unsigned char>(bytes[3]), kMaxDims));
   }
-  int err = Z_OK;
-  const char* message = gzerror(file.get(), &err);
-  if (err != Z_OK && err != Z_STREAM_END) {
-    return absl::DataLossError(absl::StrCat("IDX file '", path, "': ", message,
-                                            " (the gzip stream is truncated or corrupt)"));
+  if (!s.ok()) return s;
+  absl::StatusOr<IdxHeaderInfo> h = ParseHeader(bytes, path, max_bytes);
+  if (!h.ok()) {
+    if (absl::Status e = stream_error(); !e.ok()) return e;
+    return absl::Status(h.status().code(), absl::StrCat(h.status().message(), " (read only the ", bytes.size(),
+                                                        "-byte header, refusing to read further)"));
   }
+  // Header plus payload plus one byte, so that trailing data is seen.
+  const size_t expected = h->header_bytes + static_cast<size_t>(h->payload_bytes);
+  if (absl::Status e = read_up_to(expected + 1); !e.ok()) return e;
+  if (bytes.size() > expected) {
+    return Corrupt(path, absl::StrCat("trailing data: the stream holds more than the ", h->payload_bytes,
+                                      " bytes of data that dimensions ", DimsText(*h),
+                                      " describe (limit ", max_bytes, "); stopped reading there, after ",
+                                      expected + 1, " bytes"));
+  }
+  if (bytes.size() < expected) {
+    if (absl::Status e = stream_error(); !e.ok()) return e;
+    return TruncatedPayload(path, h->payload_bytes, static_cast<int64_t>(bytes.size() - h->header_bytes));
+  }
+  if (absl::Status e = stream_error(); !e.ok()) return e;
   return ParseIdx(bytes, path, max_bytes);
 }
 

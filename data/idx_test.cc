@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "data/idx_dataset.h"
 #include "data/testing/idx_bytes.h"
 #include "gtest/gtest.h"
@@ -124,6 +125,39 @@ TEST(IdxTest, DecompressedSizeIsCapped) {
   const std::string path = WriteGz("bomb.gz", bytes);
   ExpectError(ReadIdxFile(path, /*max_bytes=*/1 << 16), "refusing to read further");
   EXPECT_TRUE(ReadIdxFile(path).ok());
+}
+
+// A gzip whose stream is cut after `keep` compressed bytes: reading past
+// what survives is an error about the stream, so an error about the header
+// shows that the reader stopped before.
+std::string CutGz(const std::string& name, const std::string& bytes, size_t keep) {
+  const std::string full = ReadAll(WriteGz(name + ".full", bytes));
+  EXPECT_GT(full.size(), keep);
+  return WritePlain(name, full.substr(0, keep));
+}
+
+// A tiny header claiming far more than the limit is refused after the header:
+// nothing of the (here 8 MiB, cut short) stream behind it is inflated.
+TEST(IdxTest, GzipBombIsRefusedAtTheHeader) {
+  const std::string bytes = IdxHeader(0x08, {1u << 15, 1u << 15}) + std::string(8 << 20, '\0');
+  const std::string path = CutGz("bomb-header.gz", bytes, 2000);
+  const absl::StatusOr<IdxArray> r = ReadIdxFile(path, /*max_bytes=*/1 << 20);
+  ExpectError(r, absl::StrCat("IDX file '", path, "': dimensions [32768, 32768] of u8 exceed the limit of 1048576 bytes"));
+  ExpectError(r, "read only the 12-byte header, refusing to read further");
+  // Within the default limit the same header is accepted and the cut stream is the error.
+  ExpectError(ReadIdxFile(path), "unexpected end of file");
+}
+
+// Small dims, a stream that inflates to far more: reading stops one byte
+// past what the header describes and reports trailing data (the cut-short
+// stream behind it is never reached).
+TEST(IdxTest, StreamLongerThanTheHeaderSaysStopsAfterOneByte) {
+  const std::string bytes = IdxHeader(0x08, {4, 4}) + std::string(8 << 20, '\x01');
+  const std::string path = CutGz("bomb-trailing.gz", bytes, 4000);
+  ExpectError(ReadIdxFile(path), absl::StrCat("IDX file '", path, "': trailing data: the stream holds more than the 16 bytes of data that dimensions [4, 4] of u8 describe (limit 1073741824); stopped reading there, after 29 bytes"));
+  // The same for a plain (uncompressed) file.
+  ExpectError(ReadIdxFile(WritePlain("trailing.idx", IdxHeader(0x08, {2}) + "abc")), "trailing data");
+  EXPECT_TRUE(ReadIdxFile(WritePlain("exact.idx", IdxHeader(0x08, {2}) + "ab")).ok());
 }
 
 TEST(IdxDatasetTest, ValidatesImagesAgainstLabels) {

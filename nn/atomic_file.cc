@@ -1,6 +1,8 @@
 #include "nn/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +25,14 @@ class ScopedFd {
   explicit ScopedFd(int fd) : fd_(fd) {}
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
+  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
   ~ScopedFd() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -69,16 +80,92 @@ std::string DirectoryOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
+std::string BaseNameOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+constexpr absl::string_view kTempInfix = ".tmp.";
+constexpr size_t kTempSuffixDigits = 16;
+constexpr int kTempNameTries = 16;
+
+// 64 unpredictable bits as 16 lowercase hex digits.
+absl::StatusOr<std::string> RandomSuffix() {
+  uint64_t bits = 0;
+  size_t got = 0;
+  while (got < sizeof(bits)) {
+    const ssize_t n = ::getrandom(reinterpret_cast<char*>(&bits) + got, sizeof(bits) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("getrandom failed: ", ErrnoText(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return absl::StrCat(absl::Hex(bits, absl::kZeroPad16));
+}
+
+// `name` is `<base>.tmp.` + 16 lowercase hex digits: one of our temporary files.
+bool IsOurTempName(absl::string_view name, absl::string_view base) {
+  if (name.size() != base.size() + kTempInfix.size() + kTempSuffixDigits) return false;
+  if (name.substr(0, base.size()) != base || name.substr(base.size(), kTempInfix.size()) != kTempInfix) {
+    return false;
+  }
+  for (char c : name.substr(base.size() + kTempInfix.size())) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+struct DirCloser {
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+
+// Best effort: a leftover we cannot stat or remove is left for the next write.
+void RemoveStaleTempFiles(const std::string& path, std::chrono::seconds age, time_t write_start) {
+  if (age.count() < 0) return;
+  std::unique_ptr<DIR, DirCloser> dir(::opendir(DirectoryOf(path).c_str()));
+  if (dir == nullptr) return;
+  const std::string base = BaseNameOf(path);
+  const time_t cutoff = write_start - static_cast<time_t>(age.count());
+  while (const dirent* entry = ::readdir(dir.get())) {
+    if (!IsOurTempName(entry->d_name, base)) continue;
+    struct stat st;
+    // AT_SYMLINK_NOFOLLOW: a symlink with our name is not ours; leave it.
+    if (::fstatat(::dirfd(dir.get()), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISREG(st.st_mode) || st.st_mtime >= cutoff) continue;
+    ::unlinkat(::dirfd(dir.get()), entry->d_name, 0);
+  }
+}
+
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
                                  const AtomicWriteOptions& options) {
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
-  ScopedFd fd(::open(temp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
+  RemoveStaleTempFiles(path, options.stale_temp_age, ::time(nullptr));
+  // O_EXCL|O_NOFOLLOW: whatever sits at the name (a planted symlink
+  // included) is never opened; EEXIST draws another name.
+  std::string temp;
+  ScopedFd fd(-1);
+  for (int attempt = 0; attempt < kTempNameTries && !fd.valid(); ++attempt) {
+    std::string suffix = options.testing_first_temp_suffix;
+    if (attempt > 0 || suffix.empty()) {
+      absl::StatusOr<std::string> random = RandomSuffix();
+      if (!random.ok()) {
+        return absl::InternalError(absl::StrCat("WriteFileAtomically(", path, "): naming the temporary file: ",
+                                                random.status().message(), " (the previous file, if any, is unchanged)"));
+      }
+      suffix = *std::move(random);
+    }
+    temp = absl::StrCat(path, kTempInfix, suffix);
+    fd = ScopedFd(::open(temp.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644));
+    if (!fd.valid() && errno != EEXIST) break;
+  }
   if (!fd.valid()) {
     const int err = errno;
     return WriteError(path, absl::StrCat("cannot create the temporary file ", temp), err,
-                      err == ENOENT ? "create the directory first" : "check that the directory is writable");
+                      err == ENOENT   ? "create the directory first"
+                      : err == EEXIST ? "every temporary name tried exists; remove stray files next to it"
+                                      : "check that the directory is writable");
   }
   TempFileRemover remover(temp);
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Two "hosts" as network namespaces joined by a veth pair (each its own
+# address), the collective benchmark on each with only the variables a
+# launcher sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+# MASTER_PORT): every collective with 1 and 2 ranks per host, results
+# checked (--check); the same with LOCKSTEP_SOCKET_IFNAME set and over IPv6;
+# and a rank that advertises a wrong (loopback) address is reported within
+# seconds although the operation timeout is 10 minutes. Needs root (ip
+# netns); the namespaces are removed whatever happens.
+set -uo pipefail
+bench="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: needs root for ip netns (CI runs as root)"
+  exit 0
+fi
+tmp="${TEST_TMPDIR:-/tmp}/multinode"
+rm -rf "$tmp" && mkdir -p "$tmp"
+id=$$
+a="lsa$id" b="lsb$id" va="va$id" vb="vb$id"
+net=$(( id % 200 + 20 ))
+ip4a="10.77.$net.1" ip4b="10.77.$net.2"
+ip6a="fd77:$net::1" ip6b="fd77:$net::2"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+}
+trap cleanup EXIT
+set -e
+ip netns add "$a"
+ip netns add "$b"
+ip link add "$va" type veth peer name "$vb"
+ip link set "$va" netns "$a"
+ip link set "$vb" netns "$b"
+ip -n "$a" addr add "$ip4a/24" dev "$va"
+ip -n "$b" addr add "$ip4b/24" dev "$vb"
+ip -n "$a" addr add "$ip6a/64" dev "$va" nodad
+ip -n "$b" addr add "$ip6b/64" dev "$vb" nodad
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set "$va" up
+ip -n "$b" link set "$vb" up
+set +e
+
+fail=0
+# run_group NAME MASTER PER_HOST EXTRA_ENV... : one benchmark process per rank,
+# ranks [0, PER_HOST) in namespace a, the rest in b; every op, checked.
+run_group() {
+  local name=$1 master=$2 per_host=$3; shift 3
+  local world=$(( 2 * per_host )) port=$(( 29500 + RANDOM % 1000 ))
+  for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; do
+    local group_pids=()
+    for rank in $(seq 0 $(( world - 1 ))); do
+      local ns=$a
+      (( rank >= per_host )) && ns=$b
+      local ifname_env=()
+      if [[ " $* " == *" LOCKSTEP_SOCKET_IFNAME=ANY_VETH "* ]]; then
+        [[ $ns == "$a" ]] && ifname_env=(LOCKSTEP_SOCKET_IFNAME="$va") || ifname_env=(LOCKSTEP_SOCKET_IFNAME="$vb")
+      fi
+      ip netns exec "$ns" env -i PATH="$PATH" "${ifname_env[@]}" RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$(( rank % per_host )) \
+        LOCAL_WORLD_SIZE=$per_host MASTER_ADDR="$master" MASTER_PORT=$port \
+        timeout -k 5 120 "$bench" --op=$op --min_bytes=4K --max_bytes=1M --step_factor=16 --iters=3 --warmup=1 \
+        --check --timeout=60 >"$tmp/$name.$op.$rank.log" 2>&1 &
+      group_pids+=($!)
+    done
+    local rc_all=0
+    for p in "${group_pids[@]}"; do wait "$p" || rc_all=1; done
+    if [[ $rc_all -ne 0 ]] || grep -q "wrong elements" "$tmp/$name.$op.0.log"; then
+      echo "FAIL: $name $op"; tail -n 5 "$tmp/$name.$op".*.log; fail=1
+    fi
+    port=$(( port + 1 ))
+  done
+  echo "ok: $name"
+}
+run_group "ipv4-1-per-host" "$ip4a" 1
+run_group "ipv4-2-per-host" "$ip4a" 2
+run_group "ifname" "$ip4a" 1 LOCKSTEP_SOCKET_IFNAME=ANY_VETH
+run_group "ipv6" "$ip6a" 1
+
+# A wrong address: rank 1 advertises loopback. Rank 0 must say so long
+# before the 10-minute operation timeout.
+port=$(( 30600 + RANDOM % 1000 ))
+start=$(date +%s)
+ip netns exec "$a" env -i PATH="$PATH" RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR="$ip4a" \
+  MASTER_PORT=$port timeout -k 5 60 "$bench" --min_bytes=4K --max_bytes=4K --timeout=600 >"$tmp/wrong.0.log" 2>&1 &
+r0=$!
+ip netns exec "$b" env -i PATH="$PATH" RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR="$ip4a" \
+  MASTER_PORT=$port timeout -k 5 60 "$bench" --min_bytes=4K --max_bytes=4K --timeout=600 --host=127.0.0.1 \
+  >"$tmp/wrong.1.log" 2>&1 &
+pids+=($!)
+wait "$r0"; rc=$?
+elapsed=$(( $(date +%s) - start ))
+if [[ $rc -eq 0 || $rc -eq 124 ]] || ! grep -q "cannot connect to rank 1 at 127.0.0.1:" "$tmp/wrong.0.log" ||
+   ! grep -q "loopback" "$tmp/wrong.0.log"; then
+  echo "FAIL: wrong address (rc $rc after ${elapsed}s)"; cat "$tmp/wrong.0.log"; fail=1
+else
+  echo "ok: wrong address reported after ${elapsed}s: $(grep -o 'cannot connect to rank 1 at [^ ]*' "$tmp/wrong.0.log" | head -1)"
+fi
+[[ $fail -eq 0 ]] && echo PASS
+exit $fail
