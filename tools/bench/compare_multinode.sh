@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The multi-node path on this machine: two network namespaces joined by a
+# veth pair (root), lockstep's all-reduce across them (2 ranks, one per
+# "host", only a launcher's variables) beside iperf3's bidirectional TCP rate
+# over the same pair (each rank sends and receives at once, as the ring does),
+# `runs` interleaved rounds (default 3), medians.
+#   sudo bash tools/bench/compare_multinode.sh [runs]
+# Needs iperf3 (apt). Removes its namespaces whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${1:-3}
+[[ $(id -u) -eq 0 ]] || { echo "needs root (ip netns)" >&2; exit 2; }
+command -v iperf3 >/dev/null || { echo "needs iperf3 (apt-get install iperf3)" >&2; exit 2; }
+bazel build --config=opt //tools/bench:collectives >/dev/null 2>&1
+tmp=$(mktemp -d)
+cp -L bazel-bin/tools/bench/collectives "$tmp/"
+a=lbA$$ b=lbB$$
+cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+ip netns add "$a"; ip netns add "$b"
+ip link add "va$$" type veth peer name "vb$$"
+ip link set "va$$" netns "$a"; ip link set "vb$$" netns "$b"
+ip -n "$a" addr add 10.78.0.1/24 dev "va$$"; ip -n "$b" addr add 10.78.0.2/24 dev "vb$$"
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set "va$$" up; ip -n "$b" link set "vb$$" up
+out="$tmp/rows"
+for run in $(seq "$runs"); do
+  port=$(( 29500 + run ))
+  for r in 0 1; do
+    ns=$a; [[ $r -eq 1 ]] && ns=$b
+    ip netns exec "$ns" env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.78.0.1 \
+      MASTER_PORT=$port "$tmp/collectives" --min_bytes=1M --max_bytes=256M --step_factor=4 --iters=10 --warmup=2 \
+      --json >"$tmp/ours.$r" 2>&1 &
+  done
+  wait
+  sed -nE 's/.*"bytes": ([0-9]+).*"busbw_gbps": ([0-9.]+).*/ours \1 \2/p' "$tmp/ours.0" >>"$out"
+  ip netns exec "$a" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+  server=$!
+  sleep 0.5  # iperf3's server has no readiness signal; a benchmark, not a test.
+  ip netns exec "$b" iperf3 -c 10.78.0.1 -p 5201 --bidir -t 3 -J >"$tmp/iperf.json" 2>/dev/null || true
+  wait "$server" || true
+  /usr/bin/python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1]))['end']
+# Per direction (GB/s): the rate each rank sends at while receiving.
+print('iperf3 0', d['sum_sent']['bits_per_second']/8e9, d['sum_sent_bidir_reverse']['bits_per_second']/8e9)" "$tmp/iperf.json" >>"$out"
+  echo "run $run done" >&2
+done
+/usr/bin/python3 - "$out" <<'PY'
+import statistics, sys
+ours, iperf = {}, []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "ours": ours.setdefault(int(f[1]), []).append(float(f[2]))
+    else: iperf.append(min(float(f[2]), float(f[3])))
+rate = statistics.median(iperf)
+print(f"iperf3 --bidir over the veth pair, per direction: {rate:.2f} GB/s (median of {len(iperf)})")
+print("| size | lockstep busbw (GB/s) | / iperf3 per-direction rate |")
+print("|---|---|---|")
+for b in sorted(ours):
+    v = statistics.median(ours[b])
+    print(f"| {b >> 20} MiB | {v:.2f} | {v / rate:.0%} |")
+PY
