@@ -13,7 +13,7 @@ namespace {
 absl::StatusOr<Tensor> Filled(int64_t count, float value, Device device) {
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<float>(
                                           std::vector<float>(static_cast<size_t>(count), value)));
-  if (device.is_cpu()) return t;
+  if (t.device() == device) return t;  // cpu:N with N > 0 included.
   return t.To(device);
 }
 
@@ -193,8 +193,8 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
   if (options_.affine) {
     // Reverse registration order: bias, then weight; both before the input
     // gradient, so a reducer can start on them.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({p.c}, DType::kF32));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty({p.c}, DType::kF32));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({p.c}, DType::kF32, input.device()));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty({p.c}, DType::kF32, input.device()));
     for (int64_t c = 0; c < p.c; ++c) {
       gb.data<float>()[c] = static_cast<float>(sum[c]);
       gw.data<float>()[c] = static_cast<float>(dotp[c] * saved_invstd_[c]);

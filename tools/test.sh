@@ -51,12 +51,12 @@ run_step() {
 
 run_step main bazel test //...
 run_step asan bazel test --config=asan //core/... //data/... //collectives/... //nn/... //amp/... //ddp/... \
-  //trainers/... //tests/...
+  //dp/... //trainers/... //tests/...
 run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess_test //data:data_loader_test \
   //collectives:fault_test //collectives:store_test //collectives:tcp_store_test //collectives:work_test \
   //collectives:point_to_point_test //collectives:fake_transport_test //collectives:tcp_transport_test \
   //collectives:init_from_env_test //collectives:all_reduce_test //collectives:ring_all_reduce_test \
-  //ddp:ddp_test //trainers:train_loop_test
+  //ddp:ddp_test //trainers:train_loop_test //dp:parallel_apply_test //dp:data_parallel_test
 # The communicator grid without its 1M-element cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"
