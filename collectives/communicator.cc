@@ -149,14 +149,16 @@ std::shared_ptr<CompletableWork> Communicator::NewWork() {
   // The waiting thread runs queued operations itself while this
   // communicator's thread is idle (Work::SetHelper). The gate outlives the
   // communicator: a Work waited on after it is gone helps nobody.
+  // The awaited Work is passed at each call (not captured here): a Work
+  // chained from this one inherits the helper and must be the one checked,
+  // since this one may be gone by then.
   std::weak_ptr<HelpGate> gate = help_gate_;
-  const Work* raw = work.get();
-  work->SetHelper([gate, raw] {
+  work->SetHelper([gate](Work* awaited) {
     if (std::shared_ptr<HelpGate> g = gate.lock()) {
       // try_lock: a Then callback that waits inside a helped operation must
       // not deadlock on the gate; it simply waits without helping.
       std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
-      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(raw);
+      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(awaited);
     }
   });
   return work;
@@ -222,9 +224,9 @@ void Communicator::WorkerLoop() {
   }
 }
 
-void Communicator::HelpUntilDone(const Work* awaited) {
+void Communicator::HelpUntilDone(Work* awaited) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!running_ && !queue_.empty() && !const_cast<Work*>(awaited)->IsCompleted()) {
+  while (!running_ && !queue_.empty() && !awaited->IsCompleted()) {
     Item item = std::move(queue_.front());
     queue_.pop_front();
     queue_size_.store(queue_.size(), std::memory_order_release);

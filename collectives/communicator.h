@@ -173,7 +173,7 @@ class Communicator {
   void WorkerLoop();
   // Runs queued operations on the calling thread while no other thread runs
   // one and `awaited` is not complete.
-  void HelpUntilDone(const Work* awaited);
+  void HelpUntilDone(Work* awaited);
   std::shared_ptr<CompletableWork> NewWork();
   static std::string Describe(const Fingerprint& f);
 

@@ -18,7 +18,7 @@ void Work::SpinUntilDone(std::chrono::microseconds limit) {
 }
 
 absl::Status Work::Wait() {
-  if (helper_ && !IsCompleted()) helper_();
+  if (helper_ && !IsCompleted()) helper_(this);
   SpinUntilDone(std::chrono::microseconds(spin_microseconds_));
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });

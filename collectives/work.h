@@ -76,7 +76,9 @@ class Work : public std::enable_shared_from_this<Work> {
   // waiting thread run queued operations itself when the backend's own
   // thread is idle, saving two thread wake-ups per small operation. Chained
   // Works inherit it. Set before the Work is shared.
-  void SetHelper(std::function<void()> helper) { helper_ = std::move(helper); }
+  // The helper is told which Work is being waited on (this one, or a Work
+  // chained from it).
+  void SetHelper(std::function<void(Work* awaited)> helper) { helper_ = std::move(helper); }
 
  private:
   // Wait() never busy-spins: it yields between checks, so a worker thread
@@ -85,7 +87,7 @@ class Work : public std::enable_shared_from_this<Work> {
   void SpinUntilDone(std::chrono::microseconds limit);
 
   const int spin_microseconds_;
-  std::function<void()> helper_;
+  std::function<void(Work*)> helper_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;

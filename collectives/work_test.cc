@@ -136,6 +136,23 @@ TEST(WorkTest, ACallbackMayStartAndChainMoreWork) {
   EXPECT_TRUE(tail->Wait(milliseconds(1000)).ok());
 }
 
+TEST(WorkTest, AChainedWorkTellsTheHelperItselfNotItsParent) {
+  // The parent may be gone while a chained Work is waited on: the helper
+  // must be asked about the Work actually awaited. Here the helper plays
+  // the communicator running the queued operation (completing the parent).
+  std::vector<Work*> asked;
+  auto parent = CompletableWork::Create();
+  CompletableWork* raw_parent = parent.get();
+  parent->SetHelper([&](Work* awaited) {
+    asked.push_back(awaited);
+    raw_parent->Complete(absl::OkStatus());
+  });
+  std::shared_ptr<Work> chained = parent->Then([] { return absl::OkStatus(); });
+  EXPECT_TRUE(chained->Wait().ok());
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], chained.get());
+}
+
 TEST(WorkTest, SynchronizeStreamWithoutADeviceBackendWaitsOnTheHost) {
   auto work = CompletableWork::Create();
   std::thread completer([work] { work->Complete(absl::OkStatus()); });
