@@ -30,6 +30,11 @@ absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions
   }
   group.store = std::move(*store);
   TcpCommunicatorOptions communicator = options.communicator;
+  // A restarted group (torchrun's TORCHELASTIC_RESTART_COUNT) may meet at
+  // the same store: each attempt gets its own key space.
+  if (const char* restart = env("TORCHELASTIC_RESTART_COUNT"); restart != nullptr && *restart != '\0') {
+    communicator.store_prefix = absl::StrCat(communicator.store_prefix, "/attempt", restart);
+  }
   AddressSelection selection;
   selection.master_addr = group.env.master_addr;
   selection.spans_hosts = group.env.world_size > group.env.local_world_size;

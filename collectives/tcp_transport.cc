@@ -48,6 +48,8 @@ static_assert(sizeof(MessageHeader) == 64, "wire layout");
 
 std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
 std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/challenge"); }
+std::string ClaimKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/claims"); }
+constexpr char kDuplicateKey[] = "tcp_transport/duplicate_rank";
 
 // "ip:port" of the other end, for messages.
 std::string PeerAddress(int fd) {
@@ -147,6 +149,16 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   // A fresh challenge for this rendezvous, before the address: a connector
   // proves it read it (no replay of an older connection).
   LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce challenge, rank_handshake::RandomNonce());
+  // Two processes given the same RANK: the second to claim it says so at
+  // once and leaves a note, so the others' wait for the rank that is then
+  // missing names the real cause.
+  LOCKSTEP_ASSIGN_OR_RETURN(int64_t claims, store.Add(ClaimKey(rank), 1));
+  if (claims != 1) {
+    (void)store.Set(kDuplicateKey, absl::StrCat(rank));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TcpTransport: RANK ", rank, " is claimed by another process of this group too: every process needs its "
+        "own RANK (check the launcher's settings or the RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID variables)"));
+  }
   LOCKSTEP_RETURN_IF_ERROR(store.Set(ChallengeKey(rank), rank_handshake::ToHex(challenge)));
   LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
 
@@ -156,7 +168,18 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   std::vector<rank_handshake::Nonce> sent_nonces(size);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    LOCKSTEP_ASSIGN_OR_RETURN(std::string address, store.Get(AddressKey(peer), options.timeout));
+    absl::StatusOr<std::string> published = store.Get(AddressKey(peer), options.timeout);
+    if (!published.ok()) {
+      absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
+      if (duplicate.ok() && *duplicate) {
+        absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "TcpTransport: rank ", peer, " never arrived because RANK ", which.ok() ? *which : "?",
+            " was given to two processes (so one rank is missing): every process needs its own RANK"));
+      }
+      return published.status();
+    }
+    const std::string address = *published;
     LOCKSTEP_ASSIGN_OR_RETURN(std::string challenge_hex, store.Get(ChallengeKey(peer), options.timeout));
     LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce peer_challenge, rank_handshake::NonceFromHex(challenge_hex));
     std::string host;

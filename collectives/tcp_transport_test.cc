@@ -177,6 +177,25 @@ TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
   EXPECT_NE(s.message().find("LOCKSTEP_SOCKET_IFNAME"), absl::string_view::npos) << s;
 }
 
+// RANK 1 given to two processes of a 3-rank group (rank 2 missing): the
+// second claimer fails at once naming the duplicate, and rank 0's wait for
+// the missing rank names it too instead of only "rank 2 never came".
+TEST(TcpTransportTest, ADuplicateRankIsNamed) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(2000);
+  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 3, options).status(); });
+  auto first = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 1, 3, options).status(); });
+  // The second RANK=1 process, once the first has claimed it.
+  ASSERT_TRUE(store.Get("tcp_transport/1", Milliseconds(10000)).ok());
+  const absl::Status second = TcpTransport::Create(store, 1, 3, options).status();
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+  EXPECT_NE(second.message().find("RANK 1 is claimed by another process"), absl::string_view::npos) << second;
+  const absl::Status s0 = rank0.get();
+  EXPECT_NE(s0.message().find("RANK 1 was given to two processes"), absl::string_view::npos) << s0;
+  (void)first.get();
+}
+
 TEST(TcpTransportTest, BadOptionsAreRefusedNamingTheField) {
   HashStore store;
   TcpTransportOptions options;

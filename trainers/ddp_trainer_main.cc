@@ -31,6 +31,7 @@
 ABSL_FLAG(int, nproc, 2, "local ranks to start when no launcher set a rank environment");
 ABSL_FLAG(std::string, bind_to, "core", "core (each local rank on its own CPU) or none");
 ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
+ABSL_FLAG(int, timeout, 300, "seconds the group's setup and each collective may take before they fail");
 ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
 ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf16_compress");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
@@ -42,7 +43,7 @@ namespace {
 
 constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
-    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1\n"
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
     "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph\n";
 
@@ -55,7 +56,12 @@ bool HasRankEnvironment() {
 
 absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                      const DdpOptions& ddp_options, const std::string& comm_hook) {
-  LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv());
+  InitOptions init;
+  const Milliseconds timeout(int64_t{absl::GetFlag(FLAGS_timeout)} * 1000);
+  init.store_timeout = timeout;
+  init.communicator.communicator.timeout = timeout;
+  init.communicator.transport.timeout = timeout;
+  LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv(init));
   const int rank = group.env.rank;
   const int world_size = group.env.world_size;
   Device device = config.device;
@@ -110,6 +116,9 @@ int main(int argc, char** argv) {
   if (!config.ok()) return UsageError(kProgram, config.status());
   DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  if (absl::GetFlag(FLAGS_timeout) < 1) {
+    return UsageError(kProgram, absl::InvalidArgumentError("--timeout must be at least 1 (seconds)"));
+  }
   const double first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
   if (!(first_bucket_mb > 0) || first_bucket_mb > 1e6) {
     return UsageError(kProgram, absl::InvalidArgumentError("--first_bucket_mb must be in (0, 1e6]"));
