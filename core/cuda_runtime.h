@@ -38,6 +38,13 @@ int DeviceCount();
 // devices there are.
 absl::Status CheckDevice(int device);
 
+// What DataParallel's balance check looks at (cudaGetDeviceProperties).
+struct DeviceProperties {
+  size_t total_memory = 0;
+  int multiprocessors = 0;
+};
+absl::StatusOr<DeviceProperties> GetDeviceProperties(int device);
+
 // An owned cudaStream_t (non-blocking) on one device. Movable, not copyable.
 class Stream {
  public:

@@ -52,6 +52,16 @@ int DeviceCount() {
   return count;
 }
 
+absl::StatusOr<DeviceProperties> GetDeviceProperties(int device) {
+  LOCKSTEP_RETURN_IF_ERROR(CheckDevice(device));
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaGetDeviceProperties(cuda:", device, ") failed"));
+  }
+  return DeviceProperties{prop.totalGlobalMem, prop.multiProcessorCount};
+}
+
 absl::Status CheckDevice(int device) {
   const int count = DeviceCount();
   if (device < 0 || device >= count) {

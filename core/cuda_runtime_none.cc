@@ -22,6 +22,9 @@ absl::Status NotBuilt(absl::string_view operation) {
 bool BuiltWithCuda() { return false; }
 int DeviceCount() { return 0; }
 absl::Status CheckDevice(int device) { return NotBuilt(absl::StrCat("CheckDevice(cuda:", device, ")")); }
+absl::StatusOr<DeviceProperties> GetDeviceProperties(int device) {
+  return NotBuilt(absl::StrCat("GetDeviceProperties(cuda:", device, ")"));
+}
 
 absl::StatusOr<Stream> Stream::Create(int device) { return NotBuilt("Stream::Create"); }
 Stream::Stream(Stream&& other) noexcept

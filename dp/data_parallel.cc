@@ -1,5 +1,6 @@
 #include "dp/data_parallel.h"
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "core/cuda_runtime.h"
 #include "core/kernels.h"
 #include "core/status.h"
+#include "dp/balance.h"
 #include "dp/replicate.h"
 #include "dp/scatter_gather.h"
 #include "nn/state_dict_prefix.h"
@@ -68,6 +70,20 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(Module& modul
   }
   if (options.dim < 0) {
     return absl::InvalidArgumentError(absl::StrCat("DataParallel: dim must be >= 0, got ", options.dim));
+  }
+  if (devices.size() > 1 && devices[0].is_cuda()) {
+    // PyTorch warns (and goes on) when one GPU would hold the others back.
+    std::vector<int> ids;
+    std::vector<cuda::DeviceProperties> properties;
+    for (const Device& d : devices) {
+      absl::StatusOr<cuda::DeviceProperties> p = cuda::GetDeviceProperties(d.index());
+      if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat("DataParallel: ", p.status().message()));
+      ids.push_back(d.index());
+      properties.push_back(*p);
+    }
+    if (const std::string warning = ImbalanceWarning(ids, properties); !warning.empty()) {
+      std::fprintf(stderr, "DataParallel: warning: %s\n", warning.c_str());
+    }
   }
   std::unique_ptr<DeviceWorkers> workers;
   if (devices.size() > 1) {

@@ -181,9 +181,8 @@ TEST(DataParallel, OneDeviceIsTheModuleItself) {
 // num_batches_tracked increment) reach the module. One device reproduces
 // that: chunk 0, then chunk 1 with the loss gradient of the whole batch's
 // mean, then chunk 1's statistics update undone.
-// nn/batch_norm.cc makes weight/running_var (Filled) and the weight and
-// bias gradients on cpu:0 whatever cpu:N the layer is on, so a BatchNorm
-// replica on cpu:1 fails its backward. Until nn fixes that this test skips.
+// A BatchNorm replica on cpu:1 keeps every tensor there (forward and
+// backward run).
 bool BatchNormWorksOnCpu1() {
   BatchNormOptions bn;
   bn.num_features = 3;
@@ -195,9 +194,7 @@ bool BatchNormWorksOnCpu1() {
 }
 
 TEST(DataParallel, BatchNormFollowsReplicaZero) {
-  if (!BatchNormWorksOnCpu1()) {
-    GTEST_SKIP() << "nn's BatchNorm puts parameters/gradients of a cpu:1 layer on cpu:0";
-  }
+  ASSERT_TRUE(BatchNormWorksOnCpu1());
   constexpr int64_t kBatch = 10;
   std::unique_ptr<Module> model = MakeModel(true);
   std::unique_ptr<Sgd> sgd = MakeSgd(*model);
