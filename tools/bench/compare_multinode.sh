@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The multi-node path on this machine: two network namespaces joined by a
 # veth pair (root), lockstep's all-reduce across them (2 ranks, one per
-# "host", only a launcher's variables) beside iperf3's bidirectional TCP rate
+# "host", only a launcher's variables) beside PyTorch 1.13's gloo across the
+# same pair (GLOO_SOCKET_IFNAME per namespace) and iperf3's bidirectional TCP rate
 # over the same pair (each rank sends and receives at once, as the ring does),
 # `runs` interleaved rounds (default 3), medians.
 #   sudo bash tools/bench/compare_multinode.sh [runs]
-# Needs iperf3 (apt). Removes its namespaces whatever happens.
+# Needs iperf3 and python3-torch (apt). Removes its namespaces whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-3}
@@ -34,6 +35,16 @@ for run in $(seq "$runs"); do
   done
   wait
   sed -nE 's/.*"bytes": ([0-9]+).*"busbw_gbps": ([0-9.]+).*/ours \1 \2/p' "$tmp/ours.0" >>"$out"
+  # PyTorch 1.13's gloo over the same pair, one rank per namespace.
+  for r in 0 1; do
+    ns=$a; ifname="va$$"; [[ $r -eq 1 ]] && { ns=$b; ifname="vb$$"; }
+    ip netns exec "$ns" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.78.0.1 MASTER_PORT=$(( port + 100 )) \
+      GLOO_SOCKET_IFNAME=$ifname OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 300 /usr/bin/python3 \
+      tools/bench/peers/gloo_all_reduce.py --bytes 1048576 4194304 16777216 67108864 268435456 --iters 10 \
+      --warmup 2 >"$tmp/gloo.$r" 2>/dev/null &
+  done
+  wait
+  awk '$1 == "gloo" {print "gloo", $2, $4}' "$tmp/gloo.0" >>"$out"
   ip netns exec "$a" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
   server=$!
   sleep 0.5  # iperf3's server has no readiness signal; a benchmark, not a test.
@@ -48,16 +59,18 @@ print('iperf3 0', d['sum_sent']['bits_per_second']/8e9, d['sum_sent_bidir_revers
 done
 /usr/bin/python3 - "$out" <<'PY'
 import statistics, sys
-ours, iperf = {}, []
+ours, gloo, iperf = {}, {}, []
 for line in open(sys.argv[1]):
     f = line.split()
     if f[0] == "ours": ours.setdefault(int(f[1]), []).append(float(f[2]))
+    elif f[0] == "gloo": gloo.setdefault(int(f[1]), []).append(float(f[2]))
     else: iperf.append(min(float(f[2]), float(f[3])))
 rate = statistics.median(iperf)
 print(f"iperf3 --bidir over the veth pair, per direction: {rate:.2f} GB/s (median of {len(iperf)})")
-print("| size | lockstep busbw (GB/s) | / iperf3 per-direction rate |")
-print("|---|---|---|")
+print("| size | lockstep busbw (GB/s) | PyTorch gloo busbw (GB/s) | lockstep / gloo | lockstep / iperf3 per direction |")
+print("|---|---|---|---|---|")
 for b in sorted(ours):
     v = statistics.median(ours[b])
-    print(f"| {b >> 20} MiB | {v:.2f} | {v / rate:.0%} |")
+    g = statistics.median(gloo[b]) if b in gloo else float("nan")
+    print(f"| {b >> 20} MiB | {v:.2f} | {g:.2f} | {v / g:.2f}x | {v / rate:.0%} |")
 PY

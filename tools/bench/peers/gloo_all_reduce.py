@@ -6,6 +6,10 @@
 
 Prints one line per size: `gloo <bytes> <time_us> <busbw_GBps>`, the time
 being the slowest rank's mean (as the C++ tool and nccl-tests report).
+
+With RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment (one
+process per rank, e.g. one per network namespace) it runs as that rank
+instead of spawning --nproc local ones.
 """
 import argparse
 import os
@@ -18,8 +22,9 @@ import torch.multiprocessing as mp
 
 
 def run(rank, args, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
     for nbytes in args.bytes:
@@ -46,6 +51,10 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
+    if "RANK" in os.environ:
+        args.nproc = int(os.environ["WORLD_SIZE"])
+        run(int(os.environ["RANK"]), args, None)
+        os._exit(0)  # PyTorch 1.13's gloo teardown can hang at exit.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
