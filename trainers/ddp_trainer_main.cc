@@ -94,13 +94,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   parts.test = data.test;
   parts.comm = group.comm.get();
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
-  if (rank == 0 && !result.epochs.empty()) {
-    const EpochMetrics& last = result.epochs.back();
-    std::printf("%s: final test accuracy %.2f%% (%lld examples), %.0f samples/s over %d ranks, "
-                "%lld steps\n",
-                kProgram, 100 * last.test.accuracy(), static_cast<long long>(last.test.count),
-                last.samples_per_second, world_size, static_cast<long long>(result.steps));
-  }
+  if (rank == 0) PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
   return absl::OkStatus();
 }
 
@@ -109,11 +103,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
 
 int main(int argc, char** argv) {
   using namespace lockstep;
-  // Before anything else: OpenBLAS may have picked its slowest kernels.
-  RestartWithFasterBlasKernelsIfNeeded(argv);
-  ParseTrainerFlagsOrExit(argc, argv, kProgram, kDdpUsage);
-  absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
-  if (!config.ok()) return UsageError(kProgram, config.status());
+  absl::StatusOr<TrainerConfig> config = StartTrainerOrExit(argc, argv, kProgram, kDdpUsage);
   DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
   if (absl::GetFlag(FLAGS_timeout) < 1) {

@@ -109,12 +109,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
   TrainLoopOptions loop = MakeLoopOptions(config, /*rank=*/0, /*world_size=*/1);
   loop.device = master;  // batches and evaluation on device_ids[0]
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
-  if (!result.epochs.empty()) {
-    const EpochMetrics& last = result.epochs.back();
-    std::printf("%s: final test accuracy %.2f%% (%lld examples), %.0f samples/s on %zu devices, %lld steps\n",
-                kProgram, 100 * last.test.accuracy(), static_cast<long long>(last.test.count),
-                last.samples_per_second, devices.size(), static_cast<long long>(result.steps));
-  }
+  PrintFinalResult(kProgram, result, absl::StrCat("on ", devices.size(), " devices"));
   return absl::OkStatus();
 }
 
@@ -123,11 +118,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
 
 int main(int argc, char** argv) {
   using namespace lockstep;
-  // Before anything else: OpenBLAS may have picked its slowest kernels.
-  RestartWithFasterBlasKernelsIfNeeded(argv);
-  ParseTrainerFlagsOrExit(argc, argv, kProgram, kDpUsage);
-  absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
-  if (!config.ok()) return UsageError(kProgram, config.status());
+  absl::StatusOr<TrainerConfig> config = StartTrainerOrExit(argc, argv, kProgram, kDpUsage);
   absl::StatusOr<std::vector<Device>> devices = ParseDevices(absl::GetFlag(FLAGS_devices));
   if (!devices.ok()) return UsageError(kProgram, devices.status());
   // DataParallel's own checks (empty list, duplicates, mixed types) as usage errors.

@@ -33,12 +33,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
   parts.test = data.test;
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result,
                             RunTraining(MakeLoopOptions(config, /*rank=*/0, /*world_size=*/1), parts));
-  if (!result.epochs.empty()) {
-    const EpochMetrics& last = result.epochs.back();
-    std::printf("%s: final test accuracy %.2f%% (%lld examples), %.0f samples/s, %lld steps\n",
-                kProgram, 100 * last.test.accuracy(), static_cast<long long>(last.test.count),
-                last.samples_per_second, static_cast<long long>(result.steps));
-  }
+  PrintFinalResult(kProgram, result, "");
   return absl::OkStatus();
 }
 
@@ -47,11 +42,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
 
 int main(int argc, char** argv) {
   using namespace lockstep;
-  // Before anything else: OpenBLAS may have picked its slowest kernels.
-  RestartWithFasterBlasKernelsIfNeeded(argv);
-  ParseTrainerFlagsOrExit(argc, argv, kProgram, "");
-  absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
-  if (!config.ok()) return UsageError(kProgram, config.status());
+  absl::StatusOr<TrainerConfig> config = StartTrainerOrExit(argc, argv, kProgram, "");
   absl::StatusOr<TrainerDatasets> data = LoadTrainerDatasets(*config);
   if (absl::IsNotFound(data.status())) return UsageError(kProgram, data.status());  // --dataset
   absl::Status s = data.status();

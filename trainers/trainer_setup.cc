@@ -1,6 +1,7 @@
 #include "trainers/trainer_setup.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "core/status.h"
 #include "data/idx_dataset.h"
 #include "data/normalize.h"
+#include "nn/blas_kernels.h"
 #include "data/synthetic_dataset.h"
 #include "nn/adam.h"
 #include "nn/batch_norm.h"
@@ -157,6 +159,22 @@ int UsageError(const char* program, const absl::Status& status) {
   std::fprintf(stderr, "%s: %s\n", program, std::string(status.message()).c_str());
   PrintUsage();
   return 2;
+}
+
+TrainerConfig StartTrainerOrExit(int argc, char** argv, const char* program, const char* extra_usage) {
+  RestartWithFasterBlasKernelsIfNeeded(argv);
+  ParseTrainerFlagsOrExit(argc, argv, program, extra_usage);
+  absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
+  if (!config.ok()) std::exit(UsageError(program, config.status()));
+  return *std::move(config);
+}
+
+void PrintFinalResult(const char* program, const TrainResult& result, const std::string& where) {
+  if (result.epochs.empty()) return;
+  const EpochMetrics& last = result.epochs.back();
+  std::printf("%s: final test accuracy %.2f%% (%lld examples), %.0f samples/s%s, %lld steps\n", program,
+              100 * last.test.accuracy(), static_cast<long long>(last.test.count), last.samples_per_second,
+              where.empty() ? "" : (" " + where).c_str(), static_cast<long long>(result.steps));
 }
 
 absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
