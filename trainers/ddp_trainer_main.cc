@@ -4,7 +4,7 @@
 //
 // Without a rank environment (no RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)
 // it starts --nproc ranks of itself on this machine under a store it holds
-// (trainers/local_launch.h), each bound to its own CPU (--bind_to=core), and
+// (collectives/local_launch.h), each bound to its own CPU (--bind_to=core), and
 // stops them all when one fails. Under tools/launch, torchrun, mpirun or srun
 // it is one rank and joins the group from the environment (InitFromEnv).
 // Rank 0 prints the progress and writes --metrics and the checkpoints; every
@@ -23,7 +23,7 @@
 #include "ddp/distributed_data_parallel.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
-#include "trainers/local_launch.h"
+#include "collectives/local_launch.h"
 #include "core/status.h"
 #include "trainers/train_loop.h"
 #include "trainers/trainer_setup.h"

@@ -23,7 +23,6 @@
 // mislead: ranks can fall into anti-phase, one fast where the other is slow,
 // seen at 4 KiB on 2 ranks as 5/45 us alternating, and every pair's maximum
 // is then the slow one.)
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,17 +37,16 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "collectives/address.h"
 #include "collectives/communicator.h"
+#include "collectives/local_launch.h"
 #include "collectives/rank_environment.h"
-#include "collectives/tcp_communicator.h"
 #include "collectives/socket.h"
+#include "collectives/tcp_communicator.h"
 #include "collectives/tcp_store.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/status.h"
-#include "core/subprocess.h"
 
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter");
@@ -367,82 +365,28 @@ absl::Status RunRank(const RankEnvironment& env) {
   return comm->Barrier()->Wait();
 }
 
-// A secret for the --nproc store, so that other local users cannot join or
-// disturb it. Empty (no token) if the kernel has no randomness to give.
-std::string RandomToken() {
-  unsigned char bytes[16];
-  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) return "";
-  std::string token;
-  for (unsigned char b : bytes) token += absl::StrFormat("%02x", b);
-  return token;
-}
-
-// --nproc: host the store here and start the ranks as children. The store
-// listens on port 0 and stays bound for the children's lifetime, so no other
-// process can take the port between choosing it and using it (as with
-// "listen, close, pass the number on").
+// --nproc: this binary again as the ranks, under a store this process holds
+// (collectives/local_launch.h).
 int SpawnLocal(int nproc, char** argv) {
-  TcpStoreServerOptions server_options;
-  server_options.host = "127.0.0.1";
-  server_options.token = RandomToken();
-  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(server_options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "collectives: cannot start the store: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  std::vector<std::string> args = {"/proc/self/exe"};
-  for (char** a = argv + 1; *a != nullptr; ++a) {
-    if (std::string(*a).rfind("--nproc", 0) != 0) args.push_back(*a);
-  }
-  args.push_back("--nproc=0");
-  // Like mpirun's default for a few ranks: each local rank on its own CPU,
-  // so that the scheduler never puts two ranks' threads on one CPU while
-  // another idles (which made 4 KiB all-reduces' p95 jump 8 -> 40 us).
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
-  const std::vector<int> cpus = AllowedCpus();
   if (bind_to != "core" && bind_to != "none") {
     std::fprintf(stderr, "collectives: --bind_to=%s: expected core or none\n", bind_to.c_str());
     return 2;
   }
-  const bool bind = bind_to == "core" && nproc <= static_cast<int>(cpus.size());
-  // Destroying `children` (any return) kills and reaps the ranks still running.
-  std::vector<Subprocess> children;
-  for (int rank = 0; rank < nproc; ++rank) {
-    SubprocessOptions options;
-    options.argv = args;
-    if (bind) options.cpus = {cpus[rank]};
-    options.env = {{"RANK", absl::StrCat(rank)},
-                   {"LOCAL_RANK", absl::StrCat(rank)},
-                   {"WORLD_SIZE", absl::StrCat(nproc)},
-                   {"LOCAL_WORLD_SIZE", absl::StrCat(nproc)},
-                   {"MASTER_ADDR", "127.0.0.1"},
-                   {"MASTER_PORT", absl::StrCat((*server)->port())},
-                   {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                   {"LOCKSTEP_STORE_TOKEN", server_options.token}};
-    absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
-    if (!child.ok()) {
-      std::fprintf(stderr, "collectives: cannot start rank %d: %s\n", rank, child.status().ToString().c_str());
-      return 1;
-    }
-    children.push_back(std::move(*child));
+  LocalLaunchOptions options;
+  options.nproc = nproc;
+  options.name = "collectives";
+  options.bind_to_core = bind_to == "core";
+  options.argv = {"/proc/self/exe"};
+  for (char** a = argv + 1; *a != nullptr; ++a) {
+    if (std::string(*a).rfind("--nproc", 0) != 0) options.argv.push_back(*a);
   }
-  // The first failure stops the others: they would only wait for the failed
-  // rank until the store's timeout (torchrun does the same).
-  int failures = 0;
-  for (int running = nproc; running > 0; --running) {
-    absl::StatusOr<WaitAnyResult> ended = WaitAny(absl::MakeSpan(children), Subprocess::Deadline::max());
-    if (!ended.ok()) {
-      std::fprintf(stderr, "collectives: %s\n", ended.status().ToString().c_str());
-      return 1;
-    }
-    if (ended->status.success()) continue;
-    if (failures++ == 0) {
-      std::fprintf(stderr, "collectives: rank %zu %s; stopping the other ranks\n", ended->index,
-                   ended->status.ToString().c_str());
-      for (Subprocess& child : children) (void)child.Kill();
-    }
+  options.argv.push_back("--nproc=0");
+  if (absl::Status s = RunLocalRanks(options); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
   }
-  return failures == 0 ? 0 : 1;
+  return 0;
 }
 
 }  // namespace

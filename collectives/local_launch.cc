@@ -1,4 +1,4 @@
-#include "trainers/local_launch.h"
+#include "collectives/local_launch.h"
 
 #include <sys/random.h>
 

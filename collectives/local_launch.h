@@ -20,8 +20,8 @@
 // when there are enough CPUs: the scheduler then never stacks two ranks on
 // one CPU while another idles. The first rank that fails stops the others
 // (they would only wait for it until their timeouts), as torchrun does.
-#ifndef LOCKSTEP_TRAINERS_LOCAL_LAUNCH_H_
-#define LOCKSTEP_TRAINERS_LOCAL_LAUNCH_H_
+#ifndef LOCKSTEP_COLLECTIVES_LOCAL_LAUNCH_H_
+#define LOCKSTEP_COLLECTIVES_LOCAL_LAUNCH_H_
 
 #include <string>
 #include <vector>
@@ -46,4 +46,4 @@ std::string RandomStoreToken();
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_TRAINERS_LOCAL_LAUNCH_H_
+#endif  // LOCKSTEP_COLLECTIVES_LOCAL_LAUNCH_H_
