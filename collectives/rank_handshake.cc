@@ -1,14 +1,12 @@
 #include "collectives/rank_handshake.h"
 
-#include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <poll.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -29,48 +27,6 @@ Mac Hmac(const std::string& secret, const std::string& data) {
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac.data(), &len);
   return mac;
-}
-
-// One non-blocking connect attempt, waiting at most until `until`. Returns
-// the socket, or the errno of the failure (ETIMEDOUT when `until` passed).
-absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, Deadline until, int* error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* result = nullptr;
-  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
-  if (rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
-  }
-  *error = ETIMEDOUT;
-  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-    if (!fd.valid()) {
-      *error = errno;
-      continue;
-    }
-    int r = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
-    if (r != 0 && errno == EINPROGRESS) {
-      pollfd p{fd.get(), POLLOUT, 0};
-      if (::poll(&p, 1, PollTimeoutMs(until)) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-        r = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        r = -1;
-        errno = ETIMEDOUT;
-      }
-    }
-    if (r == 0) {
-      freeaddrinfo(result);
-      return fd;
-    }
-    *error = errno;
-  }
-  freeaddrinfo(result);
-  return absl::UnavailableError(std::strerror(*error));
 }
 
 }  // namespace

@@ -128,48 +128,56 @@ absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port) {
   return last;
 }
 
+absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, Deadline until, int* error) {
+  absl::StatusOr<addrinfo*> resolved = Resolve(host, port, /*passive=*/false);
+  if (!resolved.ok()) return resolved.status();
+  *error = ETIMEDOUT;
+  for (addrinfo* ai = *resolved; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+    if (!fd.valid()) {
+      *error = errno;
+      continue;
+    }
+    int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd.get(), POLLOUT, 0};
+      rc = ::poll(&p, 1, PollTimeoutMs(until));
+      if (rc == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      } else {
+        errno = ETIMEDOUT;
+        rc = -1;
+      }
+    }
+    if (rc == 0) {
+      freeaddrinfo(*resolved);
+      return fd;
+    }
+    *error = errno;
+  }
+  freeaddrinfo(*resolved);
+  return absl::UnavailableError(std::strerror(*error));
+}
+
 absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline, absl::string_view what) {
-  absl::Status last = absl::UnavailableError("not attempted");
+  int error = 0;
   auto backoff = std::chrono::milliseconds(1);
   while (true) {
-    absl::StatusOr<addrinfo*> resolved = Resolve(host, port, /*passive=*/false);
-    if (!resolved.ok()) return resolved.status();
-    for (addrinfo* ai = *resolved; ai != nullptr; ai = ai->ai_next) {
-      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-      if (!fd.valid()) {
-        last = Errno("socket");
-        continue;
-      }
-      int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd p{fd.get(), POLLOUT, 0};
-        rc = ::poll(&p, 1, PollTimeoutMs(deadline));
-        if (rc == 1) {
-          int err = 0;
-          socklen_t len = sizeof(err);
-          getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-          errno = err;
-          rc = err == 0 ? 0 : -1;
-        } else {
-          errno = ETIMEDOUT;
-          rc = -1;
-        }
-      }
-      if (rc == 0) {
-        freeaddrinfo(*resolved);
-        return fd;
-      }
-      last = Errno(absl::StrCat("connect to ", what, " at ", HostPort(host, port)));
-    }
-    freeaddrinfo(*resolved);
+    absl::StatusOr<Fd> fd = ConnectOnce(host, port, deadline, &error);
+    if (fd.ok() || absl::IsInvalidArgument(fd.status())) return fd;
     if (SteadyClock::now() >= deadline) break;
     // The peer may not listen yet: back off a little and retry.
     std::this_thread::sleep_for(std::min<Deadline::duration>(backoff, deadline - SteadyClock::now()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "could not connect to ", what, " at ", HostPort(host, port), " before the timeout (last error: ",
-      last.message(), "). Is it running, and is the address reachable from this host?"));
+      "could not connect to ", what, " at ", HostPort(host, port), " before the timeout (last error: connect to ",
+      what, " at ", HostPort(host, port), ": ", std::strerror(error),
+      "). Is it running, and is the address reachable from this host?"));
 }
 
 absl::StatusOr<Fd> Accept(int listen_fd, Deadline deadline, absl::string_view what) {
@@ -253,22 +261,38 @@ void TuneSocket(int fd, int buffer_bytes, const std::string& congestion_control)
   }
 }
 
-std::string LocalAddress(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+namespace {
+
+// "ip:port" of a socket address, "?" when unknown.
+std::string AddressOf(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = {0};
   int port = 0;
   if (addr.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
     port = ntohs(a->sin6_port);
   } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
     inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
     port = ntohs(a->sin_port);
   }
   return HostPort(host, port);
+}
+
+}  // namespace
+
+std::string LocalAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  return AddressOf(addr);
+}
+
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  return AddressOf(addr);
 }
 
 }  // namespace lockstep

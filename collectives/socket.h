@@ -72,6 +72,12 @@ absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port);
 absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline,
                            absl::string_view what);
 
+// One non-blocking connection attempt that waits at most until `until`:
+// the socket, or Unavailable with *error set to the attempt's errno
+// (ETIMEDOUT when `until` passed); InvalidArgument when `host` does not
+// resolve.
+absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, Deadline until, int* error);
+
 // Accepts one connection before the deadline.
 absl::StatusOr<Fd> Accept(int listen_fd, Deadline deadline, absl::string_view what);
 
@@ -89,6 +95,8 @@ void TuneSocket(int fd, int buffer_bytes, const std::string& congestion_control 
 
 // The local address of a connected or listening socket ("ip:port").
 std::string LocalAddress(int fd);
+// The other end's address of a connected socket ("ip:port", "?" if unknown).
+std::string PeerAddress(int fd);
 
 }  // namespace lockstep
 

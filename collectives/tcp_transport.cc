@@ -1,6 +1,5 @@
 #include "collectives/tcp_transport.h"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sched.h>
@@ -51,18 +50,6 @@ std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank,
 std::string ClaimKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/claims"); }
 constexpr char kDuplicateKey[] = "tcp_transport/duplicate_rank";
 
-// "ip:port" of the other end, for messages.
-std::string PeerAddress(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "an unknown address";
-  char host[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), service, sizeof(service),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "an unknown address";
-  }
-  return HostPort(host, std::atoi(service));
-}
 
 absl::Status CheckHello(const rank_handshake::HelloPrefix& h, int expected_size, absl::string_view from) {
   if (h.magic != kHelloMagic) {
