@@ -35,6 +35,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
+from mlp_peer import make_model, make_step  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
@@ -43,29 +44,13 @@ RANKS = 2
 PER_RANK_BATCH = 64
 
 
-def make_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                               torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-
-
 def run(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=RANKS)
     model = DDP(make_model())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    gen = torch.Generator().manual_seed(100 + rank)
-    batches = [(torch.rand(PER_RANK_BATCH, 1, 28, 28, generator=gen) * 2 - 1,
-                torch.randint(0, 10, (PER_RANK_BATCH,), generator=gen)) for _ in range(4)]
-
-    def step(i):
-        x, y = batches[i % len(batches)]
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+    step = make_step(model, PER_RANK_BATCH, 100 + rank)
 
     for i in range(args.warmup):
         step(i)

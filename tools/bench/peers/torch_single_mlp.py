@@ -26,14 +26,9 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
+from mlp_peer import make_model, make_step  # noqa: E402
 
 BATCH = 128
-
-
-def make_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                               torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
 def main():
@@ -44,17 +39,7 @@ def main():
     load_before = float(open("/proc/loadavg").read().split()[0])
     torch.set_num_threads(1)
     model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    gen = torch.Generator().manual_seed(100)
-    batches = [(torch.rand(BATCH, 1, 28, 28, generator=gen) * 2 - 1,
-                torch.randint(0, 10, (BATCH,), generator=gen)) for _ in range(4)]
-
-    def step(i):
-        x, y = batches[i % len(batches)]
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+    step = make_step(model, BATCH, 100)
 
     for i in range(args.warmup):
         step(i)

@@ -1,0 +1,27 @@
+"""What torch_single_mlp.py and torch_ddp_mlp.py share: the reference MLP
+(as lockstep's MakeMlp 784-512-256-10), SGD, in-memory batches and one step."""
+import torch
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+
+def make_step(model, batch, seed):
+    """A function step(i) that trains `model` on one of 4 fixed random
+    batches of `batch` examples (SGD lr 0.1 momentum 0.9)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+    batches = [(torch.rand(batch, 1, 28, 28, generator=gen) * 2 - 1,
+                torch.randint(0, 10, (batch,), generator=gen)) for _ in range(4)]
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
