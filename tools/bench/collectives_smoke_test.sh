@@ -28,4 +28,8 @@ assert row["p50_us"] <= row["p95_us"], row
 PY
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
 echo "$err" | grep -q "is not a collective" || { echo "unclear error: $err"; exit 1; }
+if err=$("$bin" --bind_to=socket --nproc=2 2>&1); then echo "bad --bind_to accepted"; exit 1; fi
+echo "$err" | grep -q "expected core or none" || { echo "unclear error: $err"; exit 1; }
+if err=$("$bin" --timeout=0 --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "--timeout=0 accepted"; exit 1; fi
+echo "$err" | grep -q "timeout=0" || { echo "unclear error: $err"; exit 1; }
 echo ok
