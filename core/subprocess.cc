@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,8 @@ struct ChildFailure {
 constexpr int kStepExec = 1;
 constexpr int kStepInheritFd = 2;
 constexpr int kStepAffinity = 3;
+constexpr int kStepStdio = 4;
+constexpr int kStepParentDeath = 5;
 
 // Everything the child touches is prepared before fork: between fork and
 // exec only async-signal-safe calls are allowed (other threads may hold the
@@ -66,11 +69,33 @@ struct ChildPlan {
   unsigned alarm_seconds;
   bool set_affinity;
   cpu_set_t cpus;
+  int stdout_fd;
+  int stderr_fd;
+  int parent_death_signal;
+  pid_t parent;  // getpid() before fork, for the parent-death race check.
 };
 
 [[noreturn]] void ExecChild(const ChildPlan& plan, int error_fd) {
   ChildFailure failure{kStepExec, 0};
   if (plan.new_process_group) setpgid(0, 0);
+  if (plan.parent_death_signal > 0) {
+    if (prctl(PR_SET_PDEATHSIG, plan.parent_death_signal) != 0) {
+      failure = {kStepParentDeath, errno};
+      (void)!write(error_fd, &failure, sizeof(failure));
+      _exit(127);
+    }
+    // The parent may have died between fork and prctl: then nobody would
+    // ever send the signal.
+    if (getppid() != plan.parent) raise(plan.parent_death_signal);
+  }
+  const int stdio_from[2] = {plan.stdout_fd, plan.stderr_fd};
+  for (int i = 0; i < 2; ++i) {
+    if (stdio_from[i] >= 0 && dup2(stdio_from[i], i + 1) < 0) {
+      failure = {kStepStdio, errno};
+      (void)!write(error_fd, &failure, sizeof(failure));
+      _exit(127);
+    }
+  }
   for (int fd : *plan.inherit_fds) {
     const int flags = fcntl(fd, F_GETFD);
     if (flags < 0 || fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
@@ -133,6 +158,12 @@ absl::Status ExecError(const std::string& program, const ChildFailure& failure) 
     return absl::InvalidArgumentError(absl::StrCat("cannot run '", program, "' on the CPUs asked for: ",
                                                    ErrnoText(failure.err),
                                                    "; name CPUs this process may use (see taskset -p $$)"));
+  }
+  if (failure.step == kStepStdio || failure.step == kStepParentDeath) {
+    return absl::InternalError(absl::StrCat("cannot run '", program, "': ",
+                                            failure.step == kStepStdio ? "redirecting stdout/stderr (dup2)"
+                                                                       : "prctl(PR_SET_PDEATHSIG)",
+                                            " failed: ", ErrnoText(failure.err)));
   }
   if (failure.step == kStepInheritFd) {
     return absl::InternalError(absl::StrCat("cannot run '", program, "': keeping an inherited descriptor open failed: ",
@@ -200,6 +231,10 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   plan.new_process_group = options.new_process_group;
   plan.alarm_seconds = options.alarm_seconds;
   plan.set_affinity = !options.cpus.empty();
+  plan.stdout_fd = options.stdout_fd;
+  plan.stderr_fd = options.stderr_fd;
+  plan.parent_death_signal = options.parent_death_signal;
+  plan.parent = getpid();
   CPU_ZERO(&plan.cpus);
   for (int cpu : options.cpus) {
     if (cpu < 0 || cpu >= CPU_SETSIZE) {

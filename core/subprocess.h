@@ -84,6 +84,17 @@ struct SubprocessOptions {
   // CPUs, as `mpirun --bind-to core` binds ranks. A CPU this process may not
   // use makes Spawn fail.
   std::vector<int> cpus;
+  // >= 0: the child's stdout / stderr (dup2'ed onto 1 / 2; the original stays
+  // as it was in the child, so create it with O_CLOEXEC), e.g. a pipe's write
+  // end that the parent reads to prefix or capture the child's output.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  // > 0: the signal the child gets when the thread that spawned it dies
+  // (prctl(PR_SET_PDEATHSIG)), so that no child outlives a SIGKILLed parent.
+  // Spawn from a thread that lives as long as the child (the main thread):
+  // the kernel sends it when that *thread* ends. A parent that died before
+  // the prctl is caught too (the child checks getppid() and raises it).
+  int parent_death_signal = 0;
 };
 
 // The CPUs this process may run on (its affinity mask), in increasing order.

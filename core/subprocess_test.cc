@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -224,6 +225,46 @@ TEST(SubprocessTest, NewProcessGroupKillsDescendants) {
 
   SubprocessOptions plain = Shell("exit 0");
   EXPECT_EQ(Subprocess::Spawn(plain)->SignalGroup(SIGTERM).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+std::string ReadAll(int fd) {
+  std::string text;
+  char buffer[64];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) text.append(buffer, static_cast<size_t>(n));
+  return text;
+}
+
+TEST(SubprocessTest, RedirectsStdoutAndStderr) {
+  int out[2], err[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
+  SubprocessOptions options = Shell("echo to-out; echo to-err >&2");
+  options.stdout_fd = out[1];
+  options.stderr_fd = err[1];
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  close(out[1]);
+  close(err[1]);
+  EXPECT_EQ(ReadAll(out[0]), "to-out\n");
+  EXPECT_EQ(ReadAll(err[0]), "to-err\n");
+  close(out[0]);
+  close(err[0]);
+  EXPECT_EQ(*child->Wait(Soon()), ExitStatus::Exited(0));
+}
+
+TEST(SubprocessTest, ParentDeathSignalReachesTheChildWhenItsSpawnerEnds) {
+  // The kernel sends the signal when the spawning *thread* ends, so a thread
+  // that spawns and returns plays the part of a parent that dies.
+  absl::StatusOr<Subprocess> child = absl::InternalError("not spawned");
+  std::thread spawner([&] {
+    SubprocessOptions options = Forever();
+    options.parent_death_signal = SIGKILL;
+    child = Subprocess::Spawn(options);
+  });
+  spawner.join();
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(*child->Wait(Soon()), ExitStatus::Signaled(SIGKILL));
 }
 
 TEST(SubprocessTest, AlarmBoundsAHungChild) {

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs, with apt, whatever lockstep needs that this Debian 12 machine lacks.
-# Idempotent: installs nothing when everything is present, and says so.
+# Idempotent: installs nothing when everything is present, and says so (one
+# dpkg-query, well under a second).
 #   bash tools/setup.sh            # build and test dependencies
-#   LOCKSTEP_SETUP_TORCH=1 bash tools/setup.sh   # also python3-torch (golden data, peer benchmarks)
+# The end-to-end launch tests (tests/launch_*, tests/slurm_test,
+# tests/mpirun_test) need the cluster engines and PyTorch: Slurm with munge,
+# Open MPI, and python3-torch (only tests/launch_pytorch_test uses it; also
+# golden data and peer benchmarks). LOCKSTEP_SETUP_TORCH is accepted for old
+# callers; python3-torch is always installed now.
 set -euo pipefail
 
 packages=(
@@ -18,10 +23,13 @@ packages=(
   nlohmann-json3-dev  # header-only JSON, for golden-data tests
   iproute2          # ip netns for multi-node tests
   dataset-fashion-mnist
+  slurm-wlm         # slurmctld, slurmd, srun: tests/slurm_test (a one-node cluster of its own)
+  munge             # Slurm's authentication (munged)
+  openmpi-bin       # mpirun: tests/mpirun_test, the OpenMPI peer benchmark
+  libopenmpi-dev    # mpicc for the OpenMPI peer benchmark
+  iperf3            # the network's own bandwidth, beside the collective benchmark
+  python3-torch     # PyTorch 1.13 (/usr/bin/python3): tests/launch_pytorch_test, golden data
 )
-if [[ "${LOCKSTEP_SETUP_TORCH:-0}" == 1 ]]; then
-  packages+=(python3-torch)
-fi
 
 missing=()
 for entry in "${packages[@]}"; do

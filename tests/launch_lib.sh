@@ -1,0 +1,118 @@
+# Shared helpers of the end-to-end launch tests (tests/launch_*_test.sh,
+# tests/slurm_test.sh, tests/mpirun_test.sh). Sourced, never run.
+#
+#   source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
+#   lib_require_root "ip netns"          # exits 0 with SKIP when not root
+#   port=$(lib_free_port)
+#   lib_wait_for 30 "checkpoint exists" test -e "$dir/step-0000000005.safetensors"
+#   lib_check 'grep -q "4 ranks" "$log"' "$log"   # sets fail=1 and prints the log
+#
+# Every wait polls a condition against a deadline; nothing sleeps to synchronize.
+
+fail=0
+runfiles="${TEST_SRCDIR:?run under bazel test}/${TEST_WORKSPACE:?}"
+
+lib_require_root() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP: $1 needs root (CI runs as root; run: sudo bazel test ${TEST_TARGET:-this test})"
+    exit 0
+  fi
+}
+
+# A TCP port with no listener in this network namespace, from 20000..29999
+# (below the kernel's ephemeral range, so an outgoing connection does not take it).
+lib_free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$(( 20000 + RANDOM % 10000 ))
+    if [[ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]]; then echo "$p"; return 0; fi
+  done
+  echo "lib_free_port: no free port found in 200 tries" >&2
+  return 1
+}
+
+# lib_wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 50 ms until it
+# succeeds (0) or SECONDS pass (1, with a message naming DESCRIPTION).
+lib_wait_for() {
+  local seconds=$1 what=$2; shift 2
+  local deadline=$(( $(date +%s%N) + seconds * 1000000000 ))
+  while (( $(date +%s%N) < deadline )); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "TIMEOUT after ${seconds}s waiting for: $what" >&2
+  return 1
+}
+
+lib_alive() { kill -0 "$1" 2>/dev/null && [[ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+lib_dead() { ! lib_alive "$1"; }
+
+# Every descendant of a process (children first found, then theirs), by pid.
+lib_descendants() {
+  local p c
+  for c in $(pgrep -P "$1" 2>/dev/null); do
+    echo "$c"
+    lib_descendants "$c"
+  done
+}
+
+# Processes whose command line contains STRING (a path unique to this test
+# run) and whose executable is EXE (resolved), by pid.
+lib_pids_of() {
+  local needle=$1 exe; exe=$(readlink -f "$2")
+  local p
+  for p in $(pgrep -f -- "$needle" 2>/dev/null); do
+    [[ "$(readlink -f "/proc/$p/exe" 2>/dev/null)" == "$exe" ]] && echo "$p"
+  done
+}
+
+# The value of variable NAME in process PID's environment.
+lib_env_of() {
+  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n "s/^$2=//p" | head -1
+}
+
+# lib_kill_all PID...: SIGKILL each pid and every descendant it has now.
+lib_kill_all() {
+  local p all=()
+  for p in "$@"; do all+=("$p" $(lib_descendants "$p")); done
+  for p in "${all[@]}"; do kill -9 "$p" 2>/dev/null; done
+  return 0
+}
+
+# lib_check 'CONDITION' [LOG...]: eval CONDITION; on failure print it and the logs.
+lib_check() {
+  local cond=$1; shift
+  if ! eval "$cond"; then
+    echo "FAIL: $cond"
+    local f
+    for f in "$@"; do echo "---- $f (last 40 lines)"; tail -n 40 "$f" 2>/dev/null; done
+    fail=1
+    return 1
+  fi
+  return 0
+}
+
+lib_finish() {
+  if [[ $fail -eq 0 ]]; then echo "PASS"; else echo "FAILED"; fi
+  exit $fail
+}
+
+# Two "hosts": network namespaces joined by a veth pair. Sets ns_a, ns_b,
+# ip_a, ip_b; lib_netns_cleanup removes both (call it from the EXIT trap).
+lib_netns_setup() {
+  local id=$$
+  ns_a="lla$id" ns_b="llb$id"
+  local va="vla$id" vb="vlb$id" net=$(( id % 200 + 20 ))
+  ip_a="10.78.$net.1" ip_b="10.78.$net.2"
+  ip netns add "$ns_a" && ip netns add "$ns_b" &&
+    ip link add "$va" type veth peer name "$vb" &&
+    ip link set "$va" netns "$ns_a" && ip link set "$vb" netns "$ns_b" &&
+    ip -n "$ns_a" addr add "$ip_a/24" dev "$va" && ip -n "$ns_b" addr add "$ip_b/24" dev "$vb" &&
+    ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
+    ip -n "$ns_a" link set "$va" up && ip -n "$ns_b" link set "$vb" up
+}
+lib_netns_cleanup() {
+  [[ -n "${ns_a:-}" ]] && ip netns del "$ns_a" 2>/dev/null
+  [[ -n "${ns_b:-}" ]] && ip netns del "$ns_b" 2>/dev/null
+  return 0
+}

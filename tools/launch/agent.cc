@@ -1,0 +1,436 @@
+#include "tools/launch/agent.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/address.h"
+#include "collectives/local_launch.h"
+#include "collectives/prefix_store.h"
+#include "collectives/socket.h"
+#include "collectives/tcp_store.h"
+#include "core/status.h"
+#include "tools/launch/group_state.h"
+#include "tools/launch/rendezvous.h"
+#include "tools/launch/worker_group.h"
+
+namespace lockstep {
+namespace launch {
+namespace {
+
+using std::chrono::milliseconds;
+
+void Say(const std::string& text) { std::cerr << "[lockstep-run] " << text << std::endl; }
+
+std::string Hostname() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+milliseconds FromSeconds(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
+
+bool IsLocalHost(const std::string& host) {
+  if (IsLoopbackAddress(host) || host == Hostname()) return true;
+  for (const InterfaceAddress& a : LocalAddresses()) {
+    if (a.address == host) return true;
+  }
+  return false;
+}
+
+// The rendezvous store: hosted here (a server in this process plus a
+// client), or a client of another agent's.
+struct RendezvousStore {
+  std::shared_ptr<TcpStore> tcp;
+  bool hosting = false;
+  std::string where;  // host:port, for messages.
+};
+
+absl::StatusOr<RendezvousStore> OpenRendezvousStore(const AgentOptions& o) {
+  const RendezvousSettings& r = o.rendezvous;
+  RendezvousStore rs;
+  rs.where = HostPort(r.host, r.port);
+  bool host_it;
+  if (r.is_host.has_value()) {
+    host_it = *r.is_host;
+  } else if (r.backend == "static") {
+    host_it = o.flags.node_rank == 0;
+  } else {
+    host_it = IsLocalHost(r.host);
+  }
+  TcpStoreOptions options;
+  options.host = r.host;
+  options.port = r.port;
+  options.token = r.token;
+  if (host_it) {
+    options.is_server = true;
+    options.timeout = r.read_timeout;
+    absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(options);
+    if (store.ok()) {
+      rs.tcp = *std::move(store);
+      rs.hosting = true;
+      rs.where = HostPort(r.host, rs.tcp->port());
+      return rs;
+    }
+    // c10d: another agent on this host may have bound it first; join it.
+    if (r.backend == "static" || r.is_host.value_or(false)) {
+      return absl::UnavailableError(absl::StrCat(
+          "lockstep-run: cannot host the rendezvous store on port ", r.port, " (", rs.where,
+          "): ", store.status().message(), "; port ", r.port, " is probably in use: stop what holds it or choose ",
+          r.backend == "static" ? "another --master_port" : "another port in --rdzv_endpoint",
+          " (the same on every node)"));
+    }
+  }
+  options.is_server = false;
+  options.timeout = r.join_timeout;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(options);
+  if (!store.ok()) {
+    const std::string message(store.status().message());
+    if (absl::StrContains(message, "token")) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "lockstep-run: the rendezvous store at ", rs.where, " refused this agent's join token (", message,
+          "); give every agent the same token (LOCKSTEP_RDZV_TOKEN, --rdzv_conf join_token_file=PATH)"));
+    }
+    return absl::Status(store.status().code(),
+                        absl::StrCat("lockstep-run: cannot reach the rendezvous store at ", rs.where, " within ",
+                                     r.join_timeout.count() / 1000.0, " s (", message, "); start node rank 0 ",
+                                     "(the store's host) with the same endpoint, check the address and firewall, "
+                                     "or raise --rdzv_conf timeout=SECONDS"));
+  }
+  rs.tcp = *std::move(store);
+  // A fresh request must not fail for want of a reconnection, but a store
+  // that vanished must be noticed well before the join timeout.
+  rs.tcp->set_timeout(r.read_timeout);
+  return rs;
+}
+
+absl::StatusOr<std::string> ChooseNodeAddress(const AgentOptions& o) {
+  AddressSelection selection;
+  selection.master_addr = o.rendezvous.host;
+  // Nodes on other hosts must reach us, unless the rendezvous is on loopback
+  // (then every node is on this host).
+  selection.spans_hosts = o.flags.max_nodes > 1 && !IsLoopbackAddress(o.rendezvous.host);
+  ApplyAddressEnvironment(&selection);
+  return ChooseLocalAddress(selection);
+}
+
+absl::StatusOr<std::string> MakeRunLogDir(const LaunchFlags& flags) {
+  const bool any_redirect = flags.redirects.all != 0 || !flags.redirects.per_rank.empty() || flags.tee.all != 0 ||
+                            !flags.tee.per_rank.empty();
+  std::string base = flags.log_dir;
+  if (base.empty()) {
+    if (!any_redirect) return std::string();
+    // torchrun: redirects without --log_dir go to a fresh temporary directory.
+    const char* tmp = getenv("TMPDIR");
+    std::string templ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/torchelastic_XXXXXX");
+    if (mkdtemp(templ.data()) == nullptr) {
+      return absl::PermissionDeniedError(absl::StrCat("lockstep-run: cannot create a log directory ", templ,
+                                                      "; give a writable --log_dir"));
+    }
+    base = templ;
+  }
+  return absl::StrCat(base, "/", flags.rdzv_id, "_", RandomStoreToken().substr(0, 8));
+}
+
+enum class Outcome { kSucceeded, kFailed, kInterrupted, kNodesWaiting };
+
+struct AttemptResult {
+  Outcome outcome = Outcome::kFailed;
+  FailureRecord failure;
+  int signal = 0;
+  bool store_gone = false;  // Nothing more can be said through the store.
+  int64_t nodes_waiting = 0;
+};
+
+class Agent {
+ public:
+  Agent(const AgentOptions& o, SignalForwarder* forwarder) : o_(o), forwarder_(forwarder) {}
+  int Run();
+
+ private:
+  AttemptResult Monitor(const GroupAssignment& group, GroupState& state, WorkerGroup& workers);
+  FailureRecord AgentFailure(const GroupAssignment& group, const std::string& what, bool restartable) const;
+  FailureRecord StoreGone(const absl::Status& s) const;
+  // Says goodbye; the store's host waits for the others first.
+  void Leave(GroupState& state, const FailureRecord* failure);
+
+  const AgentOptions& o_;
+  SignalForwarder* forwarder_;
+  RendezvousStore store_;
+  std::string address_;
+  std::string hostname_ = Hostname();
+};
+
+FailureRecord Agent::AgentFailure(const GroupAssignment& group, const std::string& what, bool restartable) const {
+  FailureRecord r;
+  r.group_rank = group.group_rank;
+  r.hostname = hostname_;
+  r.host = address_;
+  r.what = what;
+  r.restartable = restartable;
+  return r;
+}
+
+FailureRecord Agent::StoreGone(const absl::Status& s) const {
+  FailureRecord r;
+  r.hostname = o_.rendezvous.host;
+  r.host = store_.where;
+  r.what = absl::StrCat("the rendezvous store at ", store_.where, " stopped answering (", s.message(),
+                        "); the agent that hosts it (node rank 0 with static) has probably died");
+  r.restartable = false;
+  return r;
+}
+
+void Agent::Leave(GroupState& state, const FailureRecord* failure) {
+  if (failure != nullptr && failure->agent_lost) state.MarkLost(failure->group_rank);
+  (void)state.MarkExited();
+  if (store_.hosting) {
+    const milliseconds bound = SaturatingAdd(SaturatingAdd(o_.rendezvous.heartbeat_timeout, o_.stop_grace),
+                                             FromSeconds(o_.flags.monitor_interval_s));
+    absl::Status s = state.WaitAllExited(bound);
+    if (!s.ok()) Say("not every agent said goodbye before this one closes the rendezvous store");
+  }
+}
+
+AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, WorkerGroup& workers) {
+  const milliseconds tick =
+      std::max(milliseconds(10), std::min(FromSeconds(o_.flags.monitor_interval_s), o_.rendezvous.heartbeat_timeout / 3));
+  AttemptResult result;
+  bool done_marked = false;
+  const bool may_grow = o_.rendezvous.backend == "c10d" && group.group_world_size < o_.flags.max_nodes;
+  auto next_check = SteadyClock::now();
+  for (;;) {
+    forwarder_->SetTargets(workers.RunningGroups());
+    if (const int sig = forwarder_->received(); sig != 0) {
+      result.outcome = Outcome::kInterrupted;
+      result.signal = sig;
+      result.failure = AgentFailure(group, absl::StrCat("interrupted by signal ", sig, " (", strsignal(sig), ")"),
+                                    /*restartable=*/false);
+      (void)state.PublishFailure(result.failure);
+      return result;
+    }
+    const auto now = SteadyClock::now();
+    if (now >= next_check) {
+      next_check = now + tick;
+      absl::Status beat = state.Heartbeat();
+      absl::StatusOr<std::optional<FailureRecord>> failure =
+          beat.ok() ? state.Failure() : absl::StatusOr<std::optional<FailureRecord>>(beat);
+      if (!failure.ok()) {
+        result.store_gone = true;
+        result.failure = StoreGone(failure.status());
+        return result;
+      }
+      if (failure->has_value()) {
+        result.failure = **failure;
+        return result;
+      }
+      if (may_grow) {
+        absl::StatusOr<int64_t> waiting = state.NodesWaiting();
+        if (!waiting.ok()) {
+          result.store_gone = true;
+          result.failure = StoreGone(waiting.status());
+          return result;
+        }
+        if (*waiting > 0) {
+          result.outcome = Outcome::kNodesWaiting;
+          result.nodes_waiting = *waiting;
+          return result;
+        }
+      }
+      absl::StatusOr<std::optional<NodeInfo>> lost = state.StaleAgent(o_.rendezvous.heartbeat_timeout);
+      if (!lost.ok()) {
+        result.store_gone = true;
+        result.failure = StoreGone(lost.status());
+        return result;
+      }
+      if (lost->has_value()) {
+        const NodeInfo& node = **lost;
+        int rank = 0;
+        for (const NodeInfo& n : group.nodes) {
+          if (n.agent_id == node.agent_id) break;
+          ++rank;
+        }
+        FailureRecord r;
+        r.group_rank = rank;
+        r.hostname = node.hostname;
+        r.host = node.host;
+        r.what = absl::StrCat("its agent sent no heartbeat for ", o_.rendezvous.heartbeat_timeout.count() / 1000.0,
+                              " s (rdzv_conf heartbeat_timeout); it died or its host is unreachable");
+        r.agent_lost = true;
+        (void)state.PublishFailure(r);
+        absl::StatusOr<std::optional<FailureRecord>> first = state.Failure();
+        result.failure = first.ok() && first->has_value() ? **first : r;
+        return result;
+      }
+    }
+    if (!workers.AllEnded()) {
+      absl::StatusOr<std::optional<WorkerExit>> ended = workers.WaitNext(next_check);
+      if (!ended.ok()) {
+        result.failure = AgentFailure(group, std::string(ended.status().message()), true);
+        (void)state.PublishFailure(result.failure);
+        return result;
+      }
+      if (ended->has_value() && !(*ended)->status.success()) {
+        const WorkerExit& e = **ended;
+        // A worker stopped by the signal we forwarded: report the signal.
+        if (forwarder_->received() != 0) continue;
+        workers.WaitOutput(e.local_rank, DeadlineIn(milliseconds(1000)));
+        FailureRecord r;
+        r.rank = group.rank_offset + e.local_rank;
+        r.local_rank = e.local_rank;
+        r.group_rank = group.group_rank;
+        r.hostname = hostname_;
+        r.host = address_;
+        r.what = e.status.ToString();
+        r.exit_code = e.status.exit_code();
+        r.signal = e.status.signal();
+        r.tail = workers.Tail(e.local_rank);
+        absl::Status published = state.PublishFailure(r);
+        if (!published.ok()) {
+          result.store_gone = true;
+        result.failure = StoreGone(published);
+          return result;
+        }
+        absl::StatusOr<std::optional<FailureRecord>> first = state.Failure();
+        result.failure = first.ok() && first->has_value() ? **first : r;
+        return result;
+      }
+      continue;
+    }
+    if (!done_marked) {
+      absl::Status s = state.MarkDone();
+      if (!s.ok()) {
+        result.store_gone = true;
+        result.failure = StoreGone(s);
+        return result;
+      }
+      done_marked = true;
+    }
+    const auto wait = std::chrono::ceil<milliseconds>(next_check - SteadyClock::now());
+    absl::StatusOr<bool> all_done = state.WaitAllDone(std::max(wait, milliseconds(1)));
+    if (!all_done.ok()) {
+      result.store_gone = true;
+        result.failure = StoreGone(all_done.status());
+      return result;
+    }
+    if (*all_done) {
+      result.outcome = Outcome::kSucceeded;
+      return result;
+    }
+  }
+}
+
+int Agent::Run() {
+  const LaunchFlags& f = o_.flags;
+  absl::StatusOr<std::string> address = ChooseNodeAddress(o_);
+  if (!address.ok()) {
+    Say(absl::StrCat("choosing this node's address: ", address.status().message()));
+    return 1;
+  }
+  address_ = *address;
+  absl::StatusOr<RendezvousStore> store = OpenRendezvousStore(o_);
+  if (!store.ok()) {
+    std::cerr << store.status().message() << std::endl;
+    return 1;
+  }
+  store_ = *std::move(store);
+  PrefixStore run_store(absl::StrCat("lockstep-run/", f.rdzv_id, "/"), store_.tcp);
+  absl::StatusOr<std::string> log_dir = MakeRunLogDir(f);
+  if (!log_dir.ok()) {
+    std::cerr << log_dir.status().message() << std::endl;
+    return 1;
+  }
+  if (!log_dir->empty()) Say(absl::StrCat("log directory: ", *log_dir));
+
+  RendezvousOptions ro;
+  ro.backend = o_.rendezvous.backend;
+  ro.min_nodes = f.min_nodes;
+  ro.max_nodes = f.max_nodes;
+  ro.node_rank = f.node_rank;
+  ro.local_world_size = o_.nproc;
+  ro.host = address_;
+  ro.hostname = hostname_;
+  ro.join_timeout = o_.rendezvous.join_timeout;
+  ro.last_call_timeout = o_.rendezvous.last_call_timeout;
+  Rendezvous rendezvous(&run_store, ro);
+
+  WorkerSpec spec;
+  spec.argv = o_.worker_argv;
+  spec.nproc = o_.nproc;
+  spec.env.role = f.role;
+  spec.env.run_id = f.rdzv_id;
+  spec.env.max_restarts = f.max_restarts;
+  spec.env.set_omp_num_threads = o_.set_omp_num_threads;
+  spec.redirects = f.redirects;
+  spec.tee = f.tee;
+
+  int restarts = 0;  // After failures; TORCHELASTIC_RESTART_COUNT.
+  for (int round = 0;; ++round) {
+    absl::StatusOr<GroupAssignment> group = rendezvous.Join(round, PickFreePort);
+    if (!group.ok()) {
+      std::cerr << "[lockstep-run] " << group.status().message() << std::endl;
+      return 1;
+    }
+    round = group->attempt;  // c10d may have moved on to a later round.
+    Say(absl::StrCat("attempt ", round, " (restart ", restarts, "): node rank ", group->group_rank, " of ",
+                     group->group_world_size, " on ", hostname_, " (", address_, "), ranks ", group->rank_offset,
+                     "..", group->rank_offset + o_.nproc - 1, " of ", group->world_size,
+                     ", MASTER_ADDR=", group->master_addr, " MASTER_PORT=", group->master_port));
+    GroupState state(&run_store, *group, rendezvous.agent_id());
+    if (!log_dir->empty()) spec.attempt_log_dir = absl::StrCat(*log_dir, "/attempt_", round);
+    spec.env.restart_count = restarts;
+    AttemptResult result;
+    absl::StatusOr<std::unique_ptr<WorkerGroup>> workers = WorkerGroup::Start(spec, *group);
+    if (!workers.ok()) {
+      result.failure = AgentFailure(*group, std::string(workers.status().message()), true);
+      (void)state.PublishFailure(result.failure);
+    } else {
+      result = Monitor(*group, state, **workers);
+      (*workers)->Stop(o_.stop_grace);
+      forwarder_->SetTargets({});
+    }
+    if (result.outcome == Outcome::kSucceeded) {
+      Say(absl::StrCat("every worker on every node succeeded (attempt ", round, ")"));
+      Leave(state, nullptr);
+      return 0;
+    }
+    if (result.outcome == Outcome::kInterrupted) {
+      Say(absl::StrCat("stopped the workers after signal ", result.signal, " (", strsignal(result.signal), ")"));
+      Leave(state, &result.failure);
+      return 128 + result.signal;
+    }
+    if (result.outcome == Outcome::kNodesWaiting) {
+      Say(absl::StrCat(result.nodes_waiting, " node(s) waiting to join; re-forming the group (not counted as a restart)"));
+      continue;
+    }
+    const FailureRecord& r = result.failure;
+    const std::string who = r.rank >= 0 ? absl::StrCat("rank ", r.rank, " on ", r.hostname, " ", r.what)
+                                        : absl::StrCat(r.hostname, ": ", r.what);
+    if (r.restartable && restarts < f.max_restarts) {
+      ++restarts;
+      Say(absl::StrCat("attempt ", round, " failed (", who, "); restarting the group (restart ", restarts, " of ",
+                       f.max_restarts, ")"));
+      continue;
+    }
+    std::cerr << FailureSummary(r, restarts, f.max_restarts) << std::flush;
+    if (!result.store_gone) Leave(state, &r);
+    return 1;
+  }
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options, SignalForwarder* forwarder) {
+  Agent agent(options, forwarder);
+  return agent.Run();
+}
+
+}  // namespace launch
+}  // namespace lockstep

@@ -1,0 +1,160 @@
+#include "tools/launch/group_state.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace lockstep {
+namespace launch {
+
+using std::chrono::milliseconds;
+
+std::string EncodeFailure(const FailureRecord& r) {
+  nlohmann::json j = {{"rank", r.rank},         {"local_rank", r.local_rank}, {"group_rank", r.group_rank},
+                      {"hostname", r.hostname}, {"host", r.host},             {"what", r.what},
+                      {"exit_code", r.exit_code}, {"signal", r.signal},       {"tail", r.tail},
+                      {"restartable", r.restartable}, {"agent_lost", r.agent_lost}};
+  // Replace, not throw, on bytes that are not UTF-8 (a worker's output).
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+absl::StatusOr<FailureRecord> DecodeFailure(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&] {
+    return absl::DataLossError("the failure record in the rendezvous store is malformed; do two launchers "
+                               "share one rendezvous endpoint and run id?");
+  };
+  if (!j.is_object()) return bad();
+  FailureRecord r;
+  auto get_int = [&](const char* key, int* out) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return false;
+    *out = it->get<int>();
+    return true;
+  };
+  auto get_string = [&](const char* key, std::string* out) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) return false;
+    *out = it->get<std::string>();
+    return true;
+  };
+  auto restartable = j.find("restartable");
+  auto agent_lost = j.find("agent_lost");
+  if (!get_int("rank", &r.rank) || !get_int("local_rank", &r.local_rank) || !get_int("group_rank", &r.group_rank) ||
+      !get_string("hostname", &r.hostname) || !get_string("host", &r.host) || !get_string("what", &r.what) ||
+      !get_int("exit_code", &r.exit_code) || !get_int("signal", &r.signal) || !get_string("tail", &r.tail) ||
+      restartable == j.end() || !restartable->is_boolean() || agent_lost == j.end() || !agent_lost->is_boolean()) {
+    return bad();
+  }
+  r.restartable = restartable->get<bool>();
+  r.agent_lost = agent_lost->get<bool>();
+  return r;
+}
+
+std::string FailureSummary(const FailureRecord& r, int restarts, int max_restarts) {
+  std::string text = "[lockstep-run] ============================================================\n";
+  absl::StrAppend(&text, "[lockstep-run] FAILED (restarts used: ", restarts, " of ", max_restarts, ")\n");
+  if (r.rank >= 0) {
+    absl::StrAppend(&text, "[lockstep-run] first failure: rank ", r.rank, " (local_rank ", r.local_rank,
+                    ", node rank ", r.group_rank, ") on host ", r.hostname, " (", r.host, ")\n");
+    absl::StrAppend(&text, "[lockstep-run]   ", r.what, "\n");
+  } else {
+    absl::StrAppend(&text, "[lockstep-run] first failure: the agent of node rank ", r.group_rank, " on host ",
+                    r.hostname, " (", r.host, "): ", r.what, "\n");
+  }
+  if (!r.tail.empty()) {
+    absl::StrAppend(&text, "[lockstep-run]   last lines of its output:\n", r.tail);
+    if (r.tail.back() != '\n') text.push_back('\n');
+  }
+  absl::StrAppend(&text, "[lockstep-run] ============================================================\n");
+  return text;
+}
+
+GroupState::GroupState(Store* store, const GroupAssignment& group, int64_t agent_id)
+    : store_(store), group_(group), agent_id_(agent_id) {
+  const auto now = SteadyClock::now();
+  for (const NodeInfo& node : group_.nodes) {
+    if (node.agent_id != agent_id_) heartbeats_[node.agent_id] = Seen{-1, now};
+  }
+}
+
+std::string GroupState::Key(const char* what) const { return absl::StrCat("a", group_.attempt, "/", what); }
+
+absl::Status GroupState::PublishFailure(const FailureRecord& record) {
+  return store_->CompareSet(Key("failure"), "", EncodeFailure(record)).status();
+}
+
+absl::StatusOr<std::optional<FailureRecord>> GroupState::Failure() {
+  absl::StatusOr<bool> there = store_->Check({Key("failure")});
+  if (!there.ok()) return there.status();
+  if (!*there) return std::optional<FailureRecord>();
+  absl::StatusOr<std::string> text = store_->Get(Key("failure"), milliseconds(0));
+  if (!text.ok()) return text.status();
+  absl::StatusOr<FailureRecord> record = DecodeFailure(*text);
+  if (!record.ok()) return record.status();
+  return std::optional<FailureRecord>(*std::move(record));
+}
+
+absl::Status GroupState::Heartbeat() { return store_->Add(absl::StrCat("hb/", agent_id_), 1).status(); }
+
+absl::StatusOr<std::optional<NodeInfo>> GroupState::StaleAgent(milliseconds timeout) {
+  const auto now = SteadyClock::now();
+  for (auto& [id, seen] : heartbeats_) {
+    absl::StatusOr<int64_t> value = store_->Add(absl::StrCat("hb/", id), 0);
+    if (!value.ok()) return value.status();
+    if (*value != seen.value) {
+      seen.value = *value;
+      seen.changed = now;
+    } else if (now - seen.changed >= timeout) {
+      lost_.insert(id);
+      for (const NodeInfo& node : group_.nodes) {
+        if (node.agent_id == id) return std::optional<NodeInfo>(node);
+      }
+    }
+  }
+  return std::optional<NodeInfo>();
+}
+
+absl::StatusOr<int64_t> GroupState::NodesWaiting() {
+  absl::StatusOr<bool> there = store_->Check({Key("waiting")});
+  if (!there.ok()) return there.status();
+  if (!*there) return 0;
+  return store_->Add(Key("waiting"), 0);
+}
+
+absl::Status GroupState::MarkDone() {
+  absl::StatusOr<int64_t> done = store_->Add(Key("done"), 1);
+  if (!done.ok()) return done.status();
+  if (*done >= group_.group_world_size) return store_->Set(Key("all_done"), "1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> GroupState::WaitAllDone(milliseconds timeout) {
+  absl::Status s = store_->Wait({Key("all_done")}, timeout);
+  if (s.ok()) return true;
+  if (absl::IsDeadlineExceeded(s)) return false;
+  return s;
+}
+
+absl::Status GroupState::MarkExited() { return store_->Set(absl::StrCat(Key("exited/"), agent_id_), "1"); }
+
+void GroupState::MarkLost(int group_rank) {
+  if (group_rank >= 0 && group_rank < static_cast<int>(group_.nodes.size())) {
+    lost_.insert(group_.nodes[static_cast<size_t>(group_rank)].agent_id);
+  }
+}
+
+absl::Status GroupState::WaitAllExited(milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (const NodeInfo& node : group_.nodes) {
+    // An agent found lost will never say goodbye.
+    if (lost_.count(node.agent_id) == 0) keys.push_back(absl::StrCat(Key("exited/"), node.agent_id));
+  }
+  return store_->Wait(keys, timeout);
+}
+
+}  // namespace launch
+}  // namespace lockstep
