@@ -346,5 +346,36 @@ TEST(CommunicatorTest, BadArgumentsFailBeforeAnythingIsSent) {
   }));
 }
 
+
+// The same grid through shared memory (collectives/shm_communicator.h).
+namespace shm_grid {
+
+using testing::RunShmProcesses;
+using testing::RunShmThreads;
+
+class ShmThreadGridTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmThreadGridTest, EveryOpDtypeAndReduceOp) {
+  const int n = GetParam();
+  ExpectAllOk(RunShmThreads(n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {0, 1, 7, 1000}); }));
+}
+
+TEST_P(ShmThreadGridTest, LargeCounts) {
+  const int n = GetParam();
+  ExpectAllOk(RunShmThreads(n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {(1 << 20) + 3}); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmThreadGridTest, ::testing::Values(1, 2, 3, 4, 5));
+
+TEST(ShmProcessGridTest, EveryOpOnRealProcesses) {
+  for (int n : {2, 3, 5}) {
+    ExpectAllOk(RunShmProcesses(n, [](Communicator& comm) {
+      return RunGrid(comm, {DType::kF32, DType::kBF16, DType::kI64, DType::kU8}, {0, 1, 7, 1000, (1 << 18) + 3});
+    }));
+  }
+}
+
+}  // namespace shm_grid
+
 }  // namespace
 }  // namespace lockstep

@@ -47,8 +47,21 @@ absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions
   }
   communicator.transport.host = *host;
   if (communicator.transport.secret.empty()) communicator.transport.secret = group.env.store_token;
-  LOCKSTEP_ASSIGN_OR_RETURN(group.comm, CreateTcpCommunicator(group.store, group.env.rank, group.env.world_size,
-                                                              communicator));
+  CommunicatorFactoryOptions factory;
+  factory.communicator = communicator.communicator;
+  factory.algorithms = communicator.algorithms;
+  factory.tcp = communicator.transport;
+  factory.store_prefix = communicator.store_prefix;
+  factory.shm = options.shm;
+  factory.transport = options.transport;
+  factory.local_transport = options.local_transport;
+  factory.host_id = options.host_id;
+  absl::Status applied = ApplyTransportEnvironment(env, &factory);
+  if (!applied.ok()) {
+    return absl::Status(applied.code(), absl::StrCat("InitFromEnv: rank ", group.env.rank, ": ", applied.message()));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(group.comm,
+                            CreateCommunicator(group.store, group.env.rank, group.env.world_size, factory));
   return group;
 }
 

@@ -15,8 +15,14 @@
 // chosen in advance). LOCKSTEP_STORE_TOKEN, when set, is the store's shared
 // secret and the key of the ranks' authenticated handshake. Each rank
 // advertises an address its peers can reach (collectives/address.h), so a
-// multi-node job needs nothing beyond MASTER_ADDR. The communicator is then
-// built over TCP (collectives/tcp_communicator.h) with `options.communicator`.
+// multi-node job needs nothing beyond MASTER_ADDR. The communicator's
+// transport is then chosen from where the ranks run
+// (collectives/communicator_factory.h): shared memory when all share this
+// host, TCP when each has its own, hierarchical (shared memory inside hosts,
+// TCP between them) otherwise; `transport` or LOCKSTEP_TRANSPORT=tcp|shm
+// forces one, and LOCKSTEP_HOST_ID overrides the host identity
+// (collectives/host_identity.h). `group.comm->capabilities().name` says
+// which one runs.
 #ifndef LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
 #define LOCKSTEP_COLLECTIVES_INIT_FROM_ENV_H_
 
@@ -24,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "collectives/communicator_factory.h"
 #include "collectives/rank_environment.h"
 #include "collectives/store.h"
 #include "collectives/tcp_communicator.h"
@@ -40,6 +47,18 @@ struct InitOptions {
   std::string host;
   // How long to wait for the store and for every rank to arrive.
   Milliseconds store_timeout = Milliseconds(300000);
+  // The shared-memory transport's options (groups with ranks on one host);
+  // `communicator.communicator`, `.algorithms` and `.store_prefix` apply to
+  // every transport, `communicator.transport` to TCP only.
+  ShmTransportOptions shm;
+  // "auto" (by host identity), "tcp" or "shm"; LOCKSTEP_TRANSPORT overrides
+  // "auto" (see collectives/communicator_factory.h).
+  std::string transport = "auto";
+  // Inside each host of a mixed group: "shm" or "tcp".
+  std::string local_transport = "shm";
+  // This rank's host identity; empty: LOCKSTEP_HOST_ID, else
+  // collectives/host_identity.h's.
+  std::string host_id;
 };
 
 struct ProcessGroup {

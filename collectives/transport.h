@@ -17,9 +17,10 @@
 // send and a receive posted one after the other both progress (two ranks
 // sending each other more than a socket buffer holds cannot deadlock).
 //
-// Implementations: TcpTransport (collectives/tcp_transport.h) and, for
-// tests, FakeTransport (collectives/testing/fake_transport.h); both pass the
-// conformance suite in collectives/testing/transport_conformance.h.
+// Implementations: TcpTransport (collectives/tcp_transport.h),
+// ShmTransport (collectives/shm_transport.h) and, for tests, FakeTransport
+// (collectives/testing/fake_transport.h); all pass the conformance suite in
+// collectives/testing/transport_conformance.h.
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 
@@ -73,6 +74,13 @@ struct Transfer {
   // the caller can reduce one segment while the next is still in flight.
   size_t segment_bytes = 0;
   std::function<absl::Status(size_t offset, size_t length)> on_segment;
+  // Receives only, optional, and only for a transport whose
+  // ConsumesInPlace() is true: the payload is handed over where it lies
+  // (in shared memory) instead of being copied into `data`, in consecutive
+  // pieces, `consume(offset, bytes, length)`, before the on_segment call
+  // that covers them; `data` may then be null. A reduction can so read
+  // straight out of the transport's buffers, saving a copy.
+  std::function<absl::Status(size_t offset, const void* bytes, size_t length)> consume;
   // Sends only: how many bytes (from the start) may be sent so far; null
   // means all. It grows as the caller's receive callbacks produce data.
   std::function<size_t()> ready;
@@ -147,6 +155,9 @@ class Transport {
   virtual absl::Status ExchangeOpen(TransferFeed& feed, Deadline deadline) = 0;
 
   virtual TrafficCounters Traffic() const = 0;
+
+  // Whether receives honour Transfer::consume (false: set it never).
+  virtual bool ConsumesInPlace() const { return false; }
 
   // Tells every peer why (best effort) and closes every connection, so that
   // peers blocked on this rank fail at once, with `reason` in their error,

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/hash_store.h"
 #include "collectives/host_backend.h"
+#include "collectives/shm_communicator.h"
 #include "collectives/socket.h"
 #include "collectives/tcp_store.h"
 #include "core/subprocess.h"
@@ -72,18 +73,18 @@ namespace {
 constexpr char kChildEnv[] = "LOCKSTEP_TEST_GROUP_CHILD";
 
 // In a child: runs `fn` as the rank described by the environment and exits.
-[[noreturn]] void RunChild(int rank, int size, int port, int fd, const RankFn& fn,
-                           const TcpCommunicatorOptions& options) {
+[[noreturn]] void RunChild(int rank, int size, int port, int fd, const RankFn& fn, const CommunicatorFactory& make,
+                           Milliseconds timeout) {
   TcpStoreOptions store_options;
   store_options.port = port;
-  store_options.timeout = options.communicator.timeout;
+  store_options.timeout = timeout;
   absl::Status status;
   absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
   if (!store.ok()) {
     status = store.status();
   } else {
     std::shared_ptr<Store> shared = std::move(*store);
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateTcpCommunicator(shared, rank, size, options);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = make(shared, rank, size);
     status = comm.ok() ? fn(**comm) : comm.status();
   }
   const std::string message = status.ToString();
@@ -97,6 +98,14 @@ constexpr char kChildEnv[] = "LOCKSTEP_TEST_GROUP_CHILD";
 
 std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicatorOptions options,
                                        int deadline_seconds) {
+  return RunProcessesWith(
+      size, fn,
+      [options](std::shared_ptr<Store> store, int rank, int n) { return CreateTcpCommunicator(store, rank, n, options); },
+      options.communicator.timeout, deadline_seconds);
+}
+
+std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const CommunicatorFactory& make,
+                                           Milliseconds timeout, int deadline_seconds) {
   // Children are this test binary, re-executed with a filter for the current
   // test (fork+exec: fresh processes, and ThreadSanitizer-friendly). The test
   // body runs again in the child up to the same RunProcesses call, which
@@ -107,7 +116,7 @@ std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicat
     int env_call, rank, env_size, port, fd;
     if (std::sscanf(env, "%d,%d,%d,%d,%d", &env_call, &rank, &env_size, &port, &fd) != 5) _exit(4);
     if (env_call != call) return std::vector<absl::Status>(size);  // Another call: skip it.
-    RunChild(rank, env_size, port, fd, fn, options);
+    RunChild(rank, env_size, port, fd, fn, make, timeout);
   }
   TcpStoreServerOptions server_options;
   server_options.host = "127.0.0.1";
@@ -165,6 +174,36 @@ std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicat
     }
   }
   return results;
+}
+
+ShmCommunicatorOptions ShmTestOptions() {
+  ShmCommunicatorOptions o;
+  o.communicator.timeout = Milliseconds(60000);
+  o.transport.timeout = Milliseconds(60000);
+  return o;
+}
+
+std::vector<absl::Status> RunShmThreads(int size, const RankFn& fn, ShmCommunicatorOptions options) {
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(options.communicator.timeout);
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateShmCommunicator(store, rank, size, options);
+      results[rank] = comm.ok() ? fn(**comm) : comm.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommunicatorOptions options,
+                                          int deadline_seconds) {
+  return RunProcessesWith(
+      size, fn,
+      [options](std::shared_ptr<Store> store, int rank, int n) { return CreateShmCommunicator(store, rank, n, options); },
+      options.communicator.timeout, deadline_seconds);
 }
 
 }  // namespace testing

@@ -13,10 +13,13 @@
 #define LOCKSTEP_COLLECTIVES_TESTING_GROUP_H_
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
+#include "collectives/shm_communicator.h"
+#include "collectives/store.h"
 #include "collectives/tcp_communicator.h"
 #include "collectives/testing/fake_transport.h"
 
@@ -32,6 +35,21 @@ std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicator
 // `deadline_seconds` bounds each child process (SIGALRM).
 std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicatorOptions options = TestOptions(),
                                        int deadline_seconds = 120);
+
+// Shared memory (collectives/shm_communicator.h) instead of TCP: the same
+// runners, every rank on this host.
+ShmCommunicatorOptions ShmTestOptions();
+std::vector<absl::Status> RunShmThreads(int size, const RankFn& fn, ShmCommunicatorOptions options = ShmTestOptions());
+std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommunicatorOptions options = ShmTestOptions(),
+                                          int deadline_seconds = 120);
+
+// What RunProcesses and RunShmProcesses share: each child builds its rank's
+// communicator with `make` over the group's store (whose waits take
+// `timeout`).
+using CommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+    std::shared_ptr<Store> store, int rank, int size)>;
+std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const CommunicatorFactory& make,
+                                           Milliseconds timeout, int deadline_seconds = 120);
 
 // Threads over an in-memory FakeNetwork (collectives/testing/fake_transport.h)
 // through the host backend: the communicator exactly as in production, with

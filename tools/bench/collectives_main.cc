@@ -23,6 +23,13 @@
 // mislead: ranks can fall into anti-phase, one fast where the other is slow,
 // seen at 4 KiB on 2 ranks as 5/45 us alternating, and every pair's maximum
 // is then the slow one.)
+//
+// --transport=auto (the default) lets the ranks choose from their host
+// identities (collectives/communicator_factory.h): shared memory on one
+// host, TCP with one rank per host, hierarchical otherwise; tcp or shm
+// forces one (LOCKSTEP_TRANSPORT too, when the flag is auto). The header
+// line and every JSON row name the transport that ran ("host over shm",
+// "host over tcp", "hierarchical(shm+tcp)").
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,10 +46,10 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/address.h"
 #include "collectives/communicator.h"
+#include "collectives/communicator_factory.h"
 #include "collectives/local_launch.h"
 #include "collectives/rank_environment.h"
 #include "collectives/socket.h"
-#include "collectives/tcp_communicator.h"
 #include "collectives/tcp_store.h"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -75,6 +82,11 @@ ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "TcpTransportOptions::co
 ABSL_FLAG(std::string, host, "",
           "address other ranks reach this one at (default: LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME, else the "
           "route toward MASTER_ADDR; never loopback when the ranks span hosts)");
+ABSL_FLAG(std::string, transport, "auto",
+          "auto (shared memory between ranks of one host, TCP between hosts, hierarchical for mixed groups), "
+          "tcp or shm; LOCKSTEP_TRANSPORT applies when this is auto");
+ABSL_FLAG(int64_t, shm_slot_bytes, -1, "ShmTransportOptions::slot_bytes");
+ABSL_FLAG(int, shm_slots, -1, "ShmTransportOptions::slots");
 ABSL_FLAG(int, timeout, 300, "seconds an operation (and the group's setup) may take before it fails");
 
 namespace lockstep {
@@ -253,24 +265,33 @@ absl::Status RunRank(const RankEnvironment& env) {
   if (timeout_s < 1) return absl::InvalidArgumentError(absl::StrCat("--timeout=", timeout_s, ": expected >= 1 s"));
   store_options.timeout = Milliseconds(int64_t{timeout_s} * 1000);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(store_options));
-  TcpCommunicatorOptions options;
+  CommunicatorFactoryOptions options;
+  options.transport = absl::GetFlag(FLAGS_transport);
+  if (options.transport != "auto" && options.transport != "tcp" && options.transport != "shm") {
+    return absl::InvalidArgumentError(absl::StrCat("--transport=", options.transport, ": expected auto, tcp or shm"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(
+      ApplyTransportEnvironment([](const char* name) -> const char* { return std::getenv(name); }, &options));
   AddressSelection selection;
   selection.master_addr = env.master_addr;
   selection.spans_hosts = env.world_size > env.local_world_size;
   selection.host = absl::GetFlag(FLAGS_host);
   ApplyAddressEnvironment(&selection);
-  LOCKSTEP_ASSIGN_OR_RETURN(options.transport.host, ChooseLocalAddress(selection));
-  options.transport.secret = env.store_token;
-  options.transport.timeout = store_options.timeout;
+  LOCKSTEP_ASSIGN_OR_RETURN(options.tcp.host, ChooseLocalAddress(selection));
+  options.tcp.secret = env.store_token;
+  options.tcp.timeout = store_options.timeout;
+  options.shm.timeout = store_options.timeout;
+  if (absl::GetFlag(FLAGS_shm_slot_bytes) > 0) options.shm.slot_bytes = absl::GetFlag(FLAGS_shm_slot_bytes);
+  if (absl::GetFlag(FLAGS_shm_slots) > 0) options.shm.slots = absl::GetFlag(FLAGS_shm_slots);
   options.communicator.timeout = store_options.timeout;
   if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) {
     options.algorithms.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
   }
   if (absl::GetFlag(FLAGS_segment_bytes) > 0) options.algorithms.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
   if (absl::GetFlag(FLAGS_socket_buffer_bytes) >= 0) {
-    options.transport.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
+    options.tcp.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
   }
-  options.transport.congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
+  options.tcp.congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
   if (absl::GetFlag(FLAGS_worker_spin_microseconds) >= 0) {
     options.communicator.worker_spin_microseconds = absl::GetFlag(FLAGS_worker_spin_microseconds);
   }
@@ -278,21 +299,24 @@ absl::Status RunRank(const RankEnvironment& env) {
     options.communicator.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
   }
   if (absl::GetFlag(FLAGS_transport_spin_microseconds) >= 0) {
-    options.transport.spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
+    options.tcp.spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
+    options.shm.spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
   }
   std::shared_ptr<Store> shared(std::move(store));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateTcpCommunicator(shared, rank, world, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(shared, rank, world, options));
+  const std::string transport = comm->capabilities().name;
 
   const bool json = absl::GetFlag(FLAGS_json);
   if (rank == 0 && !json) {
-    std::printf("# lockstep collectives benchmark: op %s, dtype %s, reduce_op %s, %d ranks, TCP transport\n",
+    std::printf("# lockstep collectives benchmark: op %s, dtype %s, reduce_op %s, %d ranks, transport %s\n",
                 absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(),
-                std::string(ReduceOpName(rop)).c_str(), world);
+                std::string(ReduceOpName(rop)).c_str(), world, transport.c_str());
     std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
                 "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
                 absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_check) ? "on" : "off");
     std::printf("#%12s %12s %6s %12s %10s %10s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "p50(us)",
                 "p95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::fflush(stdout);  // The group is up: say so now, not after the first size.
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
   const bool per_rank_count = op == BenchOp::kAllGather || op == BenchOp::kGather ||
@@ -346,12 +370,13 @@ absl::Status RunRank(const RankEnvironment& env) {
       const double busbw = algbw * BusFactor(op, world);
       const std::string wrong_text = wrong < 0 ? "N/A" : absl::StrCat(wrong);
       if (json) {
-        std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"count\": %lld, "
+        std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
+                    "\"bytes\": %lld, \"count\": %lld, "
                     "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
                     "\"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
                     absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(), world,
-                    static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6, p50 * 1e6,
-                    p95 * 1e6, algbw, busbw, static_cast<long long>(wrong));
+                    transport.c_str(), static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6,
+                    p50 * 1e6, p95 * 1e6, algbw, busbw, static_cast<long long>(wrong));
       } else {
         std::printf(" %12lld %12lld %6s %12.2f %10.2f %10.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
                     static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, p50 * 1e6,

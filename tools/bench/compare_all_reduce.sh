@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# lockstep's all-reduce over TCP beside PyTorch 1.13 gloo and OpenMPI over
-# TCP, 2 ranks, f32 SUM, interleaved runs, medians. Three modes:
+# lockstep's all-reduce beside its peers, 2 ranks, f32 SUM, interleaved
+# runs, medians: over TCP (lockstep --transport=tcp) beside PyTorch 1.13
+# gloo and OpenMPI over TCP, and over shared memory (lockstep
+# --transport=shm) beside OpenMPI's shared-memory path (vader: --mca btl
+# self,vader). Three modes:
 #
 #   bash tools/bench/compare_all_reduce.sh [runs]
-#       sizes 4 KiB..256 MiB, lockstep, gloo and OpenMPI one after the other
-#       per size, `runs` times (default 6); a markdown table of medians (mean,
-#       and p50/p95 for lockstep and OpenMPI, which report them).
+#       sizes 4 KiB..256 MiB; per size lockstep TCP, gloo, OpenMPI TCP,
+#       lockstep shm and OpenMPI vader one after the other, `runs` times
+#       (default 6); two markdown tables of medians (TCP, shared memory;
+#       mean, and p50/p95 for lockstep and OpenMPI, which report them).
 #   bash tools/bench/compare_all_reduce.sh --small_pairs N
 #       the 4 KiB acceptance protocol: N pairs, each a cache-line ping-pong
 #       (which placement mode the vCPUs are in, ../shared/BENCHMARKING.md),
-#       then lockstep and OpenMPI over TCP (--iters 2000 --warmup 200), lockstep
-#       first on odd pairs and OpenMPI first on even ones. Medians per mode,
-#       per-pair ratios MPI/lockstep, and the raw rows.
+#       then lockstep and OpenMPI over TCP and lockstep shm and OpenMPI
+#       vader (--iters 2000 --warmup 200), lockstep first on odd pairs and
+#       OpenMPI first on even ones. Medians per mode and transport, per-pair
+#       ratios MPI/lockstep, and the raw rows.
 #   bash tools/bench/compare_all_reduce.sh --ab REV [runs]
 #       this tree (A) against git revision REV (B), built in a temporary git
 #       worktree with its own Bazel server; for each of `runs` (default 3) and
 #       each size, A and B back to back in alternating order, each right after
 #       a ping-pong. Medians of A and B and of the per-pair ratios B/A, per
 #       size and placement mode. AB_SIZES="4096 65536" restricts the sizes.
+#       Both sides run their default transport (auto: shared memory here);
+#       against a revision from before --transport, compare like with like
+#       by AB_A_FLAGS=--transport=tcp.
 #
 # LOCKSTEP_BENCH_FLAGS adds flags to lockstep's runs (both sides in --ab),
 # e.g. LOCKSTEP_BENCH_FLAGS=--tcp_congestion_control= (the system's algorithm);
@@ -28,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
 
-usage() { sed -n '2,24s/^# \{0,1\}//p' "$0" >&2; }
+usage() { sed -n '2,32s/^# \{0,1\}//p' "$0" >&2; }
 die() { echo "compare_all_reduce: $*" >&2; exit 2; }
 is_count() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 
@@ -115,17 +123,24 @@ json_fields() {
 }
 
 # Each run has a deadline, so that a hung rank costs minutes, not the night.
-run_lockstep() {  # bin bytes iters warmup -> mean p50 p95 busbw
-  local line
+run_lockstep() {  # bin bytes iters warmup [transport] -> mean p50 p95 busbw
+  local line transport_flag=()
+  [[ -n ${5:-} ]] && transport_flag=(--transport="$5")
+  # The JSON names the transport that ran: refuse a run on another one.
   # shellcheck disable=SC2086  # LOCKSTEP_BENCH_FLAGS is a list of flags.
   line=$(timeout -k 5 300 "$1" --nproc=2 --min_bytes="$2" --max_bytes="$2" --iters="$3" --warmup="$4" --json \
-    ${LOCKSTEP_BENCH_FLAGS:-} ${side_flags:-} 2>>"$errlog" | grep '^{' | tail -n 1) || return 1
+    "${transport_flag[@]}" ${LOCKSTEP_BENCH_FLAGS:-} ${side_flags:-} 2>>"$errlog" | grep '^{' | tail -n 1) || return 1
   [[ -n $line ]] || return 1
+  if [[ -n ${5:-} && $line != *"\"transport\": \"host over $5\""* ]]; then
+    echo "compare_all_reduce: asked for --transport=$5, the benchmark ran: $line" >>"$errlog"
+    return 1
+  fi
   json_fields "$line"
 }
-run_mpi() {  # bytes iters warmup -> mean p50 p95 busbw
-  local f
-  read -r -a f < <(timeout -k 5 300 mpirun --allow-run-as-root -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo \
+run_mpi() {  # bytes iters warmup [tcp|vader] -> mean p50 p95 busbw
+  local f btl=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+  [[ ${4:-tcp} == vader ]] && btl=(--mca btl self,vader)
+  read -r -a f < <(timeout -k 5 300 mpirun --allow-run-as-root -np 2 "${btl[@]}" \
     "$mpibin" "$1" "$2" "$3" 2>>"$errlog" | grep '^mpi ' | tail -n 1) || return 1
   (( ${#f[@]} >= 4 )) || return 1
   echo "${f[2]} ${f[4]:-nan} ${f[5]:-nan} ${f[3]}"
@@ -164,9 +179,11 @@ case $mode in
       for b in "${sizes[@]}"; do
         it=$(iters_for "$b")
         w=$(( it / 10 + 2 ))
-        record "$run" - nan lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w"
+        record "$run" - nan lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" tcp
         record "$run" - nan gloo "$b" run_gloo "$b" "$it" "$w"
-        record "$run" - nan mpi "$b" run_mpi "$b" "$it" "$w"
+        record "$run" - nan mpi "$b" run_mpi "$b" "$it" "$w" tcp
+        record "$run" - nan lockstep_shm "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" shm
+        record "$run" - nan vader "$b" run_mpi "$b" "$it" "$w" vader
       done
       echo "run $run done, load $(load)" >&2
     done
@@ -177,11 +194,15 @@ case $mode in
     for pair in $(seq "$pairs"); do
       read -r pp pmode < <(pingpong)
       if (( pair % 2 == 1 )); then
-        record "$pair" "$pmode" "$pp" lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w"
-        record "$pair" "$pmode" "$pp" mpi "$b" run_mpi "$b" "$it" "$w"
+        record "$pair" "$pmode" "$pp" lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" tcp
+        record "$pair" "$pmode" "$pp" mpi "$b" run_mpi "$b" "$it" "$w" tcp
+        record "$pair" "$pmode" "$pp" lockstep_shm "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" shm
+        record "$pair" "$pmode" "$pp" vader "$b" run_mpi "$b" "$it" "$w" vader
       else
-        record "$pair" "$pmode" "$pp" mpi "$b" run_mpi "$b" "$it" "$w"
-        record "$pair" "$pmode" "$pp" lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w"
+        record "$pair" "$pmode" "$pp" mpi "$b" run_mpi "$b" "$it" "$w" tcp
+        record "$pair" "$pmode" "$pp" lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" tcp
+        record "$pair" "$pmode" "$pp" vader "$b" run_mpi "$b" "$it" "$w" vader
+        record "$pair" "$pmode" "$pp" lockstep_shm "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" shm
       fi
       echo "pair $pair done: $pmode ($pp ns), load $(load)" >&2
     done
@@ -315,7 +336,7 @@ if what == "default":
         return (f"{fmt(med(r['mean'] for r in v))} us / {fmt(med(r['bw'] for r in v), 2)} "
                 f"({pct}range {lo:.0f}-{hi:.0f} us)")
 
-    print(f"| size | lockstep | PyTorch gloo | OpenMPI TCP | best peer / lockstep (median of medians) "
+    print(f"| size | lockstep TCP | PyTorch gloo | OpenMPI TCP | best peer / lockstep (median of medians) "
           f"| median of per-run ratios | (median of {extra[0]} runs; mean time us / busbw GB/s; "
           f"p50/p95 over iterations of the slowest rank, us)")
     print("|---|---|---|---|---|---|")
@@ -337,26 +358,45 @@ if what == "default":
         print(f"| {size(b)} | {cell('lockstep', b)} | {cell('gloo', b)} | {cell('mpi', b)} "
               f"| {fmt(ratio, 2)}x | {fmt(med(per_run), 2)}x |")
 
+    # Shared memory: lockstep --transport=shm against OpenMPI's vader, each
+    # run's pair measured within seconds of each other.
+    print()
+    print(f"| size | lockstep shm | OpenMPI vader | vader / lockstep (median of medians) "
+          f"| median of per-run ratios | busbw lockstep / vader |")
+    print("|---|---|---|---|---|---|")
+    for b in sorted({r["bytes"] for r in rows}):
+        ours = med(r["mean"] for r in tool_rows("lockstep_shm", b))
+        peer = med(r["mean"] for r in tool_rows("vader", b))
+        ratio = peer / ours if ok(peer) and ok(ours) and ours > 0 else NAN
+        bw = med(ratios("lockstep_shm", "vader", "bw", b=b))
+        print(f"| {size(b)} | {cell('lockstep_shm', b)} | {cell('vader', b)} | {fmt(ratio, 2)}x "
+              f"| {fmt(med(ratios('vader', 'lockstep_shm', 'mean', b=b)), 2)}x | {fmt(bw, 2)}x |")
+
 elif what == "small":
     # One ping-pong per pair: the pair's mode is that of its rows.
     pair_mode = {r["key"]: r["mode"] for r in rows}
     modes = sorted(set(pair_mode.values())) + ["all"]
-    print(f"4 KiB all-reduce, 2 ranks, TCP, --iters 2000 --warmup 200; {extra[0]} interleaved pairs; "
-          "medians over pairs (us); ratio = median of per-pair MPI/lockstep")
+    print(f"4 KiB all-reduce, 2 ranks, --iters 2000 --warmup 200; {extra[0]} interleaved pairs; "
+          "medians over pairs (us); ratio = median of per-pair MPI/lockstep; TCP: lockstep "
+          "--transport=tcp vs OpenMPI btl tcp; shm: lockstep --transport=shm vs OpenMPI vader")
     print()
-    print("| mode | pairs | lockstep p50 | lockstep p95 | lockstep mean | MPI p50 | MPI p95 | MPI mean "
+    print("| transport | mode | pairs | lockstep p50 | lockstep p95 | lockstep mean | MPI p50 | MPI p95 | MPI mean "
           "| MPI/lockstep p50 | MPI/lockstep p95 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for m in modes:
-        keys = {k for k, v in pair_mode.items() if m in ("all", v)}
-        if m == "all" and len(modes) == 2:
-            continue  # One mode: "all" would repeat it.
-        ours = [r for r in rows if r["tool"] == "lockstep" and r["key"] in keys]
-        mpi = [r for r in rows if r["tool"] == "mpi" and r["key"] in keys]
-        figures = [fmt(med(r[f] for r in v)) for v in (ours, mpi) for f in ("p50", "p95", "mean")]
-        rp50 = med(ratios("mpi", "lockstep", "p50", keys=keys))
-        rp95 = med(ratios("mpi", "lockstep", "p95", keys=keys))
-        print(f"| {m} | {len(keys)} | " + " | ".join(figures) + f" | {fmt(rp50, 2)}x | {fmt(rp95, 2)}x |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for transport, ours_tool, mpi_tool in (("tcp", "lockstep", "mpi"), ("shm", "lockstep_shm", "vader")):
+        for m in modes:
+            keys = {k for k, v in pair_mode.items() if m in ("all", v)}
+            if m == "all" and len(modes) == 2:
+                continue  # One mode: "all" would repeat it.
+            ours = [r for r in rows if r["tool"] == ours_tool and r["key"] in keys]
+            mpi = [r for r in rows if r["tool"] == mpi_tool and r["key"] in keys]
+            if not ours and not mpi:
+                continue
+            figures = [fmt(med(r[f] for r in v)) for v in (ours, mpi) for f in ("p50", "p95", "mean")]
+            rp50 = med(ratios(mpi_tool, ours_tool, "p50", keys=keys))
+            rp95 = med(ratios(mpi_tool, ours_tool, "p95", keys=keys))
+            print(f"| {transport} | {m} | {len(keys)} | " + " | ".join(figures)
+                  + f" | {fmt(rp50, 2)}x | {fmt(rp95, 2)}x |")
     raw_rows([("pair", lambda r: r["key"]), ("mode", lambda r: r["mode"]),
               ("pingpong ns", lambda r: fmt(r["pp"])), ("tool", lambda r: r["tool"]),
               ("mean us", lambda r: fmt(r["mean"], 2)), ("p50 us", lambda r: fmt(r["p50"], 2)),
