@@ -11,7 +11,8 @@
 #     print the failure summary naming rank 1 and its signal.
 #  c. --max_restarts 1, SIGKILL agent 1: its worker does not survive it;
 #     agent 0 stops its own worker and exits non-zero with an error within
-#     the configured rendezvous timeout instead of waiting for ever.
+#     the configured rendezvous timeout instead of waiting for ever, and its
+#     failure summary names agent 1 (node rank 1) as the (likely) cause.
 # Every process is bounded (timeout) and killed at exit whatever happens.
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
@@ -131,5 +132,10 @@ lib_check 'lib_dead "$w0" && test -z "$(lib_pids_of "$tmp/agentkill/" "$trainer"
 # or lost (no heartbeat) while the workers still ran.
 lost_node='missing node ranks?:? 1\b|agent of node rank 1\b'
 lib_check 'grep -Eq "$lost_node" "$tmp/agentkill.0.log"' "$tmp/agentkill.0.log"
+# Whichever way agent 0 ends, it prints the summary, and the summary names
+# the lost agent: as the likely cause of its own worker's failure (that
+# worker's peer vanished), or as the first failure itself.
+lib_check 'grep -q "^\[lockstep-run\] FAILED (" "$tmp/agentkill.0.log"' "$tmp/agentkill.0.log"
+lib_check 'grep -Eq "(likely cause|first failure): the agent of node rank 1\b" "$tmp/agentkill.0.log"' "$tmp/agentkill.0.log"
 [[ $fail -eq $fail_before ]] && echo "ok: c. agent 1 SIGKILLed: its worker died; agent 0 exited with $rc0: $(grep -E "$lost_node" "$tmp/agentkill.0.log" | tail -1)"
 lib_finish

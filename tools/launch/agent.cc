@@ -144,6 +144,8 @@ enum class Outcome { kSucceeded, kFailed, kInterrupted, kNodesWaiting };
 struct AttemptResult {
   Outcome outcome = Outcome::kFailed;
   FailureRecord failure;
+  // An agent lost about when `failure` happened (the likely cause of it).
+  std::optional<FailureRecord> cause;
   int signal = 0;
   bool store_gone = false;  // Nothing more can be said through the store.
   int64_t nodes_waiting = 0;
@@ -158,6 +160,16 @@ class Agent {
   AttemptResult Monitor(const GroupAssignment& group, GroupState& state, WorkerGroup& workers);
   FailureRecord AgentFailure(const GroupAssignment& group, const std::string& what, bool restartable) const;
   FailureRecord StoreGone(const absl::Status& s) const;
+  FailureRecord WorkerFailure(const GroupAssignment& group, WorkerGroup& workers, const WorkerExit& e) const;
+  // The store stopped answering: the failure is a local worker's that has
+  // already ended, if any (its peers probably vanished with the store's
+  // host), with the lost store as the likely cause; else the store itself.
+  AttemptResult StoreGoneResult(const GroupAssignment& group, WorkerGroup* workers, const absl::Status& s) const;
+  // After a failure: waits (up to the heartbeat timeout from `since`) for
+  // the other agents to say they saw it; one that does not is lost, and is
+  // named as the likely cause of a worker's failure.
+  void FindLostAgents(const GroupAssignment& group, GroupState& state, SteadyClock::time_point since,
+                      AttemptResult* result) const;
   // Says goodbye; the store's host waits for the others first.
   void Leave(GroupState& state, const FailureRecord* failure);
 
@@ -180,6 +192,8 @@ FailureRecord Agent::AgentFailure(const GroupAssignment& group, const std::strin
 
 FailureRecord Agent::StoreGone(const absl::Status& s) const {
   FailureRecord r;
+  // static: node rank 0 hosts the store (unless rdzv_conf is_host says otherwise).
+  if (o_.rendezvous.backend == "static" && !o_.rendezvous.is_host.has_value()) r.group_rank = 0;
   r.hostname = o_.rendezvous.host;
   r.host = store_.where;
   r.what = absl::StrCat("the rendezvous store at ", store_.where, " stopped answering (", s.message(),
@@ -188,11 +202,83 @@ FailureRecord Agent::StoreGone(const absl::Status& s) const {
   return r;
 }
 
+FailureRecord Agent::WorkerFailure(const GroupAssignment& group, WorkerGroup& workers, const WorkerExit& e) const {
+  workers.WaitOutput(e.local_rank, DeadlineIn(milliseconds(1000)));
+  FailureRecord r;
+  r.rank = group.rank_offset + e.local_rank;
+  r.local_rank = e.local_rank;
+  r.group_rank = group.group_rank;
+  r.hostname = hostname_;
+  r.host = address_;
+  r.what = e.status.ToString();
+  r.exit_code = e.status.exit_code();
+  r.signal = e.status.signal();
+  r.tail = workers.Tail(e.local_rank);
+  return r;
+}
+
+AttemptResult Agent::StoreGoneResult(const GroupAssignment& group, WorkerGroup* workers, const absl::Status& s) const {
+  AttemptResult result;
+  result.store_gone = true;
+  result.failure = StoreGone(s);
+  if (workers == nullptr) return result;
+  for (;;) {
+    absl::StatusOr<std::optional<WorkerExit>> ended = workers->WaitNext(SteadyClock::now());
+    if (!ended.ok() || !ended->has_value()) break;
+    if (!(*ended)->status.success()) {
+      result.cause = result.failure;
+      result.failure = WorkerFailure(group, *workers, **ended);
+      result.failure.restartable = false;
+      break;
+    }
+  }
+  return result;
+}
+
+void Agent::FindLostAgents(const GroupAssignment& group, GroupState& state, SteadyClock::time_point since,
+                           AttemptResult* result) const {
+  const milliseconds timeout = o_.rendezvous.heartbeat_timeout;
+  // An agent another one already found lost will not answer either.
+  if (result->failure.agent_lost) state.MarkLost(result->failure.group_rank);
+  const auto left = std::chrono::ceil<milliseconds>(since + timeout - SteadyClock::now());
+  absl::StatusOr<std::vector<NodeInfo>> silent = state.WaitOthersLeft(std::max(left, milliseconds(1)));
+  if (!silent.ok()) {
+    // The store went away meanwhile: its host is the likely cause.
+    result->store_gone = true;
+    result->failure.restartable = false;
+    if (!result->cause.has_value()) result->cause = StoreGone(silent.status());
+    return;
+  }
+  if (silent->empty() || result->cause.has_value()) return;
+  const NodeInfo& node = silent->front();
+  // The failure already names this agent: nothing to add.
+  if (result->failure.agent_lost && result->failure.host == node.host && result->failure.hostname == node.hostname) {
+    return;
+  }
+  FailureRecord c;
+  c.group_rank = 0;
+  for (const NodeInfo& n : group.nodes) {
+    if (n.agent_id == node.agent_id) break;
+    ++c.group_rank;
+  }
+  c.hostname = node.hostname;
+  c.host = node.host;
+  c.what = absl::StrCat("it did not answer within ", timeout.count() / 1000.0, " s after attempt ", group.attempt,
+                        " failed (rdzv_conf heartbeat_timeout); it died (its workers with it) or its host is "
+                        "unreachable");
+  c.agent_lost = true;
+  result->cause = c;
+}
+
 void Agent::Leave(GroupState& state, const FailureRecord* failure) {
   if (failure != nullptr && failure->agent_lost) state.MarkLost(failure->group_rank);
   (void)state.MarkExited();
   if (store_.hosting) {
-    const milliseconds bound = SaturatingAdd(SaturatingAdd(o_.rendezvous.heartbeat_timeout, o_.stop_grace),
+    // The others may stop their workers (stop_grace) and wait for a lost
+    // agent's answer (heartbeat_timeout) before they leave.
+    const milliseconds bound = SaturatingAdd(SaturatingAdd(SaturatingAdd(o_.rendezvous.heartbeat_timeout,
+                                                                         o_.rendezvous.heartbeat_timeout),
+                                                           o_.stop_grace),
                                              FromSeconds(o_.flags.monitor_interval_s));
     absl::Status s = state.WaitAllExited(bound);
     if (!s.ok()) Say("not every agent said goodbye before this one closes the rendezvous store");
@@ -223,9 +309,7 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       absl::StatusOr<std::optional<FailureRecord>> failure =
           beat.ok() ? state.Failure() : absl::StatusOr<std::optional<FailureRecord>>(beat);
       if (!failure.ok()) {
-        result.store_gone = true;
-        result.failure = StoreGone(failure.status());
-        return result;
+        return StoreGoneResult(group, &workers, failure.status());
       }
       if (failure->has_value()) {
         result.failure = **failure;
@@ -234,9 +318,7 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       if (may_grow) {
         absl::StatusOr<int64_t> waiting = state.NodesWaiting();
         if (!waiting.ok()) {
-          result.store_gone = true;
-          result.failure = StoreGone(waiting.status());
-          return result;
+          return StoreGoneResult(group, &workers, waiting.status());
         }
         if (*waiting > 0) {
           result.outcome = Outcome::kNodesWaiting;
@@ -246,9 +328,7 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       }
       absl::StatusOr<std::optional<NodeInfo>> lost = state.StaleAgent(o_.rendezvous.heartbeat_timeout);
       if (!lost.ok()) {
-        result.store_gone = true;
-        result.failure = StoreGone(lost.status());
-        return result;
+        return StoreGoneResult(group, &workers, lost.status());
       }
       if (lost->has_value()) {
         const NodeInfo& node = **lost;
@@ -267,6 +347,9 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
         (void)state.PublishFailure(r);
         absl::StatusOr<std::optional<FailureRecord>> first = state.Failure();
         result.failure = first.ok() && first->has_value() ? **first : r;
+        // A worker's failure first, while this agent was already silent:
+        // the lost agent is the likely cause.
+        if (!result.failure.agent_lost) result.cause = r;
         return result;
       }
     }
@@ -281,21 +364,13 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
         const WorkerExit& e = **ended;
         // A worker stopped by the signal we forwarded: report the signal.
         if (forwarder_->received() != 0) continue;
-        workers.WaitOutput(e.local_rank, DeadlineIn(milliseconds(1000)));
-        FailureRecord r;
-        r.rank = group.rank_offset + e.local_rank;
-        r.local_rank = e.local_rank;
-        r.group_rank = group.group_rank;
-        r.hostname = hostname_;
-        r.host = address_;
-        r.what = e.status.ToString();
-        r.exit_code = e.status.exit_code();
-        r.signal = e.status.signal();
-        r.tail = workers.Tail(e.local_rank);
+        FailureRecord r = WorkerFailure(group, workers, e);
         absl::Status published = state.PublishFailure(r);
         if (!published.ok()) {
           result.store_gone = true;
-        result.failure = StoreGone(published);
+          result.cause = StoreGone(published);
+          result.failure = r;
+          result.failure.restartable = false;
           return result;
         }
         absl::StatusOr<std::optional<FailureRecord>> first = state.Failure();
@@ -306,20 +381,12 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
     }
     if (!done_marked) {
       absl::Status s = state.MarkDone();
-      if (!s.ok()) {
-        result.store_gone = true;
-        result.failure = StoreGone(s);
-        return result;
-      }
+      if (!s.ok()) return StoreGoneResult(group, &workers, s);
       done_marked = true;
     }
     const auto wait = std::chrono::ceil<milliseconds>(next_check - SteadyClock::now());
     absl::StatusOr<bool> all_done = state.WaitAllDone(std::max(wait, milliseconds(1)));
-    if (!all_done.ok()) {
-      result.store_gone = true;
-        result.failure = StoreGone(all_done.status());
-      return result;
-    }
+    if (!all_done.ok()) return StoreGoneResult(group, &workers, all_done.status());
     if (*all_done) {
       result.outcome = Outcome::kSucceeded;
       return result;
@@ -372,10 +439,19 @@ int Agent::Run() {
   spec.tee = f.tee;
 
   int restarts = 0;  // After failures; TORCHELASTIC_RESTART_COUNT.
+  // The latest attempt's failure and its likely cause, for the summary when
+  // the group then cannot re-form.
+  JobFailure last;
+  int last_failed = -1;  // Its attempt.
   for (int round = 0;; ++round) {
     absl::StatusOr<GroupAssignment> group = rendezvous.Join(round, PickFreePort);
     if (!group.ok()) {
+      last.ended = std::string(group.status().message());
+      if (last.first.has_value()) {
+        absl::StrAppend(&last.ended, " (after attempt ", last_failed, " failed; restart ", restarts, ")");
+      }
       std::cerr << "[lockstep-run] " << group.status().message() << std::endl;
+      std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
       return 1;
     }
     round = group->attempt;  // c10d may have moved on to a later round.
@@ -393,6 +469,13 @@ int Agent::Run() {
       (void)state.PublishFailure(result.failure);
     } else {
       result = Monitor(*group, state, **workers);
+    }
+    const auto ended_at = SteadyClock::now();
+    // Alive and done with this attempt: said before stopping the workers
+    // (which may take the grace period), so that no other agent takes this
+    // one for lost.
+    if (result.outcome != Outcome::kSucceeded && !result.store_gone) (void)state.MarkLeft();
+    if (workers.ok()) {
       (*workers)->Stop(o_.stop_grace);
       forwarder_->SetTargets({});
     }
@@ -410,16 +493,29 @@ int Agent::Run() {
       Say(absl::StrCat(result.nodes_waiting, " node(s) waiting to join; re-forming the group (not counted as a restart)"));
       continue;
     }
+    if (!result.store_gone) FindLostAgents(*group, state, ended_at, &result);
     const FailureRecord& r = result.failure;
-    const std::string who = r.rank >= 0 ? absl::StrCat("rank ", r.rank, " on ", r.hostname, " ", r.what)
-                                        : absl::StrCat(r.hostname, ": ", r.what);
-    if (r.restartable && restarts < f.max_restarts) {
+    last.first = r;
+    last_failed = round;
+    last.likely_cause = result.cause;
+    std::string who = DescribeFailure(r);
+    if (result.cause.has_value()) absl::StrAppend(&who, "; likely cause: ", DescribeFailure(*result.cause));
+    if (r.restartable && !result.store_gone && restarts < f.max_restarts) {
       ++restarts;
       Say(absl::StrCat("attempt ", round, " failed (", who, "); restarting the group (restart ", restarts, " of ",
                        f.max_restarts, ")"));
       continue;
     }
-    std::cerr << FailureSummary(r, restarts, f.max_restarts) << std::flush;
+    if (result.store_gone) {
+      last.ended = absl::StrCat("the rendezvous store at ", store_.where,
+                                " is gone, so the group cannot re-form (attempt ", round, ")");
+    } else if (!r.restartable) {
+      last.ended = absl::StrCat("attempt ", round, " failed in a way a restart cannot mend");
+    } else {
+      last.ended = absl::StrCat("attempt ", round, " failed and no restarts are left (--max_restarts ",
+                                f.max_restarts, ")");
+    }
+    std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
     if (!result.store_gone) Leave(state, &r);
     return 1;
   }

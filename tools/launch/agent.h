@@ -15,9 +15,15 @@
 //      is published as the attempt's failure; another node's failure, an
 //      agent whose heartbeat stopped, or the store gone (its host died)
 //      fail the attempt here too;
-//   4. on failure stop the workers (SIGTERM, SIGKILL after stop_grace) and
-//      either join attempt + 1 (restarts left) or print the summary and
-//      exit 1; when every node's workers succeeded, exit 0.
+//   4. on failure say so (a<k>/left), stop the workers (SIGTERM, SIGKILL
+//      after stop_grace, LOCKSTEP_STOP_GRACE_SECONDS), wait up to
+//      heartbeat_timeout for the other agents to say so too (one that does
+//      not is lost: the summary names it as the likely cause of a worker's
+//      failure) and either join attempt + 1 (restarts left) or print the
+//      summary and exit 1; when every node's workers succeeded, exit 0.
+// Every way the job ends in failure prints the summary (group_state.h): the
+// first failure, the likely cause, and why it ended (no restarts left, the
+// store gone, a rendezvous that could not re-form).
 // Who hosts the store (static: node rank 0; c10d: the agent on the
 // endpoint's host, else rdzv_conf is_host) waits for the others to leave
 // before it exits, so that its exit is never mistaken for a failure.
@@ -40,6 +46,7 @@ struct AgentOptions {
   int nproc = 1;
   std::vector<std::string> worker_argv;
   bool set_omp_num_threads = false;
+  // SIGTERM to SIGKILL when stopping workers (LOCKSTEP_STOP_GRACE_SECONDS).
   std::chrono::milliseconds stop_grace{5000};
 };
 

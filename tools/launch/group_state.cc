@@ -54,23 +54,68 @@ absl::StatusOr<FailureRecord> DecodeFailure(const std::string& text) {
   return r;
 }
 
-std::string FailureSummary(const FailureRecord& r, int restarts, int max_restarts) {
-  std::string text = "[lockstep-run] ============================================================\n";
+namespace {
+
+constexpr char kRule[] = "[lockstep-run] ============================================================\n";
+
+// "the agent of node rank 1 on host node1 (10.0.0.2)".
+std::string AgentName(const FailureRecord& r) {
+  std::string who = r.group_rank >= 0 ? absl::StrCat("the agent of node rank ", r.group_rank)
+                                      : std::string("the agent");
+  if (!r.hostname.empty() || !r.host.empty()) {
+    absl::StrAppend(&who, " on host ", r.hostname.empty() ? r.host : r.hostname);
+    if (!r.hostname.empty() && !r.host.empty() && r.host != r.hostname) absl::StrAppend(&who, " (", r.host, ")");
+  }
+  return who;
+}
+
+void AppendTail(std::string* text, const std::string& tail) {
+  if (tail.empty()) return;
+  absl::StrAppend(text, "[lockstep-run]   last lines of its output:\n", tail);
+  if (tail.back() != '\n') text->push_back('\n');
+}
+
+}  // namespace
+
+std::string DescribeFailure(const FailureRecord& r) {
+  if (r.rank >= 0) return absl::StrCat("rank ", r.rank, " on ", r.hostname, " ", r.what);
+  return absl::StrCat(AgentName(r), ": ", r.what);
+}
+
+std::string FailureSummary(const JobFailure& job, int restarts, int max_restarts) {
+  std::string text = kRule;
   absl::StrAppend(&text, "[lockstep-run] FAILED (restarts used: ", restarts, " of ", max_restarts, ")\n");
-  if (r.rank >= 0) {
-    absl::StrAppend(&text, "[lockstep-run] first failure: rank ", r.rank, " (local_rank ", r.local_rank,
-                    ", node rank ", r.group_rank, ") on host ", r.hostname, " (", r.host, ")\n");
-    absl::StrAppend(&text, "[lockstep-run]   ", r.what, "\n");
+  if (job.first.has_value()) {
+    const FailureRecord& r = *job.first;
+    if (r.rank >= 0) {
+      absl::StrAppend(&text, "[lockstep-run] first failure: rank ", r.rank, " (local_rank ", r.local_rank,
+                      ", node rank ", r.group_rank, ") on host ", r.hostname, " (", r.host, ")\n");
+      absl::StrAppend(&text, "[lockstep-run]   ", r.what, "\n");
+    } else {
+      absl::StrAppend(&text, "[lockstep-run] first failure: ", AgentName(r), ": ", r.what, "\n");
+    }
+    AppendTail(&text, r.tail);
   } else {
-    absl::StrAppend(&text, "[lockstep-run] first failure: the agent of node rank ", r.group_rank, " on host ",
-                    r.hostname, " (", r.host, "): ", r.what, "\n");
+    absl::StrAppend(&text, "[lockstep-run] first failure: none (no worker group ran)\n");
   }
-  if (!r.tail.empty()) {
-    absl::StrAppend(&text, "[lockstep-run]   last lines of its output:\n", r.tail);
-    if (r.tail.back() != '\n') text.push_back('\n');
+  if (job.likely_cause.has_value()) {
+    const FailureRecord& c = *job.likely_cause;
+    absl::StrAppend(&text, "[lockstep-run] likely cause: ", AgentName(c), ": ", c.what, "\n");
+    if (job.first.has_value() && job.first->rank >= 0) {
+      absl::StrAppend(&text, "[lockstep-run]   (the failure of rank ", job.first->rank,
+                      " is probably a consequence: its peers vanished with that agent)\n");
+    }
+    AppendTail(&text, c.tail);
   }
-  absl::StrAppend(&text, "[lockstep-run] ============================================================\n");
+  if (!job.ended.empty()) absl::StrAppend(&text, "[lockstep-run] the job ended: ", job.ended, "\n");
+  absl::StrAppend(&text, kRule);
   return text;
+}
+
+std::string FailureSummary(const FailureRecord& r, int restarts, int max_restarts) {
+  JobFailure job;
+  job.first = r;
+  return FailureSummary(job, restarts, max_restarts);
 }
 
 GroupState::GroupState(Store* store, const GroupAssignment& group, int64_t agent_id)
@@ -137,6 +182,32 @@ absl::StatusOr<bool> GroupState::WaitAllDone(milliseconds timeout) {
   if (s.ok()) return true;
   if (absl::IsDeadlineExceeded(s)) return false;
   return s;
+}
+
+absl::Status GroupState::MarkLeft() { return store_->Set(absl::StrCat(Key("left/"), agent_id_), "1"); }
+
+absl::StatusOr<std::vector<NodeInfo>> GroupState::WaitOthersLeft(milliseconds timeout) {
+  std::vector<std::string> keys;
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& node : group_.nodes) {
+    if (node.agent_id == agent_id_ || lost_.count(node.agent_id) != 0) continue;
+    keys.push_back(absl::StrCat(Key("left/"), node.agent_id));
+    nodes.push_back(&node);
+  }
+  std::vector<NodeInfo> silent;
+  if (keys.empty()) return silent;
+  absl::Status s = store_->Wait(keys, timeout);
+  if (s.ok()) return silent;
+  if (!absl::IsDeadlineExceeded(s)) return s;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    absl::StatusOr<bool> there = store_->Check({keys[i]});
+    if (!there.ok()) return there.status();
+    if (!*there) {
+      lost_.insert(nodes[i]->agent_id);
+      silent.push_back(*nodes[i]);
+    }
+  }
+  return silent;
 }
 
 absl::Status GroupState::MarkExited() { return store_->Set(absl::StrCat(Key("exited/"), agent_id_), "1"); }

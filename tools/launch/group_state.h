@@ -14,7 +14,7 @@
 // the hosts' clocks need not agree.
 //
 // Keys (attempt k): a<k>/failure, a<k>/done, a<k>/all_done, a<k>/exited/<agent id>,
-// a<k>/waiting (rendezvous.h);
+// a<k>/left/<agent id>, a<k>/waiting (rendezvous.h);
 // hb/<agent id> (across attempts).
 #ifndef LOCKSTEP_TOOLS_LAUNCH_GROUP_STATE_H_
 #define LOCKSTEP_TOOLS_LAUNCH_GROUP_STATE_H_
@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "collectives/socket.h"
@@ -54,9 +55,27 @@ struct FailureRecord {
 std::string EncodeFailure(const FailureRecord& record);
 absl::StatusOr<FailureRecord> DecodeFailure(const std::string& text);
 
+// Why the job ended in failure: what the summary says.
+struct JobFailure {
+  // The first failure of the last attempt that ran (none: no worker ran).
+  std::optional<FailureRecord> first;
+  // An agent found lost about when `first` happened (its heartbeat stopped,
+  // it did not answer the failure, or the rendezvous store it hosted went
+  // away): `first` is then probably a consequence of it.
+  std::optional<FailureRecord> likely_cause;
+  // Why no restart follows: no restarts left, the store is gone, a
+  // rendezvous that could not re-form, ...
+  std::string ended;
+};
+
 // The summary every agent prints when it gives up, torchrun-like:
-// the first failed rank, its host, how it ended and its last lines.
+// the first failed rank, its host, how it ended and its last lines, the
+// likely cause when an agent was lost, and why the job ended.
+std::string FailureSummary(const JobFailure& job, int restarts, int max_restarts);
 std::string FailureSummary(const FailureRecord& record, int restarts, int max_restarts);
+// One line naming a failure: "rank 3 on node1 exited with code 7", or
+// "the agent of node rank 1 on host node1 (10.0.0.2): <what>".
+std::string DescribeFailure(const FailureRecord& record);
 
 class GroupState {
  public:
@@ -80,6 +99,14 @@ class GroupState {
   absl::Status MarkDone();
   // True when every node's workers succeeded (waits up to `timeout`).
   absl::StatusOr<bool> WaitAllDone(std::chrono::milliseconds timeout);
+
+  // This agent is done with this attempt after a failure (or leaves it for
+  // another reason) and is alive: said right after it saw the failure, so
+  // that the others can tell a lost agent from a live one.
+  absl::Status MarkLeft();
+  // Waits up to `timeout` for every other member (but those found lost) to
+  // say MarkLeft; returns the ones that did not (and counts them as lost).
+  absl::StatusOr<std::vector<NodeInfo>> WaitOthersLeft(std::chrono::milliseconds timeout);
 
   // This agent is leaving (after success or its final failure).
   absl::Status MarkExited();

@@ -484,6 +484,9 @@ options:
 environment:
   LOCKSTEP_RDZV_TOKEN   join token of the rendezvous store (all agents the same)
   LOCKSTEP_PYTHON       interpreter for .py scripts (default: python3 on PATH)
+  LOCKSTEP_STOP_GRACE_SECONDS
+                        seconds between SIGTERM and SIGKILL when the workers are
+                        stopped (default 5)
   LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME
                         this node's address as the other nodes reach it
 )";

@@ -181,6 +181,8 @@ agent1=$(pgrep -f -- "^$RUN --nnodes 2 --node_rank 1 --nproc_per_node 2 --master
 kill -KILL "$agent1"
 [ "$(finish k0)" = 1 ] || fail "node 0 after node 1 died: $(cat "$TMP/k0.err")"
 expect_in "$TMP/k0.err" "sent no heartbeat"
+expect_in "$TMP/k0.err" "[lockstep-run] FAILED ("
+expect_in "$TMP/k0.err" "first failure: the agent of node rank 1 on host"
 for r in 0 1 2 3; do
   pid=$(env_of "$D" $r 0 PID)
   wait_for 10 bash -c "! kill -0 $pid 2>/dev/null" || fail "worker rank $r (pid $pid) outlived the failure"
@@ -197,6 +199,8 @@ agent0=$(pgrep -f -- "^$RUN --nnodes 2 --node_rank 0 --nproc_per_node 1 --master
 kill -KILL "$agent0"
 [ "$(finish h1)" = 1 ] || fail "node 1 after node 0 died: $(cat "$TMP/h1.err")"
 expect_in "$TMP/h1.err" "rendezvous store at 127.0.0.1:$P stopped answering"
+expect_in "$TMP/h1.err" "[lockstep-run] FAILED ("
+expect_in "$TMP/h1.err" "the job ended: the rendezvous store at 127.0.0.1:$P is gone"
 for r in 0 1; do
   pid=$(env_of "$D" $r 0 PID)
   wait_for 10 bash -c "! kill -0 $pid 2>/dev/null" || fail "worker rank $r (pid $pid) outlived its agent"
@@ -204,7 +208,7 @@ done
 
 echo "=== SIGTERM to an agent reaches its workers (SIGKILL after the grace period); the agent exits 128+15"
 D="$TMP/term"; mkdir -p "$D"
-start t0 --standalone --nproc_per_node 2 $FAST "$WORKER" --out="$D" --fail_rank=99 --others_wait="$D/never" \
+LOCKSTEP_STOP_GRACE_SECONDS=0.5 start t0 --standalone --nproc_per_node 2 $FAST "$WORKER" --out="$D" --fail_rank=99 --others_wait="$D/never" \
   --ignore_term
 wait_for 30 test -f "$D/env.0.0" -a -f "$D/env.1.0" || fail "workers did not start"
 kill -TERM "$(pgrep -f -- "^$RUN --standalone --nproc_per_node 2 $FAST $WORKER --out=$D" | head -1)"
@@ -232,6 +236,9 @@ expect_in "$TMP/b0.err" "unknown flag '--bogus'"
 expect_in "$TMP/b0.err" "--help"
 "$RUN" --nnodes 2 --node_rank 2 "$WORKER" 2>"$TMP/b1.err"; [ $? = 2 ] || fail "node_rank 2 accepted"
 expect_in "$TMP/b1.err" "--node_rank: 2 is not below --nnodes 2"
+LOCKSTEP_STOP_GRACE_SECONDS=soon "$RUN" --standalone "$WORKER" 2>"$TMP/bg.err"; [ $? = 2 ] || fail "bad grace accepted"
+expect_in "$TMP/bg.err" "LOCKSTEP_STOP_GRACE_SECONDS='soon' is not a number of seconds"
+"$RUN" --help >"$TMP/help.out"; expect_in "$TMP/help.out" "LOCKSTEP_STOP_GRACE_SECONDS"
 "$RUN" --standalone /nonexistent/prog 2>"$TMP/b2.err"; [ $? = 2 ] || fail "missing program accepted"
 expect_in "$TMP/b2.err" "'/nonexistent/prog' does not exist"
 printf '#!/bin/sh\nexit 0\n' >"$TMP/noexec.sh"; chmod -x "$TMP/noexec.sh"

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -67,6 +71,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   AgentOptions options;
+  if (std::optional<std::string> grace = GetEnv("LOCKSTEP_STOP_GRACE_SECONDS"); grace.has_value()) {
+    char* end = nullptr;
+    const double seconds = std::strtod(grace->c_str(), &end);
+    if (grace->empty() || end == nullptr || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
+        seconds > 86400) {
+      std::cerr << "lockstep-run: LOCKSTEP_STOP_GRACE_SECONDS='" << *grace
+                << "' is not a number of seconds in 0..86400 (the SIGTERM to SIGKILL grace period; default 5)"
+                << std::endl;
+      return 2;
+    }
+    options.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
   options.flags = *flags;
   options.rendezvous = *rendezvous;
   options.nproc = *nproc;

@@ -243,6 +243,66 @@ TEST(GroupStateTest, HeartbeatsDoneAndExited) {
   EXPECT_TRUE(node0.WaitAllExited(milliseconds(1)).ok());
 }
 
+TEST(GroupStateTest, AgentThatDoesNotLeaveIsLost) {
+  HashStore store;
+  GroupAssignment g = TwoNodes();
+  GroupState node0(&store, g, 0);
+  GroupState node1(&store, g, 1);
+  // Node 1 has not said it saw the failure: after the timeout it is lost.
+  absl::StatusOr<std::vector<NodeInfo>> silent = node0.WaitOthersLeft(milliseconds(1));
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  ASSERT_EQ(silent->size(), 1u);
+  EXPECT_EQ((*silent)[0].hostname, "node1");
+  // Once found lost it is neither waited for again nor for its goodbye.
+  silent = node0.WaitOthersLeft(milliseconds(1));
+  ASSERT_TRUE(silent.ok() && silent->empty());
+  ASSERT_TRUE(node0.MarkExited().ok());
+  EXPECT_TRUE(node0.WaitAllExited(milliseconds(1)).ok());
+  // An agent that said it left is alive.
+  ASSERT_TRUE(node0.MarkLeft().ok());
+  silent = node1.WaitOthersLeft(milliseconds(1));
+  ASSERT_TRUE(silent.ok() && silent->empty());
+}
+
+TEST(GroupStateTest, SummaryNamesTheLikelyCauseAndWhyTheJobEnded) {
+  JobFailure job;
+  FailureRecord worker;
+  worker.rank = 0;
+  worker.local_rank = 0;
+  worker.group_rank = 0;
+  worker.hostname = "node0";
+  worker.host = "10.0.0.1";
+  worker.what = "exited with code 1";
+  worker.exit_code = 1;
+  worker.tail = "peer vanished\n";
+  job.first = worker;
+  FailureRecord agent;
+  agent.group_rank = 1;
+  agent.hostname = "node1";
+  agent.host = "10.0.0.2";
+  agent.what = "it did not answer";
+  agent.agent_lost = true;
+  job.likely_cause = agent;
+  job.ended = "rendezvous (static, attempt 1): only 1 of 2 nodes joined (missing node ranks: 1)";
+  const std::string summary = FailureSummary(job, 1, 1);
+  EXPECT_NE(summary.find("FAILED (restarts used: 1 of 1)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("first failure: rank 0 (local_rank 0, node rank 0) on host node0 (10.0.0.1)"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("peer vanished"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("likely cause: the agent of node rank 1 on host node1 (10.0.0.2): it did not answer"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("the job ended: rendezvous (static, attempt 1)"), std::string::npos) << summary;
+  // No attempt ran: the summary still says why the job ended.
+  JobFailure none;
+  none.ended = "rendezvous timed out";
+  const std::string empty = FailureSummary(none, 0, 3);
+  EXPECT_NE(empty.find("first failure: none"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("the job ended: rendezvous timed out"), std::string::npos) << empty;
+  EXPECT_EQ(DescribeFailure(agent), "the agent of node rank 1 on host node1 (10.0.0.2): it did not answer");
+}
+
 TEST(WorkerEnvTest, TorchrunsVariables) {
   WorkerEnvOptions o;
   o.role = "trainer";
