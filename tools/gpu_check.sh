@@ -10,9 +10,14 @@
 # archive and is copied in), and gathers them with this script into the
 # git-ignored folder gpu_bundle/ (checked to stay under 64 MiB).
 #
+# `build` also bundles the trainers (bin/ddp_trainer, bin/dp_trainer) for the
+# trainer runs below.
+#
 # `run` finds the CUDA/NCCL libraries at run time (/usr/local/cuda*, a Python
 # environment's nvidia/*/lib, ldconfig), runs every test binary and benchmark
-# with a deadline, and prints one summary line:
+# with a deadline, then the trainer runs (DDP with 2 ranks sharing cuda:0 over
+# the host backend; the same forced to NCCL, which must refuse clearly; with 2+
+# GPUs DDP over NCCL; DP on cuda:0), and prints one summary line:
 #   gpu_check: N passed, M failed, K skipped
 # GPU tests skip (GTEST_SKIP) where no device is visible.
 set -uo pipefail
@@ -29,28 +34,40 @@ build() {
   benchmarks=$(bazel query 'attr(tags, "\bgpu\b", attr(tags, "\bbenchmark\b", kind("cc_binary", //...)))' 2>/dev/null || true)
   echo "gpu_check build: tests: $(echo $tests)"
   echo "gpu_check build: benchmarks: $(echo $benchmarks)"
-  bazel build --config=gpu_bundle $tests $benchmarks
+  local trainers="//trainers:ddp_trainer //trainers:dp_trainer"
+  bazel build --config=gpu_bundle $tests $benchmarks $trainers
   rm -rf "$bundle"
-  mkdir -p "$bundle/tests" "$bundle/benchmarks" "$bundle/lib"
-  local t bin
+  mkdir -p "$bundle/tests" "$bundle/benchmarks" "$bundle/lib" "$bundle/bin"
+  # bazel-bin follows the last build's configuration: take gpu_bundle's own.
+  local t bin out
+  out=$(bazel info --config=gpu_bundle bazel-bin 2>/dev/null)
   for t in $tests; do
-    bin=bazel-bin/$(echo "${t#//}" | tr ':' '/')
+    bin=$out/$(echo "${t#//}" | tr ':' '/')
     cp "$bin" "$bundle/tests/$(echo "${t#//}" | tr '/:' '__')"
   done
   for t in $benchmarks; do
-    bin=bazel-bin/$(echo "${t#//}" | tr ':' '/')
+    bin=$out/$(echo "${t#//}" | tr ':' '/')
     cp "$bin" "$bundle/benchmarks/$(echo "${t#//}" | tr '/:' '__')"
+  done
+  for t in $trainers; do
+    cp "$out/$(echo "${t#//}" | tr ':' '/')" "$bundle/bin/"
   done
   # Shared libraries the GPU machine may lack (not CUDA's: found there).
   local lib
-  for lib in $(ldd "$bundle"/tests/* "$bundle"/benchmarks/* 2>/dev/null | awk '/libbenchmark/ {print $3}' | sort -u); do
+  for lib in $(ldd "$bundle"/tests/* "$bundle"/benchmarks/* "$bundle"/bin/* 2>/dev/null | awk '/libbenchmark/ {print $3}' | sort -u); do
     cp -L "$lib" "$bundle/lib/"
   done
   cp tools/gpu_check.sh "$bundle/"
-  strip --strip-debug "$bundle"/tests/* "$bundle"/benchmarks/* 2>/dev/null || true
+  strip --strip-debug "$bundle"/tests/* "$bundle"/benchmarks/* "$bundle"/bin/* 2>/dev/null || true
+  # Statically linked binaries are large (the trainers ~30 MiB each) and
+  # compress about 4x: gzip them so the bundle fits one device call; `run`
+  # unpacks them first.
+  gzip -9 "$bundle"/tests/* "$bundle"/benchmarks/* "$bundle"/bin/*
   local size
   size=$(du -sm "$bundle" | cut -f1)
-  echo "gpu_check build: $bundle holds $(ls "$bundle/tests" | wc -l) test(s), $(ls "$bundle/benchmarks" | wc -l) benchmark(s), ${size} MiB"
+  echo "gpu_check build: $bundle holds $(ls "$bundle/tests" | wc -l) test(s), $(ls "$bundle/benchmarks" | wc -l) benchmark(s), $(ls "$bundle/bin" | wc -l) trainer(s), ${size} MiB"
+  echo "gpu_check build: tests: $(ls "$bundle/tests" | sed "s/\.gz$//" | tr '\n' ' ')"
+  echo "gpu_check build: benchmarks: $(ls "$bundle/benchmarks" | sed "s/\.gz$//" | tr '\n' ' ')"
   if [[ $size -ge 64 ]]; then
     echo "gpu_check build: bundle is ${size} MiB, over the 64 MiB a device call can carry" >&2
     exit 1
@@ -65,12 +82,32 @@ library_path() {
   done
   # pip-installed CUDA libraries (nvidia-nccl-cu*, nvidia-cublas-cu*, ...).
   while IFS= read -r d; do dirs+=("$d"); done < <(
-    find /usr /opt /root /home -maxdepth 7 -type d -path '*site-packages/nvidia/*/lib' 2>/dev/null | sort -u)
+    # /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib is 8 deep.
+    find /usr /opt /root /home -maxdepth 9 -type d -path '*site-packages/nvidia/*/lib' 2>/dev/null | sort -u)
   local IFS=:
   echo "${dirs[*]}"
 }
 
+# Unpacks the gzipped binaries of the bundle into a scratch copy and points
+# `bundle` at it (the carried bundle may be read-only).
+unpack() {
+  compgen -G "$bundle/*/*.gz" >/dev/null || return 0
+  local dest=${TMPDIR:-/tmp}/gpu_bundle_unpacked f rel
+  rm -rf "$dest" && mkdir -p "$dest"
+  for f in "$bundle"/*/*; do
+    rel=${f#"$bundle"/}
+    mkdir -p "$dest/$(dirname "$rel")"
+    if [[ $f == *.gz ]]; then
+      gzip -dc "$f" >"$dest/${rel%.gz}" && chmod +x "$dest/${rel%.gz}"
+    else
+      cp "$f" "$dest/$rel"
+    fi
+  done
+  bundle=$dest
+}
+
 run() {
+  unpack
   export LD_LIBRARY_PATH="$(library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   command -v nvidia-smi >/dev/null && nvidia-smi -L
   local passed=0 failed=0 skipped=0 bin name log rc
@@ -100,6 +137,42 @@ run() {
       failed=$((failed + 1)); failures+=("benchmark $name")
     fi
   done
+  # Trainer runs: name, a pattern the output must hold, expected exit (0 or
+  # "fail"), command.
+  local gpus=0
+  command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  local synthetic=(--dataset=synthetic --synthetic_train_size=4096 --synthetic_test_size=1024 --epochs=1
+                   --num_workers=1 --batch_size=64)
+  trainer_run() {
+    local name=$1 pattern=$2 expect=$3; shift 3
+    if [[ $gpus -eq 0 ]]; then
+      skipped=$((skipped + 1)); echo "--- $name SKIPPED: no GPU"; return
+    fi
+    timeout "${GPU_TRAINER_TIMEOUT:-240}" "$@" >"$log" 2>&1
+    rc=$?
+    if { [[ $expect == 0 && $rc -eq 0 ]] || [[ $expect == fail && $rc -ne 0 && $rc -ne 124 ]]; } &&
+       grep -q -- "$pattern" "$log"; then
+      passed=$((passed + 1)); echo "--- $name PASSED"; grep -E 'backend|final test' "$log" | head -4
+    else
+      failed=$((failed + 1)); failures+=("$name (exit $rc)")
+      echo "--- $name FAILED (exit $rc)"; tail -30 "$log"
+    fi
+  }
+  if [[ -x $bundle/bin/ddp_trainer ]]; then
+    # One GPU, two ranks: NCCL refuses that, so auto picks the host backend.
+    trainer_run "ddp_trainer 2 ranks on cuda:0 (host backend)" "gradient backend host" 0 \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --device=cuda --nproc=2 --bind_to=none "${synthetic[@]}"
+    trainer_run "ddp_trainer --backend=nccl, 2 ranks on cuda:0, refuses clearly" "NCCL refuses several ranks on one GPU" fail \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --device=cuda --nproc=2 --bind_to=none --backend=nccl "${synthetic[@]}"
+    if [[ $gpus -ge 2 ]]; then
+      trainer_run "ddp_trainer 2 ranks on 2 GPUs (NCCL)" "gradient backend nccl" 0 \
+        "$bundle/bin/ddp_trainer" --device=cuda --nproc=2 --bind_to=none "${synthetic[@]}"
+    fi
+  fi
+  if [[ -x $bundle/bin/dp_trainer ]]; then
+    trainer_run "dp_trainer on cuda:0" "final test accuracy" 0 \
+      "$bundle/bin/dp_trainer" --devices=cuda:0 "${synthetic[@]}"
+  fi
   rm -f "$log"
   [[ ${#failures[@]} -gt 0 ]] && printf 'failed: %s\n' "${failures[@]}"
   echo "gpu_check: $passed passed, $failed failed, $skipped skipped"

@@ -18,7 +18,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/backend_choice.h"
 #include "collectives/init_from_env.h"
+#include "collectives/nccl_communicator.h"
+#include "core/cuda_runtime.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "nn/blas_kernels.h"
@@ -37,6 +40,9 @@ ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf1
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
 ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
+ABSL_FLAG(std::string, backend, "auto",
+          "gradient all-reduce backend: auto (NCCL for --device=cuda when each local rank has its own GPU, "
+          "else the host backend), nccl or host; LOCKSTEP_BACKEND sets it when this flag is auto");
 
 namespace lockstep {
 namespace {
@@ -45,13 +51,41 @@ constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
     "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
     "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
-    "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph\n";
+    "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n";
 
 bool HasRankEnvironment() {
   for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
+}
+
+// NCCL for the gradients when collectives/backend_choice.h picks it on every
+// rank (all ranks must use the same backend, so they agree through the host
+// group first); nullptr: the host group carries them.
+absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& group, Device device,
+                                                              Milliseconds timeout) {
+  BackendChoiceInput in;
+  in.requested = absl::GetFlag(FLAGS_backend);
+  in.environment = BackendFromEnvironment();
+  in.device = device;
+  in.nccl_version = device.is_cuda() ? LinkedNcclVersion() : 0;
+  in.visible_gpus = device.is_cuda() ? cuda::DeviceCount() : 0;
+  in.local_world_size = group.env.local_world_size;
+  LOCKSTEP_ASSIGN_OR_RETURN(BackendChoice choice, ChooseBackend(in));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor vote, Tensor::FromVector<int32_t>({choice.kind == BackendKind::kNccl ? 1 : 0}));
+  LOCKSTEP_RETURN_IF_ERROR(group.comm->AllReduce(vote, ReduceOp::kMin)->Wait());
+  const bool all_nccl = vote.data<int32_t>()[0] == 1;
+  if (group.env.rank == 0) {
+    std::printf("%s: backend choice: %s%s\n", kProgram, choice.reason.c_str(),
+                choice.kind == BackendKind::kNccl && !all_nccl ? " (but another rank cannot use NCCL: host backend)"
+                                                              : "");
+  }
+  if (!all_nccl) return std::unique_ptr<Communicator>();
+  NcclCommunicatorOptions options;
+  options.communicator.timeout = timeout;
+  options.init_timeout = timeout;
+  return CreateNcclCommunicator(group.store, group.env.rank, group.env.world_size, device, options);
 }
 
 absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
@@ -65,7 +99,21 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   const int rank = group.env.rank;
   const int world_size = group.env.world_size;
   Device device = config.device;
-  if (device.is_cuda()) device = Device::Cuda(group.env.local_rank);  // one GPU per local rank
+  if (device.is_cuda()) {
+    const int gpus = cuda::DeviceCount();
+    if (gpus == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device=cuda on rank ", rank, ": no CUDA device is visible (", cuda::BuiltWithCuda() ? "check "
+          "CUDA_VISIBLE_DEVICES and the driver" : "this build has no CUDA; build with --config=cuda", ")"));
+    }
+    // One GPU per local rank; with fewer GPUs than local ranks they share
+    // round-robin, and the host backend carries the gradients.
+    device = Device::Cuda(group.env.local_rank % gpus);
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl_comm,
+                            MaybeCreateNccl(group, device, timeout));
+  // Gradients go over NCCL when chosen; metrics stay on the host group.
+  Communicator& grad_comm = nccl_comm != nullptr ? *nccl_comm : *group.comm;
   // Every rank builds the same model (same seed); DDP broadcasts rank 0's anyway.
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
                             MakeModel(config.model, config.seed, config.precision.compute_dtype, device));
@@ -73,7 +121,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakeCommHook(comm_hook));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DdpStepper> stepper,
-                            DdpStepper::Create(*model, *group.comm, ddp_options, std::move(hook)));
+                            DdpStepper::Create(*model, grad_comm, ddp_options, std::move(hook)));
   if (rank == 0) {
     std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
                 "device %s, comm hook %s, %zu buckets, BLAS kernels %s\n",
@@ -82,6 +130,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                 config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
                 device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size(),
                 BlasCoreName().c_str());
+    std::printf("%s: gradient backend %s\n", kProgram, grad_comm.capabilities().name.c_str());
     std::fflush(stdout);
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
