@@ -126,6 +126,11 @@ void ParseTrainerFlagsOrExit(int argc, char** argv, const char* program, const c
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") break;
+    if (arg == "--help" || arg == "-h") {
+      // absl's --help would print every flag of every linked library.
+      std::fprintf(stdout, "%s(--helpfull lists every flag)\n", std::string(absl::ProgramUsageMessage()).c_str());
+      std::exit(0);
+    }
     if (arg.size() < 2 || arg[0] != '-') ExitWithUsage(program, "unexpected argument '" + arg + "'");
     std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
     std::string name = body, value;
