@@ -5,6 +5,7 @@
 #include "collectives/communicator.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -374,6 +375,35 @@ TEST(ShmProcessGridTest, EveryOpOnRealProcesses) {
     }));
   }
 }
+
+// The same grids with single copy (process_vm_readv) from 64 bytes on:
+// nearly every message of every op is a descriptor read from the sender.
+ShmCommunicatorOptions SingleCopyOptions() {
+  ShmCommunicatorOptions options = testing::ShmTestOptions();
+  options.transport.single_copy_bytes = 64;
+  options.transport.single_copy_max_bytes = SIZE_MAX;
+  return options;
+}
+
+class ShmSingleCopyThreadGridTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmSingleCopyThreadGridTest, EveryOpDtypeAndReduceOp) {
+  const int n = GetParam();
+  ExpectAllOk(RunShmThreads(
+      n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {0, 1, 7, 1000}); }, SingleCopyOptions()));
+}
+
+TEST_P(ShmSingleCopyThreadGridTest, LargeCounts) {
+  const int n = GetParam();
+  ExpectAllOk(RunShmThreads(
+      n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {(1 << 20) + 3}); }, SingleCopyOptions()));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmSingleCopyThreadGridTest, ::testing::Values(1, 2, 3, 4, 5));
+
+// The process grid with single copy is in shm_single_copy_process_test.cc:
+// testing::RunProcesses numbers its calls per process, so only the first
+// test of a binary that calls it runs its ranks for real.
 
 }  // namespace shm_grid
 

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "collectives/local_launch.h"
+#include "collectives/prefix_store.h"
 #include "collectives/shm_communicator.h"
 #include "collectives/tcp_communicator.h"
 #include "collectives/tcp_store.h"
@@ -67,6 +68,8 @@ bool Parse(int argc, char** argv, Flags* f) {
     else if (key == "segment_bytes") f->segment_bytes = static_cast<size_t>(v);
     else if (key == "streaming_send_bytes") f->shm.streaming_send_bytes = static_cast<size_t>(v);
     else if (key == "streaming_receive_bytes") f->shm.streaming_receive_bytes = static_cast<size_t>(v);
+    else if (key == "single_copy_bytes") f->shm.single_copy_bytes = static_cast<size_t>(v);
+    else if (key == "single_copy_max_bytes") f->shm.single_copy_max_bytes = static_cast<size_t>(v);
     else return false;
   }
   return true;
@@ -91,7 +94,13 @@ int RunRank(const Flags& flags) {
   }
   std::shared_ptr<Store> shared = std::move(*store);
   absl::StatusOr<std::unique_ptr<Communicator>> comm;
+  std::string copy_path;
   if (flags.transport == "shm") {
+    // Which copy path the group uses (single copy needs process_vm_readv
+    // between the ranks): a transport of its own, with the same options.
+    PrefixStore probe_store("shm_bench_probe", shared);
+    absl::StatusOr<std::unique_ptr<ShmTransport>> probe = ShmTransport::Create(probe_store, rank, size, flags.shm);
+    copy_path = probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
     ShmCommunicatorOptions options;
     options.transport = flags.shm;
     options.algorithms.segment_bytes = flags.segment_bytes;
@@ -117,6 +126,7 @@ int RunRank(const Flags& flags) {
     std::printf("# %s, %d ranks, transport %s, slot_bytes %zu, slots %d, spin_us %d, segment_bytes %zu\n", flags.op.c_str(), size,
                 flags.transport.c_str(), flags.shm.slot_bytes, flags.shm.slots, flags.shm.spin_microseconds,
                 flags.segment_bytes);
+    if (flags.transport == "shm") std::printf("# copy path (rank 0): %s\n", copy_path.c_str());
     std::printf("%12s %10s %12s %12s %12s %12s\n", "bytes", "iters", "time_us_med", "time_us_min", "busbw_GB/s",
                 "busbw_max");
   }
@@ -171,7 +181,7 @@ int main(int argc, char** argv) {
   if (!lockstep::Parse(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: shm_bench [--nproc=2] [--sizes=4096,67108864] [--samples=7] [--seconds_per_sample=0.2] "
-                 "[--transport=shm|tcp] [--op=allreduce|sendrecv] [--slot_bytes=N] [--slots=N] [--spin_us=N] [--segment_bytes=N] [--streaming_send_bytes=N] [--streaming_receive_bytes=N]\n");
+                 "[--transport=shm|tcp] [--op=allreduce|sendrecv] [--slot_bytes=N] [--slots=N] [--spin_us=N] [--segment_bytes=N] [--streaming_send_bytes=N] [--streaming_receive_bytes=N] [--single_copy_bytes=N (0: ring only)] [--single_copy_max_bytes=N]\n");
     return 2;
   }
   if (std::getenv("RANK") != nullptr) return lockstep::RunRank(flags);

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,11 +33,19 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x4C4B5348;    // "LKSH"
 constexpr uint32_t kSegmentMagic = 0x4C4B5347;  // "LKSG"
 constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS", as TCP's
-constexpr uint32_t kVersion = 1;
+// A single-copy descriptor: the payload stays in the sender's memory.
+constexpr uint32_t kSingleCopyMagic = 0x4C4B5343;  // "LKSC"
+constexpr uint32_t kVersion = 2;
 constexpr size_t kLine = 64;
 constexpr size_t kMaxAbortReason = 4000;
 constexpr size_t kControlBytes = 8192;
-constexpr size_t kRingHeaderBytes = 2 * kLine;
+constexpr size_t kRingHeaderBytes = 4 * kLine;
+// Single copy: a receive straight into its destination copies at most this
+// much per process_vm_readv (then acknowledges it and reports segments)...
+constexpr size_t kSingleCopyPiece = 1 << 20;
+// ...and one with `consume` this much, into a staging buffer that stays in
+// the L2 cache while the consumer reduces from it.
+constexpr size_t kSingleCopyStage = 256 << 10;
 
 struct MessageHeader {
   uint64_t seq;
@@ -44,7 +53,11 @@ struct MessageHeader {
   uint32_t magic;
   uint64_t bytes;
   uint64_t element;  // MessageTag::element.
-  uint64_t reserved[4];
+  // Single copy (magic kSingleCopyMagic) only: where the payload lies in
+  // the sender's address space, and the pair's `exposed` counter before it.
+  uint64_t address;
+  uint64_t base;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(MessageHeader) == kLine, "headers fill one cache line, so they never wrap");
 
@@ -235,9 +248,34 @@ absl::Status CheckPeerUser(int fd, const std::string& from) {
 // Progress of one transfer inside Run.
 struct Progress {
   bool header_done = false;
-  size_t done = 0;
+  size_t done = 0;      // Single-copy sends: bytes the receiver acknowledged.
   size_t reported = 0;  // Bytes already passed to on_segment.
+  // Single copy: the message is a descriptor; the pair's exposed/acked
+  // counters stood at `base` before it; the payload is at `address` in the
+  // sender; the sender exposed `exposed` bytes so far.
+  bool single = false;
+  uint64_t base = 0;
+  uint64_t address = 0;
+  size_t exposed = 0;
 };
+
+// Reads `n` bytes at `remote` in process `pid` into `local`.
+// Returns errno (0: done).
+int ReadRemote(pid_t pid, uint64_t remote, void* local, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    iovec l{static_cast<char*>(local) + done, n - done};
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), n - done};
+    const ssize_t got = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return EFAULT;
+    done += static_cast<size_t>(got);
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -248,6 +286,10 @@ struct ShmTransport::Control {
   int32_t rank;
   int32_t size;
   uint64_t ring_bytes;
+  // Where the owner's probe word lies in its address space, and its value:
+  // a peer that reads it with process_vm_readv may use single copy.
+  uint64_t probe_address;
+  uint64_t probe_value;
   // The owner sleeps on its doorbell: writers ring it (Dekker-style, with a
   // fence between their index store and this load).
   alignas(kLine) std::atomic<uint32_t> sleeping;
@@ -262,6 +304,10 @@ static_assert(sizeof(ShmTransport::Control) <= kControlBytes, "layout");
 struct ShmTransport::Ring {
   alignas(kLine) std::atomic<uint64_t> head;  // Bytes written (sender).
   alignas(kLine) std::atomic<uint64_t> tail;  // Bytes consumed (receiver).
+  // Single copy: payload bytes the sender exposed, and those the receiver
+  // copied, over every single-copy message of this pair so far.
+  alignas(kLine) std::atomic<uint64_t> exposed;  // Sender.
+  alignas(kLine) std::atomic<uint64_t> acked;    // Receiver.
   char* data() { return reinterpret_cast<char*>(this) + kRingHeaderBytes; }
 };
 static_assert(sizeof(ShmTransport::Ring) == kRingHeaderBytes, "layout");
@@ -289,6 +335,15 @@ absl::Status ValidateShmTransportOptions(const ShmTransportOptions& options) {
     return absl::InvalidArgumentError(
         "ShmTransportOptions.streaming_send_bytes and streaming_receive_bytes must be at least 1 (SIZE_MAX: never)");
   }
+  if (options.single_copy_bytes != 0 && options.single_copy_bytes < kLine) {
+    return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.single_copy_bytes is ",
+                                                   options.single_copy_bytes, "; it must be 0 (off) or at least 64"));
+  }
+  if (options.single_copy_bytes != 0 && options.single_copy_max_bytes < options.single_copy_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShmTransportOptions.single_copy_max_bytes is ", options.single_copy_max_bytes,
+        "; it must be at least single_copy_bytes (", options.single_copy_bytes, ") while single copy is on"));
+  }
   if (options.spin_microseconds < 0 || options.spin_microseconds > 1000000) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.spin_microseconds is ",
                                                    options.spin_microseconds, "; it must be in [0, 1000000]"));
@@ -300,6 +355,7 @@ ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& option
     : rank_(rank), size_(size), options_(options),
       ring_bytes_(options.slot_bytes * static_cast<size_t>(options.slots)),
       segments_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)), tail_seen_(static_cast<size_t>(size)),
+      single_copy_to_(static_cast<size_t>(size), 0), single_copy_refused_(static_cast<size_t>(size)),
       sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
 
 ShmTransport::~ShmTransport() {
@@ -344,6 +400,15 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(Store& store,
   control->rank = rank;
   control->size = size;
   control->ring_bytes = t->ring_bytes_;
+  {
+    uint64_t word = 0;
+    if (::getrandom(&word, sizeof(word), 0) != static_cast<ssize_t>(sizeof(word))) {
+      return Errno("ShmTransport: getrandom");
+    }
+    t->probe_word_ = word | 1;
+    control->probe_address = reinterpret_cast<uintptr_t>(&t->probe_word_);
+    control->probe_value = t->probe_word_;
+  }
   for (int from = 0; from < size; ++from) {
     if (from != rank) new (t->RingOf(from, rank)) Ring();
   }
@@ -448,6 +513,7 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(Store& store,
     LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, peer, size, t->ring_bytes_, from));
     LOCKSTEP_RETURN_IF_ERROR(adopt(peer, fds, from));
   }
+  LOCKSTEP_RETURN_IF_ERROR(t->AgreeOnSingleCopy(deadline));
   // The memfd and listener close here: the mappings keep the memory, and
   // nothing can connect any more.
   return t;
@@ -465,6 +531,104 @@ ShmTransport::Ring* ShmTransport::RingOf(int from, int to) const {
 void ShmTransport::RingDoorbell(int peer) const {
   const uint64_t one = 1;
   (void)!::write(peers_[peer].doorbell.get(), &one, sizeof(one));
+}
+
+absl::Status ShmTransport::AgreeOnSingleCopy(Deadline deadline) {
+  // What this rank can read: verdict[peer] is 1 when the peer may send us
+  // single-copy messages.
+  std::vector<char> verdict(static_cast<size_t>(size_), 0);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (options_.single_copy_bytes == 0) {
+      single_copy_refused_[peer] = "single copy off";
+      continue;
+    }
+    const Control* c = ControlOf(peer);
+    uint64_t word = 0;
+    const int err = ReadRemote(peers_[peer].pid, c->probe_address, &word, sizeof(word));
+    if (err != 0) {
+      // EPERM (ptrace restrictions), ESRCH (another pid namespace): the ring.
+      single_copy_refused_[peer] = absl::StrCat("process_vm_readv from ", PeerName(peer), ": ", std::strerror(err));
+    } else if (word != c->probe_value) {
+      single_copy_refused_[peer] = absl::StrCat("process_vm_readv from ", PeerName(peer),
+                                                " read another process's memory (pid namespaces differ?)");
+    } else {
+      verdict[peer] = 1;
+    }
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const char b = verdict[peer];
+    while (true) {
+      const ssize_t n = ::send(peers_[peer].socket.get(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n == 1) break;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd p{peers_[peer].socket.get(), POLLOUT, 0};
+        if (::poll(&p, 1, PollTimeoutMs(deadline)) == 0 && SteadyClock::now() >= deadline) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("ShmTransport: timed out telling ", PeerName(peer), " whether single copy works"));
+        }
+        continue;
+      }
+      return Errno(absl::StrCat("ShmTransport: telling ", PeerName(peer), " whether single copy works"));
+    }
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    char b = 0;
+    while (true) {
+      const ssize_t n = ::recv(peers_[peer].socket.get(), &b, 1, MSG_DONTWAIT);
+      if (n == 1) break;
+      if (n == 0) {
+        return absl::UnavailableError(
+            absl::StrCat("ShmTransport: ", PeerName(peer), " closed the connection during set-up"));
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return Errno(absl::StrCat("ShmTransport: learning from ", PeerName(peer), " whether single copy works"));
+      }
+      pollfd p{peers_[peer].socket.get(), POLLIN, 0};
+      if (::poll(&p, 1, PollTimeoutMs(deadline)) == 0 && SteadyClock::now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "ShmTransport: timed out waiting for ", PeerName(peer), " to say whether single copy works"));
+      }
+    }
+    if (options_.single_copy_bytes != 0 && b == 1) {
+      single_copy_to_[peer] = 1;
+    } else if (single_copy_refused_[peer].empty()) {
+      single_copy_refused_[peer] = absl::StrCat(PeerName(peer), " cannot read this rank's memory or has single copy off");
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool ShmTransport::SingleCopyTo(int peer) const {
+  return peer >= 0 && peer < size_ && single_copy_to_[peer] != 0;
+}
+
+std::string ShmTransport::CopyPath() const {
+  if (options_.single_copy_bytes == 0) return "ring only (single copy off)";
+  std::vector<std::string> single, ring;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (single_copy_to_[peer] != 0) {
+      single.push_back(absl::StrCat(peer));
+    } else {
+      ring.push_back(absl::StrCat(peer, " (", single_copy_refused_[peer], ")"));
+    }
+  }
+  if (single.empty() && ring.empty()) return "ring only (one rank)";
+  std::string out;
+  if (!single.empty()) {
+    out = absl::StrCat("single-copy (process_vm_readv) for messages of ", options_.single_copy_bytes, "..",
+                       options_.single_copy_max_bytes, " bytes to ",
+                       ring.empty() ? std::string("every peer") : absl::StrCat("ranks ", absl::StrJoin(single, ",")));
+  }
+  if (!ring.empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", "ring only to ranks ", absl::StrJoin(ring, ", "));
+  }
+  return out;
 }
 
 std::string ShmTransport::PeerName(int peer) const {
@@ -583,6 +747,18 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ControlOf(peer)->sleeping.load(std::memory_order_relaxed) != 0) RingDoorbell(peer);
   };
+  // Whether a send goes single-copy.
+  auto single_copy = [&](const Transfer& t) {
+    return options_.single_copy_bytes != 0 && t.bytes >= options_.single_copy_bytes &&
+           t.bytes <= options_.single_copy_max_bytes && single_copy_to_[t.peer] != 0;
+  };
+  // Whether `peer`'s socket hung up (it died or aborted); polls it.
+  auto peer_hung_up = [&](int peer) {
+    if (peers_[peer].gone) return true;
+    pollfd p{peers_[peer].socket.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0 && p.revents != 0) peers_[peer].gone = true;
+    return peers_[peer].gone;
+  };
   // One step of stream `stream`: at most one slot moved. Returns whether
   // anything moved.
   auto step = [&](size_t stream, bool* moved) -> absl::Status {
@@ -590,7 +766,43 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
     Transfer& t = at(i);
     Progress& p = progress[i];
     const MessageTag message_tag = tag_of(t);
-    if (t.kind == Transfer::Kind::kSend) {
+    if (t.kind == Transfer::Kind::kSend && (p.single || (!p.header_done && single_copy(t)))) {
+      // Single copy: a descriptor in the ring, then the payload exposed as
+      // it becomes ready; done when the receiver acknowledged every byte.
+      Ring* ring = RingOf(rank_, t.peer);
+      bool publish = false;
+      if (!p.header_done) {
+        const uint64_t head = ring->head.load(std::memory_order_relaxed);
+        if (capacity - (head - tail_seen_[t.peer]) < kLine) {
+          tail_seen_[t.peer] = ring->tail.load(std::memory_order_acquire);
+          if (capacity - (head - tail_seen_[t.peer]) < kLine) return absl::OkStatus();
+        }
+        p.single = true;
+        p.base = ring->exposed.load(std::memory_order_relaxed);  // Ours alone.
+        const MessageHeader h{message_tag.seq, message_tag.tag, kSingleCopyMagic, t.bytes, message_tag.element,
+                              reinterpret_cast<uintptr_t>(t.data), p.base, {}};
+        std::memcpy(ring->data() + head % capacity, &h, sizeof(h));
+        ring->head.store(head + kLine, std::memory_order_release);
+        p.header_done = true;
+        publish = true;
+      }
+      const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+      if (allowed > p.exposed) {
+        p.exposed = allowed;
+        ring->exposed.store(p.base + allowed, std::memory_order_release);
+        publish = true;
+      }
+      if (publish) {
+        notify(t.peer);
+        *moved = true;
+      }
+      const size_t acked = static_cast<size_t>(ring->acked.load(std::memory_order_acquire) - p.base);
+      if (acked > p.done) {
+        sent_[t.peer].fetch_add(acked - p.done, std::memory_order_relaxed);
+        p.done = acked;
+        *moved = true;
+      }
+    } else if (t.kind == Transfer::Kind::kSend) {
       Ring* ring = RingOf(rank_, t.peer);
       const uint64_t head = ring->head.load(std::memory_order_relaxed);  // Ours alone.
       // The receiver's tail as last seen: reading it costs a cache miss
@@ -607,7 +819,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       uint64_t new_head = head;
       if (!p.header_done) {
         if (free < static_cast<int64_t>(kLine)) return absl::OkStatus();
-        const MessageHeader h{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, {}};
+        const MessageHeader h{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, 0, 0, {}};
         std::memcpy(ring->data() + new_head % capacity, &h, sizeof(h));
         new_head += kLine;
         free -= kLine;
@@ -642,6 +854,17 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
         std::memcpy(&h, ring->data() + tail % capacity, sizeof(h));
         new_tail += kLine;
         p.header_done = true;
+        if (h.magic == kSingleCopyMagic) {
+          if (peers_[t.peer].pid <= 0) {
+            return absl::InternalError(absl::StrCat("ShmTransport: ", PeerName(t.peer), " sent op #", h.seq,
+                                                    " single-copy, but rank ", rank_,
+                                                    " does not know its pid; give every rank one lockstep build"));
+          }
+          p.single = true;
+          p.base = h.base;
+          p.address = h.address;
+          h.magic = kMessageMagic;  // Checked as any message's below.
+        }
         if (t.route && h.magic == kMessageMagic) {
           LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
                                                     h.bytes));
@@ -658,7 +881,46 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
         }
       }
       const uint64_t available = head - new_tail;
-      if (p.done < t.bytes && available > 0) {
+      if (p.single) {
+        // Single copy: read what the sender exposed straight from its
+        // memory, a piece at a time, and acknowledge it.
+        if (new_tail != tail) {
+          ring->tail.store(new_tail, std::memory_order_release);
+          *moved = true;
+        }
+        const size_t exposed = static_cast<size_t>(
+            std::min<uint64_t>(ring->exposed.load(std::memory_order_acquire) - p.base, t.bytes));
+        if (exposed > p.done) {
+          const size_t n = std::min(exposed - p.done, t.consume ? kSingleCopyStage : kSingleCopyPiece);
+          char* dst;
+          if (t.consume) {
+            if (staging_ == nullptr) staging_.reset(new char[kSingleCopyStage]);
+            dst = staging_.get();
+          } else {
+            dst = static_cast<char*>(t.data) + p.done;
+          }
+          if (const int err = ReadRemote(peers_[t.peer].pid, p.address + p.done, dst, n); err != 0) {
+            if (err == ESRCH || peer_hung_up(t.peer)) return PeerGoneError(t.peer, message_tag.seq);
+            return absl::InternalError(absl::StrCat(
+                "ShmTransport: rank ", rank_, " could not read bytes [", p.done, ", ", p.done + n, ") of op #",
+                message_tag.seq, " ", DescribeTag(message_tag.tag), " (", t.bytes, " bytes) from the memory of ",
+                PeerName(t.peer), " with process_vm_readv: ", std::strerror(err),
+                ". The sender's buffer must stay valid until its send completes; set "
+                "ShmTransportOptions.single_copy_bytes = 0 to use the ring only"));
+          }
+          // A pid is reused only after its process died, which hangs up its
+          // socket: with the socket still open at the end, every piece came
+          // from the peer.
+          if (p.done + n == t.bytes && peer_hung_up(t.peer)) return PeerGoneError(t.peer, message_tag.seq);
+          if (t.consume) LOCKSTEP_RETURN_IF_ERROR(t.consume(p.done, dst, n));
+          p.done += n;
+          received_[t.peer].fetch_add(n, std::memory_order_relaxed);
+          single_copy_received_.fetch_add(n, std::memory_order_relaxed);
+          ring->acked.store(p.base + p.done, std::memory_order_release);
+          notify(t.peer);
+          *moved = true;
+        }
+      } else if (p.done < t.bytes && available > 0) {
         const uint64_t pos = new_tail % capacity;
         const size_t n = std::min({t.bytes - p.done, static_cast<size_t>(available),
                                    static_cast<size_t>(capacity - pos), slot});
@@ -673,7 +935,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
         received_[t.peer].fetch_add(n, std::memory_order_relaxed);
       }
       if (p.done == t.bytes) new_tail = RoundUp(new_tail, kLine);
-      if (new_tail != tail) {
+      if (!p.single && new_tail != tail) {
         ring->tail.store(new_tail, std::memory_order_release);
         notify(t.peer);
         *moved = true;
@@ -703,6 +965,15 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
   auto could_move = [&](size_t stream) {
     const Transfer& t = at(current[stream]);
     const Progress& p = progress[current[stream]];
+    if (p.single) {
+      const bool send = t.kind == Transfer::Kind::kSend;
+      const Ring* ring = send ? RingOf(rank_, t.peer) : RingOf(t.peer, rank_);
+      if (t.kind == Transfer::Kind::kRecv) {
+        return ring->exposed.load(std::memory_order_acquire) - p.base > p.done;
+      }
+      const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+      return allowed > p.exposed || ring->acked.load(std::memory_order_acquire) - p.base > p.done;
+    }
     if (t.kind == Transfer::Kind::kSend) {
       const Ring* ring = RingOf(rank_, t.peer);
       const uint64_t used = ring->head.load(std::memory_order_relaxed) - ring->tail.load(std::memory_order_acquire);
@@ -789,7 +1060,9 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       const Progress& p = progress[current[stream]];
       if (t.kind == Transfer::Kind::kSend && p.header_done) {
         const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
-        if (p.done >= allowed) continue;  // Waits for our own receives.
+        // Waits for our own receives (a single-copy send: with every
+        // exposed byte acknowledged).
+        if (p.single ? p.exposed >= allowed && p.done >= p.exposed : p.done >= allowed) continue;
       }
       any_waits = true;
       if (std::find(fd_peer.begin(), fd_peer.end(), t.peer) == fd_peer.end()) {

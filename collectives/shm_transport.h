@@ -35,6 +35,25 @@
 // names the rank and its pid ("closed the connection / died during op #N").
 // Abort(reason) writes the reason into this rank's control block, rings
 // every peer and shuts the sockets, so peers fail at once with the reason.
+//
+// Single copy. A message of single_copy_bytes..single_copy_max_bytes does
+// not go through the ring (two copies per byte: into it, out of it): the sender
+// puts only a descriptor there (the header, plus where the payload lies in
+// its memory) and exposes the payload's bytes as they become ready (all at
+// once, or growing with `ready`); the receiver copies them straight from the
+// sender's memory with process_vm_readv (cross-memory attach, as OpenMPI's
+// vader does), into the destination or, for `consume`, piecewise through a
+// small cache-resident staging buffer, and acknowledges each piece through a
+// counter beside the ring. The send completes only when every byte is
+// acknowledged, so the caller's buffer is never read after the Exchange
+// returns successfully. (A failed Exchange may return while the peer still
+// reads: Abort the transport before freeing the buffer, as the Communicator
+// does; a receiver sees the hang-up after its last read and fails.) The
+// waits are the same (spin, then the doorbell and the peers' sockets), so a
+// peer that dies mid-message is reported by name.
+// At set-up every rank tries to read a known word from each peer; where
+// that fails (another pid namespace, ptrace restrictions: EPERM/ESRCH) that
+// direction silently uses the ring. CopyPath() says which is in use.
 #ifndef LOCKSTEP_COLLECTIVES_SHM_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_SHM_TRANSPORT_H_
 
@@ -75,6 +94,20 @@ struct ShmTransportOptions {
   // so far neither helped reliably (collectives:shm_bench compares). >= 1.
   size_t streaming_send_bytes = SIZE_MAX;
   size_t streaming_receive_bytes = SIZE_MAX;
+  // Messages of at least this many bytes are copied once, straight from the
+  // sender's memory (process_vm_readv), where the peers allow it; 0: never
+  // (every message goes through the ring). 0 or >= 64. The default is the
+  // measured crossover on a 2-vCPU VM (collectives:shm_bench, 2 ranks):
+  // the kernel pins the sender's pages one by one (~0.4 us per 4 KiB page
+  // there), which costs more than the ring's second, cache-resident copy for
+  // messages up to ~1 MiB; from 2 MiB on single copy was faster.
+  size_t single_copy_bytes = 2 << 20;
+  // ...and at most this many (larger ones go through the ring again).
+  // Measured there, 2 ranks, f32 SUM all-reduce (messages = half the
+  // buffer): single copy faster at 4..32 MiB (~+20% busbw at 16 MiB), even
+  // or slower at 64 MiB and 256 MiB, where both paths are bound by memory
+  // bandwidth and the page pinning is pure overhead. >= single_copy_bytes.
+  size_t single_copy_max_bytes = 16 << 20;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -100,6 +133,17 @@ class ShmTransport : public Transport {
   // Receives hand `Transfer::consume` the payload in the shared ring.
   bool ConsumesInPlace() const override { return true; }
 
+  // Whether messages of at least single_copy_bytes to `peer` are copied once
+  // (process_vm_readv by the peer) rather than through the ring: the option
+  // is on on both ranks and the peer could read this rank's memory at set-up.
+  bool SingleCopyTo(int peer) const;
+  // "single-copy (process_vm_readv) for messages of 2097152..16777216 bytes
+  // to every peer", "ring only (single copy off)", or which peers use which
+  // path (and why not single copy).
+  std::string CopyPath() const;
+  // Payload bytes received through single copy so far (any thread).
+  uint64_t SingleCopyBytesReceived() const { return single_copy_received_.load(std::memory_order_relaxed); }
+
   // Internal layout, public for the implementation's helpers only.
   struct Control;
   struct Ring;
@@ -117,6 +161,10 @@ class ShmTransport : public Transport {
   Ring* RingOf(int from, int to) const;
   Control* ControlOf(int rank) const;
   void RingDoorbell(int peer) const;
+  // Set-up, last step: each rank tries to read every peer's probe word with
+  // process_vm_readv and tells the peer over its socket (one byte) whether
+  // it may send it single-copy messages.
+  absl::Status AgreeOnSingleCopy(Deadline deadline);
 
   struct Mapping {
     void* address = nullptr;
@@ -139,6 +187,16 @@ class ShmTransport : public Transport {
   // [peer]: the tail of our ring into the peer, as last read (Run only).
   std::vector<uint64_t> tail_seen_;
   std::atomic<bool> aborted_{false};
+  // [peer]: messages of >= single_copy_bytes to it are copied once.
+  std::vector<char> single_copy_to_;
+  // Why single copy is off towards each peer that cannot use it (for CopyPath).
+  std::vector<std::string> single_copy_refused_;
+  // A word that the peers read at set-up to learn whether process_vm_readv
+  // works between us (its address and value are in our control block).
+  uint64_t probe_word_ = 0;
+  // Receives with `consume` on the single-copy path read through this.
+  std::unique_ptr<char[]> staging_;
+  std::atomic<uint64_t> single_copy_received_{0};
   // Payload bytes per peer; read by Traffic() from any thread.
   std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
 };
