@@ -109,8 +109,16 @@ std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const Com
   // Children are this test binary, re-executed with a filter for the current
   // test (fork+exec: fresh processes, and ThreadSanitizer-friendly). The test
   // body runs again in the child up to the same RunProcesses call, which
-  // then runs one rank and exits. Calls are numbered to find that call.
-  static int calls = 0;  // Test-only: counts RunProcesses calls in this process.
+  // then runs one rank and exits. Calls are numbered within the current test
+  // (the child runs only that test, so its count starts at 0 as well).
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string test_name = absl::StrCat(test->test_suite_name(), ".", test->name());
+  static std::string counted_test;  // Test-only: the test whose calls are counted.
+  static int calls = 0;             // Test-only: RunProcesses calls in that test.
+  if (counted_test != test_name) {
+    counted_test = test_name;
+    calls = 0;
+  }
   const int call = calls++;
   if (const char* env = std::getenv(kChildEnv)) {
     int env_call, rank, env_size, port, fd;
@@ -123,8 +131,7 @@ std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const Com
   absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(server_options);
   if (!server.ok()) return std::vector<absl::Status>(size, server.status());
   const int port = (*server)->port();
-  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string filter = absl::StrCat("--gtest_filter=", test->test_suite_name(), ".", test->name());
+  const std::string filter = absl::StrCat("--gtest_filter=", test_name);
   // Per rank: the child (killed and reaped on any early return) and the read
   // end of the pipe its status comes back on. Pipes are close-on-exec, so a
   // child inherits only its own write end.
@@ -162,6 +169,12 @@ std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const Com
         children[rank].Wait(Subprocess::Clock::now() + std::chrono::seconds(deadline_seconds));
     if (!status.ok()) {
       results[rank] = absl::InternalError(absl::StrCat("rank ", rank, ": ", status.status().message()));
+    } else if (status->success() && message.empty()) {
+      // Every rank that ran reports its status, "OK" included: a child that
+      // exits 0 without one never reached this call, and proved nothing.
+      results[rank] = absl::InternalError(absl::StrCat(
+          "rank ", rank, " exited without running: the test did not reach RunProcesses call #", call,
+          " in the child (calls must not depend on anything but the test's own code)"));
     } else if (status->success()) {
       results[rank] = absl::OkStatus();
     } else if (status->signaled()) {
