@@ -155,10 +155,20 @@ absl::Status Reducer::CopyGradIntoBucket(size_t index) {
     // gradient_as_bucket_view: the gradient already is the bucket's view.
     return hook_ == nullptr ? Divide(view, world) : absl::OkStatus();
   }
-  LOCKSTEP_RETURN_IF_ERROR(view.CopyFrom(p.grad));
   // Without a comm hook the copy is multiplied by 1/world_size (PyTorch's
   // mul_out(bucket_view, grad, 1 / div_factor)); a hook divides itself.
-  if (hook_ == nullptr && world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(view, 1.0 / world));
+  if (hook_ == nullptr && world > 1 && view.dtype() == DType::kF32 && p.grad.dtype() == DType::kF32 &&
+      !view.device().is_cuda() && !p.grad.device().is_cuda() && view.numel() == p.grad.numel()) {
+    // One pass instead of a copy and a scale: the gradient is read once and
+    // the bucket written once. Same rounding as Scale's (x * float(factor)).
+    const float factor = static_cast<float>(1.0 / world);
+    const float* src = p.grad.data<float>();
+    float* dst = view.data<float>();
+    for (int64_t i = 0, n = view.numel(); i < n; ++i) dst[i] = src[i] * factor;
+  } else {
+    LOCKSTEP_RETURN_IF_ERROR(view.CopyFrom(p.grad));
+    if (hook_ == nullptr && world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(view, 1.0 / world));
+  }
   if (options_.gradient_as_bucket_view) p.grad = view;
   return absl::OkStatus();
 }

@@ -2,7 +2,8 @@
 # Training throughput of the reference MLP (784-512-256-10, SGD lr 0.1
 # momentum 0.9, global batch 128, one BLAS thread per process) beside PyTorch
 # 1.13 in the same session, interleaved, medians of `runs` (default 5):
-#   lockstep ddp_trainer, 2 ranks x 64 (TCP)   vs  PyTorch DDP, gloo, 2 ranks x 64
+#   lockstep ddp_trainer, 2 ranks x 64 (shared memory: the automatic choice on one host)
+#                                             vs  PyTorch DDP, gloo, 2 ranks x 64
 #   lockstep single_trainer, batch 128         vs  PyTorch, one process, batch 128
 #   bash tools/bench/compare_ddp_step.sh [runs]
 # lockstep: samples/s of one epoch of Fashion-MNIST (60,000 examples) from the
