@@ -15,6 +15,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "collectives/rank_handshake.h"
+#include "collectives/transport_errors.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
@@ -564,21 +565,12 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
     waiting.push_back(absl::StrCat(t.kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
                                    PeerName(t.peer), " (", progress[i].done, " of ", t.bytes, " bytes)"));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "op #", total > 0 ? tag_of(at(0)).seq : tag.seq, " timed out on rank ", rank_, " while ",
-      absl::StrJoin(waiting, "; "),
-      ". The peer may be stuck in other work, deadlocked in a different collective, or dead; ",
-      "raise the timeout if it is just slow"));
+  return ExchangeTimeoutError(total > 0 ? tag_of(at(0)).seq : tag.seq, rank_, waiting);
 }
 
 absl::Status TcpTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,
                                          MessageTag expected, size_t expected_bytes) const {
-  return absl::InternalError(absl::StrCat(
-      "collective mismatch: ", PeerName(peer), " sent op #", got_seq, " ", DescribeTag(got_tag), " with ", got_bytes,
-      " bytes, but rank ", rank_, " expected op #", expected.seq, " ", DescribeTag(expected.tag), " with ",
-      expected_bytes,
-      " bytes. The ranks called different collectives or sizes (or posted point-to-point receives from one "
-      "peer in another order than that peer's sends); run with LOCKSTEP_DEBUG=DETAIL to compare every call"));
+  return MessageMismatchError(PeerName(peer), rank_, got_seq, got_tag, got_bytes, expected, expected_bytes);
 }
 
 }  // namespace lockstep
