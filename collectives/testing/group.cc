@@ -53,19 +53,27 @@ std::vector<absl::Status> RunFakeThreads(int size, const RankFn& fn, FakeNetwork
   return results;
 }
 
-std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicatorOptions options) {
+std::vector<absl::Status> RunThreadsWith(int size, const RankFn& fn, const CommunicatorFactory& make,
+                                         Milliseconds timeout) {
   auto store = std::make_shared<HashStore>();
-  store->set_timeout(options.communicator.timeout);
+  store->set_timeout(timeout);
   std::vector<absl::Status> results(size);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateTcpCommunicator(store, rank, size, options);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = make(store, rank, size);
       results[rank] = comm.ok() ? fn(**comm) : comm.status();
     });
   }
   for (std::thread& t : threads) t.join();
   return results;
+}
+
+std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicatorOptions options) {
+  return RunThreadsWith(
+      size, fn,
+      [&options](std::shared_ptr<Store> store, int rank, int n) { return CreateTcpCommunicator(store, rank, n, options); },
+      options.communicator.timeout);
 }
 
 namespace {
@@ -197,18 +205,10 @@ ShmCommunicatorOptions ShmTestOptions() {
 }
 
 std::vector<absl::Status> RunShmThreads(int size, const RankFn& fn, ShmCommunicatorOptions options) {
-  auto store = std::make_shared<HashStore>();
-  store->set_timeout(options.communicator.timeout);
-  std::vector<absl::Status> results(size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateShmCommunicator(store, rank, size, options);
-      results[rank] = comm.ok() ? fn(**comm) : comm.status();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return results;
+  return RunThreadsWith(
+      size, fn,
+      [&options](std::shared_ptr<Store> store, int rank, int n) { return CreateShmCommunicator(store, rank, n, options); },
+      options.communicator.timeout);
 }
 
 std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommunicatorOptions options,

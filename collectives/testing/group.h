@@ -50,6 +50,9 @@ using CommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communi
     std::shared_ptr<Store> store, int rank, int size)>;
 std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const CommunicatorFactory& make,
                                            Milliseconds timeout, int deadline_seconds = 120);
+// The same with threads as ranks over one in-memory store.
+std::vector<absl::Status> RunThreadsWith(int size, const RankFn& fn, const CommunicatorFactory& make,
+                                         Milliseconds timeout);
 
 // Threads over an in-memory FakeNetwork (collectives/testing/fake_transport.h)
 // through the host backend: the communicator exactly as in production, with
