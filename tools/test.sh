@@ -61,7 +61,8 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives:init_from_env_test //collectives:all_reduce_test //collectives:ring_all_reduce_test \
   //ddp:ddp_test //trainers:train_loop_test //dp:parallel_apply_test //dp:data_parallel_test \
   //collectives:shm_transport_test //collectives:shm_fault_test //collectives:ring_in_place_test \
-  //collectives:hierarchical_backend_test //collectives:communicator_factory_test //tools/launch:all
+  //collectives:hierarchical_backend_test //collectives:communicator_factory_test //tools/launch:all \
+  //collectives:shm_single_copy_process_test //collectives:nccl_watchdog_test //collectives:nccl_backend_test
 # The communicator grid without its 1M-element cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"
