@@ -45,12 +45,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/address.h"
+#include "collectives/backend_choice.h"
 #include "collectives/communicator.h"
 #include "collectives/communicator_factory.h"
 #include "collectives/local_launch.h"
+#include "collectives/nccl_communicator.h"
 #include "collectives/rank_environment.h"
 #include "collectives/socket.h"
 #include "collectives/tcp_store.h"
+#include "core/cuda_runtime.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/status.h"
@@ -87,6 +91,11 @@ ABSL_FLAG(std::string, transport, "auto",
           "tcp or shm; LOCKSTEP_TRANSPORT applies when this is auto");
 ABSL_FLAG(int64_t, shm_slot_bytes, -1, "ShmTransportOptions::slot_bytes");
 ABSL_FLAG(int, shm_slots, -1, "ShmTransportOptions::slots");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: CUDA tensors on this rank's GPU (cuda:(LOCAL_RANK % visible GPUs))");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto, host or nccl (auto: LOCKSTEP_BACKEND, else NCCL for CUDA tensors with one rank per GPU; "
+          "collectives/backend_choice.h)");
 ABSL_FLAG(int, timeout, 300, "seconds an operation (and the group's setup) may take before it fails");
 
 namespace lockstep {
@@ -186,13 +195,32 @@ struct Buffers {
 };
 
 // Input/output of `count` elements per rank (output sized for the op).
-absl::StatusOr<Buffers> MakeBuffers(BenchOp op, DType dtype, int64_t count, int n) {
+absl::StatusOr<Buffers> MakeBuffers(BenchOp op, DType dtype, int64_t count, int n, Device device) {
   Buffers b;
   const bool wide_out = op == BenchOp::kAllGather || op == BenchOp::kGather;
   const bool wide_in = op == BenchOp::kReduceScatter || op == BenchOp::kScatter;
-  LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({wide_in ? count * n : count}, dtype));
-  LOCKSTEP_ASSIGN_OR_RETURN(b.output, Tensor::Zeros({wide_out ? count * n : count}, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({wide_in ? count * n : count}, dtype, device));
+  LOCKSTEP_ASSIGN_OR_RETURN(b.output, Tensor::Zeros({wide_out ? count * n : count}, dtype, device));
   return b;
+}
+
+// Fills `t` (on any device) with rank `rank`'s known values.
+absl::Status FillOnDevice(const Tensor& t, int rank) {
+  if (!t.device().is_cuda()) {
+    Fill(t, rank);
+    return absl::OkStatus();
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::Zeros(t.shape(), t.dtype()));
+  Fill(host, rank);
+  return t.CopyFrom(host);
+}
+
+// `t` itself on the CPU, or a host copy of a CUDA tensor, for checking.
+absl::StatusOr<Tensor> OnHost(const Tensor& t) {
+  if (!t.device().is_cuda()) return t;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::Zeros(t.shape(), t.dtype()));
+  LOCKSTEP_RETURN_IF_ERROR(host.CopyFrom(t));
+  return host;
 }
 
 std::shared_ptr<Work> Launch(Communicator& comm, BenchOp op, const Buffers& b, ReduceOp rop, int root) {
@@ -211,34 +239,37 @@ std::shared_ptr<Work> Launch(Communicator& comm, BenchOp op, const Buffers& b, R
 // Runs the op once on known data and counts wrong elements on this rank.
 absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, ReduceOp rop, int root, int64_t count) {
   const int n = comm.size(), r = comm.rank();
-  Fill(b.input, r);
+  LOCKSTEP_RETURN_IF_ERROR(FillOnDevice(b.input, r));
   if (op == BenchOp::kAllReduce) LOCKSTEP_RETURN_IF_ERROR(b.output.CopyFrom(b.input));
   LOCKSTEP_RETURN_IF_ERROR(Launch(comm, op, b, rop, root)->Wait());
+  Buffers h;  // What came, on the host.
+  LOCKSTEP_ASSIGN_OR_RETURN(h.input, OnHost(b.input));
+  LOCKSTEP_ASSIGN_OR_RETURN(h.output, OnHost(b.output));
   int64_t wrong = 0;
   auto expect = [&](const Tensor& t, int64_t i, double value) { wrong += ValueAt(t, i) != value; };
   switch (op) {
     case BenchOp::kAllReduce:
-      for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, i));
+      for (int64_t i = 0; i < count; ++i) expect(h.output, i, Reduced(rop, n, i));
       break;
     case BenchOp::kReduce:
-      if (r == root) for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, i));
+      if (r == root) for (int64_t i = 0; i < count; ++i) expect(h.output, i, Reduced(rop, n, i));
       break;
     case BenchOp::kReduceScatter:
-      for (int64_t i = 0; i < count; ++i) expect(b.output, i, Reduced(rop, n, r * count + i));
+      for (int64_t i = 0; i < count; ++i) expect(h.output, i, Reduced(rop, n, r * count + i));
       break;
     case BenchOp::kBroadcast:
-      for (int64_t i = 0; i < count; ++i) expect(b.input, i, InputValue(root, i));
+      for (int64_t i = 0; i < count; ++i) expect(h.input, i, InputValue(root, i));
       break;
     case BenchOp::kAllGather:
     case BenchOp::kGather:
       if (op == BenchOp::kAllGather || r == root) {
-        for (int k = 0; k < n; ++k) for (int64_t i = 0; i < count; ++i) expect(b.output, k * count + i, InputValue(k, i));
+        for (int k = 0; k < n; ++k) for (int64_t i = 0; i < count; ++i) expect(h.output, k * count + i, InputValue(k, i));
       }
       break;
     case BenchOp::kScatter:
       // The root's input holds rank k's values at block k... Fill gave it its
       // own values everywhere, so rank r receives root's values r*count+i.
-      for (int64_t i = 0; i < count; ++i) expect(b.output, i, InputValue(root, r * count + i));
+      for (int64_t i = 0; i < count; ++i) expect(h.output, i, InputValue(root, r * count + i));
       break;
   }
   return wrong;
@@ -303,7 +334,34 @@ absl::Status RunRank(const RankEnvironment& env) {
     options.shm.spin_microseconds = absl::GetFlag(FLAGS_transport_spin_microseconds);
   }
   std::shared_ptr<Store> shared(std::move(store));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(shared, rank, world, options));
+  Device device = Device::Cpu();
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  const int gpus = cuda::DeviceCount();
+  if (device_flag == "cuda") {
+    if (gpus == 0) {
+      return absl::FailedPreconditionError("--device=cuda: no CUDA device is visible here; use --device=cpu");
+    }
+    device = Device::Cuda(env.local_rank % gpus);
+  } else if (device_flag != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", device_flag, ": expected cpu or cuda"));
+  }
+  BackendChoiceInput choice_input;
+  choice_input.requested = absl::GetFlag(FLAGS_backend);
+  choice_input.environment = BackendFromEnvironment();
+  choice_input.device = device;
+  choice_input.nccl_version = LinkedNcclVersion();
+  choice_input.visible_gpus = gpus;
+  choice_input.local_world_size = env.local_world_size;
+  LOCKSTEP_ASSIGN_OR_RETURN(BackendChoice choice, ChooseBackend(choice_input));
+  std::unique_ptr<Communicator> comm;
+  if (choice.kind == BackendKind::kNccl) {
+    NcclCommunicatorOptions nccl;
+    nccl.communicator = options.communicator;
+    nccl.init_timeout = store_options.timeout;
+    LOCKSTEP_ASSIGN_OR_RETURN(comm, CreateNcclCommunicator(shared, rank, world, device, nccl));
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(comm, CreateCommunicator(shared, rank, world, options));
+  }
   const std::string transport = comm->capabilities().name;
 
   const bool json = absl::GetFlag(FLAGS_json);
@@ -311,6 +369,8 @@ absl::Status RunRank(const RankEnvironment& env) {
     std::printf("# lockstep collectives benchmark: op %s, dtype %s, reduce_op %s, %d ranks, transport %s\n",
                 absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(),
                 std::string(ReduceOpName(rop)).c_str(), world, transport.c_str());
+    std::printf("# device %s; backend %s: %s\n", device.ToString().c_str(),
+                std::string(BackendKindName(choice.kind)).c_str(), choice.reason.c_str());
     std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
                 "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
                 absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_check) ? "on" : "off");
@@ -327,7 +387,7 @@ absl::Status RunRank(const RankEnvironment& env) {
     // Like nccl-tests, `bytes` is the whole buffer; gathered/scattered ops
     // move count = bytes / (n * element) per rank.
     const int64_t count = per_rank_count ? bytes / (element * world) : bytes / element;
-    LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world));
+    LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world, device));
     for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
       LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
     }

@@ -32,4 +32,14 @@ if err=$("$bin" --bind_to=socket --nproc=2 2>&1); then echo "bad --bind_to accep
 echo "$err" | grep -q "expected core or none" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --timeout=0 --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "--timeout=0 accepted"; exit 1; fi
 echo "$err" | grep -q "timeout=0" || { echo "unclear error: $err"; exit 1; }
+# Backend choice: the header says what ran and why; NCCL on CPU tensors and
+# CUDA without a device are refused with what to do.
+out=$("$bin" --nproc=2 --min_bytes=4K --max_bytes=4K --iters=1 --warmup=0)
+echo "$out" | grep -q '^# device cpu:0; backend host' || { echo "no backend line: $out"; exit 1; }
+if err=$("$bin" --backend=nccl --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "nccl on cpu accepted"; exit 1; fi
+echo "$err" | grep -q "NCCL needs CUDA tensors" || { echo "unclear error: $err"; exit 1; }
+if [[ ! -e /dev/nvidia0 ]]; then
+  if err=$("$bin" --device=cuda --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "cuda without a GPU accepted"; exit 1; fi
+  echo "$err" | grep -q "no CUDA device is visible" || { echo "unclear error: $err"; exit 1; }
+fi
 echo ok
