@@ -10,7 +10,8 @@
 # archive and is copied in), and gathers them with this script into the
 # git-ignored folder gpu_bundle/ (checked to stay under 64 MiB).
 #
-# `build` also bundles the trainers (bin/ddp_trainer, bin/dp_trainer) for the
+# `build` also bundles the trainers (bin/ddp_trainer, bin/dp_trainer) and the
+# collective benchmark (bin/collectives) for the
 # trainer runs below.
 #
 # `run` finds the CUDA/NCCL libraries at run time (/usr/local/cuda*, a Python
@@ -34,7 +35,7 @@ build() {
   benchmarks=$(bazel query 'attr(tags, "\bgpu\b", attr(tags, "\bbenchmark\b", kind("cc_binary", //...)))' 2>/dev/null || true)
   echo "gpu_check build: tests: $(echo $tests)"
   echo "gpu_check build: benchmarks: $(echo $benchmarks)"
-  local trainers="//trainers:ddp_trainer //trainers:dp_trainer"
+  local trainers="//trainers:ddp_trainer //trainers:dp_trainer //tools/bench:collectives"
   bazel build --config=gpu_bundle $tests $benchmarks $trainers
   rm -rf "$bundle"
   mkdir -p "$bundle/tests" "$bundle/benchmarks" "$bundle/lib" "$bundle/bin"
@@ -152,7 +153,7 @@ run() {
     rc=$?
     if { [[ $expect == 0 && $rc -eq 0 ]] || [[ $expect == fail && $rc -ne 0 && $rc -ne 124 ]]; } &&
        grep -q -- "$pattern" "$log"; then
-      passed=$((passed + 1)); echo "--- $name PASSED"; grep -E 'backend|final test' "$log" | head -4
+      passed=$((passed + 1)); echo "--- $name PASSED"; grep -E 'backend|final test|^ +[0-9]' "$log" | head -12
     else
       failed=$((failed + 1)); failures+=("$name (exit $rc)")
       echo "--- $name FAILED (exit $rc)"; tail -30 "$log"
@@ -172,6 +173,16 @@ run() {
   if [[ -x $bundle/bin/dp_trainer ]]; then
     trainer_run "dp_trainer on cuda:0" "final test accuracy" 0 \
       "$bundle/bin/dp_trainer" --devices=cuda:0 "${synthetic[@]}"
+  fi
+  if [[ -x $bundle/bin/collectives ]]; then
+    # The collective benchmark on CUDA tensors: NCCL with one rank (the only
+    # NCCL figure one GPU allows), and the host backend with 2 ranks on it.
+    trainer_run "collectives bench, NCCL, 1 rank on cuda:0" "backend nccl" 0 \
+      "$bundle/bin/collectives" --nproc=1 --bind_to=none --device=cuda --backend=nccl --check \
+      --min_bytes=4K --max_bytes=256M --step_factor=16
+    trainer_run "collectives bench, host backend, 2 ranks on cuda:0" "backend host" 0 \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/collectives" --nproc=2 --bind_to=none --device=cuda --check \
+      --min_bytes=4K --max_bytes=16M --step_factor=16
   fi
   rm -f "$log"
   [[ ${#failures[@]} -gt 0 ]] && printf 'failed: %s\n' "${failures[@]}"
