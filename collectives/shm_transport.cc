@@ -25,6 +25,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/transfer_streams.h"
 #include "collectives/transport_errors.h"
 #include "core/status.h"
 
@@ -692,47 +693,17 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
                      : "",
         "; create a new communicator"));
   }
-  // Streams: (peer, direction), as in TcpTransport::Run. Transfers of one
-  // stream run in order, linked through `next`.
-  constexpr size_t kNone = ~size_t{0};
-  std::vector<std::unique_ptr<Transfer>> added;
-  auto at = [&](size_t i) -> Transfer& { return i < initial.size() ? initial[i] : *added[i - initial.size()]; };
-  absl::InlinedVector<size_t, 16> current(2 * static_cast<size_t>(size_), kNone);
-  absl::InlinedVector<size_t, 16> last(2 * static_cast<size_t>(size_), kNone);
-  absl::InlinedVector<size_t, 16> next;
-  absl::InlinedVector<Progress, 16> progress;
-  size_t total = 0, remaining = 0;
-  auto link = [&](size_t i) -> absl::Status {
-    const Transfer& t = at(i);
-    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
-      return absl::InvalidArgumentError(absl::StrCat("ShmTransport: bad peer ", t.peer, " for rank ", rank_));
-    }
-    next.push_back(kNone);
-    progress.emplace_back();
-    const size_t stream = 2 * t.peer + (t.kind == Transfer::Kind::kRecv ? 1 : 0);
-    if (current[stream] == kNone) {
-      current[stream] = i;
-    } else {
-      next[last[stream]] = i;
-    }
-    last[stream] = i;
-    ++total;
-    ++remaining;
-    return absl::OkStatus();
-  };
-  for (size_t i = 0; i < initial.size(); ++i) LOCKSTEP_RETURN_IF_ERROR(link(i));
-  std::vector<Transfer> more;
-  auto poll_feed = [&]() -> absl::Status {
-    if (feed == nullptr) return absl::OkStatus();
-    more.clear();
-    feed->Poll(&more);
-    for (Transfer& t : more) {
-      added.push_back(std::make_unique<Transfer>(std::move(t)));
-      LOCKSTEP_RETURN_IF_ERROR(link(initial.size() + added.size() - 1));
-    }
-    return absl::OkStatus();
-  };
-  LOCKSTEP_RETURN_IF_ERROR(poll_feed());
+  // Streams: (peer, direction), in call order (collectives/transfer_streams.h).
+  TransferStreams<Progress> streams(initial, rank_, size_, "ShmTransport");
+  constexpr size_t kNone = TransferStreams<Progress>::kNone;
+  auto at = [&](size_t i) -> Transfer& { return streams.at(i); };
+  auto& current = streams.current;
+  auto& next = streams.next;
+  auto& progress = streams.progress;
+  size_t& total = streams.total;
+  size_t& remaining = streams.remaining;
+  auto poll_feed = [&]() { return streams.PollFeed(feed); };
+  LOCKSTEP_RETURN_IF_ERROR(streams.Start(feed));
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
                       t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
