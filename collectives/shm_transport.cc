@@ -1072,15 +1072,8 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
     idle_rounds = 0;
   }
   if (remaining == 0) return absl::OkStatus();
-  std::vector<std::string> waiting;
-  for (size_t stream = 0; stream < current.size(); ++stream) {
-    if (current[stream] == kNone) continue;
-    const size_t i = current[stream];
-    const Transfer& t = at(i);
-    waiting.push_back(absl::StrCat(t.kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
-                                   PeerName(t.peer), " (", progress[i].done, " of ", t.bytes, " bytes)"));
-  }
-  return ExchangeTimeoutError(total > 0 ? tag_of(at(0)).seq : tag.seq, rank_, waiting);
+  return ExchangeTimeoutError(total > 0 ? tag_of(at(0)).seq : tag.seq, rank_,
+                              streams.InFlight([this](int peer) { return PeerName(peer); }));
 }
 
 absl::Status ShmTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,22 @@ class TransferStreams {
       LOCKSTEP_RETURN_IF_ERROR(Link(initial_.size() + added_.size() - 1));
     }
     return absl::OkStatus();
+  }
+
+  // What is still in flight, for a timeout error: "receiving from rank 1
+  // (...) (10 of 64 bytes)". `peer_name(peer)` names a peer; Progress has
+  // `done`, the bytes moved so far.
+  template <typename PeerNameFn>
+  std::vector<std::string> InFlight(const PeerNameFn& peer_name) {
+    std::vector<std::string> waiting;
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      if (current[stream] == kNone) continue;
+      const size_t i = current[stream];
+      const Transfer& t = at(i);
+      waiting.push_back(absl::StrCat(t.kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
+                                     peer_name(t.peer), " (", progress[i].done, " of ", t.bytes, " bytes)"));
+    }
+    return waiting;
   }
 
   absl::InlinedVector<size_t, 16> current;  // [stream]: the transfer in progress, or kNone.

@@ -15,35 +15,18 @@
 # process are removed whatever happens.
 set -uo pipefail
 bench="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: needs root for ip netns (CI runs as root)"
-  exit 0
-fi
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
+lib_require_root "ip netns"
 tmp="${TEST_TMPDIR:-/tmp}/mixed_transport"
 rm -rf "$tmp" && mkdir -p "$tmp"
-id=$$
-a="lma$id" b="lmb$id" va="vma$id" vb="vmb$id"
-net=$(( id % 200 + 20 ))
-ip4a="10.78.$net.1" ip4b="10.78.$net.2"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  lib_netns_cleanup
 }
 trap cleanup EXIT
-set -e
-ip netns add "$a"
-ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"
-ip link set "$vb" netns "$b"
-ip -n "$a" addr add "$ip4a/24" dev "$va"
-ip -n "$b" addr add "$ip4b/24" dev "$vb"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$va" up
-ip -n "$b" link set "$vb" up
-set +e
+lib_netns_setup || { echo "FAIL: could not create the two network namespaces"; exit 1; }
+a=$ns_a b=$ns_b ip4a=$ip_a
 
 fail=0
 port=$(( 31700 + RANDOM % 1000 ))
