@@ -12,7 +12,8 @@
 // Tensors passed here are defined, with the dtypes, element counts and
 // devices that the Communicator's checks guarantee (see its header), and a
 // device the backend's capabilities accept. Each call returns when the
-// operation has finished (or failed); its error names the operation's peer
+// operation has finished (or failed) (a device backend also reports when it
+// was queued: OpContext::queued); its error names the operation's peer
 // where there is one. After an error the Communicator calls Abort and never
 // calls the backend again.
 #ifndef LOCKSTEP_COLLECTIVES_BACKEND_H_
@@ -20,12 +21,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "collectives/socket.h"
+#include "collectives/stream_marker.h"
 #include "collectives/transport.h"
 #include "core/device.h"
 #include "core/reduce_op.h"
@@ -37,6 +40,12 @@ namespace lockstep {
 struct OpContext {
   uint64_t seq = 0;   // The collective's sequence number (same on every rank).
   Deadline deadline;  // When it must have finished.
+  // A backend that runs on a device calls this (when set) once the
+  // operation is queued there and only device memory is involved, before
+  // it waits for completion: the operation's Work then orders callers'
+  // streams after `marker` without blocking the host
+  // (Work::SynchronizeStream).
+  std::function<void(std::shared_ptr<StreamMarker> marker)> queued;
 };
 
 struct BackendCapabilities {

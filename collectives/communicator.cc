@@ -253,7 +253,10 @@ void Communicator::RunItem(Item item) {
     RunPointToPointBatch(std::move(item));
     return;
   }
-  const OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout)};
+  OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout), nullptr};
+  op_ctx.queued = [work = item.work](std::shared_ptr<StreamMarker> marker) {
+    work->SetStreamMarker(std::move(marker));
+  };
   absl::Status status;
   if (options_.debug_checks && size_ > 1) status = CheckFingerprints(item.fingerprint, op_ctx);
   if (status.ok()) status = item.task(op_ctx);

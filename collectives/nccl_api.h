@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/socket.h"
+#include "collectives/stream_marker.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 
@@ -46,16 +47,13 @@ inline constexpr int kNcclNonBlockingInitVersion = NcclVersionCode(2, 14, 0);
 // sizeof(ncclUniqueId).
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 
-// A marker recorded on a communicator's stream (a CUDA event).
-class NcclEvent {
+// A marker recorded on a communicator's stream (a CUDA event); its
+// MakeStreamWait (StreamMarker) orders another stream after it.
+class NcclEvent : public StreamMarker {
  public:
-  virtual ~NcclEvent() = default;
   // True once everything queued before the marker has finished; an error if
   // the device failed.
   virtual absl::StatusOr<bool> Query() = 0;
-  // Makes work queued later on `stream` (a cudaStream_t; nullptr is the
-  // legacy default stream) wait for the marker, without blocking the host.
-  virtual absl::Status MakeStreamWait(void* stream) = 0;
 };
 
 // One NCCL communicator and its own stream on one device.

@@ -179,14 +179,23 @@ absl::Status NcclBackend::NotRun(const std::string& fingerprint) {
                                                  " did not complete: the communicator failed: ", cause.message()));
 }
 
+std::function<void(std::shared_ptr<StreamMarker>)> NcclBackend::QueuedIfOnDevice(
+    const OpContext& op_ctx, std::initializer_list<const Tensor*> tensors) const {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && options_.cpu_tensors && t->device().is_cpu()) return nullptr;
+  }
+  return op_ctx.queued;
+}
+
 absl::Status NcclBackend::Run(const std::string& fingerprint, Deadline deadline,
+                              const std::function<void(std::shared_ptr<StreamMarker>)>& queued,
                               const std::function<absl::Status()>& enqueue) {
   if (watchdog_->failed()) return NotRun(fingerprint);
   InFlight in_flight(*watchdog_, fingerprint, deadline);
-  absl::Status queued = comm_->WaitFor(options_.caller_stream);
-  if (queued.ok()) queued = enqueue();
+  absl::Status enqueued = comm_->WaitFor(options_.caller_stream);
+  if (enqueued.ok()) enqueued = enqueue();
   absl::StatusOr<std::unique_ptr<NcclEvent>> event =
-      queued.ok() ? comm_->Record() : absl::StatusOr<std::unique_ptr<NcclEvent>>(queued);
+      enqueued.ok() ? comm_->Record() : absl::StatusOr<std::unique_ptr<NcclEvent>>(enqueued);
   if (!event.ok()) {
     // An abort makes a running NCCL call fail: report why it was aborted.
     if (watchdog_->failed()) return NotRun(fingerprint);
@@ -195,10 +204,12 @@ absl::Status NcclBackend::Run(const std::string& fingerprint, Deadline deadline,
     watchdog_->Fail(error);
     return error;
   }
+  std::shared_ptr<NcclEvent> marker = *std::move(event);
+  if (queued) queued(marker);
   // Yield first (small operations finish within microseconds), then sleep
   // briefly so that a long one does not hold a core.
   for (int polls = 0;; ++polls) {
-    absl::StatusOr<bool> done = (*event)->Query();
+    absl::StatusOr<bool> done = marker->Query();
     if (watchdog_->failed()) return NotRun(fingerprint);
     if (!done.ok()) {
       absl::Status error = absl::InternalError(absl::StrCat("NCCL ", fingerprint, " on rank ", rank_, " (",
@@ -219,7 +230,7 @@ absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, R
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("AllReduce", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(Fingerprint("AllReduce", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
     Stager stage(*comm_, options_.cpu_tensors);
     const int in = stage.Add(input, true, false);
     const int out = stage.Add(output, false, true);
@@ -236,7 +247,7 @@ absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, Redu
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("Reduce", op_ctx.seq, input, ReduceOpName(op), root), op_ctx.deadline,
+  return Run(Fingerprint("Reduce", op_ctx.seq, input, ReduceOpName(op), root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
              [&]() -> absl::Status {
                Stager stage(*comm_, options_.cpu_tensors);
                const int in = stage.Add(input, true, false);
@@ -251,7 +262,7 @@ absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, Redu
 }
 
 absl::Status NcclBackend::Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) {
-  return Run(Fingerprint("Broadcast", op_ctx.seq, tensor, {}, root), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(Fingerprint("Broadcast", op_ctx.seq, tensor, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&tensor}), [&]() -> absl::Status {
     Stager stage(*comm_, options_.cpu_tensors);
     const int t = stage.Add(tensor, rank_ == root, rank_ != root);
     LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
@@ -262,7 +273,7 @@ absl::Status NcclBackend::Broadcast(const Tensor& tensor, int root, const OpCont
 }
 
 absl::Status NcclBackend::AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) {
-  return Run(Fingerprint("AllGather", op_ctx.seq, input), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(Fingerprint("AllGather", op_ctx.seq, input), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
     Stager stage(*comm_, options_.cpu_tensors);
     const int in = stage.Add(input, true, false);
     const int out = stage.Add(output, false, true);
@@ -278,7 +289,7 @@ absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
   const size_t n = static_cast<size_t>(output.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("ReduceScatter", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
+  return Run(Fingerprint("ReduceScatter", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
              [&]() -> absl::Status {
                Stager stage(*comm_, options_.cpu_tensors);
                const int in = stage.Add(input, true, false);
@@ -294,7 +305,7 @@ absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
 absl::Status NcclBackend::Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   const size_t n = static_cast<size_t>(input.numel());
   const size_t bytes = input.nbytes();
-  return Run(Fingerprint("Gather", op_ctx.seq, input, {}, root), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(Fingerprint("Gather", op_ctx.seq, input, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
     Stager stage(*comm_, options_.cpu_tensors);
     const int in = stage.Add(input, true, false);
     const int out = rank_ == root ? stage.Add(output, false, true) : -1;
@@ -321,7 +332,7 @@ absl::Status NcclBackend::Gather(const Tensor& input, const Tensor& output, int 
 absl::Status NcclBackend::Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   const size_t n = static_cast<size_t>(output.numel());
   const size_t bytes = output.nbytes();
-  return Run(Fingerprint("Scatter", op_ctx.seq, output, {}, root), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(Fingerprint("Scatter", op_ctx.seq, output, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
     Stager stage(*comm_, options_.cpu_tensors);
     const int in = rank_ == root ? stage.Add(input, true, false) : -1;
     const int out = stage.Add(output, false, true);
@@ -347,14 +358,14 @@ absl::Status NcclBackend::Scatter(const Tensor& input, const Tensor& output, int
 }
 
 absl::Status NcclBackend::Barrier(const OpContext& op_ctx) {
-  return Run(absl::StrCat("Barrier seq ", op_ctx.seq), op_ctx.deadline, [&]() -> absl::Status {
+  return Run(absl::StrCat("Barrier seq ", op_ctx.seq), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {}), [&]() -> absl::Status {
     LOCKSTEP_ASSIGN_OR_RETURN(void* word, comm_->Scratch(1));
     return comm_->AllReduce(word, word, 1, DType::kU8, ReduceOp::kMax);
   });
 }
 
 absl::Status NcclBackend::AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) {
-  return Run(absl::StrCat("AllGatherBytes seq ", op_ctx.seq, " (", bytes, " bytes)"), op_ctx.deadline,
+  return Run(absl::StrCat("AllGatherBytes seq ", op_ctx.seq, " (", bytes, " bytes)"), op_ctx.deadline, nullptr,
              [&]() -> absl::Status {
                LOCKSTEP_ASSIGN_OR_RETURN(void* scratch, comm_->Scratch(bytes * size_));
                char* slot = static_cast<char*>(scratch) + rank_ * bytes;
@@ -375,7 +386,7 @@ absl::Status NcclBackend::RunPointToPoint(PointToPointSource& source, Deadline d
         absl::StrCat("point-to-point batch of ", ops.size(), " (first: ", first.send ? "send to" : "recv from",
                      " rank ", first.peer, ", tag ", first.tag, ", seq ", first.seq, ", ",
                      DTypeName(first.tensor.dtype()), ", ", first.tensor.numel(), " elements)");
-    LOCKSTEP_RETURN_IF_ERROR(Run(fingerprint, deadline, [&]() -> absl::Status {
+    LOCKSTEP_RETURN_IF_ERROR(Run(fingerprint, deadline, nullptr, [&]() -> absl::Status {
       Stager stage(*comm_, options_.cpu_tensors);
       std::vector<int> slots;
       for (const PointToPointOp& op : ops) slots.push_back(stage.Add(op.tensor, op.send, !op.send));

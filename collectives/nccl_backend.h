@@ -9,7 +9,11 @@
 // is recorded after them, and the backend polls that event until it fires,
 // the operation's deadline passes, or NCCL reports an asynchronous error.
 // Backend calls are synchronous by the seam's contract, so the Communicator
-// completes the Work when the event has fired.
+// completes the Work when the event has fired; but when only device memory
+// is involved the event is handed to the Work as soon as it is recorded
+// (OpContext::queued), so Work::SynchronizeStream makes a caller's stream
+// wait on it without blocking the host. The communicator's thread queues
+// the next operation once this one has finished on the device.
 //
 // CPU tensors are accepted and staged through the communicator's device
 // memory (so DDP's signature check and a trainer's metrics work on the same
@@ -34,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -94,9 +99,17 @@ class NcclBackend final : public Backend {
   NcclBackend(std::unique_ptr<NcclComm> comm, int rank, int size, Device device, int nccl_version,
               NcclBackendOptions options);
 
-  // Queues `enqueue` after the caller's stream, records an event and waits
-  // for it under the watchdog. `fingerprint` names the op in errors.
-  absl::Status Run(const std::string& fingerprint, Deadline deadline, const std::function<absl::Status()>& enqueue);
+  // Queues `enqueue` after the caller's stream, records an event, hands it
+  // to `queued` (when set) and waits for it under the watchdog.
+  // `fingerprint` names the op in errors.
+  absl::Status Run(const std::string& fingerprint, Deadline deadline,
+                   const std::function<void(std::shared_ptr<StreamMarker>)>& queued,
+                   const std::function<absl::Status()>& enqueue);
+  // op_ctx.queued when every defined tensor of `tensors` is device memory
+  // (nothing staged through the host, so a stream wait is all a caller
+  // needs); else nothing.
+  std::function<void(std::shared_ptr<StreamMarker>)> QueuedIfOnDevice(const OpContext& op_ctx,
+                                                                      std::initializer_list<const Tensor*> tensors) const;
   // The watchdog's failure, naming `fingerprint`'s operation.
   absl::Status NotRun(const std::string& fingerprint);
   // "AllReduce seq 3 (f32, 1000 elements, SUM)".

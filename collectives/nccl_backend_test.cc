@@ -5,6 +5,8 @@
 #include "collectives/nccl_backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -219,8 +221,10 @@ TEST(NcclBackendTest, CreateChecksDeviceAndVersion) {
 }
 
 // Two ranks as threads meet through a store; both join with rank 0's id.
-std::vector<absl::Status> CreateTwo(std::shared_ptr<FakeNcclState> state, NcclCommunicatorOptions options) {
-  HashStore store;
+std::vector<absl::Status> CreateTwo(std::shared_ptr<FakeNcclState> state, NcclCommunicatorOptions options,
+                                    Store* shared_store = nullptr) {
+  HashStore own_store;
+  Store& store = shared_store != nullptr ? *shared_store : own_store;
   std::vector<absl::Status> results(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -247,6 +251,46 @@ TEST(CreateNcclBackendTest, SharesRankZerosUniqueIdAndInitsWithoutBlockingFrom2_
   old->version = NcclVersionCode(2, 13, 4);
   for (const absl::Status& s : CreateTwo(old, {})) EXPECT_TRUE(s.ok()) << s;
   for (const std::string& init : old->Inits()) EXPECT_THAT(init, HasSubstr(" blocking"));
+}
+
+TEST(CreateNcclBackendTest, AGroupMadeAgainOnTheSameStoreNeverJoinsAStaleId) {
+  auto state = std::make_shared<FakeNcclState>();
+  state->device_count = 2;
+  HashStore store;  // Outlives the first group, as a launcher's store does.
+  for (const absl::Status& s : CreateTwo(state, {}, &store)) EXPECT_TRUE(s.ok()) << s;
+  // The restarted group: rank 1 alone first. Attempt 1's id is still in the
+  // store; rank 1 must wait for the new one, not join the old.
+  NcclCommunicatorOptions options;
+  options.init_timeout = Milliseconds(50);
+  FakeNcclRuntime runtime(state);
+  absl::Status early = CreateNcclBackend(runtime, store, 1, 2, Device::Cuda(1), options).status();
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+  EXPECT_THAT(std::string(early.message()), HasSubstr("nccl_unique_id/2"));
+  EXPECT_EQ(state->Inits().size(), 2u);  // Only the first group's.
+
+  // Rank 1 counted its failed attempt: a fresh store for the next try, as
+  // a launcher gives each attempt, makes both ranks agree again.
+  HashStore next;
+  for (const absl::Status& s : CreateTwo(state, {}, &next)) EXPECT_TRUE(s.ok()) << s;
+  std::vector<std::string> inits = state->Inits();
+  ASSERT_EQ(inits.size(), 4u);
+  std::sort(inits.begin() + 2, inits.end());
+  EXPECT_THAT(inits[2], HasSubstr("id B"));
+  EXPECT_THAT(inits[3], HasSubstr("id B"));
+
+  // Two groups in a row on one store (a second communicator with the same
+  // prefix): each joins its own id.
+  HashStore again;
+  for (const absl::Status& s : CreateTwo(state, {}, &again)) EXPECT_TRUE(s.ok()) << s;
+  for (const absl::Status& s : CreateTwo(state, {}, &again)) EXPECT_TRUE(s.ok()) << s;
+  inits = state->Inits();
+  ASSERT_EQ(inits.size(), 8u);
+  std::sort(inits.begin() + 4, inits.begin() + 6);
+  std::sort(inits.begin() + 6, inits.end());
+  EXPECT_THAT(inits[4], HasSubstr("id C"));
+  EXPECT_THAT(inits[5], HasSubstr("id C"));
+  EXPECT_THAT(inits[6], HasSubstr("id D"));
+  EXPECT_THAT(inits[7], HasSubstr("id D"));
 }
 
 TEST(CreateNcclBackendTest, ErrorsSayWhatToDo) {
@@ -278,7 +322,7 @@ TEST(CreateNcclBackendTest, ErrorsSayWhatToDo) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("Duplicate GPU"));
 
   HashStore bad;
-  ASSERT_TRUE(bad.Set("nccl_unique_id", "short").ok());
+  ASSERT_TRUE(bad.Set("nccl_unique_id/1", "short").ok());
   ASSERT_TRUE(bad.Set("nccl_device/0", "otherhost/gpu0").ok());
   s = CreateNcclBackend(runtime, bad, 1, 2, Device::Cuda(0), options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
@@ -309,6 +353,63 @@ TEST(NcclCommunicatorTest, CpuTensorsAreStagedThroughDeviceMemory) {
   // In place: one staged buffer, copied in and out; out of place: in, then out.
   EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "Copy 8", "AllReduce SUM f32 2", "Copy 8", "Record",  //
                                           "WaitFor", "Copy 24", "AllGather i64 3", "Copy 24", "Record"));
+}
+
+TEST(NcclBackendTest, DeviceOnlyOperationHandsItsEventOutBeforeItCompletes) {
+  auto state = std::make_shared<FakeNcclState>();
+  state->hang = true;  // The event does not fire until the test says so.
+  auto backend = MakeBackend(state);
+  Tensor t = *Tensor::FromVector<float>({1, 2, 3});
+  std::promise<std::shared_ptr<StreamMarker>> queued;
+  OpContext ctx = Op(1);
+  ctx.queued = [&](std::shared_ptr<StreamMarker> marker) { queued.set_value(std::move(marker)); };
+  absl::Status status = absl::UnknownError("not run");
+  std::thread runner([&] { status = backend->AllReduce(t, t, ReduceOp::kSum, ctx); });
+  std::future<std::shared_ptr<StreamMarker>> marker = queued.get_future();
+  ASSERT_EQ(marker.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  // While the operation still runs, a caller's stream can be ordered after it.
+  ASSERT_TRUE(marker.get()->MakeStreamWait(reinterpret_cast<void*>(16)).ok());
+  state->hang = false;
+  runner.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "AllReduce SUM f32 3", "Record", "MakeStreamWait 16"));
+}
+
+TEST(NcclBackendTest, StagedHostTensorsAreNotHandedOutAsDeviceWork) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto backend = MakeBackend(state, 0, 1, /*cpu_tensors=*/true);
+  Tensor t = *Tensor::FromVector<float>({1, 2});
+  bool handed = false;
+  OpContext ctx = Op(1);
+  ctx.queued = [&](std::shared_ptr<StreamMarker>) { handed = true; };
+  ASSERT_TRUE(backend->AllReduce(t, t, ReduceOp::kSum, ctx).ok());
+  // The result is copied back to the host inside the operation: a stream
+  // wait would not cover it, so the Work must be waited on the host.
+  EXPECT_FALSE(handed);
+}
+
+TEST(NcclCommunicatorTest, SynchronizeStreamOrdersTheCallersStreamWithoutWaitingForTheDevice) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto comm = Communicator::Create(MakeBackend(state), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  state->hang = true;
+  std::shared_ptr<Work> work = (*comm)->Barrier();
+  ASSERT_TRUE(work->SynchronizeStream(reinterpret_cast<void*>(32)).ok());
+  EXPECT_FALSE(work->IsCompleted());  // The device has not finished; the host did not wait for it.
+  EXPECT_THAT(state->Calls(), ::testing::Contains("MakeStreamWait 32"));
+  state->hang = false;
+  EXPECT_TRUE(work->Wait().ok());
+}
+
+TEST(NcclCommunicatorTest, SynchronizeStreamWithStagedHostTensorsWaitsForTheResult) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto comm = Communicator::Create(MakeBackend(state, 0, 1, /*cpu_tensors=*/true), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Tensor t = *Tensor::FromVector<float>({1.5f, 2.5f});
+  std::shared_ptr<Work> work = (*comm)->AllReduce(t, ReduceOp::kSum);
+  ASSERT_TRUE(work->SynchronizeStream(nullptr).ok());
+  EXPECT_TRUE(work->IsCompleted());
+  EXPECT_EQ(*t.ToVector<float>(), (std::vector<float>{1.5f, 2.5f}));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace lockstep {
 namespace {
 
 constexpr char kUniqueIdKey[] = "nccl_unique_id";
+constexpr char kGenerationKeyPrefix[] = "nccl_generation/rank";
 
 // NCCL refuses two ranks on one GPU, in some versions only after a long
 // wait: find them first, by the devices' host name and PCI bus id.
@@ -72,16 +73,28 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> CreateNcclBackend(NcclRuntime& runt
   }
   const Deadline deadline = DeadlineIn(options.init_timeout);
   LOCKSTEP_RETURN_IF_ERROR(CheckOneRankPerGpu(runtime, store, rank, size, device, options.init_timeout));
+  // Versioned: every rank counts the communicators it made on this store
+  // (ranks make them in the same order), so a group made again on a store
+  // that outlived the last one (a restart at a launcher's store, a second
+  // communicator with the same prefix) never reads a stale id.
+  absl::StatusOr<int64_t> generation = store.Add(absl::StrCat(kGenerationKeyPrefix, rank), 1);
+  if (!generation.ok()) {
+    return absl::Status(generation.status().code(),
+                        absl::StrCat("CreateNcclCommunicator on rank ", rank,
+                                     ": could not count this rank's communicators in the store: ",
+                                     generation.status().message()));
+  }
+  const std::string id_key = absl::StrCat(kUniqueIdKey, "/", *generation);
   std::string id;
   if (rank == 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(id, runtime.NewUniqueId());
-    LOCKSTEP_RETURN_IF_ERROR(store.Set(kUniqueIdKey, id));
+    LOCKSTEP_RETURN_IF_ERROR(store.Set(id_key, id));
   } else {
-    absl::StatusOr<std::string> got = store.Get(kUniqueIdKey, options.init_timeout);
+    absl::StatusOr<std::string> got = store.Get(id_key, options.init_timeout);
     if (!got.ok()) {
       return absl::Status(got.status().code(),
                           absl::StrCat("CreateNcclCommunicator on rank ", rank,
-                                       ": rank 0 did not publish NCCL's unique id within ",
+                                       ": rank 0 did not publish NCCL's unique id (", id_key, ") within ",
                                        options.init_timeout.count(), " ms: ", got.status().message(),
                                        "; check that rank 0 started and uses the same store and store_prefix"));
     }

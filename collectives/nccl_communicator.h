@@ -7,8 +7,12 @@
 //       CreateNcclCommunicator(store, rank, world_size, Device::Cuda(local_rank), options));
 //
 // Rank 0 makes NCCL's unique id and sets it in the store under
-// `<store_prefix>/nccl_unique_id`; the others read it (waiting at most
-// `init_timeout`). With NCCL >= 2.14 (checked at run time: the machine's
+// `<store_prefix>/nccl_unique_id/<n>`; the others read it (waiting at most
+// `init_timeout`). n counts the communicators each rank made with this
+// store and prefix (a per-rank counter in the store), so a group made again
+// at a store that outlived the last one (a restart under a launcher's
+// store, a second communicator) never joins a stale id; all ranks must make
+// their communicators in the same order. With NCCL >= 2.14 (checked at run time: the machine's
 // libnccl may differ from the build's) the communicator is made without
 // blocking, so a rank that never comes makes init fail at `init_timeout`
 // instead of hanging; older NCCL blocks in init. Several ranks on one GPU

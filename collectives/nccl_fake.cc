@@ -12,7 +12,10 @@ class FakeNcclEvent final : public NcclEvent {
  public:
   explicit FakeNcclEvent(std::shared_ptr<FakeNcclState> state) : state_(std::move(state)) {}
   absl::StatusOr<bool> Query() override { return !state_->hang.load(); }
-  absl::Status MakeStreamWait(void*) override { return absl::OkStatus(); }
+  absl::Status MakeStreamWait(void* stream) override {
+    state_->Record(absl::StrCat("MakeStreamWait ", reinterpret_cast<uintptr_t>(stream)));
+    return absl::OkStatus();
+  }
 
  private:
   std::shared_ptr<FakeNcclState> state_;

@@ -43,7 +43,29 @@ absl::Status Work::status() {
   return done_ ? status_ : absl::UnavailableError("Work::status: not completed yet");
 }
 
-absl::Status Work::SynchronizeStream(void* /*stream*/) { return Wait(); }
+absl::Status Work::SynchronizeStream(void* stream) {
+  std::shared_ptr<StreamMarker> marker;
+  {
+    // No helper here: a helping caller would run the operation itself and
+    // poll the device until it finished, which is what this avoids. The
+    // communicator's own thread queues it. The wait is bounded: the
+    // operation is queued, or fails, by the communicator's deadline.
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return done_ || marker_ != nullptr; });
+    if (done_) return status_;
+    marker = marker_;
+  }
+  return marker->MakeStreamWait(stream);
+}
+
+void Work::SetStreamMarker(std::shared_ptr<StreamMarker> marker) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    marker_ = std::move(marker);
+  }
+  done_cv_.notify_all();
+}
 
 std::shared_ptr<Work> Work::Then(std::function<absl::Status()> fn) {
   auto chained = CompletableWork::Create(spin_microseconds_);
@@ -70,6 +92,7 @@ void Work::Complete(absl::Status status) {
     status_ = std::move(status);
     done_ = true;
     done_flag_.store(true, std::memory_order_release);
+    marker_.reset();  // The event has fired (or failed); release it.
     callbacks.swap(callbacks_);
   }
   done_cv_.notify_all();

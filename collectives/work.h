@@ -25,7 +25,16 @@
 //     operations of the same communicator (they queue behind it), but may
 //     start new ones. The chained Work's status is this work's error, or
 //     fn's status.
-//   * Output tensors must not be read or written until the work completed.
+//   * Output tensors must not be read or written until the work completed,
+//     except by device work ordered after it with SynchronizeStream.
+//   * SynchronizeStream(stream) makes work queued later on a CUDA stream
+//     wait for the operation. On a backend that runs on the device (NCCL,
+//     with CUDA tensors only) it blocks the host only until the operation
+//     is queued there, then returns: the stream waits on a CUDA event, and
+//     an error found later (the watchdog's timeout, a peer that failed)
+//     surfaces at Wait() and at the communicator's next operation. Anywhere
+//     else (host backends, CPU tensors staged through the device, chained
+//     Works) it is Wait(): the result is already in place when it returns.
 //
 // Users cannot complete a Work: backends do, through CompletableWork
 // (collectives/completable_work.h, visible to the collectives packages).
@@ -41,6 +50,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/stream_marker.h"
 
 namespace lockstep {
 
@@ -57,10 +67,10 @@ class Work : public std::enable_shared_from_this<Work> {
 
   std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
 
-  // Makes work queued later on the CUDA stream `stream` (a cudaStream_t)
-  // wait for this operation. A backend that runs on the device (NCCL)
-  // overrides this with an event wait that does not block the host; the
-  // default blocks the host until completion, then returns the status.
+  // Makes work queued later on the CUDA stream `stream` (a cudaStream_t;
+  // nullptr: the legacy default stream) wait for this operation; see the
+  // contract above. Returns the operation's error if it failed before it
+  // was queued on the device.
   virtual absl::Status SynchronizeStream(void* stream);
 
  protected:
@@ -80,6 +90,11 @@ class Work : public std::enable_shared_from_this<Work> {
   // chained from it).
   void SetHelper(std::function<void(Work* awaited)> helper) { helper_ = std::move(helper); }
 
+  // Called by a device backend once the operation is queued on its stream,
+  // before it completes: SynchronizeStream then waits on `marker` instead
+  // of the host. Ignored after Complete.
+  void SetStreamMarker(std::shared_ptr<StreamMarker> marker);
+
  private:
   // Wait() never busy-spins: it yields between checks, so a worker thread
   // sharing the waiter's core runs first (a plain spin made small
@@ -91,6 +106,7 @@ class Work : public std::enable_shared_from_this<Work> {
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
+  std::shared_ptr<StreamMarker> marker_;  // Set while queued on a device.
   std::atomic<bool> done_flag_{false};
   absl::Status status_;
   std::vector<std::function<void(const absl::Status&)>> callbacks_;

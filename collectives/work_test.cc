@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "collectives/completable_work.h"
 #include "gtest/gtest.h"
@@ -158,6 +160,66 @@ TEST(WorkTest, SynchronizeStreamWithoutADeviceBackendWaitsOnTheHost) {
   std::thread completer([work] { work->Complete(absl::OkStatus()); });
   EXPECT_TRUE(work->SynchronizeStream(nullptr).ok());
   completer.join();
+}
+
+// A device event stand-in: records which streams were made to wait on it.
+class RecordingMarker final : public StreamMarker {
+ public:
+  absl::Status MakeStreamWait(void* stream) override {
+    streams.push_back(stream);
+    return absl::OkStatus();
+  }
+  std::vector<void*> streams;
+};
+
+TEST(WorkTest, SynchronizeStreamWaitsOnTheDeviceMarkerWithoutCompleting) {
+  auto work = CompletableWork::Create();
+  auto marker = std::make_shared<RecordingMarker>();
+  int stream = 0;
+  std::thread backend([&] { work->SetStreamMarker(marker); });
+  // Blocks only until the operation is queued on the device.
+  EXPECT_TRUE(work->SynchronizeStream(&stream).ok());
+  backend.join();
+  EXPECT_FALSE(work->IsCompleted());
+  EXPECT_EQ(marker->streams, std::vector<void*>{&stream});
+  work->Complete(absl::OkStatus());
+  EXPECT_TRUE(work->Wait().ok());
+}
+
+TEST(WorkTest, SynchronizeStreamReportsAFailureBeforeTheOperationWasQueued) {
+  auto work = CompletableWork::Create();
+  work->Complete(absl::UnavailableError("rank 1 failed"));
+  auto marker = std::make_shared<RecordingMarker>();
+  work->SetStreamMarker(marker);  // Too late: ignored.
+  absl::Status s = work->SynchronizeStream(nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(marker->streams.empty());
+}
+
+TEST(WorkTest, SynchronizeStreamAfterCompletionNeedsNoStreamWait) {
+  auto work = CompletableWork::Create();
+  auto marker = std::make_shared<RecordingMarker>();
+  work->SetStreamMarker(marker);
+  work->Complete(absl::OkStatus());  // The event fired: the result is in place.
+  EXPECT_TRUE(work->SynchronizeStream(nullptr).ok());
+  EXPECT_TRUE(marker->streams.empty());
+}
+
+TEST(WorkTest, ChainedWorkSynchronizesOnTheHost) {
+  auto work = CompletableWork::Create();
+  auto marker = std::make_shared<RecordingMarker>();
+  work->SetStreamMarker(marker);
+  bool ran = false;
+  std::shared_ptr<Work> chained = work->Then([&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  std::thread completer([work] { work->Complete(absl::OkStatus()); });
+  // The callback runs on the host, so the chained Work has no device marker.
+  EXPECT_TRUE(chained->SynchronizeStream(nullptr).ok());
+  completer.join();
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(marker->streams.empty());
 }
 
 }  // namespace

@@ -242,7 +242,11 @@ absl::Status Reducer::FinalizeBackward() {
   }
   absl::Status first_error;
   for (Bucket& b : buckets_) {
-    absl::Status s = b.work->Wait();
+    // A CUDA bucket: the legacy default stream, where the copies below and
+    // the optimizer run, waits for its all-reduce on the device; the host
+    // does not (DDP's finalize_backward with NCCL). A failure then surfaces
+    // at the group's next operation. Elsewhere this is Wait().
+    absl::Status s = b.grad_bucket.device().is_cuda() ? b.work->SynchronizeStream(nullptr) : b.work->Wait();
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   LOCKSTEP_RETURN_IF_ERROR(first_error);
