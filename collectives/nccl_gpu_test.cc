@@ -97,6 +97,22 @@ TEST_F(NcclOneGpuTest, EveryOpDtypeAndReduceOpGivesBackItsInput) {
   EXPECT_TRUE(comm_->broken_status().ok());
 }
 
+TEST_F(NcclOneGpuTest, SynchronizeStreamOrdersTheDefaultStreamAfterTheOperation) {
+  // 64 MiB: long enough on the device that a copy not ordered after the
+  // all-reduce would read the zeros.
+  const int64_t n = int64_t{16} << 20;
+  const Device gpu = Device::Cuda(0);
+  const Tensor expected = Values(n, DType::kF32, gpu);
+  for (int round = 0; round < 3; ++round) {
+    Tensor out = *Tensor::Zeros({n}, DType::kF32, gpu);
+    std::shared_ptr<Work> work = comm_->AllReduce(expected, out, ReduceOp::kSum);
+    ASSERT_TRUE(work->SynchronizeStream(nullptr).ok());
+    // To(Cpu) copies on the legacy default stream: it must see the result.
+    EXPECT_TRUE(SameBytes(out, expected)) << "round " << round;
+    ASSERT_TRUE(work->Wait().ok());
+  }
+}
+
 TEST(NcclBackendGpuTest, SendAndRecvToItselfInOneGroup) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   std::unique_ptr<NcclRuntime> runtime = SystemNcclRuntime();

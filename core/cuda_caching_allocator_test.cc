@@ -1,12 +1,15 @@
-// CudaCachingAllocator: size classes, reuse, stats and the out-of-memory
-// retry over a fake source (no GPU); the same over cudaMalloc on cuda:0
-// when a device is visible (skipped otherwise).
+// CudaCachingAllocator: size classes, reuse, stats, the out-of-memory
+// retry and fenced (pinned-pool) reuse over a fake source (no GPU); the same
+// over cudaMalloc and cudaHostAlloc on cuda:0 when a device is visible
+// (skipped otherwise).
 #include "core/cuda_caching_allocator.h"
 
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -18,12 +21,24 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Host memory standing in for a device, with a capacity per device.
+// A fence the test completes by hand, as a CUDA event that has not been reached yet.
+class FakeFence final : public ReuseFence {
+ public:
+  explicit FakeFence(std::shared_ptr<bool> done) : done_(std::move(done)) {}
+  bool Done() override { return *done_; }
+
+ private:
+  std::shared_ptr<bool> done_;
+};
+
+// Host memory standing in for a device, with a capacity per device. With
+// `fenced`, every free gets a FakeFence (as PinnedHostMemory's events).
 class FakeSource final : public DeviceMemorySource {
  public:
-  explicit FakeSource(size_t capacity) : capacity_(capacity) {}
+  explicit FakeSource(size_t capacity, bool fenced = false) : capacity_(capacity), fenced_(fenced) {}
   ~FakeSource() override { EXPECT_TRUE(live_.empty()) << live_.size() << " blocks never returned"; }
   absl::StatusOr<void*> Allocate(size_t bytes, int device) override {
+    if (device == kBadDevice) return absl::InvalidArgumentError("fake: no such device");
     if (used_[device] + bytes > capacity_) return absl::ResourceExhaustedError("fake out of memory");
     void* p = std::malloc(bytes);
     live_[p] = {bytes, device};
@@ -39,13 +54,25 @@ class FakeSource final : public DeviceMemorySource {
     live_.erase(it);
     std::free(ptr);
   }
+  std::unique_ptr<ReuseFence> OnFree(void* ptr, int device) override {
+    if (!fenced_) return nullptr;
+    auto done = std::make_shared<bool>(false);
+    fences_[ptr] = done;
+    return std::make_unique<FakeFence>(done);
+  }
+  // Completes the fence of the last free of `ptr`.
+  void Complete(void* ptr) { *fences_.at(ptr) = true; }
   size_t used(int device) { return used_[device]; }
   int allocs() const { return allocs_; }
 
+  static constexpr int kBadDevice = 7;
+
  private:
   const size_t capacity_;
+  const bool fenced_;
   std::map<void*, std::pair<size_t, int>> live_;
   std::map<int, size_t> used_;
+  std::map<void*, std::shared_ptr<bool>> fences_;
   int allocs_ = 0;
 };
 
@@ -144,6 +171,77 @@ TEST(CudaCachingAllocatorTest, ThreadsShareTheCache) {
   EXPECT_EQ(allocator.Stats(0).allocations + allocator.Stats(1).allocations, 800u);
 }
 
+TEST(CudaCachingAllocatorTest, FencedBlockIsReusedOnlyOnceItsFenceIsDone) {
+  auto source = std::make_unique<FakeSource>(size_t{1} << 30, /*fenced=*/true);
+  FakeSource* fake = source.get();
+  CudaCachingAllocator pool(std::move(source));
+  void* a = *pool.Allocate(1000, kHostDevice);
+  ASSERT_TRUE(pool.Free(a).ok());
+  // A copy may still read `a`: the same class gets a new block.
+  void* b = *pool.Allocate(1000, kHostDevice);
+  EXPECT_NE(b, a);
+  EXPECT_EQ(fake->allocs(), 2);
+  ASSERT_TRUE(pool.Free(b).ok());
+  fake->Complete(a);
+  EXPECT_EQ(*pool.Allocate(700, kHostDevice), a);  // b's fence is still pending.
+  DeviceMemoryStats s = pool.Stats(kHostDevice);
+  EXPECT_EQ(s.allocated_bytes, 1024u);
+  EXPECT_EQ(s.reserved_bytes, 2048u);  // b waits in the cache.
+  EXPECT_EQ(s.cache_hits, 1u);
+  EXPECT_EQ(fake->allocs(), 2);
+  // b stays pending: the destructor must still return it to the source
+  // (FakeSource checks), as a itself.
+  ASSERT_TRUE(pool.Free(a).ok());
+}
+
+TEST(CudaCachingAllocatorTest, EmptyCacheKeepsBlocksWhoseFenceIsPending) {
+  auto source = std::make_unique<FakeSource>(size_t{1} << 30, /*fenced=*/true);
+  FakeSource* fake = source.get();
+  CudaCachingAllocator pool(std::move(source));
+  void* a = *pool.Allocate(3 << 20, kHostDevice);
+  void* b = *pool.Allocate(100, kHostDevice);
+  ASSERT_TRUE(pool.Free(a).ok());
+  ASSERT_TRUE(pool.Free(b).ok());
+  fake->Complete(b);
+  pool.EmptyCache();
+  EXPECT_EQ(pool.Stats(kHostDevice).reserved_bytes, size_t{4} << 20);  // a only.
+  EXPECT_EQ(fake->used(kHostDevice), size_t{4} << 20);
+  fake->Complete(a);
+  pool.EmptyCache(kHostDevice);
+  EXPECT_EQ(pool.Stats(kHostDevice).reserved_bytes, 0u);
+  EXPECT_EQ(fake->used(kHostDevice), 0u);
+}
+
+TEST(CudaCachingAllocatorTest, OtherSourceErrorsComeBackUnchanged) {
+  auto source = std::make_unique<FakeSource>(size_t{1} << 20);
+  FakeSource* fake = source.get();
+  CudaCachingAllocator allocator(std::move(source));
+  absl::StatusOr<void*> p = allocator.Allocate(10, FakeSource::kBadDevice);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(), "fake: no such device");
+  EXPECT_EQ(fake->allocs(), 0);
+  EXPECT_TRUE(allocator.UsedDevices().empty());
+  absl::StatusOr<void*> huge = allocator.Allocate(size_t{2} << 20, kHostDevice);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("on pinned host memory"));
+}
+
+TEST(CudaCachingAllocatorTest, UsedDevicesAreThoseWithAllocations) {
+  CudaCachingAllocator allocator(std::make_unique<FakeSource>(size_t{1} << 20));
+  allocator.ResetPeak(5);  // Stats alone do not make a device used.
+  void* a = *allocator.Allocate(10, 2);
+  void* b = *allocator.Allocate(10, 0);
+  ASSERT_TRUE(allocator.Free(a).ok());
+  EXPECT_EQ(allocator.UsedDevices(), (std::vector<int>{0, 2}));
+  ASSERT_TRUE(allocator.Free(b).ok());
+}
+
+TEST(CudaCachingAllocatorTest, DefaultAllocatorsAreOnePerProcess) {
+  EXPECT_EQ(&DefaultCudaAllocator(), &DefaultCudaAllocator());
+  EXPECT_EQ(&DefaultPinnedHostAllocator(), &DefaultPinnedHostAllocator());
+  EXPECT_NE(&DefaultCudaAllocator(), &DefaultPinnedHostAllocator());
+}
+
 TEST(CudaCachingAllocatorGpuTest, ReusesDeviceMemoryOnCuda0) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   CudaCachingAllocator allocator;
@@ -158,6 +256,28 @@ TEST(CudaCachingAllocatorGpuTest, ReusesDeviceMemoryOnCuda0) {
   ASSERT_TRUE(allocator.Free(a).ok());
   allocator.EmptyCache(0);
   EXPECT_EQ(allocator.Stats(0).reserved_bytes, 0u);
+}
+
+TEST(CudaCachingAllocatorGpuTest, PinnedBlockWaitsForItsCopy) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  constexpr size_t kBytes = size_t{64} << 20;
+  CudaCachingAllocator device_memory;
+  CudaCachingAllocator pool(PinnedHostMemory([] { return std::vector<int>{0}; }));
+  void* gpu = *device_memory.Allocate(kBytes, 0);
+  void* host = *pool.Allocate(kBytes, kHostDevice);
+  // The Event calls the fence is made of, around a copy from the block.
+  absl::StatusOr<cuda::Event> event = cuda::Event::Create(0);
+  ASSERT_TRUE(event.ok()) << event.status();
+  ASSERT_TRUE(cuda::Copy(gpu, host, kBytes, 0, nullptr).ok());
+  ASSERT_TRUE(event->Record(nullptr).ok());
+  ASSERT_TRUE(event->Synchronize().ok());
+  EXPECT_TRUE(*event->Query());
+  ASSERT_TRUE(pool.Free(host).ok());
+  ASSERT_TRUE(cuda::DeviceSynchronize(0).ok());
+  EXPECT_EQ(*pool.Allocate(kBytes, kHostDevice), host);  // The fence is done.
+  EXPECT_EQ(pool.Stats(kHostDevice).cache_hits, 1u);
+  ASSERT_TRUE(pool.Free(host).ok());
+  ASSERT_TRUE(device_memory.Free(gpu).ok());
 }
 
 }  // namespace

@@ -70,6 +70,41 @@ class Stream {
   int device_ = -1;
 };
 
+// An owned cudaEvent_t (timing disabled) on one device: marks a point in a
+// stream's work so the host can ask whether it has been reached without
+// waiting (the pinned host pool's reuse rule). Movable, not copyable.
+class Event {
+ public:
+  static absl::StatusOr<Event> Create(int device);
+
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  // Marks the work queued so far on `stream`, which must be on the event's
+  // device; nullptr: that device's legacy default stream (where stream-less
+  // copies and kernels run).
+  absl::Status Record(Stream* stream);
+  // True once the recorded work has finished (or nothing was recorded);
+  // false while it runs. Never blocks.
+  absl::StatusOr<bool> Query() const;
+  // Waits for the recorded work.
+  absl::Status Synchronize() const;
+
+  int device() const { return device_; }
+
+ private:
+  Event(void* event, int device) : event_(event), device_(device) {}
+
+  void* event_ = nullptr;  // cudaEvent_t
+  int device_ = -1;
+};
+
+// Waits for all work on `device` (cudaDeviceSynchronize).
+absl::Status DeviceSynchronize(int device);
+
 // Device memory (cudaMalloc). Zero bytes returns nullptr.
 absl::StatusOr<void*> DeviceAlloc(size_t bytes, int device);
 void DeviceFree(void* ptr, int device);

@@ -101,6 +101,62 @@ absl::Status Stream::Synchronize() {
                   absl::StrCat("Stream::Synchronize on cuda:", device_));
 }
 
+absl::StatusOr<Event> Event::Create(int device) {
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Event::Create"));
+  cudaEvent_t event = nullptr;
+  LOCKSTEP_RETURN_IF_ERROR(FromCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                    absl::StrCat("Event::Create on cuda:", device)));
+  return Event(event, device);
+}
+
+Event::Event(Event&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    event_ = std::exchange(other.event_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+Event::~Event() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+absl::Status Event::Record(Stream* stream) {
+  if (stream != nullptr && stream->device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("Event::Record: the event is on cuda:", device_,
+                                                   " but the stream on cuda:", stream->device()));
+  }
+  // cudaStreamLegacy is the current device's legacy stream: make it ours.
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device_, "Event::Record"));
+  cudaStream_t s = stream == nullptr ? cudaStreamLegacy : static_cast<cudaStream_t>(stream->native());
+  return FromCuda(cudaEventRecord(static_cast<cudaEvent_t>(event_), s),
+                  absl::StrCat("Event::Record on cuda:", device_));
+}
+
+absl::StatusOr<bool> Event::Query() const {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // Not an error; keep it from showing up in the next call.
+    return false;
+  }
+  return FromCuda(err, absl::StrCat("Event::Query on cuda:", device_));
+}
+
+absl::Status Event::Synchronize() const {
+  return FromCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)),
+                  absl::StrCat("Event::Synchronize on cuda:", device_));
+}
+
+absl::Status DeviceSynchronize(int device) {
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "DeviceSynchronize"));
+  return FromCuda(cudaDeviceSynchronize(), absl::StrCat("DeviceSynchronize on cuda:", device));
+}
+
 absl::StatusOr<void*> DeviceAlloc(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "DeviceAlloc"));
@@ -127,6 +183,11 @@ absl::StatusOr<void*> PinnedAlloc(size_t bytes) {
   const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation) {
+      // ResourceExhausted, as DeviceAlloc's: the pinned pool then empties its cache and retries.
+      return absl::ResourceExhaustedError(absl::StrCat("PinnedAlloc: cudaHostAlloc of ", bytes,
+                                                       " bytes failed: ", cudaGetErrorString(err)));
+    }
     return FromCuda(err, absl::StrCat("PinnedAlloc: cudaHostAlloc of ", bytes, " bytes"));
   }
   return ptr;

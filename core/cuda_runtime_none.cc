@@ -37,6 +37,22 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 Stream::~Stream() = default;
 absl::Status Stream::Synchronize() { return NotBuilt("Stream::Synchronize"); }
 
+absl::StatusOr<Event> Event::Create(int device) { return NotBuilt("Event::Create"); }
+Event::Event(Event&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+Event& Event::operator=(Event&& other) noexcept {
+  event_ = std::exchange(other.event_, nullptr);
+  device_ = other.device_;
+  return *this;
+}
+Event::~Event() = default;
+absl::Status Event::Record(Stream*) { return NotBuilt("Event::Record"); }
+absl::StatusOr<bool> Event::Query() const { return NotBuilt("Event::Query"); }
+absl::Status Event::Synchronize() const { return NotBuilt("Event::Synchronize"); }
+absl::Status DeviceSynchronize(int device) {
+  return NotBuilt(absl::StrCat("DeviceSynchronize(cuda:", device, ")"));
+}
+
 absl::StatusOr<void*> DeviceAlloc(size_t, int) { return NotBuilt("DeviceAlloc"); }
 void DeviceFree(void*, int) {}
 absl::StatusOr<void*> PinnedAlloc(size_t) { return NotBuilt("PinnedAlloc"); }

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/cuda_caching_allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/status.h"
 
@@ -13,12 +14,12 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
                                                            bool pinned) {
   void* data = nullptr;
   if (device.is_cuda()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(data, cuda::DeviceAlloc(nbytes, device.index()));
+    LOCKSTEP_ASSIGN_OR_RETURN(data, DefaultCudaAllocator().Allocate(nbytes, device.index()));
     return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
   }
   if (nbytes == 0) return std::shared_ptr<Storage>(new Storage(nullptr, 0, device, false));
   if (pinned && cuda::DeviceCount() > 0) {
-    absl::StatusOr<void*> pinned_data = cuda::PinnedAlloc(nbytes);
+    absl::StatusOr<void*> pinned_data = DefaultPinnedHostAllocator().Allocate(nbytes, kHostDevice);
     if (pinned_data.ok()) {
       return std::shared_ptr<Storage>(new Storage(*pinned_data, nbytes, device, true));
     }
@@ -40,9 +41,10 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
 Storage::~Storage() {
   if (data_ == nullptr) return;
   if (device_.is_cuda()) {
-    cuda::DeviceFree(data_, device_.index());
+    // Cannot fail: the block came from this allocator and is freed once.
+    DefaultCudaAllocator().Free(data_).IgnoreError();
   } else if (pinned_) {
-    cuda::PinnedFree(data_);
+    DefaultPinnedHostAllocator().Free(data_).IgnoreError();
   } else {
     std::free(data_);
   }

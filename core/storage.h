@@ -6,7 +6,27 @@
 // `pinned = true` and a CUDA device visible, host memory is page-locked
 // (cudaHostAlloc) so copies to the GPU run at full speed and asynchronously;
 // otherwise it silently falls back to ordinary memory and `pinned()` says so.
-// CUDA memory comes from cudaMalloc on the tensor's device.
+//
+// CUDA and pinned memory come from the process's caching allocators
+// (core/cuda_caching_allocator.h): DefaultCudaAllocator() for CUDA devices,
+// DefaultPinnedHostAllocator() for pinned host memory, so that the same
+// sizes allocated every step (activations, gradients, DDP buckets, pinned
+// batches and staging) cost no cudaMalloc/cudaHostAlloc after the first
+// step. ~Storage returns the block to its cache; their Stats() give current
+// and peak bytes per device. The reuse rules:
+//  - A freed CUDA block is handed out again at once, without cudaFree's
+//    implicit device synchronization. That is safe for work on the device's
+//    legacy default stream, where core's kernels and stream-less copies run
+//    (later work there is ordered after earlier). Work queued on a
+//    cuda::Stream of one's own (non-blocking) must have finished, or the
+//    tensor must be kept alive until it has, before the last reference goes;
+//    the collectives keep their tensors alive until an operation has
+//    finished on the device.
+//  - A freed pinned block is fenced by an event on the legacy default stream
+//    of each device the process uses, and reused only once that event has
+//    completed, so a pending stream-less asynchronous copy never sees its
+//    buffer handed to someone else. Copies on one's own streams follow the
+//    rule above.
 #ifndef LOCKSTEP_CORE_STORAGE_H_
 #define LOCKSTEP_CORE_STORAGE_H_
 

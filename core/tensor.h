@@ -111,7 +111,8 @@ class Tensor {
   // before returning.
   absl::Status CopyFrom(const Tensor& src) const;
   // The same, queued on `stream` (one side must be a CUDA tensor); returns at
-  // once. Keep both tensors alive until the stream is synchronized. Use pinned
+  // once. Keep both tensors alive until the stream is synchronized (freed
+  // memory is handed out again at once: core/storage.h). Use pinned
   // host memory for a truly asynchronous host<->device copy.
   absl::Status CopyFromAsync(const Tensor& src, cuda::Stream& stream) const;
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "core/cuda_caching_allocator.h"
 #include "core/status.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
@@ -138,10 +139,16 @@ std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has
   absl::StrAppendFormat(&s,
                         ",\"seconds\":%s,\"samples_per_s\":%s,\"data_wait_s\":%s,\"forward_s\":%s,"
                         "\"backward_s\":%s,\"optimizer_s\":%s,\"skipped_steps\":%d,"
-                        "\"loss_scale\":%s,\"peak_rss_bytes\":[%s]}",
+                        "\"loss_scale\":%s,\"peak_rss_bytes\":[%s]",
                         Num(m.seconds), Num(m.samples_per_second), Num(m.data_wait_s),
                         Num(m.forward_s), Num(m.backward_s), Num(m.optimizer_s), m.skipped_steps,
                         Num(loss_scale), absl::StrJoin(m.peak_rss_bytes, ","));
+  if (o.device.is_cuda()) {
+    absl::StrAppendFormat(&s, ",\"cuda_peak_allocated_bytes\":[%s],\"cuda_peak_reserved_bytes\":[%s]",
+                          absl::StrJoin(m.cuda_peak_allocated_bytes, ","),
+                          absl::StrJoin(m.cuda_peak_reserved_bytes, ","));
+  }
+  s += "}";
   return s;
 }
 
@@ -429,12 +436,27 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       LOCKSTEP_ASSIGN_OR_RETURN(m.test, SumOverRanks(mine, p_.comm));
       if (trace_) trace_->Complete("evaluate", "eval", start, Clock::now());
     }
-    // Peak RSS of every rank: each fills its own slot of a sum.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor rss, Tensor::Zeros({o_.world_size}, DType::kF64));
-    rss.data<double>()[o_.rank] = static_cast<double>(PeakRssBytes());
-    if (p_.comm != nullptr) LOCKSTEP_RETURN_IF_ERROR(p_.comm->AllReduce(rss, ReduceOp::kSum)->Wait());
-    for (int r = 0; r < o_.world_size; ++r) {
-      m.peak_rss_bytes.push_back(static_cast<int64_t>(rss.data<double>()[r]));
+    // Peak memory of every rank: each fills its own slots of one sum (f64
+    // holds byte counts exactly up to 2^53). Every rank has the same device
+    // kind, so all agree on the size.
+    const bool cuda = o_.device.is_cuda();
+    const int64_t w = o_.world_size;
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor peaks, Tensor::Zeros({cuda ? 3 * w : w}, DType::kF64));
+    double* slot = peaks.data<double>();
+    slot[o_.rank] = static_cast<double>(PeakRssBytes());
+    if (cuda) {
+      const DeviceMemoryStats stats = DefaultCudaAllocator().Stats(o_.device.index());
+      slot[w + o_.rank] = static_cast<double>(stats.peak_allocated_bytes);
+      slot[2 * w + o_.rank] = static_cast<double>(stats.peak_reserved_bytes);
+    }
+    if (p_.comm != nullptr) LOCKSTEP_RETURN_IF_ERROR(p_.comm->AllReduce(peaks, ReduceOp::kSum)->Wait());
+    slot = peaks.data<double>();
+    for (int64_t r = 0; r < w; ++r) {
+      m.peak_rss_bytes.push_back(static_cast<int64_t>(slot[r]));
+      if (cuda) {
+        m.cuda_peak_allocated_bytes.push_back(static_cast<int64_t>(slot[w + r]));
+        m.cuda_peak_reserved_bytes.push_back(static_cast<int64_t>(slot[2 * w + r]));
+      }
     }
     WriteMetrics(EpochJson(m, o_, has_test, scaler_.scale()));
     progress.Line(EpochLine(m, o_.epochs, has_test));

@@ -41,6 +41,11 @@
 // with exactly the parameters of an uninterrupted one. Without a checkpoint
 // the run starts fresh, so a restarted group resumes by itself.
 //
+// Metrics (metrics_path, rank 0) are JSON lines: "epoch" after each epoch's
+// evaluation (the fields of EpochMetrics; "peak_rss_bytes" always,
+// "cuda_peak_allocated_bytes" and "cuda_peak_reserved_bytes" when `device`
+// is CUDA, each an array over ranks), "resumed" and "stopped".
+//
 // Evaluation counts every test example exactly once: rank r evaluates
 // indices r, r+W, r+2W, ... < N (no padding, unlike DistributedSampler), on
 // the plain module in eval mode (not through DDP, whose forward would issue
@@ -161,7 +166,14 @@ struct EpochMetrics {
   // This rank's time in each phase of the step, seconds, summed over the epoch.
   double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   int64_t skipped_steps = 0;  // GradScaler found Inf/NaN.
-  std::vector<int64_t> peak_rss_bytes;  // Per rank.
+  // Per rank, since the process started: peak resident set (getrusage);
+  // with a CUDA device, also the peak bytes of that device's caching
+  // allocator (DefaultCudaAllocator: handed out, and held from cudaMalloc),
+  // empty for CPU runs. A DataParallel run reports its `device`, the first of
+  // its devices, where gradients are summed.
+  std::vector<int64_t> peak_rss_bytes;
+  std::vector<int64_t> cuda_peak_allocated_bytes;
+  std::vector<int64_t> cuda_peak_reserved_bytes;
 };
 
 struct TrainResult {

@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "collectives/testing/group.h"
-#include "core/status.h"
+#include "core/cuda_runtime.h"
 #include "core/mt19937.h"
+#include "core/status.h"
 #include "data/distributed_sampler.h"
 #include "data/synthetic_dataset.h"
 #include "gtest/gtest.h"
@@ -125,9 +126,45 @@ TEST(TrainLoopTest, MetricsAreJsonLinesWithEveryField) {
     EXPECT_LE(j["accuracy"].get<double>(), 1);
     ASSERT_EQ(j["peak_rss_bytes"].size(), 1u);
     EXPECT_GT(j["peak_rss_bytes"][0].get<int64_t>(), 1 << 20);
+    // A CPU run has no CUDA allocator peaks to report.
+    EXPECT_FALSE(j.contains("cuda_peak_allocated_bytes")) << line;
+    EXPECT_FALSE(j.contains("cuda_peak_reserved_bytes")) << line;
     ++epochs;
   }
   EXPECT_EQ(epochs, 2);
+}
+
+TEST(TrainLoopTest, CudaRunReportsTheDevicePeaks) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  TrainLoopOptions o = Quiet();
+  o.epochs = 1;
+  o.device = Device::Cuda(0);
+  o.metrics_path = TempPath("cuda_metrics.jsonl");
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {16, 12, 10};
+  mlp.device = o.device;
+  std::unique_ptr<Sequential> model = *MakeMlp(mlp, gen);
+  LocalStepper stepper(*model);
+  SgdOptions sgd_options;
+  sgd_options.lr = 0.1;
+  std::unique_ptr<Sgd> sgd = *Sgd::Create(model->NamedParameters(), sgd_options);
+  TrainParts parts;
+  parts.stepper = &stepper;
+  parts.optimizer = sgd.get();
+  parts.train = Data(100);
+  absl::StatusOr<TrainResult> r = RunTraining(o, parts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::ifstream in(o.metrics_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_EQ(j["cuda_peak_allocated_bytes"].size(), 1u) << line;
+  ASSERT_EQ(j["cuda_peak_reserved_bytes"].size(), 1u) << line;
+  const int64_t allocated = j["cuda_peak_allocated_bytes"][0].get<int64_t>();
+  EXPECT_GT(allocated, 0);  // At least the parameters.
+  EXPECT_GE(j["cuda_peak_reserved_bytes"][0].get<int64_t>(), allocated);
+  EXPECT_EQ(j["peak_rss_bytes"].size(), 1u);
 }
 
 TEST(TrainLoopTest, TraceHasCompleteEventsForEveryPhase) {
@@ -223,6 +260,7 @@ TEST(TrainLoopTest, TwoRanksOverACommunicatorReportEveryTestExampleOnce) {
     EXPECT_EQ(r.epochs[0].test.count, 37);  // 19 + 18, no padding
     EXPECT_EQ(r.epochs[0].train.count, 100);  // 50 per rank: 100 divides evenly
     EXPECT_EQ(r.epochs[0].peak_rss_bytes.size(), 2u);
+    EXPECT_TRUE(r.epochs[0].cuda_peak_allocated_bytes.empty());
     EXPECT_EQ(r.steps, 4);  // ceil(50 / 16)
   }
   EXPECT_EQ(results[0].epochs[0].test.correct, results[1].epochs[0].test.correct);

@@ -1,0 +1,82 @@
+// Storage: host alignment and the pinned fallback everywhere; on a GPU,
+// CUDA and pinned storage come from the process's caching allocators and
+// their blocks are reused (those cases skip without a device).
+#include "core/storage.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "core/cuda_caching_allocator.h"
+#include "core/cuda_runtime.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+TEST(StorageTest, HostMemoryIsAlignedAndSized) {
+  std::shared_ptr<Storage> s = *Storage::Allocate(100, Device::Cpu());
+  ASSERT_NE(s->data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % kHostAlignment, 0u);
+  EXPECT_EQ(s->nbytes(), 100u);
+  EXPECT_EQ(s->device(), Device::Cpu());
+  EXPECT_FALSE(s->pinned());
+  std::memset(s->data(), 1, s->nbytes());  // Really ours (ASan checks).
+  EXPECT_EQ((*Storage::Allocate(0, Device::Cpu()))->data(), nullptr);
+}
+
+TEST(StorageTest, PinnedFallsBackToPageableWithoutAGpu) {
+  if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
+  std::shared_ptr<Storage> s = *Storage::Allocate(4096, Device::Cpu(), /*pinned=*/true);
+  EXPECT_FALSE(s->pinned());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % kHostAlignment, 0u);
+  EXPECT_EQ(DefaultPinnedHostAllocator().Stats(kHostDevice).allocations, 0u);
+}
+
+TEST(StorageTest, CudaWithoutADeviceIsAnErrorThatSaysWhy) {
+  if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
+  absl::StatusOr<std::shared_ptr<Storage>> s = Storage::Allocate(64, Device::Cuda(0));
+  ASSERT_FALSE(s.ok());
+  // The runtime's own error (no device / not built), not an out-of-memory one.
+  EXPECT_NE(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
+  EXPECT_EQ(DefaultCudaAllocator().Stats(0).reserved_bytes, 0u);
+}
+
+TEST(StorageGpuTest, CudaStorageIsCachedAndCounted) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  CudaCachingAllocator& allocator = DefaultCudaAllocator();
+  const DeviceMemoryStats before = allocator.Stats(0);
+  void* first = nullptr;
+  {
+    std::shared_ptr<Storage> s = *Storage::Allocate(size_t{3} << 20, Device::Cuda(0));
+    first = s->data();
+    ASSERT_TRUE(cuda::Zero(s->data(), s->nbytes(), 0, nullptr).ok());
+    EXPECT_EQ(allocator.Stats(0).allocated_bytes, before.allocated_bytes + (size_t{4} << 20));
+    EXPECT_GE(allocator.Stats(0).peak_allocated_bytes, before.allocated_bytes + (size_t{4} << 20));
+  }
+  EXPECT_EQ(allocator.Stats(0).allocated_bytes, before.allocated_bytes);
+  std::shared_ptr<Storage> again = *Storage::Allocate(size_t{4} << 20, Device::Cuda(0));
+  EXPECT_EQ(again->data(), first);  // Same class, reused at once.
+  EXPECT_GT(allocator.Stats(0).cache_hits, before.cache_hits);
+}
+
+TEST(StorageGpuTest, PinnedStorageIsReusedOnceItsCopiesAreDone) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  // The pool fences on the devices the process uses.
+  std::shared_ptr<Storage> device = *Storage::Allocate(1 << 20, Device::Cuda(0));
+  CudaCachingAllocator& pool = DefaultPinnedHostAllocator();
+  void* first = nullptr;
+  {
+    std::shared_ptr<Storage> s = *Storage::Allocate(1 << 20, Device::Cpu(), /*pinned=*/true);
+    ASSERT_TRUE(s->pinned());
+    first = s->data();
+    ASSERT_TRUE(cuda::Copy(device->data(), s->data(), 1 << 20, 0, nullptr).ok());
+  }
+  ASSERT_TRUE(cuda::DeviceSynchronize(0).ok());  // The fence's event has completed.
+  std::shared_ptr<Storage> again = *Storage::Allocate(1 << 20, Device::Cpu(), /*pinned=*/true);
+  EXPECT_EQ(again->data(), first);
+  EXPECT_GE(pool.Stats(kHostDevice).cache_hits, 1u);
+}
+
+}  // namespace
+}  // namespace lockstep
