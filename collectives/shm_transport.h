@@ -104,10 +104,13 @@ struct ShmTransportOptions {
   size_t single_copy_bytes = 2 << 20;
   // ...and at most this many (larger ones go through the ring again).
   // Measured there, 2 ranks, f32 SUM all-reduce (messages = half the
-  // buffer): single copy faster at 4..32 MiB (~+20% busbw at 16 MiB), even
-  // or slower at 64 MiB and 256 MiB, where both paths are bound by memory
-  // bandwidth and the page pinning is pure overhead. >= single_copy_bytes.
-  size_t single_copy_max_bytes = 16 << 20;
+  // buffer), with lockstep's tensors on transparent huge pages
+  // (core/storage.h): single copy is faster at every size from 4 MiB (64
+  // MiB: 4.6-5.3 GB/s busbw against 3.3-4.3 through the ring). On 4 KiB
+  // pages it was even or slower from 64 MiB on (the kernel pins every
+  // page), so a caller whose large buffers are not on huge pages may want
+  // 16 MiB here. >= single_copy_bytes.
+  size_t single_copy_max_bytes = size_t{1} << 30;
 };
 
 // InvalidArgument naming the bad field and the accepted range.

@@ -25,6 +25,16 @@ TEST(StorageTest, HostMemoryIsAlignedAndSized) {
   EXPECT_EQ((*Storage::Allocate(0, Device::Cpu()))->data(), nullptr);
 }
 
+TEST(StorageTest, LargeHostMemoryIsOnHugePageBoundaries) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  for (size_t bytes : {kHuge, kHuge + 1, size_t{5} << 20}) {
+    std::shared_ptr<Storage> s = *Storage::Allocate(bytes, Device::Cpu());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % kHuge, 0u) << bytes;
+    EXPECT_EQ(s->nbytes(), bytes);
+    std::memset(s->data(), 2, s->nbytes());  // The whole size is ours (ASan checks).
+  }
+}
+
 TEST(StorageTest, PinnedFallsBackToPageableWithoutAGpu) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
   std::shared_ptr<Storage> s = *Storage::Allocate(4096, Device::Cpu(), /*pinned=*/true);
