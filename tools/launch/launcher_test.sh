@@ -19,8 +19,7 @@ cleanup() {
   # Workers recorded their pids; none may outlive the test.
   for f in "$TMP"/*/env.*; do
     [ -f "$f" ] || continue
-    pid=$(sed -n 's/^PID=//p' "$f")
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+    for pid in $(sed -n 's/^\(CHILD_\)\{0,1\}PID=//p' "$f"); do kill -KILL "$pid" 2>/dev/null; done
   done
   rm -rf "$TMP"
 }
@@ -61,6 +60,11 @@ start() {
 finish() {
   wait_for 60 test -s "$TMP/$1.rc" || { fail "$1 did not finish"; echo 999; return; }
   cat "$TMP/$1.rc"
+}
+
+# gone PID: the process has ended (a zombie waiting for a reaper counts).
+gone() {
+  ! kill -0 "$1" 2>/dev/null || grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
 }
 
 expect_in() {  # FILE TEXT
@@ -170,11 +174,11 @@ for r in 0 1 2 3; do
   [ "$(env_of "$D" $r 0 GROUP_RANK)" = $((r / 2)) ] || fail "grown rank $r GROUP_RANK"
 done
 
-echo "=== SIGKILL of node 1's agent: its workers die, node 0 stops its own and fails"
+echo "=== SIGKILL of node 1's agent: its workers and their children die, node 0 stops its own and fails"
 D="$TMP/kill1"; mkdir -p "$D"; P=$(free_port)
 for n in 0 1; do
   start "k$n" --nnodes 2 --node_rank $n --nproc_per_node 2 --master_port $P $FAST \
-    "$WORKER" --out="$D" --fail_rank=99 --others_wait="$D/never"
+    "$WORKER" --out="$D" --fail_rank=99 --others_wait="$D/never" --spawn_child
 done
 wait_for 30 test -f "$D/env.3.0" -a -f "$D/env.2.0" -a -f "$D/env.0.0" || fail "workers did not start"
 agent1=$(pgrep -f -- "^$RUN --nnodes 2 --node_rank 1 --nproc_per_node 2 --master_port $P" | head -1)
@@ -185,7 +189,10 @@ expect_in "$TMP/k0.err" "[lockstep-run] FAILED ("
 expect_in "$TMP/k0.err" "first failure: the agent of node rank 1 on host"
 for r in 0 1 2 3; do
   pid=$(env_of "$D" $r 0 PID)
-  wait_for 10 bash -c "! kill -0 $pid 2>/dev/null" || fail "worker rank $r (pid $pid) outlived the failure"
+  wait_for 10 gone "$pid" || fail "worker rank $r (pid $pid) outlived the failure"
+  # The worker's own child, on the killed node too (the worker guard).
+  child=$(env_of "$D" $r 0 CHILD_PID)
+  wait_for 10 gone "$child" || fail "the child (pid $child) of worker rank $r outlived the failure"
 done
 
 echo "=== SIGKILL of node 0's agent (the store's host): node 1 fails with a clear error"

@@ -20,6 +20,7 @@
 #include "tools/launch/signal_forwarder.h"
 #include "tools/launch/worker_command.h"
 #include "tools/launch/worker_env.h"
+#include "tools/launch/worker_guard.h"
 
 namespace {
 
@@ -33,6 +34,8 @@ std::optional<std::string> GetEnv(const std::string& name) {
 
 int main(int argc, char** argv) {
   using namespace lockstep::launch;
+  // Started by an agent to lead one worker's process group.
+  if (argc >= 2 && IsWorkerGuard(argv[1])) return RunWorkerGuard(argc, argv);
   // Before any thread: the forwarder blocks the signals it forwards in every
   // thread started after it.
   SignalForwarder forwarder;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "tools/launch/worker_guard.h"
 
 namespace lockstep {
 namespace launch {
@@ -53,10 +54,12 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec
       LOCKSTEP_RETURN_IF_ERROR(MakeDirs(dir));
     }
     SubprocessOptions options;
-    options.argv = spec.argv;
+    // The guard leads the worker's process group and ends it if this agent
+    // dies (tools/launch/worker_guard.h).
+    options.argv = GuardedArgv(spec.argv);
     options.env = WorkerEnvironment(group, local_rank, spec.env);
     options.new_process_group = true;
-    options.parent_death_signal = SIGKILL;
+    options.parent_death_signal = WorkerGuardDeathSignal();
     Fd write_ends[2];
     for (int stream = 0; stream < 2; ++stream) {
       int p[2];

@@ -3,7 +3,7 @@
 //
 //   test_worker [--out=DIR] [--print=TEXT] [--fail_rank=R] [--fail_attempt=A]
 //               [--exit=CODE] [--signal=SIG] [--wait_file=PATH] [--others_wait=PATH]
-//               [--grow_to=N] [--ignore_term]
+//               [--grow_to=N] [--ignore_term] [--spawn_child]
 //
 // - Always: the torchrun variables must be present and consistent (RANK =
 //   the node's offset + LOCAL_RANK, ranks below WORLD_SIZE, ROLE_RANK =
@@ -22,6 +22,10 @@
 //   then exit 0.
 // - --ignore_term: SIGTERM is ignored (only the agent's SIGKILL after its
 //   grace period ends the worker).
+// - --spawn_child: first starts a child of its own (in the worker's
+//   process group, with no parent-death signal: as a data loader's worker
+//   or a shell's command would be) that sleeps for at most 60 s; --out
+//   records its pid as CHILD_PID=.
 // - --grow_to: while WORLD_SIZE < N, every rank just runs (until the agent
 //   stops it, at most 60 s); once the group has grown to N it goes on.
 #include <arpa/inet.h>
@@ -70,6 +74,7 @@ int Fail(int code, const std::string& why) {
 int main(int argc, char** argv) {
   std::string out, print, wait_file, others_wait, value;
   int fail_rank = -1, fail_attempt = -1, exit_code = 0, sig = 0, grow_to = 0;
+  bool spawn_child = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (Flag(arg, "out", &out) || Flag(arg, "print", &print) || Flag(arg, "wait_file", &wait_file) ||
@@ -84,6 +89,8 @@ int main(int argc, char** argv) {
       exit_code = std::atoi(value.c_str());
     } else if (arg == "--ignore_term") {
       std::signal(SIGTERM, SIG_IGN);
+    } else if (arg == "--spawn_child") {
+      spawn_child = true;
     } else if (Flag(arg, "grow_to", &value)) {
       grow_to = std::atoi(value.c_str());
     } else if (Flag(arg, "signal", &value)) {
@@ -124,6 +131,15 @@ int main(int argc, char** argv) {
     }
     ::close(fd);
   }
+  pid_t child = 0;
+  if (spawn_child) {
+    child = ::fork();
+    if (child < 0) return Fail(45, "fork failed");
+    if (child == 0) {
+      ::sleep(60);
+      ::_exit(0);
+    }
+  }
   if (!out.empty()) {
     const std::string path = out + "/env." + Env("RANK") + "." + Env("TORCHELASTIC_RESTART_COUNT");
     {
@@ -131,6 +147,7 @@ int main(int argc, char** argv) {
       for (const char* name : kRequired) f << name << "=" << Env(name) << "\n";
       f << "OMP_NUM_THREADS=" << Env("OMP_NUM_THREADS") << "\n";
       f << "PID=" << ::getpid() << "\n";
+      if (child > 0) f << "CHILD_PID=" << child << "\n";
     }
     std::rename((path + ".tmp").c_str(), path.c_str());
   }
