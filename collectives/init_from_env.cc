@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/address.h"
+#include "collectives/prefix_store.h"
 #include "collectives/tcp_store.h"
 #include "core/status.h"
 
@@ -29,6 +30,16 @@ absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions
                                      store.status().message()));
   }
   group.store = std::move(*store);
+  // A launcher's store outlives a restart: like torch's env:// rendezvous,
+  // every key of this attempt, the caller's own included, lives under
+  // /worker/attempt_<TORCHELASTIC_RESTART_COUNT>, so nothing of a failed
+  // attempt is read by the next.
+  if (group.env.agent_store) {
+    const char* restart = env("TORCHELASTIC_RESTART_COUNT");
+    group.store = std::make_shared<PrefixStore>(
+        absl::StrCat("/worker/attempt_", restart != nullptr && *restart != '\0' ? restart : "0"),
+        std::move(group.store));
+  }
   TcpCommunicatorOptions communicator = options.communicator;
   // A restarted group (torchrun's TORCHELASTIC_RESTART_COUNT) may meet at
   // the same store: each attempt gets its own key space.

@@ -63,7 +63,10 @@ struct InitOptions {
 
 struct ProcessGroup {
   RankEnvironment env;
-  std::shared_ptr<Store> store;  // Also for the caller's own keys.
+  // Also for the caller's own keys. Under a launcher's store
+  // (TORCHELASTIC_USE_AGENT_STORE=True) it is prefixed per attempt,
+  // /worker/attempt_<TORCHELASTIC_RESTART_COUNT>, as torch's env:// does.
+  std::shared_ptr<Store> store;
   std::unique_ptr<Communicator> comm;
 };
 

@@ -90,6 +90,39 @@ TEST(InitFromEnvTest, TorchrunVariablesWithAnAgentStore) {
   ExpectGroupWorks(envs);
 }
 
+TEST(InitFromEnvTest, AnAgentStoreIsPrefixedPerAttemptAsTorchDoes) {
+  TcpStoreServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  auto server = TcpStoreServer::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto attempt = [&](const char* restart_count) {
+    Env env = {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+               {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string((*server)->port())},
+               {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", restart_count}};
+    InitOptions options;
+    options.store_timeout = Milliseconds(30000);
+    absl::StatusOr<ProcessGroup> group = InitFromEnv(Lookup(env), options);
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? group->store : nullptr;
+  };
+  std::shared_ptr<Store> first = attempt("0");
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->Set("checkpoint_step", "7").ok());
+  // The next attempt at the same store sees none of the failed attempt's keys.
+  std::shared_ptr<Store> second = attempt("1");
+  ASSERT_NE(second, nullptr);
+  EXPECT_FALSE(second->Get("checkpoint_step", Milliseconds(50)).ok());
+  // Where they are: under torch's prefix on the launcher's store.
+  TcpStoreOptions raw_options;
+  raw_options.host = "127.0.0.1";
+  raw_options.port = (*server)->port();
+  auto raw = TcpStore::Create(raw_options);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  absl::StatusOr<std::string> value = (*raw)->Get("/worker/attempt_0/checkpoint_step", Milliseconds(5000));
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "7");
+}
+
 TEST(InitFromEnvTest, OpenMpiOnOneNodeWithATokenAndRankZeroServing) {
   const int port = RecentlyFreePort();  // Rank 0 serves there.
   std::vector<Env> envs;
