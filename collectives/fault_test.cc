@@ -12,6 +12,7 @@
 #include "collectives/host_backend.h"
 #include "collectives/store.h"
 #include "collectives/testing/fake_transport.h"
+#include "collectives/testing/fault_cases.h"
 #include "collectives/testing/group.h"
 #include "gtest/gtest.h"
 
@@ -30,29 +31,8 @@ TEST(FaultTest, KilledRankFailsEveryOtherRankNamingIt) {
   TcpCommunicatorOptions options = TestOptions();
   options.communicator.timeout = Milliseconds(20000);
   constexpr int kVictim = 2;
-  const std::vector<absl::Status> results = RunProcesses(3, [](Communicator& comm) -> absl::Status {
-    // 64 MiB per rank: long enough to be mid-transfer when the victim dies.
-    Tensor t = *Tensor::Zeros({16 << 20}, DType::kF32);
-    if (auto s = comm.AllReduce(t, ReduceOp::kSum)->Wait(); !s.ok()) return s;  // Warm up.
-    std::shared_ptr<Work> work = comm.AllReduce(t, ReduceOp::kSum);
-    if (comm.rank() == kVictim) {
-      // Wait until the operation has started moving data, then die.
-      while (!work->IsCompleted() && comm.broken_status().ok()) {
-        std::raise(SIGKILL);
-      }
-    }
-    absl::Status s = work->Wait();
-    if (s.ok()) return absl::InternalError("the all-reduce succeeded although rank 2 was killed");
-    // The message must name the dead rank and its address.
-    if (!Contains(s, "rank 2 (127.0.0.1:")) {
-      return absl::InternalError(absl::StrCat("error does not name rank 2 and its address: ", s.ToString()));
-    }
-    // Later operations fail at once with the same cause.
-    absl::Status later = comm.Barrier()->Wait();
-    if (later.ok() || !Contains(later, "rank 2")) {
-      return absl::InternalError(absl::StrCat("a later op did not fail with the cause: ", later.ToString()));
-    }
-    return absl::OkStatus();
+  const std::vector<absl::Status> results = RunProcesses(3, [](Communicator& comm) {
+    return testing::KilledRankCase(comm, kVictim, "rank 2 (127.0.0.1:");  // Names its address.
   }, options, /*deadline_seconds=*/60);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok()) << results[0];
@@ -110,18 +90,8 @@ TEST(FaultTest, AMissingPeerTimesOutNamingIt) {
   options.communicator.timeout = Milliseconds(500);
   std::promise<void> rank0_done;
   std::shared_future<void> done = rank0_done.get_future().share();
-  const std::vector<absl::Status> results = RunThreads(2, [&](Communicator& comm) -> absl::Status {
-    if (comm.rank() == 1) {
-      done.wait();  // Alive, connected, but never joins the all-reduce.
-      return absl::OkStatus();
-    }
-    Tensor t = *Tensor::Zeros({10}, DType::kF32);
-    absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
-    rank0_done.set_value();
-    if (s.code() != absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 1 (127.0.0.1:")) {
-      return absl::InternalError(s.ToString());
-    }
-    return absl::OkStatus();
+  const std::vector<absl::Status> results = RunThreads(2, [&](Communicator& comm) {
+    return testing::MissingPeerCase(comm, rank0_done, done, "rank 1 (127.0.0.1:");
   }, options);
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
