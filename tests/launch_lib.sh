@@ -1,5 +1,6 @@
-# Shared helpers of the end-to-end launch tests (tests/launch_*_test.sh,
-# tests/slurm_test.sh, tests/mpirun_test.sh). Sourced, never run.
+# Shared helpers of the end-to-end tests (tests/launch_*_test.sh,
+# tests/slurm_test.sh, tests/mpirun_test.sh, tests/multinode_test.sh,
+# tests/mixed_transport_test.sh). Sourced, never run.
 #
 #   source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
 #   lib_require_root "ip netns"          # exits 0 with SKIP when not root
@@ -97,19 +98,23 @@ lib_finish() {
   exit $fail
 }
 
-# Two "hosts": network namespaces joined by a veth pair. Sets ns_a, ns_b,
-# ip_a, ip_b; lib_netns_cleanup removes both (call it from the EXIT trap).
+# Two "hosts": network namespaces joined by a veth pair, each end with an
+# IPv4 and an IPv6 address. Sets ns_a, ns_b, veth_a, veth_b, ip_a, ip_b,
+# ip6_a, ip6_b; lib_netns_cleanup removes both (call it from the EXIT trap).
 lib_netns_setup() {
   local id=$$
   ns_a="lla$id" ns_b="llb$id"
-  local va="vla$id" vb="vlb$id" net=$(( id % 200 + 20 ))
+  veth_a="vla$id" veth_b="vlb$id"
+  local net=$(( id % 200 + 20 ))
   ip_a="10.78.$net.1" ip_b="10.78.$net.2"
+  ip6_a="fd78:$net::1" ip6_b="fd78:$net::2"
   ip netns add "$ns_a" && ip netns add "$ns_b" &&
-    ip link add "$va" type veth peer name "$vb" &&
-    ip link set "$va" netns "$ns_a" && ip link set "$vb" netns "$ns_b" &&
-    ip -n "$ns_a" addr add "$ip_a/24" dev "$va" && ip -n "$ns_b" addr add "$ip_b/24" dev "$vb" &&
+    ip link add "$veth_a" type veth peer name "$veth_b" &&
+    ip link set "$veth_a" netns "$ns_a" && ip link set "$veth_b" netns "$ns_b" &&
+    ip -n "$ns_a" addr add "$ip_a/24" dev "$veth_a" && ip -n "$ns_b" addr add "$ip_b/24" dev "$veth_b" &&
+    ip -n "$ns_a" addr add "$ip6_a/64" dev "$veth_a" nodad && ip -n "$ns_b" addr add "$ip6_b/64" dev "$veth_b" nodad &&
     ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
-    ip -n "$ns_a" link set "$va" up && ip -n "$ns_b" link set "$vb" up
+    ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up
 }
 lib_netns_cleanup() {
   [[ -n "${ns_a:-}" ]] && ip netns del "$ns_a" 2>/dev/null

@@ -8,41 +8,20 @@
 # seconds although the operation timeout is 10 minutes. Needs root (ip
 # netns); the namespaces are removed whatever happens.
 set -uo pipefail
-bench="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: needs root for ip netns (CI runs as root)"
-  exit 0
-fi
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
+bench="$runfiles/tools/bench/collectives"
+lib_require_root "ip netns"
 tmp="${TEST_TMPDIR:-/tmp}/multinode"
 rm -rf "$tmp" && mkdir -p "$tmp"
-id=$$
-a="lsa$id" b="lsb$id" va="va$id" vb="vb$id"
-net=$(( id % 200 + 20 ))
-ip4a="10.77.$net.1" ip4b="10.77.$net.2"
-ip6a="fd77:$net::1" ip6b="fd77:$net::2"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  lib_netns_cleanup
 }
 trap cleanup EXIT
-set -e
-ip netns add "$a"
-ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"
-ip link set "$vb" netns "$b"
-ip -n "$a" addr add "$ip4a/24" dev "$va"
-ip -n "$b" addr add "$ip4b/24" dev "$vb"
-ip -n "$a" addr add "$ip6a/64" dev "$va" nodad
-ip -n "$b" addr add "$ip6b/64" dev "$vb" nodad
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$va" up
-ip -n "$b" link set "$vb" up
-set +e
+lib_netns_setup || { echo "FAIL: could not make the namespaces"; exit 1; }
+a=$ns_a b=$ns_b va=$veth_a vb=$veth_b ip4a=$ip_a ip6a=$ip6_a
 
-fail=0
 # run_group NAME MASTER PER_HOST EXTRA_ENV... : one benchmark process per rank,
 # ranks [0, PER_HOST) in namespace a, the rest in b; every op, checked.
 run_group() {
