@@ -89,7 +89,7 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
       return ReduceRange(op, scratch, 0, buffer, in.offset + first, len);
     };
     if (reduces && in_place) {
-      recv.consume = [&, reduce_staged](size_t offset, const void* bytes, size_t length) -> absl::Status {
+      recv.consume = [&, in, reduce_staged](size_t offset, const void* bytes, size_t length) -> absl::Status {
         const char* p = static_cast<const char*>(bytes);
         if (carry_bytes > 0) {  // Complete the element the last piece began.
           const size_t take = std::min(element - carry_bytes, length);
@@ -102,6 +102,19 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
           std::memcpy(scratch.raw_data(), carry, element);
           carry_bytes = 0;
           LOCKSTEP_RETURN_IF_ERROR(reduce_staged(static_cast<int64_t>(offset / element) - 1, 1));
+        }
+        // Aligned pieces (the usual case) are reduced straight from where
+        // the transport left them, already in the cache.
+        if (length >= element && reinterpret_cast<uintptr_t>(p) % element == 0) {
+          const int64_t len = static_cast<int64_t>(length / element);
+          const size_t len_bytes = static_cast<size_t>(len) * element;
+          const int64_t at = in.offset + static_cast<int64_t>(offset / element);
+          char* result = BytePtr(buffer, at);
+          LOCKSTEP_RETURN_IF_ERROR(ReduceHost(StepOp(op), buffer.dtype(),
+                                              input != nullptr ? BytePtr(*input, at) : result, p, result, len));
+          p += len_bytes;
+          offset += len_bytes;
+          length -= len_bytes;
         }
         const int64_t stage = scratch.numel();
         while (length >= element) {

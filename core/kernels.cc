@@ -93,6 +93,27 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& 
   return absl::OkStatus();
 }
 
+absl::Status ReduceHost(ReduceOp op, DType dtype, const void* first, const void* second, void* out,
+                        int64_t count) {
+  const absl::string_view operation = ReduceName(op);
+  if (!IsValidReduceOp(static_cast<uint8_t>(op))) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": invalid reduce op value ",
+                                                   static_cast<int>(op)));
+  }
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(operation, ": negative count ", count));
+  if (count == 0) return absl::OkStatus();
+  const uintptr_t size = DTypeSize(dtype);
+  for (const void* p : {first, second, static_cast<const void*>(out)}) {
+    if (p == nullptr || reinterpret_cast<uintptr_t>(p) % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(operation, ": a pointer is null or not aligned to ",
+                                                     DTypeName(dtype), "'s ", size, " bytes"));
+    }
+  }
+  const void* inputs[] = {first, second};
+  cpu::Reduce(op, dtype, inputs, out, count);
+  return absl::OkStatus();
+}
+
 absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst) {
   const Tensor inputs[] = {dst, src};
   return Reduce(op, inputs, dst);

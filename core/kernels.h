@@ -38,6 +38,14 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& 
 // dst = op(dst, src).
 absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst);
 
+// out = op(first, second) over `count` elements of `dtype` in host memory
+// that is not a tensor's (a transport's receive buffer), each pointer
+// aligned to the element size; `out` may be `first` or `second`, or must
+// not overlap them. For the collectives' hot loops: Reduce on tensors is
+// the checked interface.
+absl::Status ReduceHost(ReduceOp op, DType dtype, const void* first, const void* second, void* out,
+                        int64_t count);
+
 // t *= factor. Floating types compute in their accumulator type and round
 // once; integers truncate toward zero and saturate. `factor` must be finite.
 absl::Status Scale(const Tensor& t, double factor);

@@ -268,6 +268,27 @@ TEST(KernelErrorsTest, SizeDeviceAndAliasingErrors) {
   EXPECT_FALSE(Reduce(static_cast<ReduceOp>(9), {out}, out).ok());
 }
 
+TEST(ReduceHostTest, MatchesReduceOnTensorsAndChecksPointers) {
+  const std::vector<float> a = {1.5f, -2.0f, NAN, 4.0f}, b = {0.25f, 7.0f, 1.0f, -4.0f};
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd}) {
+    Tensor expected = MakeTensor(a);
+    ASSERT_TRUE(ReduceInto(op, MakeTensor(b), expected).ok());
+    std::vector<float> out = a;  // In place over the first operand, as the ring does.
+    ASSERT_TRUE(ReduceHost(op, DType::kF32, out.data(), b.data(), out.data(), 4).ok());
+    const std::vector<float> want = Values<float>(expected);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), sizeof(float) * 4), 0) << ReduceOpName(op);
+  }
+  std::vector<float> out(4);
+  EXPECT_TRUE(ReduceHost(ReduceOp::kSum, DType::kF32, a.data(), b.data(), out.data(), 0).ok());
+  const char* bytes = reinterpret_cast<const char*>(b.data());
+  const absl::Status misaligned = ReduceHost(ReduceOp::kSum, DType::kF32, a.data(), bytes + 1, out.data(), 2);
+  EXPECT_EQ(misaligned.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(misaligned.message().find("aligned"), absl::string_view::npos) << misaligned;
+  EXPECT_FALSE(ReduceHost(ReduceOp::kSum, DType::kF32, nullptr, b.data(), out.data(), 4).ok());
+  EXPECT_FALSE(ReduceHost(ReduceOp::kSum, DType::kF32, a.data(), b.data(), out.data(), -1).ok());
+  EXPECT_FALSE(ReduceHost(static_cast<ReduceOp>(9), DType::kF32, a.data(), b.data(), out.data(), 4).ok());
+}
+
 TEST(KernelErrorsTest, ScaleAndCastRejectBadArguments) {
   Tensor t = MakeTensor(std::vector<float>{1, 2});
   EXPECT_FALSE(Scale(t, NAN).ok());
