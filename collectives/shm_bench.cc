@@ -34,6 +34,7 @@ struct Flags {
   std::string op = "allreduce";
   ShmTransportOptions shm;
   size_t segment_bytes = AlgorithmOptions().segment_bytes;
+  CommunicatorOptions communicator;
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -66,6 +67,8 @@ bool Parse(int argc, char** argv, Flags* f) {
     else if (key == "slots") f->shm.slots = static_cast<int>(v);
     else if (key == "spin_us") f->shm.spin_microseconds = static_cast<int>(v);
     else if (key == "segment_bytes") f->segment_bytes = static_cast<size_t>(v);
+    else if (key == "worker_spin_us") f->communicator.worker_spin_microseconds = static_cast<int>(v);
+    else if (key == "wait_spin_us") f->communicator.wait_spin_microseconds = static_cast<int>(v);
     else if (key == "streaming_send_bytes") f->shm.streaming_send_bytes = static_cast<size_t>(v);
     else if (key == "streaming_receive_bytes") f->shm.streaming_receive_bytes = static_cast<size_t>(v);
     else if (key == "single_copy_bytes") f->shm.single_copy_bytes = static_cast<size_t>(v);
@@ -102,11 +105,13 @@ int RunRank(const Flags& flags) {
     absl::StatusOr<std::unique_ptr<ShmTransport>> probe = ShmTransport::Create(probe_store, rank, size, flags.shm);
     copy_path = probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
     ShmCommunicatorOptions options;
+    options.communicator = flags.communicator;
     options.transport = flags.shm;
     options.algorithms.segment_bytes = flags.segment_bytes;
     comm = CreateShmCommunicator(shared, rank, size, options);
   } else {
     TcpCommunicatorOptions options;
+    options.communicator = flags.communicator;
     options.algorithms.segment_bytes = flags.segment_bytes;
     comm = CreateTcpCommunicator(shared, rank, size, options);
   }
@@ -181,7 +186,7 @@ int main(int argc, char** argv) {
   if (!lockstep::Parse(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: shm_bench [--nproc=2] [--sizes=4096,67108864] [--samples=7] [--seconds_per_sample=0.2] "
-                 "[--transport=shm|tcp] [--op=allreduce|sendrecv] [--slot_bytes=N] [--slots=N] [--spin_us=N] [--segment_bytes=N] [--streaming_send_bytes=N] [--streaming_receive_bytes=N] [--single_copy_bytes=N (0: ring only)] [--single_copy_max_bytes=N]\n");
+                 "[--transport=shm|tcp] [--op=allreduce|sendrecv] [--slot_bytes=N] [--slots=N] [--spin_us=N] [--segment_bytes=N] [--worker_spin_us=N] [--wait_spin_us=N] [--streaming_send_bytes=N] [--streaming_receive_bytes=N] [--single_copy_bytes=N (0: ring only)] [--single_copy_max_bytes=N]\n");
     return 2;
   }
   if (std::getenv("RANK") != nullptr) return lockstep::RunRank(flags);
