@@ -12,8 +12,8 @@
 // Tensors passed here are defined, with the dtypes, element counts and
 // devices that the Communicator's checks guarantee (see its header), and a
 // device the backend's capabilities accept. Each call returns when the
-// operation has finished (or failed) (a device backend also reports when it
-// was queued: OpContext::queued); its error names the operation's peer
+// operation has finished (or failed), or, for a device backend, once it was
+// queued there (OpContext::queued); its error names the operation's peer
 // where there is one. After an error the Communicator calls Abort and never
 // calls the backend again.
 #ifndef LOCKSTEP_COLLECTIVES_BACKEND_H_
@@ -40,12 +40,16 @@ namespace lockstep {
 struct OpContext {
   uint64_t seq = 0;   // The collective's sequence number (same on every rank).
   Deadline deadline;  // When it must have finished.
-  // A backend that runs on a device calls this (when set) once the
-  // operation is queued there and only device memory is involved, before
-  // it waits for completion: the operation's Work then orders callers'
-  // streams after `marker` without blocking the host
-  // (Work::SynchronizeStream).
-  std::function<void(std::shared_ptr<StreamMarker> marker)> queued;
+  // A backend that runs on a device may call this (when set) once the
+  // operation is queued there, if only device memory is involved, and then
+  // return OK at once instead of waiting: `marker` orders callers' streams
+  // after the operation (Work::SynchronizeStream), and `finish` blocks until
+  // it has finished on the device and returns its final status. The
+  // Communicator calls `finish` on its completion thread, in operation
+  // order, and completes the Work with it; its own thread meanwhile queues
+  // the next operations, so several can be on the device at once. The
+  // operation's tensors stay referenced until `finish` has returned.
+  std::function<void(std::shared_ptr<StreamMarker> marker, std::function<absl::Status()> finish)> queued;
 };
 
 struct BackendCapabilities {

@@ -124,6 +124,13 @@ Communicator::~Communicator() {
   }
   work_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  // Then the operations still on the device (each ends by its deadline).
+  {
+    std::lock_guard<std::mutex> lock(finish_mu_);
+    finisher_stop_ = true;
+  }
+  finish_cv_.notify_all();
+  if (finisher_.joinable()) finisher_.join();
 }
 
 absl::Status Communicator::broken_status() {
@@ -254,17 +261,54 @@ void Communicator::RunItem(Item item) {
     return;
   }
   OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout), nullptr};
-  op_ctx.queued = [work = item.work](std::shared_ptr<StreamMarker> marker) {
+  std::function<absl::Status()> finish;
+  op_ctx.queued = [&finish, work = item.work](std::shared_ptr<StreamMarker> marker,
+                                              std::function<absl::Status()> finish_op) {
     work->SetStreamMarker(std::move(marker));
+    finish = std::move(finish_op);
   };
   absl::Status status;
   if (options_.debug_checks && size_ > 1) status = CheckFingerprints(item.fingerprint, op_ctx);
   if (status.ok()) status = item.task(op_ctx);
-  if (!status.ok()) {
-    status = Break(absl::Status(status.code(), absl::StrCat("rank ", rank_, ": ", Describe(item.fingerprint),
-                                                            " failed: ", status.message())));
+  if (status.ok() && finish) {
+    // Queued on the device: the completion thread finishes it.
+    Defer(std::move(item), std::move(finish));
+    return;
   }
+  if (!status.ok()) status = Fail(item.fingerprint, status);
   item.work->Complete(status);
+}
+
+absl::Status Communicator::Fail(const Fingerprint& fingerprint, const absl::Status& status) {
+  const absl::Status described(status.code(), absl::StrCat("rank ", rank_, ": ", Describe(fingerprint),
+                                                           " failed: ", status.message()));
+  // Operations that were on the device together fail together: the first
+  // failure breaks the group (and is shared), the others report their own.
+  if (!broken_status().ok()) return described;
+  return Break(described);
+}
+
+void Communicator::Defer(Item item, std::function<absl::Status()> finish) {
+  std::lock_guard<std::mutex> lock(finish_mu_);
+  if (!finisher_.joinable()) finisher_ = std::thread([this] { FinisherLoop(); });
+  to_finish_.push_back(Deferred{std::move(item), std::move(finish)});
+  finish_cv_.notify_one();
+}
+
+void Communicator::FinisherLoop() {
+  while (true) {
+    Deferred d;
+    {
+      std::unique_lock<std::mutex> lock(finish_mu_);
+      finish_cv_.wait(lock, [&] { return finisher_stop_ || !to_finish_.empty(); });
+      if (to_finish_.empty()) return;  // Stopping, and everything deferred finished.
+      d = std::move(to_finish_.front());
+      to_finish_.pop_front();
+    }
+    absl::Status status = d.finish();
+    if (!status.ok()) status = Fail(d.item.fingerprint, status);
+    d.item.work->Complete(status);
+  }
 }
 
 // The operations of one point-to-point batch: the first, then whatever is

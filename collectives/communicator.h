@@ -13,7 +13,10 @@
 // (wrong sizes, dtypes, devices, roots or peers come back at once as a
 // failed Work, nothing sent), numbers it, queues it in call order and runs
 // it on its own thread through a Backend (collectives/backend.h: the host
-// algorithms over a Transport, or NCCL), completing its Work. All ranks must
+// algorithms over a Transport, or NCCL), completing its Work. An operation
+// a device backend queued (NCCL on CUDA tensors) is completed by a second
+// thread once its CUDA event fired, in order, while the next ones are
+// queued on the device behind it. All ranks must
 // call the same collectives in the same order; with `debug_checks` (or the
 // environment variable LOCKSTEP_DEBUG=DETAIL) each operation first compares
 // a fingerprint (sequence number, op, dtype, count, root, reduce op) across
@@ -154,6 +157,11 @@ class Communicator {
     PointToPointOp p2p;  // Point to point (task empty).
   };
   class Batch;
+  // An operation queued on a device, and how to wait for its end.
+  struct Deferred {
+    Item item;
+    std::function<absl::Status()> finish;
+  };
 
   Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options, std::shared_ptr<Store> store);
   // Posts this rank's failure and appends what the other ranks reported.
@@ -170,6 +178,11 @@ class Communicator {
   void RunPointToPointBatch(Item first);
   // Runs one dequeued operation (on the worker or a helping caller).
   void RunItem(Item item);
+  // The error of `fingerprint`'s operation; breaks the group unless broken.
+  absl::Status Fail(const Fingerprint& fingerprint, const absl::Status& status);
+  // Hands an operation queued on the device to the finisher thread.
+  void Defer(Item item, std::function<absl::Status()> finish);
+  void FinisherLoop();
   void WorkerLoop();
   // Runs queued operations on the calling thread while no other thread runs
   // one and `awaited` is not complete.
@@ -203,6 +216,14 @@ class Communicator {
   };
   std::shared_ptr<HelpGate> help_gate_;
   std::thread worker_;
+
+  // Operations a device backend queued (OpContext::queued), finished in
+  // order by finisher_, which starts with the first of them.
+  std::mutex finish_mu_;  // Guards the three below.
+  std::condition_variable finish_cv_;
+  std::deque<Deferred> to_finish_;
+  bool finisher_stop_ = false;
+  std::thread finisher_;
 };
 
 }  // namespace lockstep

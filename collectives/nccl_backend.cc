@@ -179,7 +179,7 @@ absl::Status NcclBackend::NotRun(const std::string& fingerprint) {
                                                  " did not complete: the communicator failed: ", cause.message()));
 }
 
-std::function<void(std::shared_ptr<StreamMarker>)> NcclBackend::QueuedIfOnDevice(
+NcclBackend::QueuedFn NcclBackend::QueuedIfOnDevice(
     const OpContext& op_ctx, std::initializer_list<const Tensor*> tensors) const {
   for (const Tensor* t : tensors) {
     if (t->defined() && options_.cpu_tensors && t->device().is_cpu()) return nullptr;
@@ -187,11 +187,11 @@ std::function<void(std::shared_ptr<StreamMarker>)> NcclBackend::QueuedIfOnDevice
   return op_ctx.queued;
 }
 
-absl::Status NcclBackend::Run(const std::string& fingerprint, Deadline deadline,
-                              const std::function<void(std::shared_ptr<StreamMarker>)>& queued,
+absl::Status NcclBackend::Run(const std::string& fingerprint, Deadline deadline, const QueuedFn& queued,
                               const std::function<absl::Status()>& enqueue) {
   if (watchdog_->failed()) return NotRun(fingerprint);
-  InFlight in_flight(*watchdog_, fingerprint, deadline);
+  // Watched until the operation finished: held by `finish` below.
+  auto in_flight = std::make_shared<InFlight>(*watchdog_, fingerprint, deadline);
   absl::Status enqueued = comm_->WaitFor(options_.caller_stream);
   if (enqueued.ok()) enqueued = enqueue();
   absl::StatusOr<std::unique_ptr<NcclEvent>> event =
@@ -205,11 +205,21 @@ absl::Status NcclBackend::Run(const std::string& fingerprint, Deadline deadline,
     return error;
   }
   std::shared_ptr<NcclEvent> marker = *std::move(event);
-  if (queued) queued(marker);
+  std::function<absl::Status()> finish = [this, fingerprint, marker, in_flight] {
+    return AwaitEvent(fingerprint, *marker);
+  };
+  if (queued) {
+    queued(marker, std::move(finish));
+    return absl::OkStatus();
+  }
+  return finish();
+}
+
+absl::Status NcclBackend::AwaitEvent(const std::string& fingerprint, NcclEvent& event) {
   // Yield first (small operations finish within microseconds), then sleep
   // briefly so that a long one does not hold a core.
   for (int polls = 0;; ++polls) {
-    absl::StatusOr<bool> done = marker->Query();
+    absl::StatusOr<bool> done = event.Query();
     if (watchdog_->failed()) return NotRun(fingerprint);
     if (!done.ok()) {
       absl::Status error = absl::InternalError(absl::StrCat("NCCL ", fingerprint, " on rank ", rank_, " (",

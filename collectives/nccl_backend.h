@@ -6,14 +6,15 @@
 // How an operation runs: the communicator's own stream waits (CUDA event,
 // not the host) for the caller's stream (`NcclBackendOptions.caller_stream`,
 // the legacy default stream unless set), the NCCL calls are queued, an event
-// is recorded after them, and the backend polls that event until it fires,
-// the operation's deadline passes, or NCCL reports an asynchronous error.
-// Backend calls are synchronous by the seam's contract, so the Communicator
-// completes the Work when the event has fired; but when only device memory
-// is involved the event is handed to the Work as soon as it is recorded
-// (OpContext::queued), so Work::SynchronizeStream makes a caller's stream
-// wait on it without blocking the host. The communicator's thread queues
-// the next operation once this one has finished on the device.
+// is recorded after them, and that event is polled until it fires, the
+// operation's deadline passes, or NCCL reports an asynchronous error.
+// When only device memory is involved, the call returns as soon as the
+// event is recorded (OpContext::queued): the Communicator's completion
+// thread awaits the event and completes the Work, Work::SynchronizeStream
+// makes a caller's stream wait on it without blocking the host, and the
+// next operations are queued on the device meanwhile (as ProcessGroupNCCL
+// does). With CPU tensors staged through the device, the call returns once
+// the results were copied back.
 //
 // CPU tensors are accepted and staged through the communicator's device
 // memory (so DDP's signature check and a trainer's metrics work on the same
@@ -99,17 +100,20 @@ class NcclBackend final : public Backend {
   NcclBackend(std::unique_ptr<NcclComm> comm, int rank, int size, Device device, int nccl_version,
               NcclBackendOptions options);
 
-  // Queues `enqueue` after the caller's stream, records an event, hands it
-  // to `queued` (when set) and waits for it under the watchdog.
-  // `fingerprint` names the op in errors.
-  absl::Status Run(const std::string& fingerprint, Deadline deadline,
-                   const std::function<void(std::shared_ptr<StreamMarker>)>& queued,
+  using QueuedFn = std::function<void(std::shared_ptr<StreamMarker>, std::function<absl::Status()>)>;
+  // Queues `enqueue` after the caller's stream and records an event. With
+  // `queued`, hands it the event and how to await it, and returns;
+  // otherwise awaits the event. The operation stays registered with the
+  // watchdog until it has been awaited. `fingerprint` names it in errors.
+  absl::Status Run(const std::string& fingerprint, Deadline deadline, const QueuedFn& queued,
                    const std::function<absl::Status()>& enqueue);
+  // Polls `event` until it fired, the watchdog failed the communicator, or
+  // the device reported an error.
+  absl::Status AwaitEvent(const std::string& fingerprint, NcclEvent& event);
   // op_ctx.queued when every defined tensor of `tensors` is device memory
-  // (nothing staged through the host, so a stream wait is all a caller
-  // needs); else nothing.
-  std::function<void(std::shared_ptr<StreamMarker>)> QueuedIfOnDevice(const OpContext& op_ctx,
-                                                                      std::initializer_list<const Tensor*> tensors) const;
+  // (nothing staged through the host, so the operation is done once its
+  // event fired); else nothing (the call returns when it finished).
+  QueuedFn QueuedIfOnDevice(const OpContext& op_ctx, std::initializer_list<const Tensor*> tensors) const;
   // The watchdog's failure, naming `fingerprint`'s operation.
   absl::Status NotRun(const std::string& fingerprint);
   // "AllReduce seq 3 (f32, 1000 elements, SUM)".

@@ -355,24 +355,45 @@ TEST(NcclCommunicatorTest, CpuTensorsAreStagedThroughDeviceMemory) {
                                           "WaitFor", "Copy 24", "AllGather i64 3", "Copy 24", "Record"));
 }
 
-TEST(NcclBackendTest, DeviceOnlyOperationHandsItsEventOutBeforeItCompletes) {
+TEST(NcclBackendTest, DeviceOnlyOperationReturnsOnceQueuedWithItsEventAndHowToAwaitIt) {
   auto state = std::make_shared<FakeNcclState>();
   state->hang = true;  // The event does not fire until the test says so.
   auto backend = MakeBackend(state);
   Tensor t = *Tensor::FromVector<float>({1, 2, 3});
-  std::promise<std::shared_ptr<StreamMarker>> queued;
+  std::shared_ptr<StreamMarker> marker;
+  std::function<absl::Status()> finish;
   OpContext ctx = Op(1);
-  ctx.queued = [&](std::shared_ptr<StreamMarker> marker) { queued.set_value(std::move(marker)); };
-  absl::Status status = absl::UnknownError("not run");
-  std::thread runner([&] { status = backend->AllReduce(t, t, ReduceOp::kSum, ctx); });
-  std::future<std::shared_ptr<StreamMarker>> marker = queued.get_future();
-  ASSERT_EQ(marker.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ctx.queued = [&](std::shared_ptr<StreamMarker> m, std::function<absl::Status()> f) {
+    marker = std::move(m);
+    finish = std::move(f);
+  };
+  // Returns although the device has not finished.
+  ASSERT_TRUE(backend->AllReduce(t, t, ReduceOp::kSum, ctx).ok());
+  ASSERT_NE(marker, nullptr);
+  ASSERT_TRUE(finish);
   // While the operation still runs, a caller's stream can be ordered after it.
-  ASSERT_TRUE(marker.get()->MakeStreamWait(reinterpret_cast<void*>(16)).ok());
+  ASSERT_TRUE(marker->MakeStreamWait(reinterpret_cast<void*>(16)).ok());
   state->hang = false;
-  runner.join();
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(finish().ok());
   EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "AllReduce SUM f32 3", "Record", "MakeStreamWait 16"));
+}
+
+TEST(NcclBackendTest, AQueuedOperationPastItsDeadlineFailsWhenAwaited) {
+  auto state = std::make_shared<FakeNcclState>();
+  state->hang = true;
+  auto backend = MakeBackend(state);
+  Tensor t = *Tensor::FromVector<float>({1, 2});
+  std::function<absl::Status()> finish;
+  OpContext ctx = Op(4, Milliseconds(50));
+  ctx.queued = [&](std::shared_ptr<StreamMarker>, std::function<absl::Status()> f) { finish = std::move(f); };
+  ASSERT_TRUE(backend->AllReduce(t, t, ReduceOp::kSum, ctx).ok());
+  ASSERT_TRUE(finish);
+  // The watchdog still watches it: past its deadline the communicator is
+  // aborted and awaiting the operation gives the fingerprint.
+  const absl::Status s = finish();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("AllReduce seq 4 (f32, 2 elements, SUM)"));
+  EXPECT_EQ(state->aborts.load(), 1);
 }
 
 TEST(NcclBackendTest, StagedHostTensorsAreNotHandedOutAsDeviceWork) {
@@ -381,7 +402,7 @@ TEST(NcclBackendTest, StagedHostTensorsAreNotHandedOutAsDeviceWork) {
   Tensor t = *Tensor::FromVector<float>({1, 2});
   bool handed = false;
   OpContext ctx = Op(1);
-  ctx.queued = [&](std::shared_ptr<StreamMarker>) { handed = true; };
+  ctx.queued = [&](std::shared_ptr<StreamMarker>, std::function<absl::Status()>) { handed = true; };
   ASSERT_TRUE(backend->AllReduce(t, t, ReduceOp::kSum, ctx).ok());
   // The result is copied back to the host inside the operation: a stream
   // wait would not cover it, so the Work must be waited on the host.
@@ -399,6 +420,47 @@ TEST(NcclCommunicatorTest, SynchronizeStreamOrdersTheCallersStreamWithoutWaiting
   EXPECT_THAT(state->Calls(), ::testing::Contains("MakeStreamWait 32"));
   state->hang = false;
   EXPECT_TRUE(work->Wait().ok());
+}
+
+TEST(NcclCommunicatorTest, OperationsAreQueuedOnTheDeviceWhileEarlierOnesRun) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto comm = Communicator::Create(MakeBackend(state), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  state->hang = true;  // Nothing finishes on the "device" for now.
+  std::shared_ptr<Work> first = (*comm)->Barrier();
+  std::shared_ptr<Work> second = (*comm)->Barrier();
+  std::shared_ptr<Work> third = (*comm)->Barrier();
+  // The third is queued on the device although the first has not finished.
+  ASSERT_TRUE(third->SynchronizeStream(nullptr).ok());
+  EXPECT_FALSE(first->IsCompleted());
+  EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "AllReduce MAX u8 1", "Record",  //
+                                          "WaitFor", "AllReduce MAX u8 1", "Record",  //
+                                          "WaitFor", "AllReduce MAX u8 1", "Record", "MakeStreamWait 0"));
+  state->hang = false;
+  EXPECT_TRUE(first->Wait().ok());
+  EXPECT_TRUE(second->Wait().ok());
+  EXPECT_TRUE(third->Wait().ok());
+}
+
+TEST(NcclCommunicatorTest, OperationsOnTheDeviceTogetherFailTogetherNamingThemselves) {
+  auto state = std::make_shared<FakeNcclState>();
+  CommunicatorOptions options;
+  options.timeout = Milliseconds(100);
+  auto comm = Communicator::Create(MakeBackend(state), options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  state->hang = true;  // A peer that never comes: nothing finishes.
+  std::shared_ptr<Work> first = (*comm)->Barrier();
+  std::shared_ptr<Work> second = (*comm)->Barrier();
+  const absl::Status a = first->Wait();
+  const absl::Status b = second->Wait();
+  EXPECT_FALSE(a.ok());
+  EXPECT_FALSE(b.ok());
+  EXPECT_THAT(std::string(a.message()), HasSubstr("Barrier seq 0"));
+  EXPECT_THAT(std::string(b.message()), HasSubstr("Barrier seq 1"));
+  EXPECT_FALSE((*comm)->broken_status().ok());
+  EXPECT_EQ(state->aborts.load(), 1);
+  // Later operations fail at once.
+  EXPECT_FALSE((*comm)->Barrier()->Wait().ok());
 }
 
 TEST(NcclCommunicatorTest, SynchronizeStreamWithStagedHostTensorsWaitsForTheResult) {
