@@ -358,7 +358,7 @@ ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& option
       ring_bytes_(options.slot_bytes * static_cast<size_t>(options.slots)),
       segments_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)), tail_seen_(static_cast<size_t>(size)),
       single_copy_to_(static_cast<size_t>(size), 0), single_copy_refused_(static_cast<size_t>(size)),
-      sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
+      traffic_(size) {}
 
 ShmTransport::~ShmTransport() {
   for (Mapping& m : segments_) {
@@ -655,14 +655,7 @@ void ShmTransport::Abort(absl::string_view reason) {
   (void)!::write(doorbell_.get(), &one, sizeof(one));
 }
 
-TrafficCounters ShmTransport::Traffic() const {
-  TrafficCounters c;
-  for (int peer = 0; peer < size_; ++peer) {
-    c.bytes_sent.push_back(sent_[peer].load(std::memory_order_relaxed));
-    c.bytes_received.push_back(received_[peer].load(std::memory_order_relaxed));
-  }
-  return c;
-}
+TrafficCounters ShmTransport::Traffic() const { return traffic_.Snapshot(); }
 
 absl::Status ShmTransport::Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) {
   return Run(transfers, tag, deadline, nullptr);
@@ -770,7 +763,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       }
       const size_t acked = static_cast<size_t>(ring->acked.load(std::memory_order_acquire) - p.base);
       if (acked > p.done) {
-        sent_[t.peer].fetch_add(acked - p.done, std::memory_order_relaxed);
+        traffic_.Sent(t.peer, acked - p.done);
         p.done = acked;
         *moved = true;
       }
@@ -805,7 +798,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
              t.bytes >= options_.streaming_send_bytes);
         p.done += n;
         new_head += n;
-        sent_[t.peer].fetch_add(n, std::memory_order_relaxed);
+        traffic_.Sent(t.peer, n);
       }
       // The end of a message is padded to a cache line: the next header
       // never wraps and payloads stay aligned.
@@ -886,7 +879,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
           if (p.done + n == t.bytes && peer_hung_up(t.peer)) return PeerGoneError(t.peer, message_tag.seq);
           if (t.consume) LOCKSTEP_RETURN_IF_ERROR(t.consume(p.done, dst, n));
           p.done += n;
-          received_[t.peer].fetch_add(n, std::memory_order_relaxed);
+          traffic_.Received(t.peer, n);
           single_copy_received_.fetch_add(n, std::memory_order_relaxed);
           ring->acked.store(p.base + p.done, std::memory_order_release);
           notify(t.peer);
@@ -904,7 +897,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
         }
         p.done += n;
         new_tail += n;
-        received_[t.peer].fetch_add(n, std::memory_order_relaxed);
+        traffic_.Received(t.peer, n);
       }
       if (p.done == t.bytes) new_tail = RoundUp(new_tail, kLine);
       if (!p.single && new_tail != tail) {

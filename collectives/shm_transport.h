@@ -200,8 +200,7 @@ class ShmTransport : public Transport {
   // Receives with `consume` on the single-copy path read through this.
   std::unique_ptr<char[]> staging_;
   std::atomic<uint64_t> single_copy_received_{0};
-  // Payload bytes per peer; read by Traffic() from any thread.
-  std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
+  TrafficTally traffic_;  // Payload bytes per peer.
 };
 
 }  // namespace lockstep

@@ -299,14 +299,7 @@ void TcpTransport::Abort(absl::string_view reason) {
   }
 }
 
-TrafficCounters TcpTransport::Traffic() const {
-  TrafficCounters c;
-  for (int peer = 0; peer < size_; ++peer) {
-    c.bytes_sent.push_back(sent_[peer].load(std::memory_order_relaxed));
-    c.bytes_received.push_back(received_[peer].load(std::memory_order_relaxed));
-  }
-  return c;
-}
+TrafficCounters TcpTransport::Traffic() const { return traffic_.Snapshot(); }
 
 absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) {
   return Run(transfers, tag, deadline, nullptr);
@@ -389,7 +382,7 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
             const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
             p.header_done += header_part;
             p.done += sent - header_part;
-            sent_[t.peer].fetch_add(sent - header_part, std::memory_order_relaxed);
+            traffic_.Sent(t.peer, sent - header_part);
             moved = true;
           }
         }
@@ -418,7 +411,7 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
           const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
           p.header_done += header_part;
           p.done += got - header_part;
-          received_[t.peer].fetch_add(got - header_part, std::memory_order_relaxed);
+          traffic_.Received(t.peer, got - header_part);
           if (!had_header && p.header_done == sizeof(MessageHeader)) {
             const MessageHeader& h = p.header;
             if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {

@@ -78,7 +78,7 @@ class TcpTransport : public Transport {
  private:
   TcpTransport(int rank, int size, const TcpTransportOptions& options)
       : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)),
-        sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
+        traffic_(size) {}
 
   // Exchange and ExchangeOpen: the initial transfers, then the feed's.
   absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);
@@ -96,8 +96,7 @@ class TcpTransport : public Transport {
   const TcpTransportOptions options_;
   std::vector<Peer> peers_;
   bool aborted_ = false;
-  // Payload bytes per peer; read by Traffic() from any thread.
-  std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
+  TrafficTally traffic_;  // Payload bytes per peer.
 };
 
 }  // namespace lockstep

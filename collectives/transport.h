@@ -24,9 +24,11 @@
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,21 @@ class TransferFeed {
 struct TrafficCounters {
   std::vector<uint64_t> bytes_sent;      // [peer]
   std::vector<uint64_t> bytes_received;  // [peer]
+};
+
+// What a transport counts for Traffic(): bumped by its exchanging thread,
+// read from any thread.
+class TrafficTally {
+ public:
+  explicit TrafficTally(int size)
+      : size_(size), sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
+  void Sent(int peer, uint64_t bytes) { sent_[peer].fetch_add(bytes, std::memory_order_relaxed); }
+  void Received(int peer, uint64_t bytes) { received_[peer].fetch_add(bytes, std::memory_order_relaxed); }
+  TrafficCounters Snapshot() const;
+
+ private:
+  int size_;
+  std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
 };
 
 class Transport {
