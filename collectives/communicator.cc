@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
 Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options,
                            std::shared_ptr<Store> store)
     : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
-      rank_(backend_->rank()), size_(backend_->size()),
+      rank_(backend_->rank()), size_(backend_->size()), capabilities_(backend_->capabilities()),
       help_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
 }
@@ -144,7 +144,7 @@ std::shared_ptr<Work> Communicator::Failed(absl::Status status) {
 
 absl::Status Communicator::CheckDevice(const Tensor& t, const char* op, const char* what) const {
   if (!t.defined()) return absl::OkStatus();
-  const BackendCapabilities caps = backend_->capabilities();
+  const BackendCapabilities& caps = capabilities_;
   if (t.device().is_cpu() ? caps.cpu_tensors : caps.cuda_tensors) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is on ", t.device().ToString(), ", which the ",
                                                  caps.name, " backend does not accept; move it to ",
@@ -261,11 +261,16 @@ void Communicator::RunItem(Item item) {
     return;
   }
   OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout), nullptr};
-  std::function<absl::Status()> finish;
-  op_ctx.queued = [&finish, work = item.work](std::shared_ptr<StreamMarker> marker,
-                                              std::function<absl::Status()> finish_op) {
-    work->SetStreamMarker(std::move(marker));
-    finish = std::move(finish_op);
+  // One pointer captured: std::function keeps it inline (no allocation per
+  // operation).
+  struct Queued {
+    CompletableWork* work;
+    std::function<absl::Status()> finish;
+  } queued{item.work.get(), nullptr};
+  std::function<absl::Status()>& finish = queued.finish;
+  op_ctx.queued = [q = &queued](std::shared_ptr<StreamMarker> marker, std::function<absl::Status()> finish_op) {
+    q->work->SetStreamMarker(std::move(marker));
+    q->finish = std::move(finish_op);
   };
   absl::Status status;
   if (options_.debug_checks && size_ > 1) status = CheckFingerprints(item.fingerprint, op_ctx);
@@ -568,8 +573,8 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
   }
   if (auto s = CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
   if (auto s = CheckDevice(tensor, name, "tensor"); !s.ok()) return Failed(s);
-  if (!backend_->capabilities().point_to_point) {
-    return Failed(absl::UnimplementedError(absl::StrCat(name, ": the ", backend_->capabilities().name,
+  if (!capabilities_.point_to_point) {
+    return Failed(absl::UnimplementedError(absl::StrCat(name, ": the ", capabilities_.name,
                                                         " backend has no point-to-point operations")));
   }
   std::shared_ptr<CompletableWork> work = NewWork();

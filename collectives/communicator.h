@@ -104,7 +104,7 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const CommunicatorOptions& options() const { return options_; }
-  BackendCapabilities capabilities() const { return backend_->capabilities(); }
+  const BackendCapabilities& capabilities() const { return capabilities_; }
 
   // In place: every rank's `tensor` becomes op over all ranks' tensors.
   std::shared_ptr<Work> AllReduce(const Tensor& tensor, ReduceOp op);
@@ -194,6 +194,9 @@ class Communicator {
   std::shared_ptr<Store> store_;  // Prefixed; may be null.
   const CommunicatorOptions options_;
   const int rank_, size_;
+  // The backend's, asked once: checking every call's tensors against them
+  // must not build a string per operation.
+  const BackendCapabilities capabilities_;
 
   std::mutex mu_;  // Guards everything below.
   std::condition_variable work_cv_;

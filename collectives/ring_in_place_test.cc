@@ -1,7 +1,8 @@
-// The ring's in-place path (Transfer::consume, used over shared memory):
+// The in-place receive paths (Transfer::consume, used over shared memory):
 // over a transport that hands received bytes over in odd-sized pieces that
-// split elements, all-reduce and reduce-scatter (in place and from a
-// separate input) still give exact results for 1-, 2-, 4- and 8-byte
+// split elements, the ring's all-reduce and reduce-scatter (in place and
+// from a separate input) and the recursive-doubling all-reduce still give
+// exact results for 1-, 2-, 4- and 8-byte
 // elements and every world size 1..5.
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/algorithm.h"
+#include "collectives/recursive_doubling_all_reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "collectives/ring_all_reduce.h"
 #include "collectives/testing/fake_transport.h"
@@ -108,6 +110,15 @@ void CheckAllReduceAndReduceScatter() {
         for (int64_t i = 0; i < count; ++i) {
           if (t.data<T>()[i] != want(i)) {
             return absl::InternalError(absl::StrCat("all-reduce element ", i, " is wrong"));
+          }
+        }
+        // Recursive doubling (the small-message all-reduce) reduces the
+        // partner's pieces in place too.
+        Tensor small = Input<T>(ctx.rank(), count);
+        LOCKSTEP_RETURN_IF_ERROR(RecursiveDoublingAllReduce(ctx, small, ReduceOp::kSum));
+        for (int64_t i = 0; i < count; ++i) {
+          if (small.data<T>()[i] != want(i)) {
+            return absl::InternalError(absl::StrCat("recursive-doubling all-reduce element ", i, " is wrong"));
           }
         }
         // Reduce-scatter from a separate input: chunk r of the result is final.

@@ -19,6 +19,9 @@ void Work::SpinUntilDone(std::chrono::microseconds limit) {
 
 absl::Status Work::Wait() {
   if (helper_ && !IsCompleted()) helper_(this);
+  // status_ no longer changes once the flag is set (Complete stores it
+  // first): the common case of a helped operation takes no lock.
+  if (IsCompleted()) return status_;
   SpinUntilDone(std::chrono::microseconds(spin_microseconds_));
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });
