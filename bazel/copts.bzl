@@ -20,11 +20,6 @@ LOCKSTEP_NVCC_GENCODE = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
-# For elementwise loops that must vectorize in optimized builds: -O2 uses
-# GCC's "very cheap" cost model, which leaves loops that need a remainder
-# (most of ours) scalar. IEEE results are unchanged (no fast-math).
-VECTORIZE_COPTS = ["-ftree-vectorize", "-fvect-cost-model=dynamic"]
-
 def lockstep_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = LOCKSTEP_COPTS + copts, **kwargs)
 
