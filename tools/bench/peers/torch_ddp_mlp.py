@@ -8,7 +8,8 @@
 thread per rank (the env vars above, set here too if absent, plus
 torch.set_num_threads(1)). Each rank trains the reference MLP (Flatten,
 Linear 784->512, ReLU, Linear 512->256, ReLU, Linear 256->10) wrapped in
-DistributedDataParallel (defaults: bucket_cap_mb=25, no hook) with
+DistributedDataParallel (defaults: bucket_cap_mb=25, no hook; with
+--gradient_as_bucket_view, gradients are views into the buckets) with
 SGD(lr=0.1, momentum=0.9) and cross_entropy on synthetic data already in
 memory: 64 examples per rank ([64, 1, 28, 28] in [-1, 1), labels 0..9;
 4 batches per rank, cycled), global batch 128.
@@ -49,7 +50,7 @@ def run(rank, args, port, queue):
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=RANKS)
-    model = DDP(make_model())
+    model = DDP(make_model(), gradient_as_bucket_view=args.gradient_as_bucket_view)
     step = make_step(model, PER_RANK_BATCH, 100 + rank)
 
     for i in range(args.warmup):
@@ -75,6 +76,7 @@ def run(rank, args, port, queue):
                    "step_ms_p90": round(ms[(len(ms) * 9) // 10], 4),
                    "wall_samples_per_s": round(args.steps * global_batch / wall.item(), 1),
                    "steps": args.steps, "warmup": args.warmup,
+                   "gradient_as_bucket_view": args.gradient_as_bucket_view,
                    "torch": torch.__version__})
     dist.barrier()
     # Skip interpreter teardown: in 1.13 destroying the Reducer/ProcessGroupGloo
@@ -87,6 +89,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--gradient_as_bucket_view", action="store_true",
+                        help="DDP(gradient_as_bucket_view=True): gradients are views into the buckets")
     args = parser.parse_args()
     load_before = open("/proc/loadavg").read().split()[0]
     with socket.socket() as s:
