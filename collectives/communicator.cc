@@ -109,6 +109,21 @@ Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions
       rank_(backend_->rank()), size_(backend_->size()), capabilities_(backend_->capabilities()),
       help_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
+  // The waiting thread runs queued operations itself while this
+  // communicator's thread is idle (Work::SetHelper). The gate outlives the
+  // communicator: a Work waited on after it is gone helps nobody.
+  // The awaited Work is passed at each call (not captured): a Work chained
+  // from another inherits the helper and must be the one checked, since
+  // the other may be gone by then. One helper serves every Work.
+  std::weak_ptr<HelpGate> gate = help_gate_;
+  helper_ = std::make_shared<const Work::Helper>([gate](Work* awaited) {
+    if (std::shared_ptr<HelpGate> g = gate.lock()) {
+      // try_lock: a Then callback that waits inside a helped operation must
+      // not deadlock on the gate; it simply waits without helping.
+      std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
+      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(awaited);
+    }
+  });
 }
 
 Communicator::~Communicator() {
@@ -153,21 +168,7 @@ absl::Status Communicator::CheckDevice(const Tensor& t, const char* op, const ch
 
 std::shared_ptr<CompletableWork> Communicator::NewWork() {
   auto work = CompletableWork::Create(options_.wait_spin_microseconds);
-  // The waiting thread runs queued operations itself while this
-  // communicator's thread is idle (Work::SetHelper). The gate outlives the
-  // communicator: a Work waited on after it is gone helps nobody.
-  // The awaited Work is passed at each call (not captured here): a Work
-  // chained from this one inherits the helper and must be the one checked,
-  // since this one may be gone by then.
-  std::weak_ptr<HelpGate> gate = help_gate_;
-  work->SetHelper([gate](Work* awaited) {
-    if (std::shared_ptr<HelpGate> g = gate.lock()) {
-      // try_lock: a Then callback that waits inside a helped operation must
-      // not deadlock on the gate; it simply waits without helping.
-      std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
-      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(awaited);
-    }
-  });
+  work->SetHelper(helper_);
   return work;
 }
 
@@ -186,6 +187,7 @@ std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) 
     item.fingerprint = fingerprint;
     queue_.push_back(std::move(item));
     queue_size_.store(queue_.size(), std::memory_order_release);
+    enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // Under mu_.
   }
   work_cv_.notify_one();
   return work;
@@ -200,19 +202,42 @@ absl::Status Communicator::Break(const absl::Status& status) {
 }
 
 void Communicator::WorkerLoop() {
+  const auto spin = std::chrono::microseconds(options_.worker_spin_microseconds);
   while (true) {
     Item item;
     {
       // The next operation often follows within microseconds (a training
-      // step's buckets, a benchmark loop): look for it briefly, yielding the
-      // core to the caller's thread, before sleeping, because a thread woken
-      // from a futex on these VMs can take tens of microseconds.
-      const Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.worker_spin_microseconds);
-      while (queue_size_.load(std::memory_order_acquire) == 0 && !stopping_flag_.load(std::memory_order_acquire) &&
-             SteadyClock::now() < spin_until) {
-        sched_yield();
+      // step's buckets, a benchmark loop): look for it, yielding the core to
+      // the caller's thread, before sleeping, because a thread woken from a
+      // futex on these VMs can take tens of microseconds. While a waiting
+      // caller runs the operations itself (HelpUntilDone), keep looking
+      // rather than sleep: each operation would otherwise cost a futex wake
+      // on the caller's path and a context switch on its core. Any new
+      // operation restarts the window.
+      uint64_t seen = enqueued_.load(std::memory_order_relaxed);
+      Deadline spin_until = SteadyClock::now() + spin;
+      std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+      while (true) {
+        bool spinning = true;
+        while (!stopping_flag_.load(std::memory_order_acquire)) {
+          if (queue_size_.load(std::memory_order_acquire) != 0 && !helping_.load(std::memory_order_acquire)) break;
+          const Deadline now = SteadyClock::now();
+          const uint64_t enqueued = enqueued_.load(std::memory_order_relaxed);
+          if (enqueued != seen) {
+            seen = enqueued;
+            spin_until = now + spin;
+          } else if (now >= spin_until) {
+            spinning = false;
+            break;
+          }
+          sched_yield();
+        }
+        lock.lock();
+        // A caller took the operation meanwhile: keep looking while in the
+        // window rather than sleep.
+        if (!spinning || stopping_ || (!running_ && !queue_.empty())) break;
+        lock.unlock();
       }
-      std::unique_lock<std::mutex> lock(mu_);
       // One runner at a time: a waiting caller may be running operations.
       work_cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // Stopping, and everything queued ran.
@@ -222,12 +247,9 @@ void Communicator::WorkerLoop() {
       running_ = true;
     }
     RunItem(std::move(item));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = false;
-    }
-    // A caller may be waiting to run the next operation itself.
-    work_cv_.notify_all();
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    // Nobody else waits on work_cv_: no notification.
   }
 }
 
@@ -238,13 +260,18 @@ void Communicator::HelpUntilDone(Work* awaited) {
     queue_.pop_front();
     queue_size_.store(queue_.size(), std::memory_order_release);
     running_ = true;
+    helping_.store(true, std::memory_order_release);
     lock.unlock();
     RunItem(std::move(item));
     lock.lock();
     running_ = false;
+    helping_.store(false, std::memory_order_release);
   }
+  // The worker sleeps only when it has nothing to run: wake it only if it
+  // now has (operations queued behind ours, or the communicator stops).
+  const bool wake = stopping_ || !queue_.empty();
   lock.unlock();
-  work_cv_.notify_all();
+  if (wake) work_cv_.notify_all();
 }
 
 void Communicator::RunItem(Item item) {
@@ -447,7 +474,14 @@ absl::Status Communicator::CheckFingerprints(const Fingerprint& mine, const OpCo
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
-  return AllReduce(tensor, tensor, op);
+  // In place, the common case: one tensor captured, not two (each copy of a
+  // Tensor allocates its shape).
+  if (auto s = CheckTensor(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
+  if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("AllReduce: invalid reduce op"));
+  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(tensor.dtype()),
+                static_cast<uint8_t>(op), 0, -1, tensor.numel(), 0, 0};
+  return Enqueue(f, [this, tensor, op](const OpContext& ctx) { return backend_->AllReduce(tensor, tensor, op, ctx); });
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op) {
@@ -599,6 +633,7 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     item.p2p.tensor = tensor;
     queue_.push_back(std::move(item));
     queue_size_.store(queue_.size(), std::memory_order_release);
+    enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // Under mu_.
     wake = p2p_running_;
   }
   if (wake) {

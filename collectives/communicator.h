@@ -209,15 +209,20 @@ class Communicator {
   bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.
   absl::Status broken_;
   Fd wake_;  // eventfd: a Send/Recv was posted while a batch runs.
-  // Mirrors of queue_.size() and stopping_ for the worker's lock-free spin.
+  // Mirrors of queue_.size() and stopping_ for the worker's lock-free spin,
+  // whether a waiting caller runs an operation, and how many collectives
+  // were queued so far (new work restarts the worker's spin).
   std::atomic<size_t> queue_size_{0};
   std::atomic<bool> stopping_flag_{false};
+  std::atomic<bool> helping_{false};
+  std::atomic<uint64_t> enqueued_{0};
   // Lets Works' helpers reach this communicator while it exists.
   struct HelpGate {
     std::mutex mu;
     Communicator* comm = nullptr;
   };
   std::shared_ptr<HelpGate> help_gate_;
+  std::shared_ptr<const Work::Helper> helper_;  // Given to every Work.
   std::thread worker_;
 
   // Operations a device backend queued (OpContext::queued), finished in

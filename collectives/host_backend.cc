@@ -74,8 +74,11 @@ absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, R
     LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
   }
   if (output.numel() == 0) return absl::OkStatus();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
   AlgorithmContext ctx = Context(op_ctx, output.dtype());
+  // A flat CPU tensor (buckets, most benchmarks) is the buffer itself: no
+  // staged copy of the Tensor, which would allocate its shape.
+  if (output.device().is_cpu() && output.dim() == 1) return lockstep::AllReduce(ctx, output, op);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, true));
   LOCKSTEP_RETURN_IF_ERROR(lockstep::AllReduce(ctx, buffer, op));
   return Unstage(buffer, output);
 }

@@ -21,23 +21,29 @@ absl::Status Combine(ReduceOp op, const Tensor& buffer, const Tensor& theirs, bo
 
 // A receive from the partner that leaves `buffer` = op(lower, higher).
 // Over a transport that consumes in place (shared memory) the partner's
-// bytes are reduced where they lie, as they come: no copy into `theirs`
-// and no second pass over it. A piece is reduced into `buffer` only once
-// our own send of `buffer` (if any) has completed, so the partner never
-// gets reduced data; earlier pieces, and pieces that split an element
+// bytes are reduced where they lie, as they come: no copy into a scratch
+// tensor and no second pass over it. A piece is reduced into `buffer` only
+// once our own send of `buffer` (if any) has completed, so the partner
+// never gets reduced data; earlier pieces, and pieces that split an element
 // (none in practice: the transport hands over whole cache lines), are
-// copied into `theirs` and reduced at the end.
+// copied into the scratch tensor (taken only then) and reduced at the end.
 class CombiningReceive {
  public:
   // `sending`: `buffer` is being sent in the same exchange; the send's
-  // on_done must call SendDone().
-  CombiningReceive(AlgorithmContext& ctx, ReduceOp op, const Tensor& buffer, const Tensor& theirs, int partner,
-                   bool sending)
-      : op_(op), buffer_(buffer), theirs_(theirs), mine_first_(ctx.rank() < partner),
-        element_(DTypeSize(buffer.dtype())), in_place_(ctx.transport.ConsumesInPlace()), send_done_(!sending) {
-    transfer_ = Transfer::Recv(partner, theirs.raw_data(), buffer.nbytes());
-    if (!in_place_) return;
+  // on_done must call SendDone(). Call Init() before transfer().
+  CombiningReceive(AlgorithmContext& ctx, ReduceOp op, const Tensor& buffer, int partner, bool sending)
+      : ctx_(ctx), op_(op), buffer_(buffer), partner_(partner), mine_first_(ctx.rank() < partner),
+        element_(DTypeSize(buffer.dtype())), in_place_(ctx.transport.ConsumesInPlace()), send_done_(!sending) {}
+
+  absl::Status Init() {
+    if (!in_place_) {
+      LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
+      transfer_ = Transfer::Recv(partner_, theirs_.raw_data(), buffer_.nbytes());
+      return absl::OkStatus();
+    }
+    transfer_ = Transfer::Recv(partner_, nullptr, buffer_.nbytes());
     transfer_.consume = [this](size_t offset, const void* bytes, size_t length) { return Consume(offset, bytes, length); };
+    return absl::OkStatus();
   }
 
   Transfer& transfer() { return transfer_; }
@@ -57,6 +63,12 @@ class CombiningReceive {
   }
 
  private:
+  absl::Status TakeScratch() {
+    if (theirs_.defined()) return absl::OkStatus();
+    LOCKSTEP_ASSIGN_OR_RETURN(theirs_, ctx_.ScratchTensor(0, buffer_.numel(), buffer_.dtype()));
+    return absl::OkStatus();
+  }
+
   absl::Status Consume(size_t offset, const void* bytes, size_t length) {
     if (send_done_ && offset % element_ == 0 && length % element_ == 0 &&
         reinterpret_cast<uintptr_t>(bytes) % element_ == 0) {
@@ -66,6 +78,7 @@ class CombiningReceive {
       return ReduceHost(StepOp(op_), buffer_.dtype(), first, second, mine,
                         static_cast<int64_t>(length / element_));
     }
+    LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
     std::memcpy(static_cast<char*>(theirs_.raw_data()) + offset, bytes, length);
     if (!staged_.empty() && staged_.back().second == offset) {
       staged_.back().second += length;
@@ -75,13 +88,15 @@ class CombiningReceive {
     return absl::OkStatus();
   }
 
+  AlgorithmContext& ctx_;
   const ReduceOp op_;
   const Tensor& buffer_;
-  const Tensor& theirs_;
+  const int partner_;
   const bool mine_first_;
   const size_t element_;
   const bool in_place_;
   bool send_done_;
+  Tensor theirs_;  // Scratch, taken when first needed.
   Transfer transfer_;
   // Byte ranges copied into theirs_ (whole elements are never split
   // between a reduced piece and a staged one).
@@ -94,7 +109,6 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
   const int n = ctx.size(), r = ctx.rank();
   if (n == 1) return absl::OkStatus();
   const size_t bytes = buffer.nbytes();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, ctx.ScratchTensor(0, buffer.numel(), buffer.dtype()));
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int extra = n - p;
@@ -107,7 +121,8 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
       LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
       vrank = -1;
     } else {
-      CombiningReceive receive(ctx, op, buffer, theirs, r - 1, /*sending=*/false);
+      CombiningReceive receive(ctx, op, buffer, r - 1, /*sending=*/false);
+      LOCKSTEP_RETURN_IF_ERROR(receive.Init());
       LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&receive.transfer(), 1}, fold_tag, ctx.deadline));
       LOCKSTEP_RETURN_IF_ERROR(receive.Finish());
       vrank = r / 2;
@@ -120,7 +135,8 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
     const MessageTag tag = ctx.NextTag();
     if (vrank < 0) continue;  // Folded ranks skip the doubling rounds (but keep the tag count).
     const int partner = real_rank(vrank ^ mask);
-    CombiningReceive receive(ctx, op, buffer, theirs, partner, /*sending=*/true);
+    CombiningReceive receive(ctx, op, buffer, partner, /*sending=*/true);
+    LOCKSTEP_RETURN_IF_ERROR(receive.Init());
     Transfer transfers[2] = {Transfer::Send(partner, buffer.raw_data(), bytes), receive.transfer()};
     transfers[0].on_done = [&receive] {
       receive.SendDone();

@@ -18,7 +18,7 @@ void Work::SpinUntilDone(std::chrono::microseconds limit) {
 }
 
 absl::Status Work::Wait() {
-  if (helper_ && !IsCompleted()) helper_(this);
+  if (helper_ != nullptr && !IsCompleted()) (*helper_)(this);
   // status_ no longer changes once the flag is set (Complete stores it
   // first): the common case of a helped operation takes no lock.
   if (IsCompleted()) return status_;

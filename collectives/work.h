@@ -67,6 +67,9 @@ class Work : public std::enable_shared_from_this<Work> {
 
   std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
 
+  // What a waiting thread may run while it waits (SetHelper, below).
+  using Helper = std::function<void(Work* awaited)>;
+
   // Makes work queued later on the CUDA stream `stream` (a cudaStream_t;
   // nullptr: the legacy default stream) wait for this operation; see the
   // contract above. Returns the operation's error if it failed before it
@@ -88,7 +91,10 @@ class Work : public std::enable_shared_from_this<Work> {
   // Works inherit it. Set before the Work is shared.
   // The helper is told which Work is being waited on (this one, or a Work
   // chained from it).
-  void SetHelper(std::function<void(Work* awaited)> helper) { helper_ = std::move(helper); }
+  void SetHelper(Helper helper) { helper_ = std::make_shared<const Helper>(std::move(helper)); }
+  // The same helper for many Works: shared, not copied (no allocation per
+  // Work).
+  void SetHelper(std::shared_ptr<const Helper> helper) { helper_ = std::move(helper); }
 
   // Called by a device backend once the operation is queued on its stream,
   // before it completes: SynchronizeStream then waits on `marker` instead
@@ -102,7 +108,7 @@ class Work : public std::enable_shared_from_this<Work> {
   void SpinUntilDone(std::chrono::microseconds limit);
 
   const int spin_microseconds_;
-  std::function<void(Work*)> helper_;
+  std::shared_ptr<const Helper> helper_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
