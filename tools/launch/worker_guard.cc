@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
@@ -49,12 +50,26 @@ int RunWorkerGuard(int argc, char** argv) {
   // would have ended the guard before any worker started; had it died just
   // before the prctl, nobody would send the signal: check.
   ::prctl(PR_SET_PDEATHSIG, death);
-  const long agent = std::strtol(argv[1] + sizeof(kWorkerGuardFlag) - 1, nullptr, 10);
-  if (argc < 3 || agent <= 0) {
-    std::fprintf(stderr, "lockstep-run: %s needs the agent's pid and a program\n", kWorkerGuardFlag);
+  const char* pid_text = argv[1] + sizeof(kWorkerGuardFlag) - 1;
+  int agent = 0;
+  if (argc < 3 || !absl::SimpleAtoi(pid_text, &agent) || agent <= 0) {
+    std::fprintf(stderr,
+                 "lockstep-run: %s needs the agent's pid and a program (got '%s'%s); it is started by "
+                 "lockstep-run's agent, not by hand\n",
+                 kWorkerGuardFlag, pid_text, argc < 3 ? " and no program" : "");
     return 127;
   }
-  if (::getppid() != static_cast<pid_t>(agent)) KillGroup(0);
+  // Killing "the group" is only right for the group the agent made for
+  // this worker, which the guard leads; anywhere else it would hit the
+  // caller's own processes.
+  if (::getpgrp() != ::getpid()) {
+    std::fprintf(stderr,
+                 "lockstep-run: %s%d must lead its own process group (the agent starts it so); refusing to "
+                 "run %s\n",
+                 kWorkerGuardFlag, agent, argv[2]);
+    return 127;
+  }
+  if (::getppid() != static_cast<pid_t>(agent)) KillGroup(0);  // The agent is gone already.
   for (int sig : kForwarded) ::signal(sig, SIG_IGN);
 
   const pid_t guard = ::getpid();

@@ -44,8 +44,12 @@ bool IsWorkerGuard(const char* arg);
 std::vector<std::string> GuardedArgv(const std::vector<std::string>& worker_argv);
 
 // The guard's main: argv[1] is the flag, argv[2..] the worker's argv.
-// Returns only with an error code (127) when the worker cannot start;
-// otherwise it exits as the worker did.
+// Returns only with an error code (127) when the worker cannot start (no
+// program, a malformed pid, or the guard does not lead its own process
+// group: run by hand, killing "its" group would hit the caller's);
+// otherwise it exits as the worker did. If its parent is not the agent
+// named (the agent died before the guard's parent-death signal was set),
+// it kills its group, itself included.
 int RunWorkerGuard(int argc, char** argv);
 
 }  // namespace launch
