@@ -474,14 +474,7 @@ absl::Status Communicator::CheckFingerprints(const Fingerprint& mine, const OpCo
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
-  // In place, the common case: one tensor captured, not two (each copy of a
-  // Tensor allocates its shape).
-  if (auto s = CheckTensor(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
-  if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("AllReduce: invalid reduce op"));
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(tensor.dtype()),
-                static_cast<uint8_t>(op), 0, -1, tensor.numel(), 0, 0};
-  return Enqueue(f, [this, tensor, op](const OpContext& ctx) { return backend_->AllReduce(tensor, tensor, op, ctx); });
+  return AllReduce(tensor, tensor, op);
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op) {
@@ -492,6 +485,13 @@ std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor&
   if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("AllReduce: invalid reduce op"));
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(input.dtype()),
                 static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
+  if (output.SharesStorageWith(input) && output.raw_data() == input.raw_data()) {
+    // In place, the common case: one tensor captured, not two (each copy
+    // of a Tensor allocates its shape).
+    return Enqueue(f, [this, tensor = input, op](const OpContext& ctx) {
+      return backend_->AllReduce(tensor, tensor, op, ctx);
+    });
+  }
   return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
     return backend_->AllReduce(input, output, op, ctx);
   });

@@ -8,16 +8,18 @@
 #include "tools/launch/worker_guard.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +36,7 @@ struct Ended {
 
 // Forks; the child optionally leads a new process group, then runs the
 // guard with `args` (after argv[0]) and exits with its result. Waits at
-// most 20 s (then kills the child and fails).
+// most 20 s for it to end (then kills it and fails).
 Ended RunGuard(const std::vector<std::string>& args, bool own_group) {
   int err[2];
   if (::pipe(err) != 0) {
@@ -56,18 +58,21 @@ Ended RunGuard(const std::vector<std::string>& args, bool own_group) {
   }
   ::close(err[1]);
   Ended ended;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (true) {
-    const pid_t done = ::waitpid(child, &ended.status, WNOHANG);
-    if (done == child) break;
-    if (std::chrono::steady_clock::now() > deadline) {
+  // The child's pidfd becomes readable when it exits: wait for that, with
+  // the deadline.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) {
       ::kill(child, SIGKILL);
-      ::waitpid(child, &ended.status, 0);
       ADD_FAILURE() << "the guard did not end within 20 s";
-      break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Polling a deadline, not synchronizing.
+    ::close(pidfd);
+  } else {
+    ADD_FAILURE() << "pidfd_open failed: " << std::strerror(errno);
+    ::kill(child, SIGKILL);
   }
+  ::waitpid(child, &ended.status, 0);
   char buffer[4096];
   ssize_t n;
   while ((n = ::read(err[0], buffer, sizeof(buffer))) > 0) ended.stderr_text.append(buffer, static_cast<size_t>(n));
