@@ -75,12 +75,12 @@ std::unique_ptr<Module> MakeModel(ModelKind kind, int64_t hidden = 32) {
   if (kind == ModelKind::kUnusedBranch) return WithUnusedBranch::Make(gen);
   if (kind == ModelKind::kBatchNorm) {
     auto model = std::make_unique<Sequential>();
-    (void)model->Add("fc1", *Linear::Create({kFeatures, hidden}, gen));
+    EXPECT_TRUE(model->Add("fc1", *Linear::Create({kFeatures, hidden}, gen)).ok());
     BatchNormOptions bn;
     bn.num_features = hidden;
-    (void)model->Add("bn", *BatchNorm1d::Create(bn));
-    (void)model->Add("relu", std::make_unique<ReLU>());
-    (void)model->Add("fc2", *Linear::Create({hidden, kClasses}, gen));
+    EXPECT_TRUE(model->Add("bn", *BatchNorm1d::Create(bn)).ok());
+    EXPECT_TRUE(model->Add("relu", std::make_unique<ReLU>()).ok());
+    EXPECT_TRUE(model->Add("fc2", *Linear::Create({hidden, kClasses}, gen)).ok());
     return model;
   }
   MlpOptions mlp;
@@ -106,10 +106,10 @@ Batch MakeBatch(int step, int micro, int rank, int64_t rows = kBatch) {
 // Rows of rank 0's batch then rank 1's: the single process's batch of 2b.
 Batch Concat(const Batch& a, const Batch& b) {
   Batch c{*Tensor::Empty({2 * kBatch, kFeatures}, DType::kF32), *Tensor::Empty({2 * kBatch}, DType::kI64)};
-  (void)c.x.Flat(0, kBatch * kFeatures)->CopyFrom(*a.x.Flat(0, kBatch * kFeatures));
-  (void)c.x.Flat(kBatch * kFeatures, kBatch * kFeatures)->CopyFrom(*b.x.Flat(0, kBatch * kFeatures));
-  (void)c.y.Flat(0, kBatch)->CopyFrom(a.y);
-  (void)c.y.Flat(kBatch, kBatch)->CopyFrom(b.y);
+  EXPECT_TRUE(c.x.Flat(0, kBatch * kFeatures)->CopyFrom(*a.x.Flat(0, kBatch * kFeatures)).ok());
+  EXPECT_TRUE(c.x.Flat(kBatch * kFeatures, kBatch * kFeatures)->CopyFrom(*b.x.Flat(0, kBatch * kFeatures)).ok());
+  EXPECT_TRUE(c.y.Flat(0, kBatch)->CopyFrom(a.y).ok());
+  EXPECT_TRUE(c.y.Flat(kBatch, kBatch)->CopyFrom(b.y).ok());
   return c;
 }
 

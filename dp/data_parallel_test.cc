@@ -42,12 +42,12 @@ std::unique_ptr<Module> MakeModel(bool batch_norm) {
   Mt19937 gen(1234);
   if (batch_norm) {
     auto model = std::make_unique<Sequential>();
-    (void)model->Add("fc1", *Linear::Create({kFeatures, 24}, gen));
+    EXPECT_TRUE(model->Add("fc1", *Linear::Create({kFeatures, 24}, gen)).ok());
     BatchNormOptions bn;
     bn.num_features = 24;
-    (void)model->Add("bn", *BatchNorm1d::Create(bn));
-    (void)model->Add("relu", std::make_unique<ReLU>());
-    (void)model->Add("fc2", *Linear::Create({24, kClasses}, gen));
+    EXPECT_TRUE(model->Add("bn", *BatchNorm1d::Create(bn)).ok());
+    EXPECT_TRUE(model->Add("relu", std::make_unique<ReLU>()).ok());
+    EXPECT_TRUE(model->Add("fc2", *Linear::Create({24, kClasses}, gen)).ok());
     return model;
   }
   MlpOptions mlp;

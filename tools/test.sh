@@ -5,7 +5,11 @@
 #                                   present; GPU tests skip without a device),
 #   3. the same under AddressSanitizer (--config=asan) and the concurrent
 #      code under ThreadSanitizer (--config=tsan),
-#   4. the external consumer workspace in tests/consumer.
+#   4. the golden and equivalence tests under each OpenBLAS kernel the CPU
+#      can execute (OPENBLAS_CORETYPE=Prescott, Haswell, SkylakeX, Cooperlake,
+#      Zen; a kernel whose instructions the CPU lacks is skipped, with a line
+#      saying so),
+#   5. the external consumer workspace in tests/consumer.
 # Ends with the line `N passed, M failed` (plus `, K skipped` when some were
 # skipped), counted from Bazel's per-target results. Exits non-zero on any
 # failure.
@@ -66,6 +70,27 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
 # The communicator grid without its 1M-element cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"
+# The golden and equivalence tests once more under each OpenBLAS kernel this
+# CPU can execute: another kernel sums in another order, so a tolerance that
+# holds for one CPU's kernel alone fails here on any machine.
+golden_tests=(//nn:golden_test //nn:batch_norm_test //nn/testing:error_bound_test //ddp:golden_test
+  //ddp:ddp_test //dp:data_parallel_test //tests:mixed_precision_test //amp:grad_scaler_test)
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { local f; for f in "$@"; do [[ "$cpu_flags" == *" $f "* ]] || return 1; done; }
+for kernel in Prescott Haswell SkylakeX Cooperlake Zen; do
+  case $kernel in
+    Prescott) needs=(pni) ;;                                   # SSE3
+    Haswell|Zen) needs=(avx2 fma) ;;
+    SkylakeX) needs=(avx512f avx512bw avx512dq avx512vl) ;;
+    Cooperlake) needs=(avx512f avx512bw avx512dq avx512vl avx512_bf16) ;;
+  esac
+  if ! has "${needs[@]}"; then
+    echo "=== kernel-$kernel: skipped, this CPU lacks ${needs[*]}"
+    continue
+  fi
+  run_step "kernel-$kernel" bazel test "--test_env=OPENBLAS_CORETYPE=$kernel" "${golden_tests[@]}"
+done
+
 pushd tests/consumer >/dev/null
 run_step consumer bazel test //...
 bazel shutdown >/dev/null 2>&1  # Frees the consumer's Bazel server.

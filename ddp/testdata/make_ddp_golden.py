@@ -124,9 +124,18 @@ def worker(rank, case, init_file, out_dir):
                 p.add_(1.0)
     ddp = DDP(model, bucket_cap_mb=cfg.get("bucket_cap_mb", 25),
               find_unused_parameters=cfg.get("find_unused_parameters", False))
-    if cfg.get("hook"):
-        ddp.register_comm_hook(None, getattr(default_hooks, cfg["hook"]))
     names_by_id = {id(p): n for n, p in model.named_parameters()}
+    local_grads = {}  # this step's gradients as the hook received them
+    if cfg.get("hook"):
+        hook = getattr(default_hooks, cfg["hook"])
+
+        def recording_hook(state, bucket):
+            # With a hook the reducer copies each grad into the bucket without
+            # dividing by the world size: these are this rank's own gradients.
+            for p, g in zip(bucket.parameters(), bucket.gradients()):
+                local_grads[names_by_id[id(p)]] = g.detach().clone()
+            return hook(state, bucket)
+        ddp.register_comm_hook(None, recording_hook)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = torch.nn.CrossEntropyLoss()
     micro_batches = cfg.get("micro_batches", 1)
@@ -134,9 +143,11 @@ def worker(rank, case, init_file, out_dir):
 
     result = {"init": {n: p.detach().clone() for n, p in model.named_parameters()},
               "buckets_at_construction": bucket_names(ddp, names_by_id),
-              "losses": [], "grads": [], "params": [], "buckets_after_step": []}
+              "losses": [], "grads": [], "params": [], "buckets_after_step": [],
+              "local_grads": []}
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
+        local_grads.clear()
         losses = []
         for m, (x, y) in enumerate(data[step]):
             if m < micro_batches - 1:
@@ -148,6 +159,7 @@ def worker(rank, case, init_file, out_dir):
                 loss.backward()
             losses.append(loss.detach().clone())
         result["losses"].append(losses)
+        result["local_grads"].append(dict(local_grads))
         result["grads"].append({n: p.grad.detach().clone()
                                 for n, p in model.named_parameters() if p.grad is not None})
         opt.step()
@@ -203,6 +215,8 @@ def main(out_dir):
                         out[prefix + ".x"] = x
                         out[prefix + ".y"] = y
                         out[prefix + ".loss"] = results[r]["losses"][k][m].float().reshape(())
+                    for n, t in results[r]["local_grads"][k].items():
+                        out[f"rank{r}.step{k}.local_grad.{n}"] = t
             for r in range(WORLD_SIZE):
                 out[f"rank{r}.losses"] = torch.stack(
                     [torch.stack(ls) for ls in results[r]["losses"]]).float().reshape(

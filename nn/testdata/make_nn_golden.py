@@ -14,12 +14,18 @@ training steps on three fixed batches. Stored, all f32 unless noted:
   step0.grad.<param>          gradients of that loss
   <opt>.step<k>.<param>       parameters after step k+1 of optimizer <opt>
   <opt>.step<k>.loss          the loss computed in step k+1 (before its update)
+  <opt>.step<k>.grad.<param>  the gradients of that loss
+  <opt>.step<k>.state.<param>.<key>
+                              the optimizer's state after step k+1 (momentum_buffer;
+                              exp_avg, exp_avg_sq, max_exp_avg_sq, step as f32), so a
+                              test can start each step from PyTorch's own state
   conv.init.<param>, conv.x, conv.y, conv.logits, conv.loss, conv.grad.<param>,
   conv.sgd.step<k>.<param>    a small CNN (Conv2d 1->4 3x3 pad 1, ReLU, MaxPool2d
                               3 stride 2 pad 1 (overlapping windows), Conv2d 4->6
                               3x3 stride 2 pad 1, ReLU, Flatten, Linear 24->5)
                               built after manual_seed(2), its forward/backward
-                              on [3, 1, 8, 8], then 2 steps of SGD(momentum 0.9)
+                              on [3, 1, 8, 8], then 2 steps of SGD(momentum 0.9);
+                              conv.sgd.step1.grad.<param> the second step's gradients
   big.weight_head/tail, big.bias, big.weight_sum (f64)
                               Linear(784, 512) after manual_seed(1): first and
                               last 64 weights, all biases, and the f64 sum of
@@ -83,10 +89,14 @@ def main(path):
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
+            for name, p in model.named_parameters():
+                out[f"{key}.step{k}.grad.{name}"] = p.grad.detach().clone()
             opt.step()
             out[f"{key}.step{k}.loss"] = loss.detach().clone()
             for name, p in model.named_parameters():
                 out[f"{key}.step{k}.{name}"] = p.detach().clone()
+                for skey, t in opt.state[p].items():
+                    out[f"{key}.step{k}.state.{name}.{skey}"] = t.detach().clone().float()
 
     torch.manual_seed(2)
     conv = torch.nn.Sequential(
@@ -111,6 +121,8 @@ def main(path):
         if k > 0:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(conv(x), y).backward()
+            for name, p in conv.named_parameters():
+                out[f"conv.sgd.step{k}.grad.{name}"] = p.grad.detach().clone()
         opt.step()
         for name, p in conv.named_parameters():
             out[f"conv.sgd.step{k}.{name}"] = p.detach().clone()
