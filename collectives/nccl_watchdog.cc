@@ -77,16 +77,33 @@ absl::Status NcclWatchdog::Check() {
   return absl::OkStatus();
 }
 
+bool NcclWatchdog::AwaitRound(Deadline not_before, Deadline give_up) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return round_cv_.wait_until(lock, give_up, [&] { return rounds_ > 0 && last_round_began_ >= not_before; });
+}
+
+uint64_t NcclWatchdog::rounds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rounds_;
+}
+
 void NcclWatchdog::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, interval_, [this] { return stop_; });
-    if (stop_ || !status_.ok()) continue;
-    absl::Status problem = Check();
-    if (problem.ok()) continue;
-    lock.unlock();
-    Fail(std::move(problem));
-    lock.lock();
+    if (stop_) break;
+    const Deadline began = SteadyClock::now();
+    if (status_.ok()) {
+      absl::Status problem = Check();
+      if (!problem.ok()) {
+        lock.unlock();
+        Fail(std::move(problem));
+        lock.lock();
+      }
+    }
+    ++rounds_;
+    last_round_began_ = began;
+    round_cv_.notify_all();
   }
 }
 

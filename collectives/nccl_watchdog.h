@@ -63,6 +63,14 @@ class NcclWatchdog {
   // Records `error` as the failure (unless one is recorded) and aborts.
   void Fail(absl::Status error);
 
+  // Blocks until a round of the watchdog that began at or after
+  // `not_before` has finished (its checks done, or skipped once failed), or
+  // until `give_up`; true if such a round finished. For tests and tools
+  // that must know the watchdog has looked, instead of sleeping.
+  bool AwaitRound(Deadline not_before, Deadline give_up);
+  // Rounds finished so far.
+  uint64_t rounds();
+
  private:
   struct Op {
     std::string fingerprint;
@@ -78,6 +86,9 @@ class NcclWatchdog {
 
   std::mutex mu_;  // Guards everything below.
   std::condition_variable cv_;
+  std::condition_variable round_cv_;  // notified after each round
+  uint64_t rounds_ = 0;
+  Deadline last_round_began_{};
   bool stop_ = false;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Op> in_flight_;

@@ -14,10 +14,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Waits (bounded) until the watchdog has failed.
+// Waits (bounded) until the watchdog has failed: each of its rounds is
+// observed, so the loop ends as soon as the failing round has finished.
 bool WaitForFailure(NcclWatchdog& dog) {
-  const auto give_up = SteadyClock::now() + std::chrono::seconds(20);
-  while (!dog.failed() && SteadyClock::now() < give_up) std::this_thread::sleep_for(milliseconds(1));
+  const Deadline give_up = DeadlineIn(std::chrono::seconds(20));
+  while (!dog.failed() && dog.AwaitRound(SteadyClock::now(), give_up)) {
+  }
   return dog.failed();
 }
 
@@ -53,7 +55,8 @@ TEST(NcclWatchdogTest, OperationPastItsDeadlineAbortsOnceAndNamesIt) {
   EXPECT_NE(s.message().find("aborted the NCCL communicator"), absl::string_view::npos) << s;
   // Later checks and a second failure do not abort again.
   dog.Fail(absl::InternalError("second"));
-  std::this_thread::sleep_for(milliseconds(20));
+  // Two whole rounds after the second failure.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(dog.AwaitRound(SteadyClock::now(), DeadlineIn(std::chrono::seconds(20))));
   EXPECT_EQ(rec.aborts.load(), 1);
   EXPECT_EQ(dog.status(), s);
   std::lock_guard<std::mutex> lock(rec.mu);
@@ -79,10 +82,15 @@ TEST(NcclWatchdogTest, AsyncErrorFailsWithTheOperationsInFlight) {
 TEST(NcclWatchdogTest, FinishedOperationsAndNoDeadlineNeverFail) {
   Recorder rec;
   NcclWatchdog dog(rec.Hooks(), milliseconds(1), "rank 0 on cuda:0");
-  const uint64_t done = dog.Begin("AllGather seq 1", DeadlineIn(milliseconds(500)));
+  const Deadline deadline = DeadlineIn(milliseconds(50));
+  const uint64_t done = dog.Begin("AllGather seq 1", deadline);
   dog.End(done);
   dog.Begin("AllGather seq 2", kNoDeadline);
-  std::this_thread::sleep_for(milliseconds(700));  // Past the ended op's deadline; many rounds.
+  // Rounds that began past the ended op's deadline, and 20 more.
+  const Deadline give_up = DeadlineIn(std::chrono::seconds(20));
+  ASSERT_TRUE(dog.AwaitRound(deadline, give_up));
+  const uint64_t after = dog.rounds();
+  while (dog.rounds() < after + 20) ASSERT_TRUE(dog.AwaitRound(SteadyClock::now(), give_up));
   EXPECT_TRUE(dog.status().ok()) << dog.status();
   EXPECT_EQ(rec.aborts.load(), 0);
 }
