@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/stream_marker.h"
 #include "collectives/transport.h"
 #include "core/device.h"

@@ -59,7 +59,8 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/backend.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 #include "collectives/store.h"
 #include "collectives/work.h"
 #include "core/reduce_op.h"

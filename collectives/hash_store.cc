@@ -1,6 +1,6 @@
 #include "collectives/hash_store.h"
 
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/store_ops.h"
 
 namespace lockstep {

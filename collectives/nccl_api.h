@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/stream_marker.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"

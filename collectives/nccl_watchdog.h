@@ -31,7 +31,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 
 namespace lockstep {
 

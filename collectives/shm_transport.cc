@@ -25,6 +25,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/socket.h"
 #include "collectives/transfer_streams.h"
 #include "collectives/transport_errors.h"
 #include "core/status.h"

@@ -67,7 +67,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 #include "collectives/store.h"
 #include "collectives/transport.h"
 

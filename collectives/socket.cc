@@ -19,36 +19,6 @@
 
 namespace lockstep {
 
-Deadline DeadlineIn(std::chrono::milliseconds timeout) {
-  const Deadline now = SteadyClock::now();
-  if (timeout.count() <= 0) return now;
-  // Compare in milliseconds: converting `timeout` to the clock's nanoseconds
-  // is itself what would overflow.
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::max() - now);
-  if (timeout >= room) return kNoDeadline;
-  return now + timeout;
-}
-
-std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b) {
-  using Ms = std::chrono::milliseconds;
-  if (b.count() > 0 && a > Ms::max() - b) return Ms::max();
-  if (b.count() < 0 && a < Ms::min() - b) return Ms::min();
-  return a + b;
-}
-
-int PollTimeoutMs(Deadline deadline) {
-  const Deadline now = SteadyClock::now();
-  // Checked first: `deadline - now` overflows for a deadline far in the past.
-  if (deadline <= now) return 0;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-  return static_cast<int>(std::min<int64_t>(left.count() + 1, 3600 * 1000));
-}
-
-void Fd::Reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 std::string HostPort(absl::string_view host, int port) {
   if (host.find(':') != absl::string_view::npos) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);

@@ -12,50 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 
 namespace lockstep {
 
-using SteadyClock = std::chrono::steady_clock;
-using Deadline = SteadyClock::time_point;
-
-// "No deadline": DeadlineIn saturates to it, and every helper below treats it
-// as forever (poll() wakes at least hourly and waits again).
-inline constexpr Deadline kNoDeadline = Deadline::max();
-
-// now + timeout, saturating: a timeout past the clock's range (2^62 ms,
-// Milliseconds::max()) is kNoDeadline instead of signed overflow; a zero or
-// negative timeout is now (already due).
-Deadline DeadlineIn(std::chrono::milliseconds timeout);
-
-// a + b without overflow (clamped to the range of milliseconds), for timeouts
-// built from parts (a wait plus a grace period).
-std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b);
-
-// Milliseconds left until `deadline` for poll(): 0 when past, capped at 1 h
-// (so kNoDeadline polls in 1 h steps).
-int PollTimeoutMs(Deadline deadline);
-
-// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) Reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+// Deadline, kNoDeadline, DeadlineIn, PollTimeoutMs (core/deadline.h) and Fd
+// (core/fd.h) are what every helper below takes and returns.
 
 // "host:port" (IPv6 hosts in brackets).
 std::string HostPort(absl::string_view host, int port);

@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 
 namespace lockstep {
 

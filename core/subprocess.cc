@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/fd.h"
 
 extern char** environ;
 
@@ -28,23 +29,6 @@ int PidfdSendSignal(int pidfd, int sig) {
 }
 
 std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
-
-// A descriptor closed on scope exit (core cannot use collectives' Fd).
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd = -1) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() { Close(); }
-  int get() const { return fd_; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
 
 // What the child reports through the close-on-exec pipe when it cannot
 // reach exec: which step failed and its errno.
@@ -247,8 +231,8 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (pipe2(error_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("Subprocess::Spawn: pipe2: ", ErrnoText(errno)));
   }
-  ScopedFd error_read(error_pipe[0]);
-  ScopedFd error_write(error_pipe[1]);
+  Fd error_read(error_pipe[0]);
+  Fd error_write(error_pipe[1]);
   const pid_t pid = fork();
   if (pid < 0) {
     return absl::InternalError(absl::StrCat("cannot run '", options.argv[0], "': fork: ", ErrnoText(errno)));

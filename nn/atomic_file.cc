@@ -14,41 +14,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/fd.h"
 
 namespace lockstep {
 namespace {
 
-// An owned file descriptor; closed (errors ignored) on destruction. Use
-// Close() where the close error matters (after writing).
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept {
-    if (this != &other) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
-  // Closes now and reports the result. Linux releases the descriptor even
-  // when close fails, so it is never retried.
-  int Close() { return ::close(std::exchange(fd_, -1)); }
-
- private:
-  int fd_;
-};
-
-// Removes the temporary file unless the write got as far as the rename.
 class TempFileRemover {
  public:
   explicit TempFileRemover(std::string path) : path_(std::move(path)) {}
@@ -145,7 +115,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   // O_EXCL|O_NOFOLLOW: whatever sits at the name (a planted symlink
   // included) is never opened; EEXIST draws another name.
   std::string temp;
-  ScopedFd fd(-1);
+  Fd fd;
   for (int attempt = 0; attempt < kTempNameTries && !fd.valid(); ++attempt) {
     std::string suffix = options.testing_first_temp_suffix;
     if (attempt > 0 || suffix.empty()) {
@@ -157,7 +127,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
       suffix = *std::move(random);
     }
     temp = absl::StrCat(path, kTempInfix, suffix);
-    fd = ScopedFd(::open(temp.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644));
+    fd = Fd(::open(temp.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644));
     if (!fd.valid() && errno != EEXIST) break;
   }
   if (!fd.valid()) {
@@ -208,7 +178,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   // Without this the rename may be lost on power failure even though the data
   // blocks are on disk.
   const std::string dir = DirectoryOf(path);
-  ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd.valid() || ::fsync(dir_fd.get()) != 0) {
     const int err = errno;
     return absl::InternalError(absl::StrCat(
@@ -219,7 +189,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     const int err = errno;
     const std::string message = absl::StrCat("ReadFileToString(", path, "): cannot open: ", ErrnoText(err));

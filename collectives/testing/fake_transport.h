@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/transport.h"
 
 namespace lockstep {

@@ -51,7 +51,7 @@
 #include "collectives/local_launch.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/rank_environment.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/tcp_store.h"
 #include "core/cuda_runtime.h"
 #include "core/device.h"

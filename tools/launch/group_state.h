@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/store.h"
 #include "tools/launch/rendezvous.h"
 

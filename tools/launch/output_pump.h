@@ -26,7 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/socket.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 
 namespace lockstep {
 namespace launch {

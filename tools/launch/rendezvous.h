@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/socket.h"
+#include "core/deadline.h"
 #include "collectives/store.h"
 
 namespace lockstep {

@@ -1,0 +1,40 @@
+// Deadlines on the steady clock, as every blocking call in lockstep takes
+// them: a point in time, never a duration, so that a call made of several
+// waits cannot exceed what its caller allowed.
+//
+//   const Deadline deadline = DeadlineIn(std::chrono::seconds(30));
+//   while (!done) {
+//     if (SteadyClock::now() >= deadline) return absl::DeadlineExceededError("...");
+//     poll(&p, 1, PollTimeoutMs(deadline));
+//   }
+#ifndef LOCKSTEP_CORE_DEADLINE_H_
+#define LOCKSTEP_CORE_DEADLINE_H_
+
+#include <chrono>
+
+namespace lockstep {
+
+using SteadyClock = std::chrono::steady_clock;
+using Deadline = SteadyClock::time_point;
+
+// "No deadline": DeadlineIn saturates to it, and every helper that takes a
+// deadline treats it as forever (poll() wakes at least hourly and waits
+// again).
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
+// now + timeout, saturating: a timeout past the clock's range (2^62 ms,
+// milliseconds::max()) is kNoDeadline instead of signed overflow; a zero or
+// negative timeout is now (already due).
+Deadline DeadlineIn(std::chrono::milliseconds timeout);
+
+// a + b without overflow (clamped to the range of milliseconds), for timeouts
+// built from parts (a wait plus a grace period).
+std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b);
+
+// Milliseconds left until `deadline` for poll(): 0 when past, capped at 1 h
+// (so kNoDeadline polls in 1 h steps).
+int PollTimeoutMs(Deadline deadline);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_DEADLINE_H_
