@@ -29,7 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "core/deadline.h"
 #include "collectives/stream_marker.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 #include "core/device.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"

@@ -61,7 +61,7 @@
 #include "collectives/backend.h"
 #include "core/deadline.h"
 #include "core/fd.h"
-#include "collectives/store.h"
+#include "collectives/store/store.h"
 #include "collectives/work.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
 #include "collectives/host_backend.h"
-#include "collectives/store.h"
+#include "collectives/store/store.h"
 #include "collectives/testing/fake_transport.h"
 #include "collectives/testing/fault_cases.h"
 #include "collectives/testing/group.h"

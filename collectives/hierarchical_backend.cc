@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/all_reduce.h"
-#include "collectives/barrier.h"
-#include "collectives/broadcast.h"
-#include "collectives/reduce.h"
+#include "collectives/algorithms/all_reduce.h"
+#include "collectives/algorithms/barrier.h"
+#include "collectives/algorithms/broadcast.h"
+#include "collectives/algorithms/reduce.h"
 #include "core/status.h"
 
 namespace lockstep {

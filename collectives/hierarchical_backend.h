@@ -56,10 +56,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "collectives/algorithm.h"
+#include "collectives/algorithms/algorithm.h"
 #include "collectives/backend.h"
 #include "collectives/hierarchical_layout.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace lockstep {
 

@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/all_gather.h"
-#include "collectives/all_reduce.h"
-#include "collectives/barrier.h"
-#include "collectives/broadcast.h"
-#include "collectives/gather.h"
-#include "collectives/reduce.h"
-#include "collectives/reduce_scatter.h"
-#include "collectives/scatter.h"
+#include "collectives/algorithms/all_gather.h"
+#include "collectives/algorithms/all_reduce.h"
+#include "collectives/algorithms/barrier.h"
+#include "collectives/algorithms/broadcast.h"
+#include "collectives/algorithms/gather.h"
+#include "collectives/algorithms/reduce.h"
+#include "collectives/algorithms/reduce_scatter.h"
+#include "collectives/algorithms/scatter.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -18,10 +18,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "collectives/algorithm.h"
+#include "collectives/algorithms/algorithm.h"
 #include "collectives/backend.h"
 #include "collectives/point_to_point.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace lockstep {
 

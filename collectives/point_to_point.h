@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/backend.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace lockstep {
 

@@ -60,13 +60,13 @@ run_step asan bazel test --config=asan //core/... //data/... //collectives/... /
 # cases: ASan makes them several minutes long.
 run_step asan-grid bazel test --config=asan //collectives:communicator_test "--test_arg=--gtest_filter=-*LargeCounts*"
 run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess_test //data:data_loader_test \
-  //collectives:fault_test //collectives:store_test //collectives:tcp_store_test //collectives:work_test \
-  //collectives:point_to_point_test //collectives:fake_transport_test //collectives:tcp_transport_test \
-  //collectives:init_from_env_test //collectives:all_reduce_test //collectives:ring_all_reduce_test \
+  //collectives:fault_test //collectives/store:store_test //collectives/store:tcp_store_test //collectives:work_test \
+  //collectives:point_to_point_test //collectives/testing:fake_transport_test //collectives/transport/tcp:tcp_transport_test \
+  //collectives/bootstrap:init_from_env_test //collectives/algorithms:all_reduce_test //collectives/algorithms:ring_all_reduce_test \
   //ddp:ddp_test //trainers:train_loop_test //dp:parallel_apply_test //dp:data_parallel_test \
-  //collectives:shm_transport_test //collectives:shm_fault_test //collectives:ring_in_place_test \
-  //collectives:hierarchical_backend_test //collectives:communicator_factory_test //tools/launch:all \
-  //collectives:shm_single_copy_process_test //collectives:nccl_watchdog_test //collectives:nccl_backend_test
+  //collectives/transport/shm:shm_transport_test //collectives/transport/shm:shm_fault_test //collectives/algorithms:ring_in_place_test \
+  //collectives:hierarchical_backend_test //collectives/bootstrap:communicator_factory_test //tools/launch:all \
+  //collectives/transport/shm:shm_single_copy_process_test //collectives/nccl:nccl_watchdog_test //collectives/nccl:nccl_backend_test
 # The communicator grid without its 1M-element cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"

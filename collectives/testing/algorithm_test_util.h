@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "collectives/algorithm.h"
+#include "collectives/algorithms/algorithm.h"
 #include "core/tensor.h"
 
 namespace lockstep {

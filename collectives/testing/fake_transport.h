@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/deadline.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace lockstep {
 namespace testing {

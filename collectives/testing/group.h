@@ -18,9 +18,9 @@
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
-#include "collectives/shm_communicator.h"
-#include "collectives/store.h"
-#include "collectives/tcp_communicator.h"
+#include "collectives/bootstrap/shm_communicator.h"
+#include "collectives/store/store.h"
+#include "collectives/bootstrap/tcp_communicator.h"
 #include "collectives/testing/fake_transport.h"
 
 namespace lockstep {

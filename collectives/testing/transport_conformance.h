@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/algorithm.h"
-#include "collectives/ring_all_reduce.h"
-#include "collectives/tcp_store.h"
-#include "collectives/tcp_transport.h"
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/algorithms/ring_all_reduce.h"
+#include "collectives/store/tcp_store.h"
+#include "collectives/transport/tcp/tcp_transport.h"
 #include "core/subprocess.h"
 #include "core/tensor.h"
 

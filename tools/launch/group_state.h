@@ -29,7 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/deadline.h"
-#include "collectives/store.h"
+#include "collectives/store/store.h"
 #include "tools/launch/rendezvous.h"
 
 namespace lockstep {

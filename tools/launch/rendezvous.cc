@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "collectives/local_launch.h"
-#include "collectives/socket.h"
+#include "collectives/bootstrap/local_launch.h"
+#include "collectives/transport/tcp/socket.h"
 #include "core/status.h"
 
 namespace lockstep {

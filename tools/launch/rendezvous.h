@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/deadline.h"
-#include "collectives/store.h"
+#include "collectives/store/store.h"
 
 namespace lockstep {
 namespace launch {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/hash_store.h"
+#include "collectives/store/hash_store.h"
 #include "gtest/gtest.h"
 #include "tools/launch/group_state.h"
 #include "tools/launch/worker_env.h"

@@ -1,0 +1,107 @@
+// What every collective algorithm gets, and the vocabulary they share.
+//
+// Terms used in the algorithm files:
+//   * buffer: the 1-D CPU tensor an algorithm works on (a view of the
+//     caller's data or a staging copy);
+//   * chunk: one of n near-equal contiguous parts of the buffer, one per rank
+//     (chunk i = elements [i*count/n, (i+1)*count/n));
+//   * step: one round of simultaneous transfers; each step uses its own tag;
+//   * segment: a piece of a received chunk that is reduced while the rest of
+//     the chunk is still arriving (AlgorithmContext::segment_bytes).
+#ifndef LOCKSTEP_COLLECTIVES_ALGORITHMS_ALGORITHM_H_
+#define LOCKSTEP_COLLECTIVES_ALGORITHMS_ALGORITHM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/reduce_op.h"
+#include "core/tensor.h"
+#include "collectives/transport/transport.h"
+
+namespace lockstep {
+
+// Scratch memory reused across operations, so that large collectives do not
+// allocate (and page-fault) fresh buffers every time. One tensor per slot at
+// a time; contents are undefined. `pinned`: page-locked host memory, for
+// staging CUDA tensors (allocated once, not per operation).
+class Scratch {
+ public:
+  explicit Scratch(bool pinned = false) : pinned_(pinned) {}
+  absl::StatusOr<Tensor> Get(int slot, int64_t count, DType dtype);
+
+ private:
+  bool pinned_;
+  std::vector<Tensor> bytes_;  // u8 buffers, one per slot, grown on demand.
+};
+
+// How the algorithms run; the defaults suit TCP on loopback and LANs
+// (docs/PERFORMANCE.md has the measurements behind them).
+struct AlgorithmOptions {
+  // All-reduce takes recursive doubling below this many bytes (latency
+  // bound), the ring from here on (bandwidth bound).
+  size_t small_message_bytes = 256 << 10;
+  // Ring pipelining: received data is reduced in pieces of this many bytes
+  // while the rest is still arriving. > 0.
+  size_t segment_bytes = 256 << 10;
+  // Point to point: bytes of messages that arrived before their Recv was
+  // posted that a rank keeps (collectives/point_to_point.h); beyond it such
+  // a message is an error.
+  size_t unexpected_bytes_limit = 64 << 20;
+};
+
+// InvalidArgument naming the bad field and the accepted range.
+absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options);
+
+struct AlgorithmContext {
+  Transport& transport;
+  uint64_t seq = 0;       // The operation's sequence number.
+  uint32_t next_tag = 0;  // Incremented by each step.
+  Deadline deadline;
+  size_t segment_bytes = AlgorithmOptions().segment_bytes;
+  Scratch* scratch = nullptr;  // Optional: without it, algorithms allocate.
+  size_t small_message_bytes = AlgorithmOptions().small_message_bytes;
+  // The buffer's element type in messages (MessageTag::element); 0: untyped.
+  uint8_t element = 0;
+
+  // A scratch tensor from `scratch`, or a fresh one.
+  absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {
+    if (scratch != nullptr) return scratch->Get(slot, count, dtype);
+    return Tensor::Empty({count}, dtype);
+  }
+
+  int rank() const { return transport.rank(); }
+  int size() const { return transport.size(); }
+  MessageTag NextTag() { return MessageTag{seq, next_tag++, element}; }
+};
+
+struct Chunk {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+// Chunk i of `count` elements split n ways.
+inline Chunk ChunkOf(int64_t count, int n, int i) {
+  const int64_t begin = count * i / n;
+  const int64_t end = count * (i + 1) / n;
+  return Chunk{begin, end - begin};
+}
+
+// The reduction applied at each step: AVG sums, and divides once at the end.
+inline ReduceOp StepOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
+// For AVG: divides `t` by the world size (exact division, as PyTorch's
+// grad.div_(world_size)); nothing for other ops.
+absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size);
+
+// dst = op(dst, src) for `count` elements at element `offset` of both.
+absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst,
+                         int64_t dst_offset, int64_t count);
+
+inline char* BytePtr(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.raw_data()) + element * static_cast<int64_t>(t.element_size());
+}
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_ALGORITHMS_ALGORITHM_H_

@@ -1,0 +1,16 @@
+// Ring all-gather over the chunks of `buffer` (see algorithm.h): rank r
+// starts with a valid chunk r; after n-1 steps every chunk is valid on every
+// rank, received straight into place (no copy). The pipelined ring of
+// collectives/ring.h.
+#ifndef LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_
+#define LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_
+
+#include "collectives/algorithms/algorithm.h"
+
+namespace lockstep {
+
+absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_

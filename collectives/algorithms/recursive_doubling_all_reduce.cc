@@ -1,0 +1,159 @@
+#include "collectives/algorithms/recursive_doubling_all_reduce.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "core/dtype.h"
+#include "core/kernels.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+namespace {
+
+// buffer = op(lower-ranked data, higher-ranked data), whichever side we are.
+absl::Status Combine(ReduceOp op, const Tensor& buffer, const Tensor& theirs, bool mine_first) {
+  if (mine_first) return ReduceInto(StepOp(op), theirs, buffer);
+  const Tensor inputs[] = {theirs, buffer};
+  return Reduce(StepOp(op), inputs, buffer);
+}
+
+// A receive from the partner that leaves `buffer` = op(lower, higher).
+// Over a transport that consumes in place (shared memory) the partner's
+// bytes are reduced where they lie, as they come: no copy into a scratch
+// tensor and no second pass over it. A piece is reduced into `buffer` only
+// once our own send of `buffer` (if any) has completed, so the partner
+// never gets reduced data; earlier pieces, and pieces that split an element
+// (none in practice: the transport hands over whole cache lines), are
+// copied into the scratch tensor (taken only then) and reduced at the end.
+class CombiningReceive {
+ public:
+  // `sending`: `buffer` is being sent in the same exchange; the send's
+  // on_done must call SendDone(). Call Init() before transfer().
+  CombiningReceive(AlgorithmContext& ctx, ReduceOp op, const Tensor& buffer, int partner, bool sending)
+      : ctx_(ctx), op_(op), buffer_(buffer), partner_(partner), mine_first_(ctx.rank() < partner),
+        element_(DTypeSize(buffer.dtype())), in_place_(ctx.transport.ConsumesInPlace()), send_done_(!sending) {}
+
+  absl::Status Init() {
+    if (!in_place_) {
+      LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
+      transfer_ = Transfer::Recv(partner_, theirs_.raw_data(), buffer_.nbytes());
+      return absl::OkStatus();
+    }
+    transfer_ = Transfer::Recv(partner_, nullptr, buffer_.nbytes());
+    transfer_.consume = [this](size_t offset, const void* bytes, size_t length) { return Consume(offset, bytes, length); };
+    return absl::OkStatus();
+  }
+
+  Transfer& transfer() { return transfer_; }
+  void SendDone() { send_done_ = true; }
+
+  // After the exchange: whatever is not reduced yet.
+  absl::Status Finish() {
+    if (!in_place_) return Combine(op_, buffer_, theirs_, mine_first_);
+    for (const auto& [begin, end] : staged_) {
+      const int64_t first = static_cast<int64_t>(begin / element_);
+      const int64_t last = static_cast<int64_t>((end + element_ - 1) / element_);
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer_.Flat(first, last - first));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, theirs_.Flat(first, last - first));
+      LOCKSTEP_RETURN_IF_ERROR(Combine(op_, mine, theirs, mine_first_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status TakeScratch() {
+    if (theirs_.defined()) return absl::OkStatus();
+    LOCKSTEP_ASSIGN_OR_RETURN(theirs_, ctx_.ScratchTensor(0, buffer_.numel(), buffer_.dtype()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Consume(size_t offset, const void* bytes, size_t length) {
+    if (send_done_ && offset % element_ == 0 && length % element_ == 0 &&
+        reinterpret_cast<uintptr_t>(bytes) % element_ == 0) {
+      char* mine = static_cast<char*>(buffer_.raw_data()) + offset;
+      const void* first = mine_first_ ? static_cast<const void*>(mine) : bytes;
+      const void* second = mine_first_ ? bytes : static_cast<const void*>(mine);
+      return ReduceHost(StepOp(op_), buffer_.dtype(), first, second, mine,
+                        static_cast<int64_t>(length / element_));
+    }
+    LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
+    std::memcpy(static_cast<char*>(theirs_.raw_data()) + offset, bytes, length);
+    if (!staged_.empty() && staged_.back().second == offset) {
+      staged_.back().second += length;
+    } else {
+      staged_.emplace_back(offset, offset + length);
+    }
+    return absl::OkStatus();
+  }
+
+  AlgorithmContext& ctx_;
+  const ReduceOp op_;
+  const Tensor& buffer_;
+  const int partner_;
+  const bool mine_first_;
+  const size_t element_;
+  const bool in_place_;
+  bool send_done_;
+  Tensor theirs_;  // Scratch, taken when first needed.
+  Transfer transfer_;
+  // Byte ranges copied into theirs_ (whole elements are never split
+  // between a reduced piece and a staged one).
+  absl::InlinedVector<std::pair<size_t, size_t>, 2> staged_;
+};
+
+}  // namespace
+
+absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op) {
+  const int n = ctx.size(), r = ctx.rank();
+  if (n == 1) return absl::OkStatus();
+  const size_t bytes = buffer.nbytes();
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extra = n - p;
+  // Fold the first 2*extra ranks in pairs.
+  int vrank;
+  const MessageTag fold_tag = ctx.NextTag();
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      Transfer t = Transfer::Send(r + 1, buffer.raw_data(), bytes);
+      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
+      vrank = -1;
+    } else {
+      CombiningReceive receive(ctx, op, buffer, r - 1, /*sending=*/false);
+      LOCKSTEP_RETURN_IF_ERROR(receive.Init());
+      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&receive.transfer(), 1}, fold_tag, ctx.deadline));
+      LOCKSTEP_RETURN_IF_ERROR(receive.Finish());
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - extra;
+  }
+  auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const MessageTag tag = ctx.NextTag();
+    if (vrank < 0) continue;  // Folded ranks skip the doubling rounds (but keep the tag count).
+    const int partner = real_rank(vrank ^ mask);
+    CombiningReceive receive(ctx, op, buffer, partner, /*sending=*/true);
+    LOCKSTEP_RETURN_IF_ERROR(receive.Init());
+    Transfer transfers[2] = {Transfer::Send(partner, buffer.raw_data(), bytes), receive.transfer()};
+    transfers[0].on_done = [&receive] {
+      receive.SendDone();
+      return absl::OkStatus();
+    };
+    LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange(transfers, tag, ctx.deadline));
+    LOCKSTEP_RETURN_IF_ERROR(receive.Finish());
+  }
+  if (vrank >= 0) LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, buffer, n));
+  // Unfold: odd ranks hand the result back to their even neighbour.
+  const MessageTag unfold_tag = ctx.NextTag();
+  if (r < 2 * extra) {
+    Transfer t = r % 2 == 1 ? Transfer::Send(r - 1, buffer.raw_data(), bytes)
+                            : Transfer::Recv(r + 1, buffer.raw_data(), bytes);
+    LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, unfold_tag, ctx.deadline));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,53 @@
+// Ring reduce-scatter over the fake transport: chunk r of rank r is the sum.
+#include "collectives/algorithms/reduce_scatter.h"
+
+#include <atomic>
+
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/testing/algorithm_test_util.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using namespace testing;  // The algorithm test helpers.
+
+TEST(ReduceScatterTest, EachRankGetsItsReducedChunk) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int64_t count : {int64_t{run.size}, int64_t{7} * run.size + 3, int64_t{10007}}) {
+      auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+        Tensor t = RankInput(ctx.rank(), count);
+        LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, t, ReduceOp::kSum));
+        const Chunk mine = ChunkOf(count, ctx.size(), ctx.rank());
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor chunk, t.Flat(mine.offset, mine.count));
+        return CheckValues(chunk, [&](int64_t i) { return SumOver(run.size, mine.offset + i); });
+      });
+      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
+    }
+  }
+}
+
+TEST(ReduceScatterTest, OutOfPlaceLeavesTheInputUntouched) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int64_t count : {int64_t{run.size}, int64_t{7} * run.size + 3, int64_t{10007}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+          Tensor input = RankInput(ctx.rank(), count);
+          Tensor buffer = *Tensor::Zeros({count}, DType::kF32);
+          LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, input, buffer, op));
+          LOCKSTEP_RETURN_IF_ERROR(CheckValues(input, [&](int64_t i) { return InputValue(ctx.rank(), i); }));
+          const Chunk mine = ChunkOf(count, ctx.size(), ctx.rank());
+          LOCKSTEP_ASSIGN_OR_RETURN(Tensor chunk, buffer.Flat(mine.offset, mine.count));
+          return CheckValues(chunk, [&](int64_t i) {
+            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i) : InputValue(run.size - 1, mine.offset + i);
+          });
+        });
+        for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

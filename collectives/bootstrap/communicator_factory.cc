@@ -1,0 +1,209 @@
+#include "collectives/bootstrap/communicator_factory.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/hierarchical_backend.h"
+#include "collectives/hierarchical_layout.h"
+#include "collectives/host_backend.h"
+#include "collectives/transport/host_identity.h"
+#include "collectives/store/prefix_store.h"
+#include "collectives/bootstrap/shm_communicator.h"
+#include "collectives/bootstrap/tcp_communicator.h"
+#include "core/status.h"
+
+namespace lockstep {
+namespace {
+
+bool IsTransportName(const std::string& name) { return name == "auto" || name == "tcp" || name == "shm"; }
+
+// Every rank's "<asked>|<identity>", by rank.
+struct Announcements {
+  std::vector<std::string> asked;
+  std::vector<std::string> identities;
+};
+
+absl::StatusOr<Announcements> Announce(Store& store, int rank, int size, const std::string& asked,
+                                       const std::string& identity, Milliseconds timeout) {
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), absl::StrCat(asked, "|", identity)));
+  Announcements all;
+  for (int peer = 0; peer < size; ++peer) {
+    absl::StatusOr<std::string> value = store.Get(absl::StrCat("host/", peer), timeout);
+    if (!value.ok()) {
+      return absl::Status(value.status().code(),
+                          absl::StrCat("CreateCommunicator: rank ", rank, " waited for rank ", peer,
+                                       "'s host identity: ", value.status().message(),
+                                       "; is every rank started, with the same world size and store prefix?"));
+    }
+    const size_t bar = value->find('|');
+    if (bar == std::string::npos) {
+      return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", peer, " published '", *value,
+                                              "' as its host; expected '<transport>|<identity>' (another program "
+                                              "uses this store prefix?)"));
+    }
+    all.asked.push_back(value->substr(0, bar));
+    all.identities.push_back(value->substr(bar + 1));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host_read/", rank), "1"));
+  return all;
+}
+
+// Before returning an error that every rank reaches on its own (they all
+// read the same announcements), waits up to `window` for every rank to have
+// read them: a rank that serves the store must not exit while the others
+// still need it to learn the same error.
+absl::Status AfterAllRead(Store& store, int size, Milliseconds window, absl::Status error) {
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < size; ++peer) keys.push_back(absl::StrCat("host_read/", peer));
+  (void)store.Wait(keys, window);  // Best effort: the error is what matters.
+  return error;
+}
+
+// "auto", "tcp" or "shm" as all ranks asked, or an error naming two that differ.
+absl::StatusOr<std::string> AgreedTransport(const std::vector<std::string>& asked) {
+  for (size_t r = 1; r < asked.size(); ++r) {
+    if (asked[r] != asked[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateCommunicator: rank 0 asks for transport '", asked[0], "' but rank ", r, " for '",
+                       asked[r], "'; set the same --transport / ", kTransportEnv, " on every rank"));
+    }
+  }
+  return asked[0];
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, Store& store, int rank,
+                                                              int size, const CommunicatorFactoryOptions& options) {
+  if (kind == "shm") {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> t, ShmTransport::Create(store, rank, size, options.shm));
+    return std::unique_ptr<Transport>(std::move(t));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> t, TcpTransport::Create(store, rank, size, options.tcp));
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateHierarchical(std::shared_ptr<Store> prefixed, int rank,
+                                                                 HostLayout layout,
+                                                                 const CommunicatorFactoryOptions& options) {
+  const int host = layout.host_of[rank];
+  const int local_size = static_cast<int>(layout.hosts[host].size());
+  HierarchicalBackend::Levels levels;
+  levels.local_name = options.local_transport;
+  levels.leaders_name = "tcp";
+  // Set-up order: local group, leaders (leaders only), flat mesh. Each step
+  // waits only for ranks that reach it without waiting on a later one.
+  if (local_size > 1) {
+    PrefixStore local_store(absl::StrCat("local", host), prefixed);
+    LOCKSTEP_ASSIGN_OR_RETURN(levels.local, MakeLevelTransport(options.local_transport, local_store,
+                                                               layout.local_index[rank], local_size, options));
+  }
+  if (layout.is_leader(rank) && layout.num_hosts() > 1) {
+    PrefixStore leaders_store("leaders", prefixed);
+    LOCKSTEP_ASSIGN_OR_RETURN(levels.leaders,
+                              MakeLevelTransport("tcp", leaders_store, host, layout.num_hosts(), options));
+  }
+  PrefixStore flat_store("flat", prefixed);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> flat,
+                            TcpTransport::Create(flat_store, rank, layout.world_size(), options.tcp));
+  LOCKSTEP_ASSIGN_OR_RETURN(levels.flat, HostBackend::Create(std::move(flat), options.algorithms, "tcp"));
+  LOCKSTEP_ASSIGN_OR_RETURN(
+      std::unique_ptr<HierarchicalBackend> backend,
+      HierarchicalBackend::Create(std::move(layout), rank, std::move(levels), options.algorithms));
+  return Communicator::Create(std::move(backend), options.communicator, std::move(prefixed));
+}
+
+}  // namespace
+
+absl::Status ValidateCommunicatorFactoryOptions(const CommunicatorFactoryOptions& options) {
+  if (!IsTransportName(options.transport)) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorFactoryOptions.transport is '", options.transport,
+                                                   "'; expected auto, tcp or shm"));
+  }
+  if (options.local_transport != "shm" && options.local_transport != "tcp") {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorFactoryOptions.local_transport is '",
+                                                   options.local_transport, "'; expected shm or tcp"));
+  }
+  if (options.store_prefix.empty()) {
+    return absl::InvalidArgumentError(
+        "CommunicatorFactoryOptions.store_prefix is empty; give each group its own prefix");
+  }
+  if (options.host_id.find('|') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CommunicatorFactoryOptions.host_id '", options.host_id, "' contains '|'; choose another name"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorOptions(options.communicator));
+  LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(options.algorithms));
+  LOCKSTEP_RETURN_IF_ERROR(ValidateTcpTransportOptions(options.tcp));
+  return ValidateShmTransportOptions(options.shm);
+}
+
+absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactoryOptions* options) {
+  if (const char* forced = env(kTransportEnv); forced != nullptr && *forced != '\0' && options->transport == "auto") {
+    if (!IsTransportName(forced)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kTransportEnv, "='", forced, "' is not a transport; use auto, tcp or shm (or unset it)"));
+    }
+    options->transport = forced;
+  }
+  if (options->host_id.empty()) {
+    if (const char* id = env(kHostIdEnv); id != nullptr) options->host_id = id;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                 const CommunicatorFactoryOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("CreateCommunicator: no store");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateCommunicator: rank ", rank, " is not in [0, ", size, ") (world size ", size, ")"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorFactoryOptions(options));
+  std::string identity = options.host_id;
+  if (identity.empty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(identity, LocalHostIdentity());
+  }
+  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, store);
+  LOCKSTEP_ASSIGN_OR_RETURN(Announcements all,
+                            Announce(*prefixed, rank, size, options.transport, identity, options.tcp.timeout));
+  // Every rank has announced, so all are alive and about to read: waiting
+  // for them is short, and bounded in case one dies meanwhile.
+  const Milliseconds window = std::min(options.tcp.timeout, Milliseconds(10000));
+  absl::StatusOr<std::string> agreed = AgreedTransport(all.asked);
+  if (!agreed.ok()) return AfterAllRead(*prefixed, size, window, agreed.status());
+  const std::string asked = *agreed;
+  LOCKSTEP_ASSIGN_OR_RETURN(HostLayout layout, HostLayout::FromIdentities(all.identities));
+  std::string kind = asked;
+  if (kind == "auto") {
+    kind = layout.single_host() ? "shm" : layout.one_rank_per_host() ? "tcp" : "hierarchical";
+  }
+  if (kind == "shm" && !layout.single_host()) {
+    const absl::Status error = absl::InvalidArgumentError(absl::StrCat(
+        "CreateCommunicator: transport shm was forced but the ranks run on ", layout.num_hosts(),
+        " hosts (ranks by host: ", layout.Describe(), "; rank 0 on '", all.identities[0], "', rank ",
+        layout.leader(1), " on '", all.identities[layout.leader(1)], "'); shared memory joins ranks of one host "
+        "only: use auto or tcp"));
+    return AfterAllRead(*prefixed, size, window, error);
+  }
+  if (kind == "shm") {
+    ShmCommunicatorOptions shm;
+    shm.communicator = options.communicator;
+    shm.algorithms = options.algorithms;
+    shm.transport = options.shm;
+    shm.store_prefix = options.store_prefix;
+    return CreateShmCommunicator(std::move(store), rank, size, shm);
+  }
+  if (kind == "tcp") {
+    TcpCommunicatorOptions tcp;
+    tcp.communicator = options.communicator;
+    tcp.algorithms = options.algorithms;
+    tcp.transport = options.tcp;
+    tcp.store_prefix = options.store_prefix;
+    return CreateTcpCommunicator(std::move(store), rank, size, tcp);
+  }
+  return CreateHierarchical(std::move(prefixed), rank, std::move(layout), options);
+}
+
+}  // namespace lockstep

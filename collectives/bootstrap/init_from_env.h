@@ -1,0 +1,80 @@
+// InitFromEnv: joins the process group that a launcher described in the
+// environment, as torch.distributed.init_process_group("env://") does.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv());
+//   group.comm->AllReduce(grads, ReduceOp::kAvg)->Wait();
+//
+// Works under tools/launch and torchrun, `mpirun -np N` and `srun -n N`:
+// which variables each provides, which are required and the defaults for
+// MASTER_ADDR/MASTER_PORT are tabled in collectives/rank_environment.h.
+// What is missing or malformed is an error naming the variables.
+//
+// The rendezvous store is a TcpStore at MASTER_ADDR:MASTER_PORT: rank 0
+// serves it, unless TORCHELASTIC_USE_AGENT_STORE=True says that a launcher
+// already does (then every rank is a client, and no rank binds a port
+// chosen in advance). LOCKSTEP_STORE_TOKEN, when set, is the store's shared
+// secret and the key of the ranks' authenticated handshake. Each rank
+// advertises an address its peers can reach (collectives/address.h), so a
+// multi-node job needs nothing beyond MASTER_ADDR. The communicator's
+// transport is then chosen from where the ranks run
+// (collectives/communicator_factory.h): shared memory when all share this
+// host, TCP when each has its own, hierarchical (shared memory inside hosts,
+// TCP between them) otherwise; `transport` or LOCKSTEP_TRANSPORT=tcp|shm
+// forces one, and LOCKSTEP_HOST_ID overrides the host identity
+// (collectives/host_identity.h). `group.comm->capabilities().name` says
+// which one runs.
+#ifndef LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
+#define LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/bootstrap/communicator_factory.h"
+#include "collectives/bootstrap/rank_environment.h"
+#include "collectives/store/store.h"
+#include "collectives/bootstrap/tcp_communicator.h"
+
+namespace lockstep {
+
+struct InitOptions {
+  // `communicator.transport.host` is chosen here (see `host`), and
+  // `communicator.transport.secret` defaults to LOCKSTEP_STORE_TOKEN.
+  TcpCommunicatorOptions communicator;
+  // The address this rank advertises; empty: chosen as collectives/address.h
+  // says (LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME, else the route toward
+  // MASTER_ADDR, never loopback when the group spans hosts).
+  std::string host;
+  // How long to wait for the store and for every rank to arrive.
+  Milliseconds store_timeout = Milliseconds(300000);
+  // The shared-memory transport's options (groups with ranks on one host);
+  // `communicator.communicator`, `.algorithms` and `.store_prefix` apply to
+  // every transport, `communicator.transport` to TCP only.
+  ShmTransportOptions shm;
+  // "auto" (by host identity), "tcp" or "shm"; LOCKSTEP_TRANSPORT overrides
+  // "auto" (see collectives/communicator_factory.h).
+  std::string transport = "auto";
+  // Inside each host of a mixed group: "shm" or "tcp".
+  std::string local_transport = "shm";
+  // This rank's host identity; empty: LOCKSTEP_HOST_ID, else
+  // collectives/host_identity.h's.
+  std::string host_id;
+};
+
+struct ProcessGroup {
+  RankEnvironment env;
+  // Also for the caller's own keys. Under a launcher's store
+  // (TORCHELASTIC_USE_AGENT_STORE=True) it is prefixed per attempt,
+  // /worker/attempt_<TORCHELASTIC_RESTART_COUNT>, as torch's env:// does.
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Communicator> comm;
+};
+
+// Reads the process environment.
+absl::StatusOr<ProcessGroup> InitFromEnv(const InitOptions& options = {});
+// For tests and embedders: an explicit environment.
+absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_

@@ -1,0 +1,33 @@
+#include "collectives/bootstrap/shm_communicator.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/host_backend.h"
+#include "collectives/store/prefix_store.h"
+#include "core/status.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                    const ShmCommunicatorOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("CreateShmCommunicator: no store");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("CreateShmCommunicator: rank ", rank, " is not in [0, ", size,
+                                                   ") (world size ", size, ")"));
+  }
+  if (options.store_prefix.empty()) {
+    return absl::InvalidArgumentError("ShmCommunicatorOptions.store_prefix is empty; give each group its own prefix");
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorOptions(options.communicator));
+  LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(options.algorithms));
+  LOCKSTEP_RETURN_IF_ERROR(ValidateShmTransportOptions(options.transport));
+  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, std::move(store));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> transport,
+                            ShmTransport::Create(*prefixed, rank, size, options.transport));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend,
+                            HostBackend::Create(std::move(transport), options.algorithms, "shm"));
+  return Communicator::Create(std::move(backend), options.communicator, std::move(prefixed));
+}
+
+}  // namespace lockstep

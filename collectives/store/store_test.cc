@@ -1,0 +1,115 @@
+// The Store contract, run against every implementation.
+#include <memory>
+#include <thread>
+
+#include "collectives/store/hash_store.h"
+#include "collectives/store/prefix_store.h"
+#include "collectives/store/tcp_store.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+struct Fixture {
+  std::shared_ptr<Store> store;
+  std::shared_ptr<Store> keep_alive;
+};
+
+Fixture MakeHash() { return {std::make_shared<HashStore>(), nullptr}; }
+
+Fixture MakeTcp() {
+  TcpStoreOptions o;
+  o.is_server = true;
+  o.timeout = Milliseconds(10000);
+  std::shared_ptr<Store> s = *TcpStore::Create(o);
+  return {s, nullptr};
+}
+
+Fixture MakePrefix() {
+  auto base = std::make_shared<HashStore>();
+  return {std::make_shared<PrefixStore>("group7", base), base};
+}
+
+class StoreContractTest : public ::testing::TestWithParam<Fixture (*)()> {};
+
+TEST_P(StoreContractTest, SetGetAddCompareSetCheckDelete) {
+  Fixture f = GetParam()();
+  Store& s = *f.store;
+  ASSERT_TRUE(s.Set("a", std::string("x\0y", 3)).ok());
+  EXPECT_EQ(*s.Get("a", Milliseconds(1000)), std::string("x\0y", 3));  // Binary-safe.
+  EXPECT_EQ(*s.Add("n", 5), 5);
+  EXPECT_EQ(*s.Add("n", -7), -2);
+  EXPECT_EQ(*s.Get("n", Milliseconds(1000)), "-2");
+  const absl::StatusOr<int64_t> not_int = s.Add("a", 1);
+  ASSERT_FALSE(not_int.ok());
+  EXPECT_NE(not_int.status().message().find("not an integer"), absl::string_view::npos);
+  // CompareSet, c10d's rules.
+  EXPECT_EQ(*s.CompareSet("c", "", "first"), "first");     // Absent + empty expected: set.
+  EXPECT_EQ(*s.CompareSet("c", "wrong", "second"), "first");  // Mismatch: unchanged.
+  EXPECT_EQ(*s.CompareSet("c", "first", "second"), "second");
+  EXPECT_EQ(*s.CompareSet("absent", "x", "y"), "x");        // Absent + expected given.
+  EXPECT_FALSE(*s.Check({"absent"}));
+  EXPECT_TRUE(*s.Check({"a", "n", "c"}));
+  EXPECT_FALSE(*s.Check({"a", "zzz"}));
+  EXPECT_TRUE(*s.DeleteKey("a"));
+  EXPECT_FALSE(*s.DeleteKey("a"));
+  EXPECT_FALSE(*s.Check({"a"}));
+  EXPECT_GE(*s.NumKeys(), 2);
+}
+
+TEST_P(StoreContractTest, GetAndWaitTimeOutNamingTheMissingKeys) {
+  Fixture f = GetParam()();
+  Store& s = *f.store;
+  ASSERT_TRUE(s.Set("here", "1").ok());
+  const absl::StatusOr<std::string> get = s.Get("missing", Milliseconds(50));
+  ASSERT_FALSE(get.ok());
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(get.status().message().find("missing"), absl::string_view::npos) << get.status();
+  const absl::Status wait = s.Wait({"here", "gone1", "gone2"}, Milliseconds(50));
+  EXPECT_EQ(wait.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(wait.message().find("gone1, "), absl::string_view::npos) << wait;
+  EXPECT_NE(wait.message().find("gone2;"), absl::string_view::npos) << wait;
+  EXPECT_EQ(wait.message().find("here,"), absl::string_view::npos) << wait;
+  // The store still works after a timeout.
+  EXPECT_EQ(*s.Get("here", Milliseconds(50)), "1");
+}
+
+TEST_P(StoreContractTest, WaitReturnsWhenAnotherThreadSets) {
+  Fixture f = GetParam()();
+  std::shared_ptr<Store> s = f.store;
+  // The setter runs after the waiter has been told to wait; order does not
+  // matter for correctness, only that Get returns the value once it is set.
+  std::thread setter([&] { ASSERT_TRUE(s->Set("late", "v").ok()); });
+  EXPECT_EQ(*s->Get("late", Milliseconds(10000)), "v");
+  setter.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest,
+                         ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix));
+
+TEST(PrefixStoreTest, NamespacesKeys) {
+  auto base = std::make_shared<HashStore>();
+  PrefixStore a("a", base), b("b", base);
+  ASSERT_TRUE(a.Set("k", "1").ok());
+  ASSERT_TRUE(b.Set("k", "2").ok());
+  EXPECT_EQ(*a.Get("k"), "1");
+  EXPECT_EQ(*b.Get("k"), "2");
+  EXPECT_EQ(*base->Get("a/k"), "1");
+  EXPECT_FALSE(*a.Check({"b/k"}));
+}
+
+TEST(HashStoreTest, AHugeTimeoutWaitsInsteadOfOverflowing) {
+  HashStore store;
+  std::thread setter([&] {
+    // Set once the getter is parked: the key's arrival ends the wait.
+    while (store.NumWaitersForTesting() == 0) std::this_thread::yield();
+    ASSERT_TRUE(store.Set("k", "v").ok());
+  });
+  absl::StatusOr<std::string> v = store.Get("k", Milliseconds::max());
+  setter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,530 @@
+#include "collectives/transport/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sched.h>
+#include <sys/uio.h>
+
+#include <cctype>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "collectives/transport/tcp/rank_handshake.h"
+#include "collectives/transport/transfer_streams.h"
+#include "collectives/transport/transport_errors.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace lockstep {
+namespace {
+
+constexpr uint32_t kHelloMagic = rank_handshake::kMagic;
+constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS"
+// 2: one connection per direction, 64-byte message headers.
+// 3: authenticated handshake (collectives/rank_handshake.h).
+constexpr uint32_t kTransportVersion = rank_handshake::kVersion;
+// A message with this tag carries the reason its sender aborted.
+constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
+constexpr uint64_t kMaxAbortReason = 4096;
+
+
+struct MessageHeader {
+  uint64_t seq;
+  uint32_t tag;
+  uint32_t magic;
+  uint64_t bytes;
+  uint64_t element;  // MessageTag::element.
+  // Padding to a cache line: the payload then sits at the same offset
+  // modulo 64 in the socket's pages as in the user's buffer, and the
+  // kernel's copies in and out run at full speed.
+  uint64_t reserved[4];
+};
+static_assert(sizeof(MessageHeader) == 64, "wire layout");
+
+std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
+std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/challenge"); }
+std::string ClaimKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/claims"); }
+constexpr char kDuplicateKey[] = "tcp_transport/duplicate_rank";
+
+
+absl::Status CheckHello(const rank_handshake::HelloPrefix& h, int expected_size, absl::string_view from) {
+  if (h.magic != kHelloMagic) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " is not a lockstep rank (bad handshake)"));
+  }
+  if (h.version != kTransportVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " speaks protocol ", h.version,
+                                                      ", this rank ", kTransportVersion, "; use one lockstep build"));
+  }
+  if (h.size != expected_size || h.rank < 0 || h.rank >= expected_size) {
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " says rank ", h.rank, " of ",
+                                                      h.size, ", this group has ", expected_size,
+                                                      " ranks; are two jobs sharing a store prefix?"));
+  }
+  return absl::OkStatus();
+}
+
+size_t IovBytes(const iovec* iov, int n) {
+  size_t total = 0;
+  for (int k = 0; k < n; ++k) total += iov[k].iov_len;
+  return total;
+}
+
+// Progress of one transfer inside Exchange.
+struct Progress {
+  MessageHeader header{};
+  size_t header_done = 0;
+  size_t done = 0;
+  size_t reported = 0;  // Bytes already passed to on_segment.
+  bool complete = false;
+};
+
+}  // namespace
+
+absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
+  if (options.host.empty()) {
+    return absl::InvalidArgumentError("TcpTransportOptions.host is empty; give the address the other ranks reach this "
+                                      "one at (127.0.0.1 for one machine)");
+  }
+  if (options.timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.timeout is ", options.timeout.count(),
+                                                   " ms; it must be positive"));
+  }
+  if (options.socket_buffer_bytes < 0 || options.socket_buffer_bytes > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.socket_buffer_bytes is ",
+                                                   options.socket_buffer_bytes,
+                                                   "; it must be in [0, 2^30] (0: the kernel's autotuning)"));
+  }
+  if (options.connect_timeout <= Milliseconds(0) || options.handshake_timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError("TcpTransportOptions.connect_timeout and handshake_timeout must be positive");
+  }
+  if (options.spin_microseconds < 0 || options.spin_microseconds > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.spin_microseconds is ",
+                                                   options.spin_microseconds, "; it must be in [0, 1000000]"));
+  }
+  for (char c : options.congestion_control) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.congestion_control '",
+                                                     options.congestion_control,
+                                                     "' is not a congestion control name (cubic, reno, bbr, ...)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store, int rank, int size,
+                                                                   const TcpTransportOptions& options) {
+  using rank_handshake::Hello;
+  using rank_handshake::HelloPrefix;
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " is not in [0, ", size, ")"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateTcpTransportOptions(options));
+  std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, options));
+  if (size == 1) return t;
+  const Deadline deadline = DeadlineIn(options.timeout);
+  const std::string& secret = options.secret;
+  int port = 0;
+  // Only on the configured address: nothing else on the host's other
+  // interfaces can reach the listener.
+  LOCKSTEP_ASSIGN_OR_RETURN(Fd listener, Listen(options.host, 0, &port));
+  LOCKSTEP_RETURN_IF_ERROR(SetNonBlocking(listener.get()));
+  const std::string my_address = HostPort(options.host, port);
+  // A fresh challenge for this rendezvous, before the address: a connector
+  // proves it read it (no replay of an older connection).
+  LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce challenge, rank_handshake::RandomNonce());
+  // Two processes given the same RANK: the second to claim it says so at
+  // once and leaves a note, so the others' wait for the rank that is then
+  // missing names the real cause.
+  LOCKSTEP_ASSIGN_OR_RETURN(int64_t claims, store.Add(ClaimKey(rank), 1));
+  if (claims != 1) {
+    (void)store.Set(kDuplicateKey, absl::StrCat(rank));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TcpTransport: RANK ", rank, " is claimed by another process of this group too: every process needs its "
+        "own RANK (check the launcher's settings or the RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID variables)"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(ChallengeKey(rank), rank_handshake::ToHex(challenge)));
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
+
+  // Connect to every other rank (our send direction) and introduce
+  // ourselves; the replies are read after accepting, so no rank waits on
+  // another's accept loop while that one waits on it.
+  std::vector<rank_handshake::Nonce> sent_nonces(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    absl::StatusOr<std::string> published = store.Get(AddressKey(peer), options.timeout);
+    if (!published.ok()) {
+      absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
+      if (duplicate.ok() && *duplicate) {
+        absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "TcpTransport: rank ", peer, " never arrived because RANK ", which.ok() ? *which : "?",
+            " was given to two processes (so one rank is missing): every process needs its own RANK"));
+      }
+      return published.status();
+    }
+    const std::string address = *published;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::string challenge_hex, store.Get(ChallengeKey(peer), options.timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce peer_challenge, rank_handshake::NonceFromHex(challenge_hex));
+    std::string host;
+    int peer_port = 0;
+    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
+    const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
+    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, rank_handshake::ConnectToPeer(host, peer_port, rank, peer,
+                                                                   options.connect_timeout, deadline));
+    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
+    LOCKSTEP_ASSIGN_OR_RETURN(sent_nonces[peer], rank_handshake::RandomNonce());
+    Hello hello{{kHelloMagic, kTransportVersion, rank, size}, sent_nonces[peer], {}};
+    if (!secret.empty()) {
+      hello.mac = rank_handshake::ConnectMac(secret, peer_challenge, rank, peer, size, sent_nonces[peer]);
+    }
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
+    t->peers_[peer].send_fd = std::move(fd);
+    t->peers_[peer].address = address;
+  }
+  // Accept every other rank's send connection (our receive direction), in
+  // whatever order they arrive. A connection that does not prove itself (no
+  // handshake in time, not a lockstep rank, a wrong MAC) is dropped and the
+  // wait goes on for the real rank: a stray or hostile process can neither
+  // take a rank's place nor stop the rendezvous.
+  for (int accepted = 0; accepted < size - 1;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
+                                            absl::StrCat("the other ranks of ", rank)));
+    const std::string from = PeerAddress(fd.get());
+    const std::string name = absl::StrCat("a connection from ", from, " to rank ", rank, " (", my_address, ")");
+    auto drop = [&](absl::string_view why) {
+      std::fprintf(stderr, "TcpTransport: rank %d dropped %s: %s\n", rank, name.c_str(), std::string(why).c_str());
+    };
+    const Deadline hello_deadline = std::min(deadline, DeadlineIn(options.handshake_timeout));
+    Hello hello{};
+    if (absl::Status s = RecvAll(fd.get(), &hello.prefix, sizeof(HelloPrefix), hello_deadline, name); !s.ok()) {
+      drop(s.message());
+      continue;
+    }
+    if (hello.prefix.magic != kHelloMagic) {
+      if (!secret.empty()) {
+        drop("not a lockstep rank (bad handshake)");
+        continue;
+      }
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", name,
+                                                        " is not a lockstep rank (bad handshake)"));
+    }
+    if (hello.prefix.version != kTransportVersion) {
+      // An older format cannot be authenticated: with a secret it is just
+      // dropped; without one it must be a rank of another build.
+      if (!secret.empty()) {
+        drop(absl::StrCat("protocol version ", hello.prefix.version));
+        continue;
+      }
+      LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
+    }
+    if (absl::Status s = RecvAll(fd.get(), reinterpret_cast<char*>(&hello) + sizeof(HelloPrefix),
+                                 sizeof(Hello) - sizeof(HelloPrefix), hello_deadline, name);
+        !s.ok()) {
+      drop(s.message());
+      continue;
+    }
+    const int claimed = hello.prefix.rank;
+    if (!secret.empty()) {
+      const bool plausible = claimed >= 0 && claimed < size && hello.prefix.size == size;
+      if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(
+                                                                 secret, challenge, claimed, rank, size, hello.nonce))) {
+        drop(absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
+        continue;
+      }
+    }
+    // Authenticated (or no secret): disagreements are real errors.
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
+    if (claimed == rank || t->peers_[claimed].recv_fd.valid()) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", claimed, " connected to rank ", rank,
+                                                        " unexpectedly (twice, or itself): is RANK=", claimed,
+                                                        " given to two processes?"));
+    }
+    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce reply_nonce, rank_handshake::RandomNonce());
+    Hello reply{{kHelloMagic, kTransportVersion, rank, size}, reply_nonce, {}};
+    if (!secret.empty()) reply.mac = rank_handshake::AcceptMac(secret, hello.nonce, rank, claimed, size);
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
+    t->peers_[claimed].recv_fd = std::move(fd);
+    ++accepted;
+  }
+  // Each send connection must have reached the rank we meant, and that rank
+  // must prove it knows the secret.
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::string name = absl::StrCat("rank ", peer, " (", t->peers_[peer].address, ")");
+    Hello reply{};
+    LOCKSTEP_RETURN_IF_ERROR(RecvAll(t->peers_[peer].send_fd.get(), &reply, sizeof(reply), deadline, name));
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply.prefix, size, name));
+    if (reply.prefix.rank != peer) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address,
+                                                        " answered as rank ", reply.prefix.rank, ", expected rank ",
+                                                        peer));
+    }
+    if (!secret.empty() &&
+        !rank_handshake::MacEqual(reply.mac, rank_handshake::AcceptMac(secret, sent_nonces[peer], peer, rank, size))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "TcpTransport: whatever answered at ", t->peers_[peer].address, " as rank ", peer,
+          " does not know the group's secret: another process holds that address, or the ranks were started with "
+          "different LOCKSTEP_STORE_TOKENs"));
+    }
+  }
+  return t;
+}
+
+std::string TcpTransport::PeerName(int peer) const {
+  if (peer < 0 || peer >= size_) return absl::StrCat("rank ", peer);
+  return absl::StrCat("rank ", peer, " (", peers_[peer].address, ")");
+}
+
+void TcpTransport::Abort(absl::string_view reason) {
+  aborted_ = true;
+  const std::string text(reason.substr(0, kMaxAbortReason));
+  for (Peer& p : peers_) {
+    if (!p.send_fd.valid()) continue;
+    // Best effort, never blocking: a peer that is reading headers learns why.
+    MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size(), 0, {}};
+    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    (void)::sendmsg(p.send_fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(p.send_fd.get(), SHUT_RDWR);
+    if (p.recv_fd.valid()) ::shutdown(p.recv_fd.get(), SHUT_RDWR);
+  }
+}
+
+TrafficCounters TcpTransport::Traffic() const { return traffic_.Snapshot(); }
+
+absl::Status TcpTransport::Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) {
+  return Run(transfers, tag, deadline, nullptr);
+}
+
+absl::Status TcpTransport::ExchangeOpen(TransferFeed& feed, Deadline deadline) {
+  return Run({}, MessageTag{}, deadline, &feed);
+}
+
+absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
+  if (aborted_) {
+    return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
+  }
+  // Streams: (peer, direction), in call order (collectives/transfer_streams.h).
+  TransferStreams<Progress> streams(initial, rank_, size_, "TcpTransport");
+  constexpr size_t kNone = TransferStreams<Progress>::kNone;
+  auto at = [&](size_t i) -> Transfer& { return streams.at(i); };
+  auto& current = streams.current;
+  auto& next = streams.next;
+  auto& progress = streams.progress;
+  size_t& total = streams.total;
+  size_t& remaining = streams.remaining;
+  auto poll_feed = [&]() { return streams.PollFeed(feed); };
+  LOCKSTEP_RETURN_IF_ERROR(streams.Start(feed));
+  absl::InlinedVector<pollfd, 16> fds;
+  absl::InlinedVector<size_t, 16> fd_stream;
+  // Whether a stream's socket may accept (send) or deliver (receive) bytes
+  // now: cleared when a call returns EAGAIN or less than asked, set again
+  // by poll(). Calls go only to sockets that can progress; retrying
+  // recvmsg in a loop would take the socket lock each time and contend with
+  // the sender's CPU delivering packets into that socket.
+  absl::InlinedVector<bool, 16> may_progress(current.size(), true);
+  auto tag_of = [&](const Transfer& t) {
+    return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
+                      t.element != 0 ? t.element : tag.element};
+  };
+  Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
+  while (true) {
+    if (remaining == 0) {
+      // Done, unless the feed has more.
+      const size_t before = total;
+      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
+      if (total == before) break;
+    }
+    bool moved = false;
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      if (current[stream] == kNone || !may_progress[stream]) continue;
+      const size_t i = current[stream];
+      Transfer& t = at(i);
+      Progress& p = progress[i];
+      const MessageTag message_tag = tag_of(t);
+      const int fd = t.kind == Transfer::Kind::kSend ? peers_[t.peer].send_fd.get() : peers_[t.peer].recv_fd.get();
+      iovec iov[2];
+      int n_iov = 0;
+      if (p.header_done < sizeof(MessageHeader)) {
+        if (p.header_done == 0 && t.kind == Transfer::Kind::kSend) {
+          p.header = MessageHeader{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, {}};
+        }
+        iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+      }
+      if (t.kind == Transfer::Kind::kSend) {
+        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        if (p.done < allowed) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, allowed - p.done};
+        if (n_iov > 0) {
+          msghdr msg{};
+          msg.msg_iov = iov;
+          msg.msg_iovlen = n_iov;
+          const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if ((n < 0 && errno != EINTR) || (n >= 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+            may_progress[stream] = false;  // The socket buffer is full.
+          }
+          if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            return absl::UnavailableError(absl::StrCat("sending op #", message_tag.seq, " (tag ", message_tag.tag,
+                                                       ") to ", PeerName(t.peer), " failed: ", std::strerror(errno),
+                                                       "; that rank has probably exited or aborted"));
+          }
+          if (n > 0) {
+            const size_t sent = static_cast<size_t>(n);
+            const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
+            p.header_done += header_part;
+            p.done += sent - header_part;
+            traffic_.Sent(t.peer, sent - header_part);
+            moved = true;
+          }
+        }
+      } else {
+        if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n_iov;
+        const ssize_t n = n_iov > 0 ? ::recvmsg(fd, &msg, MSG_DONTWAIT) : 0;
+        if ((n < 0 && errno != EINTR) || (n > 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+          may_progress[stream] = false;  // Took all that had arrived.
+        }
+        if (n == 0 && n_iov > 0) {
+          return absl::UnavailableError(absl::StrCat(
+              PeerName(t.peer), " closed the connection during op #", message_tag.seq,
+              " (it exited, crashed or aborted after an error of its own; see its log)"));
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          return absl::UnavailableError(absl::StrCat("receiving op #", message_tag.seq, " from ", PeerName(t.peer),
+                                                     " failed: ", std::strerror(errno)));
+        }
+        if (n > 0) {
+          moved = true;
+          const size_t got = static_cast<size_t>(n);
+          const bool had_header = p.header_done == sizeof(MessageHeader);
+          const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
+          p.header_done += header_part;
+          p.done += got - header_part;
+          traffic_.Received(t.peer, got - header_part);
+          if (!had_header && p.header_done == sizeof(MessageHeader)) {
+            const MessageHeader& h = p.header;
+            if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
+              // Part of the reason may already sit at the start of t.data.
+              std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
+              if (reason.size() < h.bytes) {
+                const size_t have = reason.size();
+                reason.resize(h.bytes);
+                const absl::Status got_rest = RecvAll(fd, reason.data() + have, h.bytes - have,
+                                                      DeadlineIn(std::chrono::milliseconds(1000)), PeerName(t.peer));
+                if (!got_rest.ok()) reason.resize(have);
+              }
+              return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", message_tag.seq,
+                                                         " because: ", reason));
+            }
+            if (t.route && h.magic == kMessageMagic) {
+              // Its destination is chosen now that the message is known.
+              LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
+                                                        h.bytes));
+              t.bytes = h.bytes;
+            } else if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag ||
+                       h.bytes != t.bytes) {
+              return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
+            } else if (h.element != 0 && message_tag.element != 0 && h.element != message_tag.element) {
+              return absl::InternalError(absl::StrCat(
+                  "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " with ",
+                  ElementName(static_cast<uint8_t>(h.element)), " elements, but rank ", rank_, " expected ",
+                  ElementName(message_tag.element), " (the same number of bytes). Every rank must call the same "
+                  "collective with the same dtype"));
+            }
+          }
+        }
+        if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
+          const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
+          while (p.reported < t.bytes) {
+            const size_t len = std::min(seg, t.bytes - p.reported);
+            if (p.done - p.reported < len) break;
+            LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
+            p.reported += len;
+          }
+        }
+      }
+      if (p.header_done == sizeof(MessageHeader) && p.done == t.bytes) {
+        if (t.kind == Transfer::Kind::kRecv && t.on_segment && t.bytes == 0) {
+          LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
+        }
+        p.complete = true;
+        current[stream] = next[i];
+        --remaining;
+        moved = true;
+        if (t.on_done) LOCKSTEP_RETURN_IF_ERROR(t.on_done());
+      }
+    }
+    if (feed != nullptr) {
+      const size_t before = total;
+      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
+      moved |= total != before;
+    }
+    if (remaining == 0) continue;  // The top of the loop asks the feed once more.
+    if (moved) {
+      spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
+      continue;
+    }
+    // Nothing moved: every stream not held back by `ready` (sends waiting
+    // for our own receives) waits for its socket. poll() says which can go
+    // on: at once while spinning (yielding between tries), then sleeping.
+    fds.clear();
+    fd_stream.clear();
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      if (current[stream] == kNone) continue;
+      const Transfer& t = at(current[stream]);
+      const Progress& p = progress[current[stream]];
+      if (t.kind == Transfer::Kind::kSend) {
+        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
+        fds.push_back({peers_[t.peer].send_fd.get(), POLLOUT, 0});
+      } else {
+        fds.push_back({peers_[t.peer].recv_fd.get(), POLLIN, 0});
+      }
+      fd_stream.push_back(stream);
+    }
+    if (fds.empty()) {
+      return absl::InternalError("TcpTransport::Exchange: every pending send waits for data that no receive will produce");
+    }
+    const bool wake = feed != nullptr && feed->wake_fd() >= 0;
+    if (wake) fds.push_back({feed->wake_fd(), POLLIN, 0});
+    const Deadline now = SteadyClock::now();
+    if (now >= deadline) break;
+    const bool spinning = now < spin_until;
+    int timeout_ms = spinning ? 0 : PollTimeoutMs(deadline);
+    if (feed != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);
+    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (rc > 0) {
+      for (size_t k = 0; k < fd_stream.size(); ++k) {
+        if (fds[k].revents != 0) may_progress[fd_stream[k]] = true;  // Errors too: the call reports them.
+      }
+      continue;
+    }
+    if (spinning) {
+      sched_yield();
+      continue;
+    }
+    if (SteadyClock::now() >= deadline) break;
+    spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
+  }
+  if (remaining == 0) return absl::OkStatus();
+  return ExchangeTimeoutError(total > 0 ? tag_of(at(0)).seq : tag.seq, rank_,
+                              streams.InFlight([this](int peer) { return PeerName(peer); }));
+}
+
+absl::Status TcpTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,
+                                         MessageTag expected, size_t expected_bytes) const {
+  return MessageMismatchError(PeerName(peer), rank_, got_seq, got_tag, got_bytes, expected, expected_bytes);
+}
+
+}  // namespace lockstep

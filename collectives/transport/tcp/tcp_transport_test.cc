@@ -1,0 +1,213 @@
+// TcpTransport's mesh setup against a peer that is not a current lockstep
+// rank: an old protocol version or garbage is refused with an error naming
+// the problem, within the setup timeout, instead of hanging or building a
+// mesh that would misread every message.
+#include "collectives/transport/tcp/tcp_transport.h"
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/store/hash_store.h"
+#include "collectives/transport/tcp/socket.h"
+#include "collectives/testing/transport_conformance.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+// What a rank sends first on each connection (magic "LKTP", version, rank,
+// world size), as tcp_transport.cc lays it out.
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  int32_t rank;
+  int32_t size;
+  uint8_t nonce_and_mac[48];  // Version 3: 16-byte nonce, 32-byte MAC.
+};
+
+// Plays "rank 1" of a 2-rank group against a real rank 0: publishes a
+// listening address, connects to rank 0 and sends `hello` bytes. Returns rank
+// 0's TcpTransport::Create status.
+absl::Status SetUpAgainst(const std::string& hello_bytes) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(10000);
+  int port = 0;
+  absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
+  if (!listener.ok()) return listener.status();
+  if (absl::Status s = store.Set("tcp_transport/1/challenge", std::string(32, '0')); !s.ok()) return s;
+  if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
+  auto rank0 = std::async(std::launch::async, [&] {
+    return TcpTransport::Create(store, 0, 2, options).status();
+  });
+  const Deadline deadline = DeadlineIn(Milliseconds(10000));
+  absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(10000));
+  EXPECT_TRUE(address.ok()) << address.status();
+  std::string host;
+  int rank0_port = 0;
+  EXPECT_TRUE(SplitHostPort(*address, &host, &rank0_port).ok());
+  absl::StatusOr<Fd> fd = Connect(host, rank0_port, deadline, "rank 0");
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  EXPECT_TRUE(SendAll(fd->get(), hello_bytes.data(), hello_bytes.size(), deadline, "rank 0").ok());
+  // Rank 0 also connected to our listener; accepting it keeps its connect
+  // from depending on the kernel's backlog.
+  absl::StatusOr<Fd> from_rank0 = Accept(listener->get(), deadline, "rank 0");
+  EXPECT_TRUE(from_rank0.ok()) << from_rank0.status();
+  return rank0.get();
+}
+
+std::string Bytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); }
+// An older version's 16-byte hello.
+std::string OldBytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), 16); }
+
+TEST(TcpTransportTest, AnOlderProtocolVersionIsRefusedNamingBothVersions) {
+  const absl::Status s = SetUpAgainst(OldBytes(Hello{0x4C4B5450u, 1, 1, 2, {}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"),
+            absl::string_view::npos)
+      << s;
+}
+
+TEST(TcpTransportTest, GarbageIsRefusedAsNotALockstepRank) {
+  const absl::Status s = SetUpAgainst("GET / HTTP/1.1\r\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("is not a lockstep rank (bad handshake)"), absl::string_view::npos) << s;
+}
+
+TEST(TcpTransportTest, AWrongWorldSizeIsRefused) {
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 1, 3, {}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("says rank 1 of 3, this group has 2 ranks"), absl::string_view::npos) << s;
+}
+
+TEST(TcpTransportTest, ARankClaimingToBeItselfIsRefused) {
+  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 0, 2, {}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
+}
+
+std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::unique_ptr<Transport>> transports(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TcpTransportOptions options;
+      options.timeout = Milliseconds(30000);
+      absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(*store, r, n, options);
+      EXPECT_TRUE(t.ok()) << t.status();
+      if (t.ok()) transports[r] = std::move(*t);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return transports;
+}
+
+using testing::TransportConformanceTest;
+INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
+                         ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
+                         testing::TransportFactoryName);
+
+// With a secret, a process that reaches rank 0's port first and claims to
+// be rank 1 (it cannot know the MAC) is dropped, as is one that never says
+// anything; the real rank 1 then completes the mesh and the data is right.
+TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(30000);
+  options.handshake_timeout = Milliseconds(300);
+  options.secret = "group secret";
+  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
+  absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(30000));
+  ASSERT_TRUE(address.ok()) << address.status();
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(SplitHostPort(*address, &host, &port).ok());
+  const Deadline deadline = DeadlineIn(Milliseconds(30000));
+  absl::StatusOr<Fd> silent = Connect(host, port, deadline, "rank 0");
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  absl::StatusOr<Fd> impostor = Connect(host, port, deadline, "rank 0");
+  ASSERT_TRUE(impostor.ok()) << impostor.status();
+  Hello fake{0x4C4B5450u, 3, 1, 2, {}};
+  ASSERT_TRUE(SendAll(impostor->get(), &fake, sizeof(fake), deadline, "rank 0").ok());
+  // Now the real rank 1.
+  absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  // The impostor got no answer: rank 0 closed it.
+  char byte;
+  EXPECT_EQ(::recv(impostor->get(), &byte, 1, 0), 0);
+  const uint32_t sent = 500000, want = 1;
+  uint32_t got = 0;
+  auto receiver = std::async(std::launch::async, [&] {
+    Transfer t = Transfer::Recv(1, &got, sizeof(got));
+    return (*t0)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000)));
+  });
+  Transfer t = Transfer::Send(0, &want, sizeof(want));
+  EXPECT_TRUE((*rank1)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000))).ok());
+  EXPECT_TRUE(receiver.get().ok());
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got, sent);
+}
+
+// A rank whose published address refuses connections (here: a port nobody
+// listens on) is reported at once, not after the long setup timeout.
+TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
+  HashStore store;
+  int port = 0;
+  {
+    absl::StatusOr<Fd> closed = Listen("127.0.0.1", 0, &port);
+    ASSERT_TRUE(closed.ok());
+  }
+  ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
+  ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(600000);  // The long setup timeout is not what ends it.
+  const absl::Status s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("cannot connect to rank 1 at 127.0.0.1:"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("loopback"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("LOCKSTEP_SOCKET_IFNAME"), absl::string_view::npos) << s;
+}
+
+// RANK 1 given to two processes of a 3-rank group (rank 2 missing): the
+// second claimer fails at once naming the duplicate, and rank 0's wait for
+// the missing rank names it too instead of only "rank 2 never came".
+TEST(TcpTransportTest, ADuplicateRankIsNamed) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(2000);
+  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 3, options).status(); });
+  auto first = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 1, 3, options).status(); });
+  // The second RANK=1 process, once the first has claimed it.
+  ASSERT_TRUE(store.Get("tcp_transport/1", Milliseconds(10000)).ok());
+  const absl::Status second = TcpTransport::Create(store, 1, 3, options).status();
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+  EXPECT_NE(second.message().find("RANK 1 is claimed by another process"), absl::string_view::npos) << second;
+  const absl::Status s0 = rank0.get();
+  EXPECT_NE(s0.message().find("RANK 1 was given to two processes"), absl::string_view::npos) << s0;
+  (void)first.get();
+}
+
+TEST(TcpTransportTest, BadOptionsAreRefusedNamingTheField) {
+  HashStore store;
+  TcpTransportOptions options;
+  options.socket_buffer_bytes = -1;
+  absl::Status s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("socket_buffer_bytes"), absl::string_view::npos) << s;
+  options = TcpTransportOptions();
+  options.congestion_control = "cubic; rm -rf";
+  s = TcpTransport::Create(store, 0, 2, options).status();
+  EXPECT_NE(s.message().find("congestion_control"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace lockstep
