@@ -27,9 +27,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/deadline.h"
 #include "collectives/stream_marker.h"
 #include "collectives/transport/transport.h"
+#include "core/deadline.h"
 #include "core/device.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"

@@ -1,8 +1,8 @@
 // Communicator: a group of `size` ranks that run collectives together, as a
 // c10d ProcessGroup.
 //
-//   // Over TCP (collectives/tcp_communicator.h), or from the environment
-//   // that torchrun, mpirun or srun set (collectives/init_from_env.h):
+//   // Over TCP (collectives/bootstrap/tcp_communicator.h), or from the environment
+//   // that torchrun, mpirun or srun set (collectives/bootstrap/init_from_env.h):
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
 //                             CreateTcpCommunicator(store, rank, world_size, {}));
 //   std::shared_ptr<Work> w = comm->AllReduce(grads, ReduceOp::kAvg);
@@ -59,10 +59,10 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/backend.h"
-#include "core/deadline.h"
-#include "core/fd.h"
 #include "collectives/store/store.h"
 #include "collectives/work.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"
 

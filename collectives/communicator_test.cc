@@ -348,7 +348,7 @@ TEST(CommunicatorTest, BadArgumentsFailBeforeAnythingIsSent) {
 }
 
 
-// The same grid through shared memory (collectives/shm_communicator.h).
+// The same grid through shared memory (collectives/bootstrap/shm_communicator.h).
 namespace shm_grid {
 
 using testing::RunShmProcesses;

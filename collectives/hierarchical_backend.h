@@ -11,7 +11,7 @@
 //       HierarchicalBackend::Create(layout, rank, std::move(levels), {}));
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(backend), {}));
 //
-// (collectives/communicator_factory.h builds all of it when the ranks'
+// (collectives/bootstrap/communicator_factory.h builds all of it when the ranks'
 // host identities say the group is mixed.) Terms, as in
 // collectives/hierarchical_layout.h: each host's ranks in ascending order,
 // its lowest rank the host's leader (local rank 0); hosts numbered by their

@@ -15,13 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
-#include "collectives/store/hash_store.h"
 #include "collectives/host_backend.h"
+#include "collectives/store/hash_store.h"
 #include "collectives/store/prefix_store.h"
-#include "collectives/transport/shm/shm_transport.h"
-#include "collectives/transport/tcp/tcp_transport.h"
 #include "collectives/testing/fake_transport.h"
 #include "collectives/testing/group.h"
+#include "collectives/transport/shm/shm_transport.h"
+#include "collectives/transport/tcp/tcp_transport.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
@@ -50,7 +50,7 @@ ShmTransportOptions TestShmOptions() {
 }
 
 // One rank of a hierarchical group with `local` ("tcp" or "shm") inside
-// hosts and TCP among them, as collectives/communicator_factory.cc builds it.
+// hosts and TCP among them, as collectives/bootstrap/communicator_factory.cc builds it.
 absl::StatusOr<std::unique_ptr<Communicator>> MakeRank(std::shared_ptr<Store> store, const HostLayout& layout,
                                                        int rank, const std::string& local_kind,
                                                        CommunicatorOptions options) {

@@ -1,7 +1,7 @@
 // Which ranks share a host: the shape a hierarchical group runs on, and the
-// basis of the automatic transport choice (collectives/communicator_factory.h).
+// basis of the automatic transport choice (collectives/bootstrap/communicator_factory.h).
 //
-//   // Every rank's host identity (collectives/host_identity.h), by rank:
+//   // Every rank's host identity (collectives/transport/host_identity.h), by rank:
 //   LOCKSTEP_ASSIGN_OR_RETURN(HostLayout layout,
 //                             HostLayout::FromIdentities({"a", "a", "b", "b"}));
 //   layout.hosts        // {{0, 1}, {2, 3}}

@@ -7,7 +7,7 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto backend, HostBackend::Create(std::move(transport), {}));
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(backend), {}));
 //
-// (collectives/tcp_communicator.h does all three.) CUDA tensors are staged
+// (collectives/bootstrap/tcp_communicator.h does all three.) CUDA tensors are staged
 // through pinned host buffers that are allocated once and reused; results
 // are copied back to the device before the operation completes. Reduce and
 // ReduceScatter read their input in place (never copying it).

@@ -4,7 +4,7 @@
 //
 // Without a rank environment (no RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)
 // it starts --nproc ranks of itself on this machine under a store it holds
-// (collectives/local_launch.h), each bound to its own CPU (--bind_to=core), and
+// (collectives/bootstrap/local_launch.h), each bound to its own CPU (--bind_to=core), and
 // stops them all when one fails. Under tools/launch, torchrun, mpirun or srun
 // it is one rank and joins the group from the environment (InitFromEnv).
 // Rank 0 prints the progress and writes --metrics and the checkpoints; every
@@ -20,14 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/bootstrap/backend_choice.h"
 #include "collectives/bootstrap/init_from_env.h"
+#include "collectives/bootstrap/local_launch.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "core/cuda_runtime.h"
+#include "core/status.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
-#include "collectives/bootstrap/local_launch.h"
-#include "core/status.h"
 #include "trainers/train_loop.h"
 #include "trainers/trainer_setup.h"
 
@@ -60,7 +60,7 @@ bool HasRankEnvironment() {
   return false;
 }
 
-// NCCL for the gradients when collectives/backend_choice.h picks it on every
+// NCCL for the gradients when collectives/bootstrap/backend_choice.h picks it on every
 // rank (all ranks must use the same backend, so they agree through the host
 // group first); nullptr: the host group carries them.
 absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& group, Device device,

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/transport/transport.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"
-#include "collectives/transport/transport.h"
 
 namespace lockstep {
 

@@ -1,7 +1,7 @@
 // Ring all-gather over the chunks of `buffer` (see algorithm.h): rank r
 // starts with a valid chunk r; after n-1 steps every chunk is valid on every
 // rank, received straight into place (no copy). The pipelined ring of
-// collectives/ring.h.
+// collectives/algorithms/ring.h.
 #ifndef LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_
 #define LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_
 

@@ -1,7 +1,7 @@
 // All-reduce of `buffer` in place over any Transport, choosing the algorithm
-// by size: recursive doubling (collectives/recursive_doubling_all_reduce.h)
+// by size: recursive doubling (collectives/algorithms/recursive_doubling_all_reduce.h)
 // below `ctx.small_message_bytes` or when there are fewer elements than
-// ranks, the pipelined ring (collectives/ring_all_reduce.h) otherwise.
+// ranks, the pipelined ring (collectives/algorithms/ring_all_reduce.h) otherwise.
 //
 //   AlgorithmContext ctx{transport, seq, 0, deadline};
 //   LOCKSTEP_RETURN_IF_ERROR(AllReduce(ctx, buffer, ReduceOp::kSum));

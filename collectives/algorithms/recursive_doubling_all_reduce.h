@@ -1,6 +1,6 @@
 // Recursive-doubling all-reduce of `buffer` in place: log2(n) steps, each
 // exchanging the whole buffer with the partner r XOR 2^k. Latency-optimal:
-// the choice for small buffers (collectives/all_reduce.h). For n not a power
+// the choice for small buffers (collectives/algorithms/all_reduce.h). For n not a power
 // of two, the first 2*(n - p) ranks (p the largest power of two <= n) fold
 // pairwise first (odd ranks take their even neighbour's data) and get the
 // result back at the end.

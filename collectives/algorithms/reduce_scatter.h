@@ -1,7 +1,7 @@
 // Ring reduce-scatter over the chunks of `buffer` (see algorithm.h): after it,
 // chunk r of rank r's buffer holds op over all ranks' chunk r (AVG not yet divided).
 //
-// AVG is divided on chunk r. The pipelined ring of collectives/ring.h.
+// AVG is divided on chunk r. The pipelined ring of collectives/algorithms/ring.h.
 #ifndef LOCKSTEP_COLLECTIVES_ALGORITHMS_REDUCE_SCATTER_H_
 #define LOCKSTEP_COLLECTIVES_ALGORITHMS_REDUCE_SCATTER_H_
 

@@ -1,7 +1,7 @@
 // Ring all-reduce of `buffer` in place: ring reduce-scatter then ring
-// all-gather, pipelined (collectives/ring.h). Each rank sends and receives
+// all-gather, pipelined (collectives/algorithms/ring.h). Each rank sends and receives
 // 2(n-1)/n of the buffer: bandwidth-optimal, the choice for large buffers
-// (collectives/all_reduce.h). Reduction of a segment overlaps the transfer of
+// (collectives/algorithms/all_reduce.h). Reduction of a segment overlaps the transfer of
 // the next, and data flows on without waiting for whole steps.
 //
 // Every rank gets bit-identical results (each chunk is reduced once, in ring

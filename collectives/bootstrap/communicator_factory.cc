@@ -6,13 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/bootstrap/shm_communicator.h"
+#include "collectives/bootstrap/tcp_communicator.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/hierarchical_layout.h"
 #include "collectives/host_backend.h"
-#include "collectives/transport/host_identity.h"
 #include "collectives/store/prefix_store.h"
-#include "collectives/bootstrap/shm_communicator.h"
-#include "collectives/bootstrap/tcp_communicator.h"
+#include "collectives/transport/host_identity.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -1,8 +1,8 @@
 // CreateCommunicator: builds a group over the transport that suits where its
-// ranks run, chosen from their host identities (collectives/host_identity.h):
+// ranks run, chosen from their host identities (collectives/transport/host_identity.h):
 //
-//   all ranks on one host        -> shared memory  ("shm",  collectives/shm_communicator.h)
-//   every rank on its own host   -> TCP            ("tcp",  collectives/tcp_communicator.h)
+//   all ranks on one host        -> shared memory  ("shm",  collectives/bootstrap/shm_communicator.h)
+//   every rank on its own host   -> TCP            ("tcp",  collectives/bootstrap/tcp_communicator.h)
 //   some hosts with several ranks -> hierarchical  ("hierarchical(shm+tcp)",
 //                                    collectives/hierarchical_backend.h)
 //
@@ -32,10 +32,10 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/algorithms/algorithm.h"
-#include "collectives/communicator.h"
 #include "collectives/bootstrap/rank_environment.h"
-#include "collectives/transport/shm/shm_transport.h"
+#include "collectives/communicator.h"
 #include "collectives/store/store.h"
+#include "collectives/transport/shm/shm_transport.h"
 #include "collectives/transport/tcp/tcp_transport.h"
 
 namespace lockstep {

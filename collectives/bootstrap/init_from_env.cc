@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/transport/tcp/address.h"
 #include "collectives/store/prefix_store.h"
 #include "collectives/store/tcp_store.h"
+#include "collectives/transport/tcp/address.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -6,7 +6,7 @@
 //
 // Works under tools/launch and torchrun, `mpirun -np N` and `srun -n N`:
 // which variables each provides, which are required and the defaults for
-// MASTER_ADDR/MASTER_PORT are tabled in collectives/rank_environment.h.
+// MASTER_ADDR/MASTER_PORT are tabled in collectives/bootstrap/rank_environment.h.
 // What is missing or malformed is an error naming the variables.
 //
 // The rendezvous store is a TcpStore at MASTER_ADDR:MASTER_PORT: rank 0
@@ -14,14 +14,14 @@
 // already does (then every rank is a client, and no rank binds a port
 // chosen in advance). LOCKSTEP_STORE_TOKEN, when set, is the store's shared
 // secret and the key of the ranks' authenticated handshake. Each rank
-// advertises an address its peers can reach (collectives/address.h), so a
+// advertises an address its peers can reach (collectives/transport/tcp/address.h), so a
 // multi-node job needs nothing beyond MASTER_ADDR. The communicator's
 // transport is then chosen from where the ranks run
-// (collectives/communicator_factory.h): shared memory when all share this
+// (collectives/bootstrap/communicator_factory.h): shared memory when all share this
 // host, TCP when each has its own, hierarchical (shared memory inside hosts,
 // TCP between them) otherwise; `transport` or LOCKSTEP_TRANSPORT=tcp|shm
 // forces one, and LOCKSTEP_HOST_ID overrides the host identity
-// (collectives/host_identity.h). `group.comm->capabilities().name` says
+// (collectives/transport/host_identity.h). `group.comm->capabilities().name` says
 // which one runs.
 #ifndef LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
 #define LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
@@ -29,11 +29,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "collectives/communicator.h"
 #include "collectives/bootstrap/communicator_factory.h"
 #include "collectives/bootstrap/rank_environment.h"
-#include "collectives/store/store.h"
 #include "collectives/bootstrap/tcp_communicator.h"
+#include "collectives/communicator.h"
+#include "collectives/store/store.h"
 
 namespace lockstep {
 
@@ -41,7 +41,7 @@ struct InitOptions {
   // `communicator.transport.host` is chosen here (see `host`), and
   // `communicator.transport.secret` defaults to LOCKSTEP_STORE_TOKEN.
   TcpCommunicatorOptions communicator;
-  // The address this rank advertises; empty: chosen as collectives/address.h
+  // The address this rank advertises; empty: chosen as collectives/transport/tcp/address.h
   // says (LOCKSTEP_SOCKET_ADDR, LOCKSTEP_SOCKET_IFNAME, else the route toward
   // MASTER_ADDR, never loopback when the group spans hosts).
   std::string host;
@@ -52,12 +52,12 @@ struct InitOptions {
   // every transport, `communicator.transport` to TCP only.
   ShmTransportOptions shm;
   // "auto" (by host identity), "tcp" or "shm"; LOCKSTEP_TRANSPORT overrides
-  // "auto" (see collectives/communicator_factory.h).
+  // "auto" (see collectives/bootstrap/communicator_factory.h).
   std::string transport = "auto";
   // Inside each host of a mixed group: "shm" or "tcp".
   std::string local_transport = "shm";
   // This rank's host identity; empty: LOCKSTEP_HOST_ID, else
-  // collectives/host_identity.h's.
+  // collectives/transport/host_identity.h's.
   std::string host_id;
 };
 

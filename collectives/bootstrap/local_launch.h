@@ -1,7 +1,7 @@
 // Local launch: runs N ranks of a program on this machine under a rendezvous
 // store this process holds, with torchrun's environment, as `torchrun
 // --standalone --nproc_per_node=N` does; the ranks then join the group with
-// InitFromEnv (collectives/init_from_env.h).
+// InitFromEnv (collectives/bootstrap/init_from_env.h).
 //
 //   LocalLaunchOptions options;
 //   options.nproc = 2;

@@ -1,7 +1,7 @@
 // A Communicator whose ranks, all on one host, talk through shared memory
-// (collectives/shm_transport.h), met through a Store.
+// (collectives/transport/shm/shm_transport.h), met through a Store.
 //
-//   std::shared_ptr<Store> store = ...;  // see collectives/tcp_store.h
+//   std::shared_ptr<Store> store = ...;  // see collectives/store/tcp_store.h
 //   ShmCommunicatorOptions options;
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
 //                             CreateShmCommunicator(store, rank, world_size, options));
@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/communicator.h"
-#include "collectives/transport/shm/shm_transport.h"
 #include "collectives/store/store.h"
+#include "collectives/transport/shm/shm_transport.h"
 
 namespace lockstep {
 

@@ -1,7 +1,7 @@
 // A Communicator whose ranks talk over a full TCP mesh (collectives/
 // tcp_transport.h), met through a Store: the usual way to build a group.
 //
-//   TcpStoreOptions store_options;  // see collectives/tcp_store.h
+//   TcpStoreOptions store_options;  // see collectives/store/tcp_store.h
 //   ...
 //   std::shared_ptr<Store> store = std::move(*TcpStore::Create(store_options));
 //   TcpCommunicatorOptions options;

@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "collectives/store/hash_store.h"
 #include "collectives/host_backend.h"
+#include "collectives/store/hash_store.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

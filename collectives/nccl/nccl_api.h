@@ -1,7 +1,7 @@
 // The few NCCL and CUDA calls that NcclBackend makes, behind two small
 // interfaces. Why: the backend's logic (version checks, op mapping, AVG
 // fallback, the watchdog, the unique-id exchange) is then tested without a
-// GPU through a fake (collectives/nccl_fake.h), and no file but
+// GPU through a fake (collectives/nccl/nccl_fake.h), and no file but
 // nccl_api_cuda.cc includes nccl.h or the CUDA runtime.
 //
 //   std::unique_ptr<NcclRuntime> nccl = SystemNcclRuntime();
@@ -22,8 +22,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/deadline.h"
 #include "collectives/stream_marker.h"
+#include "core/deadline.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 

@@ -1,6 +1,6 @@
 // NcclBackend: a Backend (collectives/backend.h) that runs every operation
 // with NCCL on CUDA tensors, one rank per GPU. Build it through
-// CreateNcclCommunicator (collectives/nccl_communicator.h); tests build it
+// CreateNcclCommunicator (collectives/nccl/nccl_communicator.h); tests build it
 // over a fake NcclComm.
 //
 // How an operation runs: the communicator's own stream waits (CUDA event,
@@ -28,7 +28,7 @@
 // NCCL is >= 2.10, else a sum followed by core's exact division (always for
 // integers, so the result equals the host backend's).
 //
-// Watchdog (collectives/nccl_watchdog.h): an operation past its deadline, or
+// Watchdog (collectives/nccl/nccl_watchdog.h): an operation past its deadline, or
 // an asynchronous NCCL error, aborts the NCCL communicator (ncclCommAbort)
 // and fails the operation in flight with its fingerprint; the Communicator
 // then shares the error with the other ranks through the store, as for the

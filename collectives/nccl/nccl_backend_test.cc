@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/store/hash_store.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/nccl/nccl_fake.h"
+#include "collectives/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -6,8 +6,8 @@
 
 #include "benchmark/benchmark.h"
 #include "collectives/communicator.h"
-#include "collectives/store/hash_store.h"
 #include "collectives/nccl/nccl_communicator.h"
+#include "collectives/store/hash_store.h"
 #include "core/cuda_runtime.h"
 
 namespace lockstep {

@@ -1,4 +1,4 @@
-// A Communicator whose operations run on NCCL (collectives/nccl_backend.h):
+// A Communicator whose operations run on NCCL (collectives/nccl/nccl_backend.h):
 // CUDA tensors, one rank per GPU, met through a Store.
 //
 //   NcclCommunicatorOptions options;
@@ -17,7 +17,7 @@
 // blocking, so a rank that never comes makes init fail at `init_timeout`
 // instead of hanging; older NCCL blocks in init. Several ranks on one GPU
 // are refused by NCCL: the error says to use the host backend (see
-// collectives/backend_choice.h, which picks for you).
+// collectives/bootstrap/backend_choice.h, which picks for you).
 #ifndef LOCKSTEP_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_
 #define LOCKSTEP_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_
 
@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared
                                                                      const NcclCommunicatorOptions& options);
 
 // The NCCL this binary runs with (ncclGetVersion; 0 in a build without
-// CUDA), for collectives/backend_choice.h.
+// CUDA), for collectives/bootstrap/backend_choice.h.
 int LinkedNcclVersion();
 
 // The backend alone, over a given runtime (tests pass a fake); `store` is

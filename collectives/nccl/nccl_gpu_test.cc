@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/store/hash_store.h"
 #include "collectives/nccl/nccl_communicator.h"
+#include "collectives/store/hash_store.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels.h"
 #include "gmock/gmock.h"

@@ -1,7 +1,7 @@
 #include "collectives/store/hash_store.h"
 
-#include "core/deadline.h"
 #include "collectives/store/store_ops.h"
+#include "core/deadline.h"
 
 namespace lockstep {
 namespace {

@@ -8,7 +8,7 @@
 // Values are arbitrary bytes. Every blocking call takes a timeout (the
 // store's default when omitted) and fails with DeadlineExceeded naming the
 // keys it waited for, never hangs. Implementations: TcpStore
-// (collectives/tcp_store.h), HashStore (in-process), PrefixStore
+// (collectives/store/tcp_store.h), HashStore (in-process), PrefixStore
 // (namespacing over another store). All are safe to use from several
 // threads.
 #ifndef LOCKSTEP_COLLECTIVES_STORE_STORE_H_

@@ -10,7 +10,7 @@
 //   store->port();                    // the real port, for the others
 //
 // Clients retry connecting until the timeout, so the server may start after
-// them. The wire format (collectives/store_wire.h) is validated field by
+// them. The wire format (collectives/store/store_wire.h) is validated field by
 // field; a client that sends garbage is dropped without disturbing the server
 // or other clients. With a token, clients without it are refused. One
 // server thread multiplexes all clients with poll(): hundreds of clients
@@ -45,9 +45,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/transport/tcp/socket.h"
 #include "collectives/store/store.h"
 #include "collectives/store/store_wire.h"
+#include "collectives/transport/tcp/socket.h"
 
 namespace lockstep {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/transport/tcp/socket.h"
 #include "collectives/store/store_wire.h"
+#include "collectives/transport/tcp/socket.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

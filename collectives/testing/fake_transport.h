@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/deadline.h"
 #include "collectives/transport/transport.h"
+#include "core/deadline.h"
 
 namespace lockstep {
 namespace testing {

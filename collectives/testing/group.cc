@@ -14,12 +14,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/store/hash_store.h"
-#include "collectives/host_backend.h"
 #include "collectives/bootstrap/shm_communicator.h"
+#include "collectives/host_backend.h"
+#include "collectives/store/hash_store.h"
+#include "collectives/store/tcp_store.h"
 #include "core/deadline.h"
 #include "core/fd.h"
-#include "collectives/store/tcp_store.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "collectives/communicator.h"
 #include "collectives/bootstrap/shm_communicator.h"
-#include "collectives/store/store.h"
 #include "collectives/bootstrap/tcp_communicator.h"
+#include "collectives/communicator.h"
+#include "collectives/store/store.h"
 #include "collectives/testing/fake_transport.h"
 
 namespace lockstep {
@@ -36,7 +36,7 @@ std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicator
 std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicatorOptions options = TestOptions(),
                                        int deadline_seconds = 120);
 
-// Shared memory (collectives/shm_communicator.h) instead of TCP: the same
+// Shared memory (collectives/bootstrap/shm_communicator.h) instead of TCP: the same
 // runners, every rank on this host.
 ShmCommunicatorOptions ShmTestOptions();
 std::vector<absl::Status> RunShmThreads(int size, const RankFn& fn, ShmCommunicatorOptions options = ShmTestOptions());

@@ -1,6 +1,6 @@
 // TransferStreams: the transfers of one Transport::Exchange or ExchangeOpen,
 // queued per stream in call order. Internal to the transports
-// (collectives/tcp_transport.cc, collectives/shm_transport.cc), which share
+// (collectives/transport/tcp/tcp_transport.cc, collectives/transport/shm/shm_transport.cc), which share
 // the bookkeeping and differ only in how bytes move.
 //
 // A stream is (peer, direction): stream 2 * peer for sends, 2 * peer + 1 for

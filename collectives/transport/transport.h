@@ -17,8 +17,8 @@
 // send and a receive posted one after the other both progress (two ranks
 // sending each other more than a socket buffer holds cannot deadlock).
 //
-// Implementations: TcpTransport (collectives/tcp_transport.h),
-// ShmTransport (collectives/shm_transport.h) and, for tests, FakeTransport
+// Implementations: TcpTransport (collectives/transport/tcp/tcp_transport.h),
+// ShmTransport (collectives/transport/shm/shm_transport.h) and, for tests, FakeTransport
 // (collectives/testing/fake_transport.h); all pass the conformance suite in
 // collectives/testing/transport_conformance.h.
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_TRANSPORT_H_

@@ -1,6 +1,6 @@
 // The errors every transport reports the same way, so that a user sees one
-// wording whichever transport ran (collectives/tcp_transport.h,
-// collectives/shm_transport.h).
+// wording whichever transport ran (collectives/transport/tcp/tcp_transport.h,
+// collectives/transport/shm/shm_transport.h).
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_TRANSPORT_ERRORS_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_TRANSPORT_ERRORS_H_
 

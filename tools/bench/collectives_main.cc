@@ -7,7 +7,7 @@
 // binary again, with torchrun's variables and TORCHELASTIC_USE_AGENT_STORE);
 // the first rank to fail stops the others. Without it, it joins the group
 // its launcher describes (torchrun, mpirun or srun; see
-// collectives/rank_environment.h): rank 0 hosts the store at
+// collectives/bootstrap/rank_environment.h): rank 0 hosts the store at
 // MASTER_ADDR:MASTER_PORT unless a launcher already does. Rank 0 prints one
 // row per size: bytes, count, type, time (us), p50 (us), p95 (us), algbw
 // (GB/s), busbw (GB/s), #wrong (--json: the same as fields, p50_us and p95_us
@@ -25,7 +25,7 @@
 // is then the slow one.)
 //
 // --transport=auto (the default) lets the ranks choose from their host
-// identities (collectives/communicator_factory.h): shared memory on one
+// identities (collectives/bootstrap/communicator_factory.h): shared memory on one
 // host, TCP with one rank per host, hierarchical otherwise; tcp or shm
 // forces one (LOCKSTEP_TRANSPORT too, when the flag is auto). The header
 // line and every JSON row name the transport that ran ("host over shm",
@@ -44,16 +44,16 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/transport/tcp/address.h"
 #include "collectives/bootstrap/backend_choice.h"
-#include "collectives/communicator.h"
 #include "collectives/bootstrap/communicator_factory.h"
 #include "collectives/bootstrap/local_launch.h"
-#include "collectives/nccl/nccl_communicator.h"
 #include "collectives/bootstrap/rank_environment.h"
-#include "core/deadline.h"
+#include "collectives/communicator.h"
+#include "collectives/nccl/nccl_communicator.h"
 #include "collectives/store/tcp_store.h"
+#include "collectives/transport/tcp/address.h"
 #include "core/cuda_runtime.h"
+#include "core/deadline.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -95,7 +95,7 @@ ABSL_FLAG(std::string, device, "cpu",
           "cpu, or cuda: CUDA tensors on this rank's GPU (cuda:(LOCAL_RANK % visible GPUs))");
 ABSL_FLAG(std::string, backend, "auto",
           "auto, host or nccl (auto: LOCKSTEP_BACKEND, else NCCL for CUDA tensors with one rank per GPU; "
-          "collectives/backend_choice.h)");
+          "collectives/bootstrap/backend_choice.h)");
 ABSL_FLAG(int, timeout, 300, "seconds an operation (and the group's setup) may take before it fails");
 
 namespace lockstep {
@@ -451,7 +451,7 @@ absl::Status RunRank(const RankEnvironment& env) {
 }
 
 // --nproc: this binary again as the ranks, under a store this process holds
-// (collectives/local_launch.h).
+// (collectives/bootstrap/local_launch.h).
 int SpawnLocal(int nproc, char** argv) {
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
   if (bind_to != "core" && bind_to != "none") {

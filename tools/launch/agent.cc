@@ -11,11 +11,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/transport/tcp/address.h"
 #include "collectives/bootstrap/local_launch.h"
 #include "collectives/store/prefix_store.h"
-#include "collectives/transport/tcp/socket.h"
 #include "collectives/store/tcp_store.h"
+#include "collectives/transport/tcp/address.h"
+#include "collectives/transport/tcp/socket.h"
 #include "core/status.h"
 #include "tools/launch/group_state.h"
 #include "tools/launch/rendezvous.h"

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/deadline.h"
 #include "collectives/store/store.h"
+#include "core/deadline.h"
 #include "tools/launch/rendezvous.h"
 
 namespace lockstep {

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/deadline.h"
 #include "collectives/store/store.h"
+#include "core/deadline.h"
 
 namespace lockstep {
 namespace launch {

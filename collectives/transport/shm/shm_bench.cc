@@ -16,9 +16,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "collectives/bootstrap/local_launch.h"
-#include "collectives/store/prefix_store.h"
 #include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/bootstrap/tcp_communicator.h"
+#include "collectives/store/prefix_store.h"
 #include "collectives/store/tcp_store.h"
 
 namespace lockstep {

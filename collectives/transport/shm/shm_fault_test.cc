@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/communicator.h"
 #include "collectives/store/hash_store.h"
-#include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/testing/fault_cases.h"
 #include "collectives/testing/group.h"
 #include "gtest/gtest.h"

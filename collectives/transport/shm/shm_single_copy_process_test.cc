@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/communicator.h"
 #include "collectives/bootstrap/shm_communicator.h"
+#include "collectives/communicator.h"
 #include "collectives/testing/group.h"
 #include "core/dtype.h"
 #include "core/status.h"

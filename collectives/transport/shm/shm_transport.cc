@@ -687,7 +687,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
                      : "",
         "; create a new communicator"));
   }
-  // Streams: (peer, direction), in call order (collectives/transfer_streams.h).
+  // Streams: (peer, direction), in call order (collectives/transport/transfer_streams.h).
   TransferStreams<Progress> streams(initial, rank_, size_, "ShmTransport");
   constexpr size_t kNone = TransferStreams<Progress>::kNone;
   auto at = [&](size_t i) -> Transfer& { return streams.at(i); };

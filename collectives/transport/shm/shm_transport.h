@@ -67,10 +67,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/deadline.h"
-#include "core/fd.h"
 #include "collectives/store/store.h"
 #include "collectives/transport/transport.h"
+#include "core/deadline.h"
+#include "core/fd.h"
 
 namespace lockstep {
 

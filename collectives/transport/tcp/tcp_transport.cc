@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collectives/transport/tcp/rank_handshake.h"
 #include "collectives/transport/transfer_streams.h"
 #include "collectives/transport/transport_errors.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -27,7 +27,7 @@ namespace {
 constexpr uint32_t kHelloMagic = rank_handshake::kMagic;
 constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS"
 // 2: one connection per direction, 64-byte message headers.
-// 3: authenticated handshake (collectives/rank_handshake.h).
+// 3: authenticated handshake (collectives/transport/tcp/rank_handshake.h).
 constexpr uint32_t kTransportVersion = rank_handshake::kVersion;
 // A message with this tag carries the reason its sender aborted.
 constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
@@ -313,7 +313,7 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
   if (aborted_) {
     return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
   }
-  // Streams: (peer, direction), in call order (collectives/transfer_streams.h).
+  // Streams: (peer, direction), in call order (collectives/transport/transfer_streams.h).
   TransferStreams<Progress> streams(initial, rank_, size_, "TcpTransport");
   constexpr size_t kNone = TransferStreams<Progress>::kNone;
   auto at = [&](size_t i) -> Transfer& { return streams.at(i); };

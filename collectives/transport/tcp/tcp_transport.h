@@ -11,7 +11,7 @@
 // one per direction: each rank connects to every other rank for its sends
 // and accepts one connection from every other rank for its receives, with a
 // handshake (magic, version, ranks, world size and, given a secret, a
-// challenge-response: collectives/rank_handshake.h) checked on both sides. One
+// challenge-response: collectives/transport/tcp/rank_handshake.h) checked on both sides. One
 // socket per direction keeps a rank's sends and receives off each other's
 // socket lock (with one shared socket, data arriving while the owner is in
 // sendmsg goes to the socket's backlog and is processed late, in the
@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/transport/tcp/socket.h"
 #include "collectives/store/store.h"
+#include "collectives/transport/tcp/socket.h"
 #include "collectives/transport/transport.h"
 
 namespace lockstep {
@@ -38,7 +38,7 @@ struct TcpTransportOptions {
   std::string host = "127.0.0.1";
   Milliseconds timeout = kDefaultStoreTimeout;  // For setting up the mesh.
   // The group's secret (the store token, LOCKSTEP_STORE_TOKEN): with it,
-  // every connection proves it (collectives/rank_handshake.h) and others
+  // every connection proves it (collectives/transport/tcp/rank_handshake.h) and others
   // are dropped; empty: connections are not authenticated.
   std::string secret;
   // A peer's published address that refuses connections fails at once; one

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "collectives/store/hash_store.h"
-#include "collectives/transport/tcp/socket.h"
 #include "collectives/testing/transport_conformance.h"
+#include "collectives/transport/tcp/socket.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
