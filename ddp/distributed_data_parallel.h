@@ -4,9 +4,9 @@
 //
 //   DdpOptions options;                       // PyTorch's names and defaults
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *comm, options));
-//   for (...) {
+//   for (int step = 0; step < steps; ++step) {
 //     LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, ddp->Forward(images));
-//     LOCKSTEP_ASSIGN_OR_RETURN(LossResult loss, CrossEntropy(logits, labels));
+//     LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
 //     LOCKSTEP_RETURN_IF_ERROR(ddp->Backward(loss.grad_logits));  // grads now averaged
 //     LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
 //     LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad());

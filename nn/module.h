@@ -1,13 +1,16 @@
 // Module: a layer or a tree of layers with named parameters, explicit
 // forward and backward, and per-parameter gradient-ready hooks.
 //
-//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp({784, 512, 10}, gen));
-//   model->SetGradReadyHook([&](const GradReadyEvent& e) { return reducer.MarkReady(e.index); });
+//   MlpOptions mlp;
+//   mlp.sizes = {784, 512, 10};
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+//   model->SetGradReadyHook([&](const GradReadyEvent& e) { return MarkReady(e.index); });
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(model->NamedParameters(), {}));
 //   LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, model->Forward(images));
-//   LOCKSTEP_ASSIGN_OR_RETURN(LossResult loss, CrossEntropy(logits, labels));
+//   LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
 //   LOCKSTEP_RETURN_IF_ERROR(model->Backward(loss.grad_logits).status());
-//   LOCKSTEP_RETURN_IF_ERROR(optimizer.Step());
-//   model->ZeroGrad();
+//   LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
+//   LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad());
 //
 // There is no general autograd. Each layer's Forward keeps what its Backward
 // needs (the last forward only) and Backward consumes it: it computes the

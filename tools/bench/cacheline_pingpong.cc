@@ -1,5 +1,5 @@
 // Cache-line ping-pong between two processes: tells which placement mode the
-// host gave the two vCPUs right now (../shared/BENCHMARKING.md: a round trip
+// host gave the two vCPUs right now (docs/PERFORMANCE.md: a round trip
 // takes ~33 ns when they share an L3 and ~165 ns when they do not, and the
 // mode switches every few seconds to minutes). Run it right before a timed
 // block and file the block's figures under the mode it prints.

@@ -12,7 +12,7 @@
 #       mean, and p50/p95 for lockstep and OpenMPI, which report them).
 #   bash tools/bench/compare_all_reduce.sh --small_pairs N
 #       the 4 KiB acceptance protocol: N pairs, each a cache-line ping-pong
-#       (which placement mode the vCPUs are in, ../shared/BENCHMARKING.md),
+#       (which placement mode the vCPUs are in, docs/PERFORMANCE.md),
 #       then lockstep and OpenMPI over TCP and lockstep shm and OpenMPI
 #       vader (--iters 2000 --warmup 200), lockstep first on odd pairs and
 #       OpenMPI first on even ones. Medians per mode and transport, per-pair
@@ -347,7 +347,7 @@ if what == "default":
         # Runs are interleaved (lockstep, gloo, MPI for one size, then the
         # next), so each run's ratio compares tools measured within seconds of
         # each other; the machine switches between fast and slow modes
-        # (../shared/BENCHMARKING.md).
+        # (docs/PERFORMANCE.md).
         per_run = []
         for r in tool_rows("lockstep", b):
             peers = [by_key.get((r["key"], b, t)) for t in ("gloo", "mpi")]
