@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/transport/tcp/socket.h"
 #include "collectives/transport/transfer_streams.h"
+#include "collectives/transport/message_header.h"
 #include "collectives/transport/transport_errors.h"
 #include "core/status.h"
 
@@ -35,7 +36,6 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x4C4B5348;    // "LKSH"
 constexpr uint32_t kSegmentMagic = 0x4C4B5347;  // "LKSG"
-constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS", as TCP's
 // A single-copy descriptor: the payload stays in the sender's memory.
 constexpr uint32_t kSingleCopyMagic = 0x4C4B5343;  // "LKSC"
 constexpr uint32_t kVersion = 2;
@@ -50,18 +50,6 @@ constexpr size_t kSingleCopyPiece = 1 << 20;
 // the L2 cache while the consumer reduces from it.
 constexpr size_t kSingleCopyStage = 256 << 10;
 
-struct MessageHeader {
-  uint64_t seq;
-  uint32_t tag;
-  uint32_t magic;
-  uint64_t bytes;
-  uint64_t element;  // MessageTag::element.
-  // Single copy (magic kSingleCopyMagic) only: where the payload lies in
-  // the sender's address space, and the pair's `exposed` counter before it.
-  uint64_t address;
-  uint64_t base;
-  uint64_t reserved[2];
-};
 static_assert(sizeof(MessageHeader) == kLine, "headers fill one cache line, so they never wrap");
 
 // What two ranks tell each other on their connection, with their memfd and
@@ -745,8 +733,9 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
         }
         p.single = true;
         p.base = ring->exposed.load(std::memory_order_relaxed);  // Ours alone.
-        const MessageHeader h{message_tag.seq, message_tag.tag, kSingleCopyMagic, t.bytes, message_tag.element,
-                              reinterpret_cast<uintptr_t>(t.data), p.base, {}};
+        MessageHeader h = MakeMessageHeader(message_tag, t.bytes, kSingleCopyMagic);
+        h.address = reinterpret_cast<uintptr_t>(t.data);
+        h.base = p.base;
         std::memcpy(ring->data() + head % capacity, &h, sizeof(h));
         ring->head.store(head + kLine, std::memory_order_release);
         p.header_done = true;
@@ -785,7 +774,7 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       uint64_t new_head = head;
       if (!p.header_done) {
         if (free < static_cast<int64_t>(kLine)) return absl::OkStatus();
-        const MessageHeader h{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, 0, 0, {}};
+        const MessageHeader h = MakeMessageHeader(message_tag, t.bytes);
         std::memcpy(ring->data() + new_head % capacity, &h, sizeof(h));
         new_head += kLine;
         free -= kLine;
@@ -835,15 +824,8 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
           LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
                                                     h.bytes));
           t.bytes = h.bytes;
-        } else if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag ||
-                   h.bytes != t.bytes) {
-          return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
-        } else if (h.element != 0 && message_tag.element != 0 && h.element != message_tag.element) {
-          return absl::InternalError(absl::StrCat(
-              "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " with ",
-              ElementName(static_cast<uint8_t>(h.element)), " elements, but rank ", rank_, " expected ",
-              ElementName(message_tag.element), " (the same number of bytes). Every rank must call the same "
-              "collective with the same dtype"));
+        } else {
+          LOCKSTEP_RETURN_IF_ERROR(CheckMessageHeader(h, message_tag, t.bytes, PeerName(t.peer), rank_));
         }
       }
       const uint64_t available = head - new_tail;
@@ -1070,9 +1052,5 @@ absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
                               streams.InFlight([this](int peer) { return PeerName(peer); }));
 }
 
-absl::Status ShmTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,
-                                         MessageTag expected, size_t expected_bytes) const {
-  return MessageMismatchError(PeerName(peer), rank_, got_seq, got_tag, got_bytes, expected, expected_bytes);
-}
 
 }  // namespace lockstep

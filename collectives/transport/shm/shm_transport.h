@@ -157,8 +157,6 @@ class ShmTransport : public Transport {
 
   // Exchange and ExchangeOpen: the initial transfers, then the feed's.
   absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);
-  absl::Status MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes, MessageTag expected,
-                             size_t expected_bytes) const;
   // Why `peer` cannot go on (it aborted with a reason, or died), during op `seq`.
   absl::Status PeerGoneError(int peer, uint64_t seq) const;
   // The ring `from` -> `to` (in `to`'s segment).

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/transport/tcp/rank_handshake.h"
 #include "collectives/transport/transfer_streams.h"
+#include "collectives/transport/message_header.h"
 #include "collectives/transport/transport_errors.h"
 #include "core/status.h"
 
@@ -25,7 +26,6 @@ namespace lockstep {
 namespace {
 
 constexpr uint32_t kHelloMagic = rank_handshake::kMagic;
-constexpr uint32_t kMessageMagic = 0x4C4B4D53;  // "LKMS"
 // 2: one connection per direction, 64-byte message headers.
 // 3: authenticated handshake (collectives/transport/tcp/rank_handshake.h).
 constexpr uint32_t kTransportVersion = rank_handshake::kVersion;
@@ -34,18 +34,6 @@ constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
 constexpr uint64_t kMaxAbortReason = 4096;
 
 
-struct MessageHeader {
-  uint64_t seq;
-  uint32_t tag;
-  uint32_t magic;
-  uint64_t bytes;
-  uint64_t element;  // MessageTag::element.
-  // Padding to a cache line: the payload then sits at the same offset
-  // modulo 64 in the socket's pages as in the user's buffer, and the
-  // kernel's copies in and out run at full speed.
-  uint64_t reserved[4];
-};
-static_assert(sizeof(MessageHeader) == 64, "wire layout");
 
 std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
 std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/challenge"); }
@@ -288,7 +276,7 @@ void TcpTransport::Abort(absl::string_view reason) {
   for (Peer& p : peers_) {
     if (!p.send_fd.valid()) continue;
     // Best effort, never blocking: a peer that is reading headers learns why.
-    MessageHeader h{~uint64_t{0}, kAbortTag, kMessageMagic, text.size(), 0, {}};
+    MessageHeader h = MakeMessageHeader(MessageTag{~uint64_t{0}, kAbortTag, 0}, text.size());
     iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
     msghdr msg{};
     msg.msg_iov = iov;
@@ -357,7 +345,7 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
       int n_iov = 0;
       if (p.header_done < sizeof(MessageHeader)) {
         if (p.header_done == 0 && t.kind == Transfer::Kind::kSend) {
-          p.header = MessageHeader{message_tag.seq, message_tag.tag, kMessageMagic, t.bytes, message_tag.element, {}};
+          p.header = MakeMessageHeader(message_tag, t.bytes);
         }
         iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
       }
@@ -432,15 +420,8 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
               LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
                                                         h.bytes));
               t.bytes = h.bytes;
-            } else if (h.magic != kMessageMagic || h.seq != message_tag.seq || h.tag != message_tag.tag ||
-                       h.bytes != t.bytes) {
-              return MismatchError(t.peer, h.seq, h.tag, h.bytes, message_tag, t.bytes);
-            } else if (h.element != 0 && message_tag.element != 0 && h.element != message_tag.element) {
-              return absl::InternalError(absl::StrCat(
-                  "collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " with ",
-                  ElementName(static_cast<uint8_t>(h.element)), " elements, but rank ", rank_, " expected ",
-                  ElementName(message_tag.element), " (the same number of bytes). Every rank must call the same "
-                  "collective with the same dtype"));
+            } else {
+              LOCKSTEP_RETURN_IF_ERROR(CheckMessageHeader(h, message_tag, t.bytes, PeerName(t.peer), rank_));
             }
           }
         }
@@ -522,9 +503,5 @@ absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Dea
                               streams.InFlight([this](int peer) { return PeerName(peer); }));
 }
 
-absl::Status TcpTransport::MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes,
-                                         MessageTag expected, size_t expected_bytes) const {
-  return MessageMismatchError(PeerName(peer), rank_, got_seq, got_tag, got_bytes, expected, expected_bytes);
-}
 
 }  // namespace lockstep

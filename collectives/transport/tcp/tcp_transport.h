@@ -82,8 +82,6 @@ class TcpTransport : public Transport {
 
   // Exchange and ExchangeOpen: the initial transfers, then the feed's.
   absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);
-  absl::Status MismatchError(int peer, uint64_t got_seq, uint32_t got_tag, uint64_t got_bytes, MessageTag expected,
-                             size_t expected_bytes) const;
 
   struct Peer {
     Fd send_fd;  // connected by this rank: carries its messages to the peer
