@@ -91,26 +91,22 @@ struct ShmTransportOptions {
   // Messages of at least this many bytes are copied with non-temporal
   // stores (into the ring by the sender, into the destination by the
   // receiver): the destination is not read first and the caches are left
-  // alone. Off by default (SIZE_MAX): on the busy 2-vCPU machines measured
-  // so far neither helped reliably (collectives:shm_bench compares). >= 1.
+  // alone. Off by default (SIZE_MAX): it did not help reliably where
+  // measured (docs/PERFORMANCE.md, "Shared memory"). >= 1.
   size_t streaming_send_bytes = SIZE_MAX;
   size_t streaming_receive_bytes = SIZE_MAX;
   // Messages of at least this many bytes are copied once, straight from the
   // sender's memory (process_vm_readv), where the peers allow it; 0: never
-  // (every message goes through the ring). 0 or >= 64. The default is the
-  // measured crossover on a 2-vCPU VM (collectives:shm_bench, 2 ranks):
-  // the kernel pins the sender's pages one by one (~0.4 us per 4 KiB page
-  // there), which costs more than the ring's second, cache-resident copy for
-  // messages up to ~1 MiB; from 2 MiB on single copy was faster.
+  // (every message goes through the ring). 0 or >= 64. Below the default
+  // the kernel's pinning of the sender's pages costs more than the ring's
+  // second, cache-resident copy (the crossover is measured in
+  // docs/PERFORMANCE.md, "Shared memory").
   size_t single_copy_bytes = 2 << 20;
-  // ...and at most this many (larger ones go through the ring again).
-  // Measured there, 2 ranks, f32 SUM all-reduce (messages = half the
-  // buffer), with lockstep's tensors on transparent huge pages
-  // (core/storage.h): single copy is faster at every size from 4 MiB (64
-  // MiB: 4.6-5.3 GB/s busbw against 3.3-4.3 through the ring). On 4 KiB
-  // pages it was even or slower from 64 MiB on (the kernel pins every
-  // page), so a caller whose large buffers are not on huge pages may want
-  // 16 MiB here. >= single_copy_bytes.
+  // ...and at most this many (larger ones go through the ring again). The
+  // default suits buffers on transparent huge pages, as lockstep's tensors
+  // are (core/storage.h); a caller whose large buffers are on 4 KiB pages,
+  // where the kernel pins every page, may want 16 MiB here.
+  // >= single_copy_bytes.
   size_t single_copy_max_bytes = size_t{1} << 30;
 };
 
@@ -163,10 +159,11 @@ class ShmTransport : public Transport {
   Ring* RingOf(int from, int to) const;
   Control* ControlOf(int rank) const;
   void RingDoorbell(int peer) const;
-  // Set-up, last step: each rank tries to read every peer's probe word with
-  // process_vm_readv and tells the peer over its socket (one byte) whether
-  // it may send it single-copy messages.
-  absl::Status AgreeOnSingleCopy(Deadline deadline);
+
+  // Create's steps (shm_setup.cc).
+  class Setup;
+  // One Exchange or ExchangeOpen (shm_op.h).
+  class Op;
 
   struct Mapping {
     void* address = nullptr;

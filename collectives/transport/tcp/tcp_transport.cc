@@ -297,211 +297,264 @@ absl::Status TcpTransport::ExchangeOpen(TransferFeed& feed, Deadline deadline) {
   return Run({}, MessageTag{}, deadline, &feed);
 }
 
-absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
-  if (aborted_) {
-    return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
+// One Exchange or ExchangeOpen. Run() goes round the streams (one per peer
+// and direction, collectives/transport/transfer_streams.h), giving each
+// stream whose socket may progress one sendmsg or recvmsg; when nothing
+// moved it waits in poll() for a socket (Wait).
+class TcpTransport::Op {
+ public:
+  Op(TcpTransport& transport, absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed)
+      : tr_(transport), streams_(initial, transport.rank_, transport.size_, "TcpTransport"), tag_(tag),
+        deadline_(deadline), feed_(feed), may_progress_(streams_.current.size(), true) {}
+
+  absl::Status Run() {
+    LOCKSTEP_RETURN_IF_ERROR(streams_.Start(feed_));
+    RestartSpin();
+    while (true) {
+      if (streams_.remaining == 0) {
+        // Done, unless the feed has more.
+        const size_t before = streams_.total;
+        LOCKSTEP_RETURN_IF_ERROR(streams_.PollFeed(feed_));
+        if (streams_.total == before) break;
+      }
+      bool moved = false;
+      for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
+        if (streams_.current[stream] == kNone || !may_progress_[stream]) continue;
+        LOCKSTEP_RETURN_IF_ERROR(Step(stream, &moved));
+      }
+      if (feed_ != nullptr) {
+        const size_t before = streams_.total;
+        LOCKSTEP_RETURN_IF_ERROR(streams_.PollFeed(feed_));
+        moved |= streams_.total != before;
+      }
+      if (streams_.remaining == 0) continue;  // The top of the loop asks the feed once more.
+      if (moved) {
+        RestartSpin();
+        continue;
+      }
+      LOCKSTEP_ASSIGN_OR_RETURN(const bool in_time, Wait());
+      if (!in_time) break;
+    }
+    if (streams_.remaining == 0) return absl::OkStatus();
+    const uint64_t seq = streams_.total > 0 ? TagOf(streams_.at(0)).seq : tag_.seq;
+    return ExchangeTimeoutError(seq, tr_.rank_, streams_.InFlight([this](int peer) { return tr_.PeerName(peer); }));
   }
-  // Streams: (peer, direction), in call order (collectives/transport/transfer_streams.h).
-  TransferStreams<Progress> streams(initial, rank_, size_, "TcpTransport");
-  constexpr size_t kNone = TransferStreams<Progress>::kNone;
-  auto at = [&](size_t i) -> Transfer& { return streams.at(i); };
-  auto& current = streams.current;
-  auto& next = streams.next;
-  auto& progress = streams.progress;
-  size_t& total = streams.total;
-  size_t& remaining = streams.remaining;
-  auto poll_feed = [&]() { return streams.PollFeed(feed); };
-  LOCKSTEP_RETURN_IF_ERROR(streams.Start(feed));
-  absl::InlinedVector<pollfd, 16> fds;
-  absl::InlinedVector<size_t, 16> fd_stream;
+
+ private:
+  using Streams = TransferStreams<Progress>;
+  static constexpr size_t kNone = Streams::kNone;
+
+  MessageTag TagOf(const Transfer& t) const {
+    return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag_.seq,
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag_.tag, t.element != 0 ? t.element : tag_.element};
+  }
+
+  void RestartSpin() {
+    spin_until_ = SteadyClock::now() + std::chrono::microseconds(tr_.options_.spin_microseconds);
+  }
+
+  // One call on `stream`'s socket for its current transfer; completes it
+  // when its header and every byte moved.
+  absl::Status Step(size_t stream, bool* moved) {
+    const size_t i = streams_.current[stream];
+    Transfer& t = streams_.at(i);
+    Progress& p = streams_.progress[i];
+    const MessageTag tag = TagOf(t);
+    if (t.kind == Transfer::Kind::kSend) {
+      LOCKSTEP_RETURN_IF_ERROR(Send(stream, t, p, tag, moved));
+    } else {
+      LOCKSTEP_RETURN_IF_ERROR(Receive(stream, t, p, tag, moved));
+    }
+    if (p.header_done == sizeof(MessageHeader) && p.done == t.bytes) {
+      if (t.kind == Transfer::Kind::kRecv && t.on_segment && t.bytes == 0) {
+        LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
+      }
+      p.complete = true;
+      streams_.current[stream] = streams_.next[i];
+      --streams_.remaining;
+      *moved = true;
+      if (t.on_done) LOCKSTEP_RETURN_IF_ERROR(t.on_done());
+    }
+    return absl::OkStatus();
+  }
+
+  // The rest of the header and what `ready` allows of the payload, in one
+  // sendmsg.
+  absl::Status Send(size_t stream, Transfer& t, Progress& p, const MessageTag& tag, bool* moved) {
+    iovec iov[2];
+    int n_iov = 0;
+    if (p.header_done < sizeof(MessageHeader)) {
+      if (p.header_done == 0) p.header = MakeMessageHeader(tag, t.bytes);
+      iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+    }
+    const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+    if (p.done < allowed) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, allowed - p.done};
+    if (n_iov == 0) return absl::OkStatus();
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n_iov;
+    const ssize_t n = ::sendmsg(tr_.peers_[t.peer].send_fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if ((n < 0 && errno != EINTR) || (n >= 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+      may_progress_[stream] = false;  // The socket buffer is full.
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("sending op #", tag.seq, " (tag ", tag.tag, ") to ",
+                                                 tr_.PeerName(t.peer), " failed: ", std::strerror(errno),
+                                                 "; that rank has probably exited or aborted"));
+    }
+    if (n > 0) {
+      const size_t sent = static_cast<size_t>(n);
+      const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
+      p.header_done += header_part;
+      p.done += sent - header_part;
+      tr_.traffic_.Sent(t.peer, sent - header_part);
+      *moved = true;
+    }
+    return absl::OkStatus();
+  }
+
+  // The rest of the header and of the payload, in one recvmsg; the header,
+  // once whole, is checked (or routed, or is a peer's abort).
+  absl::Status Receive(size_t stream, Transfer& t, Progress& p, const MessageTag& tag, bool* moved) {
+    const int fd = tr_.peers_[t.peer].recv_fd.get();
+    iovec iov[2];
+    int n_iov = 0;
+    if (p.header_done < sizeof(MessageHeader)) {
+      iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
+    }
+    if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n_iov;
+    const ssize_t n = n_iov > 0 ? ::recvmsg(fd, &msg, MSG_DONTWAIT) : 0;
+    if ((n < 0 && errno != EINTR) || (n > 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
+      may_progress_[stream] = false;  // Took all that had arrived.
+    }
+    if (n == 0 && n_iov > 0) {
+      return absl::UnavailableError(absl::StrCat(tr_.PeerName(t.peer), " closed the connection during op #",
+                                                 tag.seq,
+                                                 " (it exited, crashed or aborted after an error of its own; see its log)"));
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("receiving op #", tag.seq, " from ", tr_.PeerName(t.peer), " failed: ", std::strerror(errno)));
+    }
+    if (n > 0) {
+      *moved = true;
+      const size_t got = static_cast<size_t>(n);
+      const bool had_header = p.header_done == sizeof(MessageHeader);
+      const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
+      p.header_done += header_part;
+      p.done += got - header_part;
+      tr_.traffic_.Received(t.peer, got - header_part);
+      if (!had_header && p.header_done == sizeof(MessageHeader)) {
+        LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag));
+      }
+    }
+    if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
+      const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
+      while (p.reported < t.bytes) {
+        const size_t len = std::min(seg, t.bytes - p.reported);
+        if (p.done - p.reported < len) break;
+        LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
+        p.reported += len;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReceivedHeader(int fd, Transfer& t, const Progress& p, const MessageTag& tag) {
+    const MessageHeader& h = p.header;
+    if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
+      // Part of the reason may already sit at the start of t.data.
+      std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
+      if (reason.size() < h.bytes) {
+        const size_t have = reason.size();
+        reason.resize(h.bytes);
+        const absl::Status got_rest = RecvAll(fd, reason.data() + have, h.bytes - have,
+                                              DeadlineIn(std::chrono::milliseconds(1000)), tr_.PeerName(t.peer));
+        if (!got_rest.ok()) reason.resize(have);
+      }
+      return absl::UnavailableError(
+          absl::StrCat(tr_.PeerName(t.peer), " aborted during op #", tag.seq, " because: ", reason));
+    }
+    if (t.route && h.magic == kMessageMagic) {
+      // Its destination is chosen now that the message is known.
+      LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)}, h.bytes));
+      t.bytes = h.bytes;
+      return absl::OkStatus();
+    }
+    return CheckMessageHeader(h, tag, t.bytes, tr_.PeerName(t.peer), tr_.rank_);
+  }
+
+  // Nothing moved: every stream not held back by `ready` (sends waiting for
+  // our own receives) waits for its socket. poll() says which can go on: at
+  // once while spinning (yielding between tries), then sleeping. False once
+  // the deadline passed.
+  absl::StatusOr<bool> Wait() {
+    fds_.clear();
+    fd_stream_.clear();
+    for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
+      if (streams_.current[stream] == kNone) continue;
+      const Transfer& t = streams_.at(streams_.current[stream]);
+      const Progress& p = streams_.progress[streams_.current[stream]];
+      if (t.kind == Transfer::Kind::kSend) {
+        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
+        fds_.push_back({tr_.peers_[t.peer].send_fd.get(), POLLOUT, 0});
+      } else {
+        fds_.push_back({tr_.peers_[t.peer].recv_fd.get(), POLLIN, 0});
+      }
+      fd_stream_.push_back(stream);
+    }
+    if (fds_.empty()) {
+      return absl::InternalError(
+          "TcpTransport::Exchange: every pending send waits for data that no receive will produce");
+    }
+    const bool wake = feed_ != nullptr && feed_->wake_fd() >= 0;
+    if (wake) fds_.push_back({feed_->wake_fd(), POLLIN, 0});
+    const Deadline now = SteadyClock::now();
+    if (now >= deadline_) return false;
+    const bool spinning = now < spin_until_;
+    int timeout_ms = spinning ? 0 : PollTimeoutMs(deadline_);
+    if (feed_ != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);
+    const int rc = ::poll(fds_.data(), fds_.size(), timeout_ms);
+    if (rc > 0) {
+      for (size_t k = 0; k < fd_stream_.size(); ++k) {
+        if (fds_[k].revents != 0) may_progress_[fd_stream_[k]] = true;  // Errors too: the call reports them.
+      }
+      return true;
+    }
+    if (spinning) {
+      sched_yield();
+      return true;
+    }
+    if (SteadyClock::now() >= deadline_) return false;
+    RestartSpin();
+    return true;
+  }
+
+  TcpTransport& tr_;
+  Streams streams_;
+  const MessageTag tag_;
+  const Deadline deadline_;
+  TransferFeed* const feed_;
   // Whether a stream's socket may accept (send) or deliver (receive) bytes
   // now: cleared when a call returns EAGAIN or less than asked, set again
   // by poll(). Calls go only to sockets that can progress; retrying
   // recvmsg in a loop would take the socket lock each time and contend with
   // the sender's CPU delivering packets into that socket.
-  absl::InlinedVector<bool, 16> may_progress(current.size(), true);
-  auto tag_of = [&](const Transfer& t) {
-    return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
-                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
-                      t.element != 0 ? t.element : tag.element};
-  };
-  Deadline spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
-  while (true) {
-    if (remaining == 0) {
-      // Done, unless the feed has more.
-      const size_t before = total;
-      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
-      if (total == before) break;
-    }
-    bool moved = false;
-    for (size_t stream = 0; stream < current.size(); ++stream) {
-      if (current[stream] == kNone || !may_progress[stream]) continue;
-      const size_t i = current[stream];
-      Transfer& t = at(i);
-      Progress& p = progress[i];
-      const MessageTag message_tag = tag_of(t);
-      const int fd = t.kind == Transfer::Kind::kSend ? peers_[t.peer].send_fd.get() : peers_[t.peer].recv_fd.get();
-      iovec iov[2];
-      int n_iov = 0;
-      if (p.header_done < sizeof(MessageHeader)) {
-        if (p.header_done == 0 && t.kind == Transfer::Kind::kSend) {
-          p.header = MakeMessageHeader(message_tag, t.bytes);
-        }
-        iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
-      }
-      if (t.kind == Transfer::Kind::kSend) {
-        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
-        if (p.done < allowed) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, allowed - p.done};
-        if (n_iov > 0) {
-          msghdr msg{};
-          msg.msg_iov = iov;
-          msg.msg_iovlen = n_iov;
-          const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if ((n < 0 && errno != EINTR) || (n >= 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
-            may_progress[stream] = false;  // The socket buffer is full.
-          }
-          if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            return absl::UnavailableError(absl::StrCat("sending op #", message_tag.seq, " (tag ", message_tag.tag,
-                                                       ") to ", PeerName(t.peer), " failed: ", std::strerror(errno),
-                                                       "; that rank has probably exited or aborted"));
-          }
-          if (n > 0) {
-            const size_t sent = static_cast<size_t>(n);
-            const size_t header_part = std::min(sent, sizeof(MessageHeader) - p.header_done);
-            p.header_done += header_part;
-            p.done += sent - header_part;
-            traffic_.Sent(t.peer, sent - header_part);
-            moved = true;
-          }
-        }
-      } else {
-        if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = n_iov;
-        const ssize_t n = n_iov > 0 ? ::recvmsg(fd, &msg, MSG_DONTWAIT) : 0;
-        if ((n < 0 && errno != EINTR) || (n > 0 && static_cast<size_t>(n) < IovBytes(iov, n_iov))) {
-          may_progress[stream] = false;  // Took all that had arrived.
-        }
-        if (n == 0 && n_iov > 0) {
-          return absl::UnavailableError(absl::StrCat(
-              PeerName(t.peer), " closed the connection during op #", message_tag.seq,
-              " (it exited, crashed or aborted after an error of its own; see its log)"));
-        }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          return absl::UnavailableError(absl::StrCat("receiving op #", message_tag.seq, " from ", PeerName(t.peer),
-                                                     " failed: ", std::strerror(errno)));
-        }
-        if (n > 0) {
-          moved = true;
-          const size_t got = static_cast<size_t>(n);
-          const bool had_header = p.header_done == sizeof(MessageHeader);
-          const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
-          p.header_done += header_part;
-          p.done += got - header_part;
-          traffic_.Received(t.peer, got - header_part);
-          if (!had_header && p.header_done == sizeof(MessageHeader)) {
-            const MessageHeader& h = p.header;
-            if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
-              // Part of the reason may already sit at the start of t.data.
-              std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
-              if (reason.size() < h.bytes) {
-                const size_t have = reason.size();
-                reason.resize(h.bytes);
-                const absl::Status got_rest = RecvAll(fd, reason.data() + have, h.bytes - have,
-                                                      DeadlineIn(std::chrono::milliseconds(1000)), PeerName(t.peer));
-                if (!got_rest.ok()) reason.resize(have);
-              }
-              return absl::UnavailableError(absl::StrCat(PeerName(t.peer), " aborted during op #", message_tag.seq,
-                                                         " because: ", reason));
-            }
-            if (t.route && h.magic == kMessageMagic) {
-              // Its destination is chosen now that the message is known.
-              LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)},
-                                                        h.bytes));
-              t.bytes = h.bytes;
-            } else {
-              LOCKSTEP_RETURN_IF_ERROR(CheckMessageHeader(h, message_tag, t.bytes, PeerName(t.peer), rank_));
-            }
-          }
-        }
-        if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
-          const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
-          while (p.reported < t.bytes) {
-            const size_t len = std::min(seg, t.bytes - p.reported);
-            if (p.done - p.reported < len) break;
-            LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
-            p.reported += len;
-          }
-        }
-      }
-      if (p.header_done == sizeof(MessageHeader) && p.done == t.bytes) {
-        if (t.kind == Transfer::Kind::kRecv && t.on_segment && t.bytes == 0) {
-          LOCKSTEP_RETURN_IF_ERROR(t.on_segment(0, 0));
-        }
-        p.complete = true;
-        current[stream] = next[i];
-        --remaining;
-        moved = true;
-        if (t.on_done) LOCKSTEP_RETURN_IF_ERROR(t.on_done());
-      }
-    }
-    if (feed != nullptr) {
-      const size_t before = total;
-      LOCKSTEP_RETURN_IF_ERROR(poll_feed());
-      moved |= total != before;
-    }
-    if (remaining == 0) continue;  // The top of the loop asks the feed once more.
-    if (moved) {
-      spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
-      continue;
-    }
-    // Nothing moved: every stream not held back by `ready` (sends waiting
-    // for our own receives) waits for its socket. poll() says which can go
-    // on: at once while spinning (yielding between tries), then sleeping.
-    fds.clear();
-    fd_stream.clear();
-    for (size_t stream = 0; stream < current.size(); ++stream) {
-      if (current[stream] == kNone) continue;
-      const Transfer& t = at(current[stream]);
-      const Progress& p = progress[current[stream]];
-      if (t.kind == Transfer::Kind::kSend) {
-        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
-        if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
-        fds.push_back({peers_[t.peer].send_fd.get(), POLLOUT, 0});
-      } else {
-        fds.push_back({peers_[t.peer].recv_fd.get(), POLLIN, 0});
-      }
-      fd_stream.push_back(stream);
-    }
-    if (fds.empty()) {
-      return absl::InternalError("TcpTransport::Exchange: every pending send waits for data that no receive will produce");
-    }
-    const bool wake = feed != nullptr && feed->wake_fd() >= 0;
-    if (wake) fds.push_back({feed->wake_fd(), POLLIN, 0});
-    const Deadline now = SteadyClock::now();
-    if (now >= deadline) break;
-    const bool spinning = now < spin_until;
-    int timeout_ms = spinning ? 0 : PollTimeoutMs(deadline);
-    if (feed != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);
-    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
-    if (rc > 0) {
-      for (size_t k = 0; k < fd_stream.size(); ++k) {
-        if (fds[k].revents != 0) may_progress[fd_stream[k]] = true;  // Errors too: the call reports them.
-      }
-      continue;
-    }
-    if (spinning) {
-      sched_yield();
-      continue;
-    }
-    if (SteadyClock::now() >= deadline) break;
-    spin_until = SteadyClock::now() + std::chrono::microseconds(options_.spin_microseconds);
-  }
-  if (remaining == 0) return absl::OkStatus();
-  return ExchangeTimeoutError(total > 0 ? tag_of(at(0)).seq : tag.seq, rank_,
-                              streams.InFlight([this](int peer) { return PeerName(peer); }));
-}
+  absl::InlinedVector<bool, 16> may_progress_;
+  Deadline spin_until_;
+  absl::InlinedVector<pollfd, 16> fds_;
+  absl::InlinedVector<size_t, 16> fd_stream_;
+};
 
+absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
+  if (aborted_) {
+    return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
+  }
+  return Op(*this, initial, tag, deadline, feed).Run();
+}
 
 }  // namespace lockstep

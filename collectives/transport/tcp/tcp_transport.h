@@ -82,6 +82,8 @@ class TcpTransport : public Transport {
 
   // Exchange and ExchangeOpen: the initial transfers, then the feed's.
   absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);
+  // One Exchange or ExchangeOpen (tcp_transport.cc).
+  class Op;
 
   struct Peer {
     Fd send_fd;  // connected by this rank: carries its messages to the peer

@@ -1,0 +1,43 @@
+// The byte movers under ShmTransport's copy paths: memcpy with or without
+// non-temporal stores, and reads from a peer's memory (process_vm_readv).
+// Internal to collectives/transport/shm.
+#ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_SHM_SHM_COPY_H_
+#define LOCKSTEP_COLLECTIVES_TRANSPORT_SHM_SHM_COPY_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace lockstep {
+namespace shm_internal {
+
+// memcpy with non-temporal stores: the destination's lines go to memory
+// without being read first and without evicting the caches' useful lines.
+void CopyStreaming(char* dst, const char* src, size_t n);
+
+// CopyStreaming where `streaming`, else memcpy.
+inline void Copy(char* dst, const char* src, size_t n, bool streaming) {
+  if (streaming) {
+    CopyStreaming(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+// Reads `n` bytes at `remote` in process `pid` into `local`. Returns errno
+// (0: done; EFAULT for a read that returned nothing).
+int ReadRemote(pid_t pid, uint64_t remote, void* local, size_t n);
+
+// A spinning core's pause.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace shm_internal
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COLLECTIVES_TRANSPORT_SHM_SHM_COPY_H_
