@@ -24,6 +24,10 @@
 // seen at 4 KiB on 2 ranks as 5/45 us alternating, and every pair's maximum
 // is then the slow one.)
 //
+// Shared memory's options have flags of their own (--shm_*), and the header
+// says which copy path it uses; --op=send_recv times one direction's stream
+// (rank 0 to rank 1), the transport's raw throughput.
+//
 // --transport=auto (the default) lets the ranks choose from their host
 // identities (collectives/bootstrap/communicator_factory.h): shared memory on one
 // host, TCP with one rank per host, hierarchical otherwise; tcp or shm
@@ -50,7 +54,9 @@
 #include "collectives/bootstrap/rank_environment.h"
 #include "collectives/communicator.h"
 #include "collectives/nccl/nccl_communicator.h"
+#include "collectives/store/prefix_store.h"
 #include "collectives/store/tcp_store.h"
+#include "collectives/transport/shm/shm_transport.h"
 #include "collectives/transport/tcp/address.h"
 #include "core/cuda_runtime.h"
 #include "core/deadline.h"
@@ -60,7 +66,8 @@
 #include "core/status.h"
 
 ABSL_FLAG(std::string, op, "all_reduce",
-          "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter");
+          "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather, scatter, or send_recv (rank 0 "
+          "sends to rank 1, the other ranks idle: one direction's stream)");
 ABSL_FLAG(std::string, dtype, "f32", "element type: f32, f64, f16, bf16, i32, i64, u8");
 ABSL_FLAG(std::string, reduce_op, "sum", "sum, avg, prod, min or max");
 ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (K, M, G suffixes: powers of 1024)");
@@ -91,6 +98,10 @@ ABSL_FLAG(std::string, transport, "auto",
           "tcp or shm; LOCKSTEP_TRANSPORT applies when this is auto");
 ABSL_FLAG(int64_t, shm_slot_bytes, -1, "ShmTransportOptions::slot_bytes");
 ABSL_FLAG(int, shm_slots, -1, "ShmTransportOptions::slots");
+ABSL_FLAG(int64_t, shm_streaming_send_bytes, -1, "ShmTransportOptions::streaming_send_bytes");
+ABSL_FLAG(int64_t, shm_streaming_receive_bytes, -1, "ShmTransportOptions::streaming_receive_bytes");
+ABSL_FLAG(int64_t, shm_single_copy_bytes, -1, "ShmTransportOptions::single_copy_bytes (0: ring only)");
+ABSL_FLAG(int64_t, shm_single_copy_max_bytes, -1, "ShmTransportOptions::single_copy_max_bytes");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, or cuda: CUDA tensors on this rank's GPU (cuda:(LOCAL_RANK % visible GPUs))");
 ABSL_FLAG(std::string, backend, "auto",
@@ -118,7 +129,7 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
   return value * scale;
 }
 
-enum class BenchOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kGather, kScatter };
+enum class BenchOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kGather, kScatter, kSendRecv };
 
 absl::StatusOr<BenchOp> ParseOp(const std::string& name) {
   if (name == "all_reduce") return BenchOp::kAllReduce;
@@ -128,15 +139,18 @@ absl::StatusOr<BenchOp> ParseOp(const std::string& name) {
   if (name == "reduce") return BenchOp::kReduce;
   if (name == "gather") return BenchOp::kGather;
   if (name == "scatter") return BenchOp::kScatter;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--op=", name, " is not a collective; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather or scatter"));
+  if (name == "send_recv") return BenchOp::kSendRecv;
+  return absl::InvalidArgumentError(absl::StrCat("--op=", name,
+                                                 " is not a collective; use all_reduce, all_gather, reduce_scatter, "
+                                                 "broadcast, reduce, gather, scatter or send_recv"));
 }
 
 double BusFactor(BenchOp op, int n) {
   switch (op) {
     case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
     case BenchOp::kBroadcast:
-    case BenchOp::kReduce: return 1.0;
+    case BenchOp::kReduce:
+    case BenchOp::kSendRecv: return 1.0;
     default: return static_cast<double>(n - 1) / n;
   }
 }
@@ -232,16 +246,23 @@ std::shared_ptr<Work> Launch(Communicator& comm, BenchOp op, const Buffers& b, R
     case BenchOp::kReduce: return comm.Reduce(b.input, b.output, rop, root);
     case BenchOp::kGather: return comm.Gather(b.input, b.output, root);
     case BenchOp::kScatter: return comm.Scatter(b.input, b.output, root);
+    case BenchOp::kSendRecv:
+      if (comm.rank() == 0) return comm.Send(b.input, 1);
+      if (comm.rank() == 1) return comm.Recv(b.output, 0);
+      return nullptr;  // The other ranks idle.
   }
   return nullptr;
 }
+
+// Waits for what Launch started (nothing: done).
+absl::Status WaitFor(const std::shared_ptr<Work>& work) { return work == nullptr ? absl::OkStatus() : work->Wait(); }
 
 // Runs the op once on known data and counts wrong elements on this rank.
 absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, ReduceOp rop, int root, int64_t count) {
   const int n = comm.size(), r = comm.rank();
   LOCKSTEP_RETURN_IF_ERROR(FillOnDevice(b.input, r));
   if (op == BenchOp::kAllReduce) LOCKSTEP_RETURN_IF_ERROR(b.output.CopyFrom(b.input));
-  LOCKSTEP_RETURN_IF_ERROR(Launch(comm, op, b, rop, root)->Wait());
+  LOCKSTEP_RETURN_IF_ERROR(WaitFor(Launch(comm, op, b, rop, root)));
   Buffers h;  // What came, on the host.
   LOCKSTEP_ASSIGN_OR_RETURN(h.input, OnHost(b.input));
   LOCKSTEP_ASSIGN_OR_RETURN(h.output, OnHost(b.output));
@@ -271,6 +292,9 @@ absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, 
       // own values everywhere, so rank r receives root's values r*count+i.
       for (int64_t i = 0; i < count; ++i) expect(h.output, i, InputValue(root, r * count + i));
       break;
+    case BenchOp::kSendRecv:
+      if (r == 1) for (int64_t i = 0; i < count; ++i) expect(h.output, i, InputValue(0, i));
+      break;
   }
   return wrong;
 }
@@ -286,6 +310,9 @@ absl::Status RunRank(const RankEnvironment& env) {
   if (!(step > 1.0) && min_bytes != max_bytes) return absl::InvalidArgumentError("--step_factor must be > 1");
   const int root = absl::GetFlag(FLAGS_root);
   if (root < 0 || root >= world) return absl::InvalidArgumentError(absl::StrCat("--root=", root, " is not a rank"));
+  if (op == BenchOp::kSendRecv && world < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--op=send_recv needs at least 2 ranks, not ", world));
+  }
 
   TcpStoreOptions store_options;
   store_options.host = env.master_addr;
@@ -314,6 +341,18 @@ absl::Status RunRank(const RankEnvironment& env) {
   options.shm.timeout = store_options.timeout;
   if (absl::GetFlag(FLAGS_shm_slot_bytes) > 0) options.shm.slot_bytes = absl::GetFlag(FLAGS_shm_slot_bytes);
   if (absl::GetFlag(FLAGS_shm_slots) > 0) options.shm.slots = absl::GetFlag(FLAGS_shm_slots);
+  if (absl::GetFlag(FLAGS_shm_streaming_send_bytes) >= 0) {
+    options.shm.streaming_send_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_streaming_send_bytes));
+  }
+  if (absl::GetFlag(FLAGS_shm_streaming_receive_bytes) >= 0) {
+    options.shm.streaming_receive_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_streaming_receive_bytes));
+  }
+  if (absl::GetFlag(FLAGS_shm_single_copy_bytes) >= 0) {
+    options.shm.single_copy_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_single_copy_bytes));
+  }
+  if (absl::GetFlag(FLAGS_shm_single_copy_max_bytes) >= 0) {
+    options.shm.single_copy_max_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_single_copy_max_bytes));
+  }
   options.communicator.timeout = store_options.timeout;
   if (absl::GetFlag(FLAGS_small_message_bytes) >= 0) {
     options.algorithms.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
@@ -363,6 +402,15 @@ absl::Status RunRank(const RankEnvironment& env) {
     LOCKSTEP_ASSIGN_OR_RETURN(comm, CreateCommunicator(shared, rank, world, options));
   }
   const std::string transport = comm->capabilities().name;
+  // Which copy path shared memory uses (single copy needs process_vm_readv
+  // between the ranks): asked of a transport of its own, with the same
+  // options, since the communicator hides its transport.
+  std::string copy_path;
+  if (choice.kind != BackendKind::kNccl && transport.find("shm") != std::string::npos) {
+    PrefixStore probe_store("collectives_bench/copy_path", shared);
+    absl::StatusOr<std::unique_ptr<ShmTransport>> probe = ShmTransport::Create(probe_store, rank, world, options.shm);
+    copy_path = probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
+  }
 
   const bool json = absl::GetFlag(FLAGS_json);
   if (rank == 0 && !json) {
@@ -371,6 +419,7 @@ absl::Status RunRank(const RankEnvironment& env) {
                 std::string(ReduceOpName(rop)).c_str(), world, transport.c_str());
     std::printf("# device %s; backend %s: %s\n", device.ToString().c_str(),
                 std::string(BackendKindName(choice.kind)).c_str(), choice.reason.c_str());
+    if (!copy_path.empty()) std::printf("# shared-memory copy path (rank 0): %s\n", copy_path.c_str());
     std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
                 "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
                 absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_check) ? "on" : "off");
@@ -389,7 +438,7 @@ absl::Status RunRank(const RankEnvironment& env) {
     const int64_t count = per_rank_count ? bytes / (element * world) : bytes / element;
     LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world, device));
     for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
-      LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
+      LOCKSTEP_RETURN_IF_ERROR(WaitFor(Launch(*comm, op, buffers, rop, root)));
     }
     LOCKSTEP_RETURN_IF_ERROR(comm->Barrier()->Wait());
     const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
@@ -401,7 +450,7 @@ absl::Status RunRank(const RankEnvironment& env) {
     const auto start = std::chrono::steady_clock::now();
     auto previous = start;
     for (int i = 0; i < iters; ++i) {
-      LOCKSTEP_RETURN_IF_ERROR(Launch(*comm, op, buffers, rop, root)->Wait());
+      LOCKSTEP_RETURN_IF_ERROR(WaitFor(Launch(*comm, op, buffers, rop, root)));
       const auto now = std::chrono::steady_clock::now();
       times[1 + i] = std::chrono::duration<double>(now - previous).count();
       previous = now;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The benchmark tool runs every op on 3 local ranks with --check and reports
-# no wrong elements; its JSON carries the mean and the p50/p95 percentiles;
+# The benchmark tool runs every op (and send_recv) on 3 local ranks with
+# --check and reports no wrong elements; its JSON carries the mean and the p50/p95 percentiles;
 # bad flags are refused with a clear message.
 set -euo pipefail
 bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
-for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; do
+for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter send_recv; do
   out=$("$bin" --op=$op --nproc=3 --min_bytes=1K --max_bytes=1M --step_factor=32 --iters=2 --warmup=1 --check)
   echo "$out"
   rows=$(echo "$out" | grep -v '^#' | wc -l)
@@ -32,6 +32,14 @@ if err=$("$bin" --bind_to=socket --nproc=2 2>&1); then echo "bad --bind_to accep
 echo "$err" | grep -q "expected core or none" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --timeout=0 --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "--timeout=0 accepted"; exit 1; fi
 echo "$err" | grep -q "timeout=0" || { echo "unclear error: $err"; exit 1; }
+# Shared memory's options reach the transport, and the header names its copy
+# path: with single copy off, the ring only.
+out=$("$bin" --transport=shm --shm_single_copy_bytes=0 --nproc=2 --min_bytes=4M --max_bytes=4M --iters=2 --warmup=1 --check)
+echo "$out"
+echo "$out" | grep -q '^# shared-memory copy path (rank 0): ring only (single copy off)' || { echo "no copy path: $out"; exit 1; }
+echo "$out" | grep -v '^#' | awk '{print $NF}' | grep -qx 0 || { echo "wrong elements over the ring: $out"; exit 1; }
+if err=$("$bin" --op=send_recv --nproc=1 2>&1); then echo "send_recv on one rank accepted"; exit 1; fi
+echo "$err" | grep -q "needs at least 2 ranks" || { echo "unclear error: $err"; exit 1; }
 # Backend choice: the header says what ran and why; NCCL on CPU tensors and
 # CUDA without a device are refused with what to do.
 out=$("$bin" --nproc=2 --min_bytes=4K --max_bytes=4K --iters=1 --warmup=0)
