@@ -7,7 +7,15 @@
 //   HostBackend (collectives/host_backend.h): the CPU algorithms over any
 //     Transport (TCP, shared memory); CUDA tensors staged through pinned
 //     host memory.
-//   NCCL (later): CUDA tensors, one rank per GPU.
+//   HierarchicalBackend (collectives/hierarchical_backend.h): groups that
+//     span hosts with several ranks each. All-reduce, reduce, broadcast and
+//     barrier run inside each host (shared memory), then among the hosts'
+//     leaders (TCP), then inside each host again; the operations that move
+//     each rank's own data run on a flat TCP backend.
+//   NcclBackend (collectives/nccl/nccl_backend.h): NCCL, one rank per GPU.
+//     Operations on device memory return once queued on NCCL's stream
+//     (OpContext::queued) and complete when their event fires; CPU tensors
+//     are staged through the device.
 //
 // Tensors passed here are defined, with the dtypes, element counts and
 // devices that the Communicator's checks guarantee (see its header), and a

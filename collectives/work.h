@@ -103,8 +103,8 @@ class Work : public std::enable_shared_from_this<Work> {
 
  private:
   // Wait() never busy-spins: it yields between checks, so a worker thread
-  // sharing the waiter's core runs first (a plain spin made small
-  // all-reduces 3-4x slower on 2 cores), and then sleeps.
+  // sharing the waiter's core runs first (docs/PERFORMANCE.md), and then
+  // sleeps.
   void SpinUntilDone(std::chrono::microseconds limit);
 
   const int spin_microseconds_;
