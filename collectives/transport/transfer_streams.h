@@ -13,6 +13,7 @@
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_TRANSFER_STREAMS_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_TRANSFER_STREAMS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -28,6 +29,28 @@
 #include "core/status.h"
 
 namespace lockstep {
+
+// The tag of `t`'s message: its own seq, tag and element where set, else
+// those of the exchange (`exchange`).
+inline MessageTag TransferTag(const Transfer& t, const MessageTag& exchange) {
+  return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : exchange.seq,
+                    t.tag >= 0 ? static_cast<uint32_t>(t.tag) : exchange.tag,
+                    t.element != 0 ? t.element : exchange.element};
+}
+
+// A receive's on_segment for every whole segment of its first `done` bytes
+// not reported yet; `*reported` counts what was.
+inline absl::Status ReportSegments(Transfer& t, size_t done, size_t* reported) {
+  if (!t.on_segment) return absl::OkStatus();
+  const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
+  while (*reported < t.bytes) {
+    const size_t len = std::min(seg, t.bytes - *reported);
+    if (done - *reported < len) break;
+    LOCKSTEP_RETURN_IF_ERROR(t.on_segment(*reported, len));
+    *reported += len;
+  }
+  return absl::OkStatus();
+}
 
 template <typename Progress>
 class TransferStreams {

@@ -179,7 +179,7 @@ absl::Status ShmTransport::Op::Receive(Transfer& t, Progress& p, const MessageTa
       *moved = true;
     }
   }
-  return ReportSegments(t, p);
+  return ReportSegments(t, p.done, &p.reported);
 }
 
 absl::Status ShmTransport::Op::ReceiveHeader(Transfer& t, Progress& p, const MessageTag& tag,
@@ -236,18 +236,6 @@ absl::Status ShmTransport::Op::ReceiveSingleCopy(Transfer& t, Progress& p, const
   ring->acked.store(p.base + p.done, std::memory_order_release);
   Notify(t.peer);
   *moved = true;
-  return absl::OkStatus();
-}
-
-absl::Status ShmTransport::Op::ReportSegments(Transfer& t, Progress& p) {
-  if (!t.on_segment) return absl::OkStatus();
-  const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
-  while (p.reported < t.bytes) {
-    const size_t len = std::min(seg, t.bytes - p.reported);
-    if (p.done - p.reported < len) break;
-    LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
-    p.reported += len;
-  }
   return absl::OkStatus();
 }
 

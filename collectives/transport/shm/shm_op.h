@@ -69,8 +69,6 @@ class ShmTransport::Op {
   // What the sender exposed, read straight from its memory a piece at a
   // time, and acknowledged.
   absl::Status ReceiveSingleCopy(Transfer& t, Progress& p, const MessageTag& tag, bool* moved);
-  // Calls on_segment for every whole segment received so far.
-  absl::Status ReportSegments(Transfer& t, Progress& p);
   // Whether `stream`'s transfer could move now (reads indices only).
   bool CouldMove(size_t stream);
 

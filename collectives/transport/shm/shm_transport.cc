@@ -172,10 +172,7 @@ absl::Status ShmTransport::Op::Run() {
   return ExchangeTimeoutError(Seq(), tr_.rank_, streams_.InFlight([this](int peer) { return tr_.PeerName(peer); }));
 }
 
-MessageTag ShmTransport::Op::TagOf(const Transfer& t) const {
-  return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag_.seq,
-                    t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag_.tag, t.element != 0 ? t.element : tag_.element};
-}
+MessageTag ShmTransport::Op::TagOf(const Transfer& t) const { return TransferTag(t, tag_); }
 
 uint64_t ShmTransport::Op::Seq() { return streams_.total > 0 ? TagOf(streams_.at(0)).seq : tag_.seq; }
 

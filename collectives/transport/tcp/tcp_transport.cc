@@ -344,10 +344,7 @@ class TcpTransport::Op {
   using Streams = TransferStreams<Progress>;
   static constexpr size_t kNone = Streams::kNone;
 
-  MessageTag TagOf(const Transfer& t) const {
-    return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag_.seq,
-                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag_.tag, t.element != 0 ? t.element : tag_.element};
-  }
+  MessageTag TagOf(const Transfer& t) const { return TransferTag(t, tag_); }
 
   void RestartSpin() {
     spin_until_ = SteadyClock::now() + std::chrono::microseconds(tr_.options_.spin_microseconds);
@@ -451,15 +448,7 @@ class TcpTransport::Op {
         LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag));
       }
     }
-    if (t.on_segment && p.header_done == sizeof(MessageHeader)) {
-      const size_t seg = t.segment_bytes == 0 ? std::max<size_t>(t.bytes, 1) : t.segment_bytes;
-      while (p.reported < t.bytes) {
-        const size_t len = std::min(seg, t.bytes - p.reported);
-        if (p.done - p.reported < len) break;
-        LOCKSTEP_RETURN_IF_ERROR(t.on_segment(p.reported, len));
-        p.reported += len;
-      }
-    }
+    if (p.header_done == sizeof(MessageHeader)) return ReportSegments(t, p.done, &p.reported);
     return absl::OkStatus();
   }
 
