@@ -12,10 +12,13 @@ It sets up, each only if the workspace does not define it already:
   * @lockstep_system: Debian's Abseil, GoogleTest/GoogleMock, Google
     Benchmark, OpenBLAS and zlib wrapped as cc_library targets;
   * @local_cuda: the CUDA toolkit (CUDA_PATH, else /usr/local/cuda), or
-    placeholders that make CUDA-only targets incompatible when it is absent.
+    placeholders that make CUDA-only targets incompatible when it is absent;
+  * @local_libtorch: libtorch's C++ API (LIBTORCH_PATH, else Debian's
+    libtorch-dev under /usr), likewise.
 """
 
 load("//bazel:cuda_configure.bzl", "cuda_configure")
+load("//bazel:libtorch_configure.bzl", "libtorch_configure")
 load("//bazel:shims.bzl", "rules_cc_shim", "rules_java_shim", "coverage_tools_shim")
 load("//bazel:system_libs.bzl", "system_libs")
 
@@ -31,3 +34,5 @@ def lockstep_deps():
         system_libs(name = "lockstep_system")
     if "local_cuda" not in existing:
         cuda_configure(name = "local_cuda")
+    if "local_libtorch" not in existing:
+        libtorch_configure(name = "local_libtorch")

@@ -58,8 +58,21 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
 }
 
+absl::StatusOr<std::shared_ptr<Storage>> Storage::Wrap(void* data, size_t nbytes, Device device,
+                                                        std::shared_ptr<const void> keep_alive) {
+  if (keep_alive == nullptr) {
+    return absl::InvalidArgumentError("Storage::Wrap: keep_alive is null; it must own the wrapped memory");
+  }
+  if (data == nullptr && nbytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Storage::Wrap: null data for ", nbytes, " bytes"));
+  }
+  std::shared_ptr<Storage> s(new Storage(nbytes > 0 ? data : nullptr, nbytes, device, false));
+  s->keep_alive_ = std::move(keep_alive);
+  return s;
+}
+
 Storage::~Storage() {
-  if (data_ == nullptr) return;
+  if (data_ == nullptr || keep_alive_ != nullptr) return;
   if (device_.is_cuda()) {
     // Cannot fail: the block came from this allocator and is freed once.
     DefaultCudaAllocator().Free(data_).IgnoreError();

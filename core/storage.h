@@ -12,6 +12,11 @@
 // (cudaHostAlloc) so copies to the GPU run at full speed and asynchronously;
 // otherwise it silently falls back to ordinary memory and `pinned()` says so.
 //
+// Storage::Wrap adopts memory another library owns (a libtorch tensor's, in
+// interop/torch) without copying: the Storage holds `keep_alive` and drops
+// it when the last tensor viewing the memory goes; it never frees the
+// memory itself.
+//
 // CUDA and pinned memory come from the process's caching allocators
 // (core/cuda_caching_allocator.h): DefaultCudaAllocator() for CUDA devices,
 // DefaultPinnedHostAllocator() for pinned host memory, so that the same
@@ -37,6 +42,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
@@ -50,6 +56,12 @@ class Storage {
   static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t nbytes, Device device,
                                                            bool pinned = false);
 
+  // `nbytes` at `data` on `device`, owned by whoever `keep_alive` keeps
+  // alive (its deleter releases them). InvalidArgument for a null `data`
+  // with nbytes > 0 or a null `keep_alive`.
+  static absl::StatusOr<std::shared_ptr<Storage>> Wrap(void* data, size_t nbytes, Device device,
+                                                       std::shared_ptr<const void> keep_alive);
+
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage();
@@ -58,8 +70,10 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
-  // True only for page-locked host memory.
+  // True only for page-locked host memory this Storage allocated.
   bool pinned() const { return pinned_; }
+  // Whether the memory belongs to another owner (Wrap).
+  bool wrapped() const { return keep_alive_ != nullptr; }
 
  private:
   Storage(void* data, size_t nbytes, Device device, bool pinned)
@@ -69,6 +83,7 @@ class Storage {
   size_t nbytes_;
   Device device_;
   bool pinned_;
+  std::shared_ptr<const void> keep_alive_;  // Wrap: the memory's owner.
 };
 
 }  // namespace lockstep

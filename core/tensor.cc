@@ -81,6 +81,26 @@ absl::StatusOr<Tensor> Tensor::Slice(int64_t start, int64_t end) const {
                 std::move(shape), (end - start) * row_elements, dtype_);
 }
 
+absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, size_t offset, Shape shape,
+                                           DType dtype) {
+  if (storage == nullptr) return absl::InvalidArgumentError("Tensor::FromStorage: null storage");
+  LOCKSTEP_ASSIGN_OR_RETURN(const int64_t numel, ShapeNumel(shape));
+  const size_t element = DTypeSize(dtype);
+  const size_t bytes = static_cast<size_t>(numel) * element;
+  if (offset > storage->nbytes() || bytes > storage->nbytes() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("Tensor::FromStorage: ", DTypeName(dtype), ShapeToString(shape),
+                                                   " (", bytes, " bytes) at byte offset ", offset,
+                                                   " does not fit a storage of ", storage->nbytes(), " bytes"));
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(storage->data()) + offset;
+  if (bytes > 0 && address % element != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Tensor::FromStorage: the first element (address 0x",
+                                                   absl::Hex(address), ") is not aligned to its ", element,
+                                                   " bytes (", DTypeName(dtype), ")"));
+  }
+  return Tensor(std::move(storage), offset, std::move(shape), numel, dtype);
+}
+
 absl::StatusOr<Tensor> Tensor::Flat(int64_t offset, int64_t count) const {
   if (!defined()) return absl::FailedPreconditionError("Tensor::Flat on an undefined tensor");
   if (offset < 0 || count < 0 || offset > numel_ || count > numel_ - offset) {

@@ -62,6 +62,13 @@ class Tensor {
   template <typename T>
   static absl::StatusOr<Tensor> FromVector(absl::Span<const T> values, Shape shape = {});
 
+  // A view of `shape` elements of `dtype` at byte `offset` of `storage`
+  // (e.g. memory another library owns, Storage::Wrap), sharing it. The
+  // bytes must lie inside the storage and the first element be aligned to
+  // its size; else InvalidArgument.
+  static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, size_t offset, Shape shape,
+                                            DType dtype);
+
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }

@@ -177,5 +177,51 @@ TEST(TensorTest, PinnedRequestFallsBackWithoutAGpu) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % kHostAlignment, 0u);
 }
 
+// Memory another library owns: a view of it shares the bytes (no copy), and
+// the owner is released when the last view goes, never by the Storage.
+TEST(TensorTest, FromWrappedStorageSharesForeignMemoryAndReleasesItsOwner) {
+  bool released = false;
+  auto* foreign = new std::vector<float>{1, 2, 3, 4, 5, 6};
+  std::shared_ptr<const void> owner(foreign, [&released](const void* p) {
+    released = true;
+    delete static_cast<const std::vector<float>*>(p);
+  });
+  absl::StatusOr<std::shared_ptr<Storage>> storage =
+      Storage::Wrap(foreign->data(), foreign->size() * sizeof(float), Device::Cpu(), std::move(owner));
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  EXPECT_TRUE((*storage)->wrapped());
+  EXPECT_FALSE((*storage)->pinned());
+  absl::StatusOr<Tensor> t = Tensor::FromStorage(*storage, 2 * sizeof(float), {2, 2}, DType::kF32);
+  storage->reset();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->data<float>(), foreign->data() + 2);
+  EXPECT_EQ(*t->ToVector<float>(), (std::vector<float>{3, 4, 5, 6}));
+  t->data<float>()[0] = 30;  // Writes the foreign memory.
+  EXPECT_EQ((*foreign)[2], 30);
+  absl::StatusOr<Tensor> view = t->Flat(1, 2);
+  ASSERT_TRUE(view.ok());
+  *t = Tensor();
+  EXPECT_FALSE(released);  // `view` still holds it.
+  *view = Tensor();
+  EXPECT_TRUE(released);
+}
+
+TEST(TensorTest, FromStorageRefusesWhatDoesNotFitOrIsMisaligned) {
+  absl::StatusOr<std::shared_ptr<Storage>> s = Storage::Allocate(64, Device::Cpu());
+  ASSERT_TRUE(s.ok());
+  absl::StatusOr<Tensor> too_big = Tensor::FromStorage(*s, 8, {15}, DType::kF32);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.status().message().find("does not fit a storage of 64 bytes"), std::string::npos)
+      << too_big.status();
+  absl::StatusOr<Tensor> misaligned = Tensor::FromStorage(*s, 2, {2}, DType::kF32);
+  EXPECT_EQ(misaligned.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(misaligned.status().message().find("not aligned"), std::string::npos) << misaligned.status();
+  EXPECT_TRUE(Tensor::FromStorage(*s, 60, {1}, DType::kF32).ok());
+  EXPECT_TRUE(Tensor::FromStorage(*s, 64, {0}, DType::kF32).ok());
+  EXPECT_FALSE(Tensor::FromStorage(nullptr, 0, {0}, DType::kF32).ok());
+  EXPECT_FALSE(Storage::Wrap(nullptr, 8, Device::Cpu(), std::make_shared<int>(0)).ok());
+  EXPECT_FALSE(Storage::Wrap(s->get()->data(), 8, Device::Cpu(), nullptr).ok());
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -29,6 +29,7 @@ packages=(
   libopenmpi-dev    # mpicc for the OpenMPI peer benchmark
   iperf3            # the network's own bandwidth, beside the collective benchmark
   python3-torch     # PyTorch 1.13 (/usr/bin/python3): tests/launch_pytorch_test, golden data
+  libtorch-dev      # libtorch 1.13 C++ API: interop/torch (optional: without it those targets are skipped)
 )
 
 missing=()
