@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
 #include "core/tensor.h"
+#include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
 #include "nn/module.h"
 
@@ -72,15 +73,6 @@ struct DdpOptions {
   bool gradient_as_bucket_view = false;
   bool broadcast_buffers = true;
   bool static_graph = false;
-};
-
-// One bucket's reduction, for traces: launched when its last gradient was
-// ready, completed when its result was written back.
-struct BucketTiming {
-  size_t bucket_index;
-  size_t bytes;
-  std::chrono::steady_clock::time_point launched;
-  std::chrono::steady_clock::time_point completed;
 };
 
 class DistributedDataParallel {

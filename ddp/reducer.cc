@@ -11,14 +11,13 @@
 #include "collectives/bucket_assignment.h"
 #include "core/kernels.h"
 #include "core/status.h"
-#include "ddp/distributed_data_parallel.h"
 
 namespace lockstep {
 
-absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<Parameter*> params,
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::unique_ptr<GradSlots> params,
                                                          std::vector<std::string> names, Communicator& comm,
                                                          ReducerOptions options) {
-  if (params.empty()) {
+  if (params == nullptr || params->size() == 0) {
     return absl::InvalidArgumentError(
         "DistributedDataParallel: the module has no parameters; there is nothing to average (use the module "
         "directly)");
@@ -34,7 +33,10 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<Parameter*>
   // otherwise [1 MiB, cap] over the parameters in registration order, the
   // list reversed since gradients come roughly in reverse.
   std::vector<BucketItem> items;
-  for (Parameter* p : reducer->params_) items.push_back({p->value.nbytes(), p->value.dtype(), p->value.device()});
+  for (size_t i = 0; i < reducer->params_->size(); ++i) {
+    const Tensor& v = reducer->params_->value(i);
+    items.push_back({v.nbytes(), v.dtype(), v.device()});
+  }
   std::vector<size_t> limits;
   if (options.static_graph || !options.find_unused_parameters) {
     limits = {std::numeric_limits<size_t>::max()};
@@ -47,29 +49,29 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<Parameter*>
   return reducer;
 }
 
-Reducer::Reducer(std::vector<Parameter*> params, std::vector<std::string> names, Communicator& comm,
+Reducer::Reducer(std::unique_ptr<GradSlots> params, std::vector<std::string> names, Communicator& comm,
                  ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), comm_(comm), options_(options),
-      locations_(params_.size()), ready_(params_.size(), false), locally_used_(params_.size(), false) {}
+      locations_(params_->size()), ready_(params_->size(), false), locally_used_(params_->size(), false) {}
 
 absl::Status Reducer::InitializeBuckets(const std::vector<std::vector<size_t>>& buckets) {
   std::vector<Bucket> fresh;
-  std::vector<bool> seen(params_.size(), false);
+  std::vector<bool> seen(params_->size(), false);
   for (size_t b = 0; b < buckets.size(); ++b) {
     std::vector<Tensor> members;
     for (size_t index : buckets[b]) {
-      if (index >= params_.size() || seen[index]) {
+      if (index >= params_->size() || seen[index]) {
         return absl::InternalError(absl::StrCat("DistributedDataParallel: bad bucket assignment (parameter ", index,
                                                 " placed twice or out of range)"));
       }
       seen[index] = true;
-      members.push_back(params_[index]->value);
+      members.push_back(params_->value(index));
     }
     LOCKSTEP_ASSIGN_OR_RETURN(GradBucket grad_bucket,
                               GradBucket::Create(b, b + 1 == buckets.size(), members, buckets[b]));
     fresh.push_back(Bucket{std::move(grad_bucket), buckets[b], buckets[b].size(), nullptr});
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < params_->size(); ++i) {
     if (!seen[i]) return absl::InternalError(absl::StrCat("DistributedDataParallel: parameter ", i, " has no bucket"));
   }
   buckets_ = std::move(fresh);
@@ -124,9 +126,9 @@ void Reducer::PrepareForBackward() {
 
 absl::Status Reducer::MarkReady(size_t index) {
   if (!expect_hooks_) return absl::OkStatus();  // NoSync, or no backward of ours.
-  if (index >= params_.size()) {
+  if (index >= params_->size()) {
     return absl::InternalError(absl::StrCat("DistributedDataParallel: gradient-ready hook for parameter ", index,
-                                            " of ", params_.size()));
+                                            " of ", params_->size()));
   }
   if (ready_[index]) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -146,31 +148,31 @@ absl::Status Reducer::MarkReady(size_t index) {
 }
 
 absl::Status Reducer::CopyGradIntoBucket(size_t index) {
-  Parameter& p = *params_[index];
+  LOCKSTEP_ASSIGN_OR_RETURN(const Tensor grad, params_->grad(index));
   const Location loc = locations_[index];
   const Tensor& view = buckets_[loc.bucket].grad_bucket.views()[loc.member];
-  if (!p.grad.defined()) return view.SetZero();  // Unused here: contributes zeros.
+  if (!grad.defined()) return view.SetZero();  // Unused here: contributes zeros.
   const int world = comm_.size();
-  if (p.grad.raw_data() == view.raw_data()) {
+  if (grad.raw_data() == view.raw_data()) {
     // gradient_as_bucket_view: the gradient already is the bucket's view.
     return hook_ == nullptr ? Divide(view, world) : absl::OkStatus();
   }
   // Without a comm hook the copy is multiplied by 1/world_size (PyTorch's
   // mul_out(bucket_view, grad, 1 / div_factor)); a hook divides itself.
-  if (hook_ == nullptr && world > 1 && view.dtype() == DType::kF32 && p.grad.dtype() == DType::kF32 &&
-      !view.device().is_cuda() && !p.grad.device().is_cuda() && view.numel() == p.grad.numel()) {
+  if (hook_ == nullptr && world > 1 && view.dtype() == DType::kF32 && grad.dtype() == DType::kF32 &&
+      !view.device().is_cuda() && !grad.device().is_cuda() && view.numel() == grad.numel()) {
     // One pass instead of a copy and a scale: the gradient is read once and
     // the bucket written once. Same rounding as Scale's (x * float(factor)).
     const float factor = static_cast<float>(1.0 / world);
     // __restrict: without it the loop is not vectorized.
-    const float* __restrict src = p.grad.data<float>();
+    const float* __restrict src = grad.data<float>();
     float* __restrict dst = view.data<float>();
     for (int64_t i = 0, n = view.numel(); i < n; ++i) dst[i] = src[i] * factor;
   } else {
-    LOCKSTEP_RETURN_IF_ERROR(view.CopyFrom(p.grad));
+    LOCKSTEP_RETURN_IF_ERROR(view.CopyFrom(grad));
     if (hook_ == nullptr && world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(view, 1.0 / world));
   }
-  if (options_.gradient_as_bucket_view) p.grad = view;
+  if (options_.gradient_as_bucket_view) return params_->set_grad(index, view);
   return absl::OkStatus();
 }
 
@@ -197,12 +199,12 @@ void Reducer::LaunchReadyBuckets() {
 }
 
 absl::Status Reducer::ReduceUsedMap(std::vector<bool>* globally_used) {
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor used, Tensor::Empty({static_cast<int64_t>(params_.size())}, DType::kI32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor used, Tensor::Empty({static_cast<int64_t>(params_->size())}, DType::kI32));
   int32_t* u = used.data<int32_t>();
-  for (size_t i = 0; i < params_.size(); ++i) u[i] = locally_used_[i] ? 1 : 0;
+  for (size_t i = 0; i < params_->size(); ++i) u[i] = locally_used_[i] ? 1 : 0;
   LOCKSTEP_RETURN_IF_ERROR(comm_.AllReduce(used, ReduceOp::kSum)->Wait());
-  globally_used->assign(params_.size(), false);
-  for (size_t i = 0; i < params_.size(); ++i) (*globally_used)[i] = u[i] > 0;
+  globally_used->assign(params_->size(), false);
+  for (size_t i = 0; i < params_->size(); ++i) (*globally_used)[i] = u[i] > 0;
   return absl::OkStatus();
 }
 
@@ -211,7 +213,7 @@ absl::Status Reducer::FinalizeBackward() {
   const bool detect_unused = options_.find_unused_parameters || options_.static_graph;
   if (detect_unused) {
     // Parameters whose hook never fired: ready now, contributing zeros.
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i = 0; i < params_->size(); ++i) {
       if (ready_[i]) continue;
       expect_hooks_ = true;
       absl::Status s = MarkReady(i);
@@ -221,7 +223,7 @@ absl::Status Reducer::FinalizeBackward() {
     }
   } else {
     std::vector<std::string> missing;
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i = 0; i < params_->size(); ++i) {
       if (!ready_[i]) missing.push_back(names_[i]);
     }
     if (!missing.empty()) {
@@ -234,7 +236,7 @@ absl::Status Reducer::FinalizeBackward() {
       return absl::OkStatus();
     }
   }
-  std::vector<bool> globally_used(params_.size(), true);
+  std::vector<bool> globally_used(params_->size(), true);
   if (options_.find_unused_parameters || (options_.static_graph && iteration_ == 0)) {
     LOCKSTEP_RETURN_IF_ERROR(ReduceUsedMap(&globally_used));
     if (options_.static_graph) static_used_ = globally_used;
@@ -255,14 +257,15 @@ absl::Status Reducer::FinalizeBackward() {
     for (size_t m = 0; m < b.params.size(); ++m) {
       const size_t i = b.params[m];
       if (!globally_used[i]) continue;  // Used nowhere: its gradient stays untouched.
-      Parameter& p = *params_[i];
       const Tensor& view = b.grad_bucket.views()[m];
+      LOCKSTEP_ASSIGN_OR_RETURN(const Tensor grad, params_->grad(i));
       if (options_.gradient_as_bucket_view) {
-        p.grad = view;
-      } else if (!p.grad.defined()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(p.grad, view.Clone());
+        LOCKSTEP_RETURN_IF_ERROR(params_->set_grad(i, view));
+      } else if (!grad.defined()) {
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor copy, view.Clone());
+        LOCKSTEP_RETURN_IF_ERROR(params_->set_grad(i, copy));
       } else {
-        LOCKSTEP_RETURN_IF_ERROR(p.grad.CopyFrom(view));
+        LOCKSTEP_RETURN_IF_ERROR(grad.CopyFrom(view));
       }
     }
   }
@@ -279,12 +282,13 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
   std::vector<BucketItem> items;
   std::vector<int64_t> order;
   for (size_t i : ready_order_) {
-    items.push_back({params_[i]->value.nbytes(), params_[i]->value.dtype(), params_[i]->value.device()});
+    const Tensor& v = params_->value(i);
+    items.push_back({v.nbytes(), v.dtype(), v.device()});
     order.push_back(static_cast<int64_t>(i));
   }
   ready_order_.clear();
-  if (order.size() != params_.size()) {
-    return absl::InternalError(absl::StrCat("DistributedDataParallel: ", order.size(), " of ", params_.size(),
+  if (order.size() != params_->size()) {
+    return absl::InternalError(absl::StrCat("DistributedDataParallel: ", order.size(), " of ", params_->size(),
                                             " gradients were recorded in the first iteration"));
   }
   const size_t limits[] = {options_.first_bucket_bytes, options_.bucket_cap_bytes};
@@ -296,10 +300,10 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
                                               std::vector<int64_t>{static_cast<int64_t>(assignment.buckets.size())}));
   LOCKSTEP_RETURN_IF_ERROR(comm_.Broadcast(count, 0)->Wait());
   const int64_t n_buckets = count.data<int64_t>()[0];
-  if (n_buckets < 1 || n_buckets > static_cast<int64_t>(params_.size())) {
+  if (n_buckets < 1 || n_buckets > static_cast<int64_t>(params_->size())) {
     return absl::InternalError(absl::StrCat("DistributedDataParallel: rank 0 sent ", n_buckets, " buckets"));
   }
-  std::vector<int64_t> wire(static_cast<size_t>(n_buckets) + params_.size(), 0);
+  std::vector<int64_t> wire(static_cast<size_t>(n_buckets) + params_->size(), 0);
   if (comm_.rank() == 0) {
     size_t k = 0;
     for (const auto& bucket : assignment.buckets) wire[k++] = static_cast<int64_t>(bucket.size());

@@ -1,7 +1,9 @@
 // Reducer: DistributedDataParallel's gradient bucketing and averaging
-// (PyTorch 1.13's reducer.cpp), driven by the module's gradient-ready hook.
-// Internal to //ddp; see distributed_data_parallel.h for the rules it
-// implements.
+// (PyTorch 1.13's reducer.cpp), driven by gradient-ready hooks. One
+// reducer serves every DDP front end (lockstep's nn modules,
+// ddp/distributed_data_parallel.h, which states the rules it implements;
+// libtorch modules, interop/torch): it sees the parameters only through
+// GradSlots (ddp/grad_slots.h).
 //
 // One iteration:
 //   PrepareForBackward()            // resets the per-iteration state
@@ -22,12 +24,11 @@
 #include "collectives/communicator.h"
 #include "collectives/grad_bucket.h"
 #include "collectives/work.h"
+#include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
-#include "nn/module.h"
+#include "ddp/grad_slots.h"
 
 namespace lockstep {
-
-struct BucketTiming;
 
 struct ReducerOptions {
   size_t bucket_cap_bytes = 25 << 20;
@@ -39,8 +40,8 @@ struct ReducerOptions {
 
 class Reducer {
  public:
-  // `params` in NamedParameters order, `names` parallel to it.
-  static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::vector<Parameter*> params,
+  // `params` in the module's parameter order, `names` parallel to it.
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::unique_ptr<GradSlots> params,
                                                          std::vector<std::string> names, Communicator& comm,
                                                          ReducerOptions options);
 
@@ -72,7 +73,7 @@ class Reducer {
     size_t member;
   };
 
-  Reducer(std::vector<Parameter*> params, std::vector<std::string> names, Communicator& comm,
+  Reducer(std::unique_ptr<GradSlots> params, std::vector<std::string> names, Communicator& comm,
           ReducerOptions options);
   absl::Status InitializeBuckets(const std::vector<std::vector<size_t>>& buckets);
   absl::Status CopyGradIntoBucket(size_t index);
@@ -80,7 +81,7 @@ class Reducer {
   // Which parameters were used on any rank (find_unused_parameters).
   absl::Status ReduceUsedMap(std::vector<bool>* globally_used);
 
-  const std::vector<Parameter*> params_;
+  const std::unique_ptr<GradSlots> params_;
   const std::vector<std::string> names_;
   Communicator& comm_;
   const ReducerOptions options_;
