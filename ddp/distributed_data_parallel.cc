@@ -1,12 +1,12 @@
 #include "ddp/distributed_data_parallel.h"
 
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "ddp/ddp_options.h"
 #include "ddp/grad_slots.h"
 #include "ddp/reducer.h"
 #include "ddp/replica_sync.h"
@@ -16,10 +16,7 @@ namespace lockstep {
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(Module& module,
                                                                                          Communicator& comm,
                                                                                          DdpOptions options) {
-  if (!(options.bucket_cap_mb > 0) || !std::isfinite(options.bucket_cap_mb)) {
-    return absl::InvalidArgumentError(absl::StrCat("DistributedDataParallel: bucket_cap_mb is ",
-                                                   options.bucket_cap_mb, "; it must be a positive number (MiB)"));
-  }
+  LOCKSTEP_ASSIGN_OR_RETURN(const ReducerOptions reducer_options, ToReducerOptions(options));
   std::vector<NamedParameter> named = module.NamedParameters();
   std::vector<Tensor> state;
   std::vector<std::string> names;
@@ -36,17 +33,9 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   ddp->has_buffers_ = !buffers.empty();
   std::vector<Parameter*> params;
   for (const NamedParameter& p : named) params.push_back(p.parameter);
-  ReducerOptions reducer_options;
-  // PyTorch: bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024).
-  reducer_options.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
-  if (reducer_options.bucket_cap_bytes == 0) reducer_options.bucket_cap_bytes = 1;
-  reducer_options.first_bucket_bytes = options.first_bucket_bytes;
-  reducer_options.find_unused_parameters = options.find_unused_parameters;
-  reducer_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
-  reducer_options.static_graph = options.static_graph;
-  LOCKSTEP_ASSIGN_OR_RETURN(ddp->reducer_, Reducer::Create(std::make_unique<ParameterSlotsOf<Parameter>>(std::move(params)),
-                                                           std::move(names), comm,
-                                                           reducer_options));
+  LOCKSTEP_ASSIGN_OR_RETURN(ddp->reducer_,
+                            Reducer::Create(std::make_unique<ParameterSlotsOf<Parameter>>(std::move(params)),
+                                            std::move(names), comm, reducer_options));
   Reducer* reducer = ddp->reducer_.get();
   module.SetGradReadyHook([reducer](const GradReadyEvent& event) { return reducer->MarkReady(event.index); });
   return ddp;

@@ -57,23 +57,12 @@
 #include "core/tensor.h"
 #include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
+#include "ddp/ddp_options.h"
 #include "nn/module.h"
 
 namespace lockstep {
 
 class Reducer;
-
-struct DdpOptions {
-  double bucket_cap_mb = 25;
-  // The first rebuilt bucket's limit (PyTorch's module-level
-  // dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB): small, so that the last
-  // gradients do not wait behind a full bucket.
-  size_t first_bucket_bytes = size_t{1} << 20;
-  bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = false;
-  bool broadcast_buffers = true;
-  bool static_graph = false;
-};
 
 class DistributedDataParallel {
  public:
