@@ -6,7 +6,7 @@
 // false, `DeviceCount()` is 0 and every other call returns
 // FailedPrecondition, so callers need no #ifdef:
 //
-//   if (cuda::DeviceCount() == 0) return;  // or GTEST_SKIP()
+//   if (cuda::DeviceCount() == 0) return absl::OkStatus();  // or GTEST_SKIP()
 //   LOCKSTEP_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(0));
 //   LOCKSTEP_RETURN_IF_ERROR(t.CopyFromAsync(host, stream));
 //   LOCKSTEP_RETURN_IF_ERROR(stream.Synchronize());

@@ -2,7 +2,7 @@
 // when the Fd goes away.
 //
 //   Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
-//   if (!fd.valid()) return ErrnoError(...);
+//   if (!fd.valid()) return absl::ErrnoToStatus(errno, path);
 //   ... read(fd.get(), ...) ...
 //   if (fd.Close() != 0) ...   // where the close error matters (after writing)
 #ifndef LOCKSTEP_CORE_FD_H_

@@ -3,7 +3,7 @@
 // across ranks and returns a Work that completes when the bucket's buffer
 // holds the result (the average over ranks).
 //
-//   ddp->RegisterCommHook(MakeFp16CompressHook());   // half the traffic
+//   LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(MakeFp16CompressHook()));   // half the traffic
 //
 // Semantics of the built-in hooks (torch 1.13's default_hooks.py):
 //   * allreduce (the default without a hook): the reducer has already

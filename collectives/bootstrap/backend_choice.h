@@ -4,7 +4,7 @@
 //
 //   BackendChoiceInput in;
 //   in.device = Device::Cuda(local_rank);
-//   in.nccl_version = SystemNcclRuntime()->Version();
+//   in.nccl_version = LinkedNcclVersion();         // collectives/nccl/nccl_communicator.h
 //   in.visible_gpus = cuda::DeviceCount();
 //   in.local_world_size = env.local_world_size;
 //   in.requested = absl::GetFlag(FLAGS_backend);   // "", "auto", "nccl", "host"

@@ -2,7 +2,7 @@
 // environment, as torch.distributed.init_process_group("env://") does.
 //
 //   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv());
-//   group.comm->AllReduce(grads, ReduceOp::kAvg)->Wait();
+//   LOCKSTEP_RETURN_IF_ERROR(group.comm->AllReduce(grads, ReduceOp::kAvg)->Wait());
 //
 // Works under tools/launch and torchrun, `mpirun -np N` and `srun -n N`:
 // which variables each provides, which are required and the defaults for

@@ -3,7 +3,7 @@
 //
 //   TcpStoreOptions store_options;  // see collectives/store/tcp_store.h
 //   ...
-//   std::shared_ptr<Store> store = std::move(*TcpStore::Create(store_options));
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, TcpStore::Create(store_options));
 //   TcpCommunicatorOptions options;
 //   options.transport.host = "10.0.0.2";  // where the other ranks reach this one
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,

@@ -5,7 +5,7 @@
 //   options.port = 29500;             // 0 on the server picks a free port
 //   options.is_server = (rank == 0);  // the server runs in a thread of this process
 //   options.num_workers = world_size; // the server waits for them all (optional)
-//   options.token = getenv("LOCKSTEP_STORE_TOKEN");  // optional shared secret
+//   if (const char* token = getenv("LOCKSTEP_STORE_TOKEN")) options.token = token;  // optional shared secret
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(options));
 //   store->port();                    // the real port, for the others
 //

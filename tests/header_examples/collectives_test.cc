@@ -1,0 +1,416 @@
+// The usage examples of the collectives' public headers (stores, transports,
+// algorithms, communicators, buckets), compiled and run with threads as ranks
+// over an in-process HashStore and loopback TCP or shared memory. Each
+// example's lines appear below exactly as in its header (checked by
+// //tests:header_examples_check); lines in between set up its inputs or check
+// its results. Where an example names an address of a real cluster, a line
+// after it points the test at this machine instead.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/algorithms/all_reduce.h"
+#include "collectives/bucket_assignment.h"
+#include "collectives/communicator.h"
+#include "collectives/fused_all_reduce.h"
+#include "collectives/grad_bucket.h"
+#include "collectives/hierarchical_backend.h"
+#include "collectives/host_backend.h"
+#include "collectives/nccl/nccl_communicator.h"
+#include "collectives/store/hash_store.h"
+#include "collectives/store/prefix_store.h"
+#include "collectives/store/store.h"
+#include "collectives/store/tcp_store.h"
+#include "collectives/testing/group.h"
+#include "collectives/transport/host_identity.h"
+#include "collectives/transport/shm/shm_transport.h"
+#include "collectives/transport/tcp/tcp_transport.h"
+#include "collectives/transport/transport.h"
+#include "collectives/work.h"
+#include "core/cuda_runtime.h"
+#include "core/deadline.h"
+#include "core/device.h"
+#include "core/reduce_op.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+// Runs fn(rank) on `size` threads; one status per rank.
+std::vector<absl::Status> RunRanks(int size, const std::function<absl::Status(int rank)>& fn) {
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] { results[rank] = fn(rank); });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+void ExpectAllOk(const std::vector<absl::Status>& results) {
+  for (size_t rank = 0; rank < results.size(); ++rank) EXPECT_TRUE(results[rank].ok()) << rank << ": " << results[rank];
+}
+
+std::vector<float> Values(const Tensor& t) { return *t.ToVector<float>(); }
+
+// rank r's data: {r + 1, 2 (r + 1), ..., n (r + 1)}.
+Tensor RankData(int rank, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i + 1) * (rank + 1));
+  return *Tensor::FromVector<float>(v);
+}
+
+// The sum over `size` ranks of RankData, times `factor`.
+std::vector<float> Summed(int size, int64_t n, float factor = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = factor * static_cast<float>((i + 1) * size * (size + 1) / 2);
+  return v;
+}
+
+// collectives/algorithms/all_reduce.h: the algorithm straight on a transport.
+absl::Status AllReduceExample(Transport& transport, const Tensor& buffer) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(AllReduce(ctx, buffer, ReduceOp::kSum));
+  return absl::OkStatus();
+}
+
+// collectives/transport/tcp/tcp_transport.h
+absl::StatusOr<std::unique_ptr<Transport>> TcpTransportExample(Store& store, int rank, int world_size) {
+  TcpTransportOptions options;
+  options.host = "10.0.0.2";   // the address the other ranks reach this one at
+  options.host = "127.0.0.1";  // (the test: this machine)
+  LOCKSTEP_ASSIGN_OR_RETURN(auto transport,
+      TcpTransport::Create(store, rank, world_size, options));
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+// collectives/transport/shm/shm_transport.h
+absl::StatusOr<std::unique_ptr<Transport>> ShmTransportExample(Store& store, int rank, int world_size) {
+  ShmTransportOptions options;   // defaults suit two ranks on two cores
+  LOCKSTEP_ASSIGN_OR_RETURN(auto transport,
+      ShmTransport::Create(store, rank, world_size, options));
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<Transport>>(Store&, int, int)>;
+
+void AllReduceOver(const TransportFactory& make) {
+  HashStore store;
+  std::vector<Tensor> buffers = {RankData(0, 1000), RankData(1, 1000)};
+  ExpectAllOk(RunRanks(2, [&](int rank) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, make(store, rank, 2));
+    if (transport->rank() != rank || transport->size() != 2) return absl::InternalError("rank or size");
+    return AllReduceExample(*transport, buffers[rank]);
+  }));
+  EXPECT_EQ(Values(buffers[0]), Summed(2, 1000));
+  EXPECT_EQ(Values(buffers[1]), Summed(2, 1000));
+}
+
+TEST(CollectivesExamplesTest, AllReduceOverATcpTransport) { AllReduceOver(TcpTransportExample); }
+
+TEST(CollectivesExamplesTest, AllReduceOverAShmTransport) { AllReduceOver(ShmTransportExample); }
+
+// collectives/store/store.h
+absl::StatusOr<std::string> StoreExample(Store& store, int64_t* count) {
+  LOCKSTEP_RETURN_IF_ERROR(store.Set("rank0/addr", "127.0.0.1:4242"));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::string addr, store.Get("rank1/addr"));  // waits
+  LOCKSTEP_ASSIGN_OR_RETURN(int64_t arrived, store.Add("arrived", 1));
+  *count = arrived;
+  return addr;
+}
+
+TEST(CollectivesExamplesTest, StoreSetGetWaitsAndAdds) {
+  HashStore store;
+  std::thread rank1([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(store.Set("rank1/addr", "127.0.0.1:4343").ok());
+  });
+  int64_t arrived = 0;
+  absl::StatusOr<std::string> addr = StoreExample(store, &arrived);  // Get waits for rank 1
+  rank1.join();
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  EXPECT_EQ(*addr, "127.0.0.1:4343");
+  EXPECT_EQ(arrived, 1);
+  EXPECT_EQ(*store.Get("rank0/addr"), "127.0.0.1:4242");
+  EXPECT_EQ(*store.Add("arrived", 1), 2);
+}
+
+// collectives/store/prefix_store.h
+TEST(CollectivesExamplesTest, PrefixStoreNamespacesKeys) {
+  auto base = std::make_shared<HashStore>();
+  const std::string run_id = "run42";
+  PrefixStore group(run_id + "/restart3", base);
+
+  ASSERT_TRUE(group.Set("rank0", "a").ok());
+  absl::StatusOr<std::string> raw = base->Get("run42/restart3/rank0", Milliseconds(1000));
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(*raw, "a");
+  EXPECT_EQ(*group.Get("rank0"), "a");
+  EXPECT_FALSE(*base->Check({"rank0"}));
+}
+
+// collectives/store/tcp_store.h: a one-rank group whose server runs here.
+absl::StatusOr<std::unique_ptr<TcpStore>> TcpStoreExample(int rank, int world_size) {
+  TcpStoreOptions options;
+  options.host = "10.0.0.1";        // where the server runs
+  options.host = "127.0.0.1";       // (the test: this machine)
+  options.port = 29500;             // 0 on the server picks a free port
+  options.port = 0;                 // (the test: any free port)
+  options.is_server = (rank == 0);  // the server runs in a thread of this process
+  options.num_workers = world_size; // the server waits for them all (optional)
+  if (const char* token = getenv("LOCKSTEP_STORE_TOKEN")) options.token = token;  // optional shared secret
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Create(options));
+  store->port();                    // the real port, for the others
+  return store;
+}
+
+TEST(CollectivesExamplesTest, TcpStoreServesOtherClients) {
+  ASSERT_EQ(std::getenv("LOCKSTEP_STORE_TOKEN"), nullptr);
+  absl::StatusOr<std::unique_ptr<TcpStore>> server = TcpStoreExample(/*rank=*/0, /*world_size=*/1);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE((*server)->server(), nullptr);
+  ASSERT_GT((*server)->port(), 0);
+  TcpStoreOptions client_options;
+  client_options.port = (*server)->port();
+  absl::StatusOr<std::unique_ptr<TcpStore>> client = TcpStore::Create(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Set("k", "from the client").ok());
+  EXPECT_EQ(*(*server)->Get("k"), "from the client");
+}
+
+// collectives/transport/host_identity.h
+TEST(CollectivesExamplesTest, HostIdentityNamesThisHost) {
+  absl::StatusOr<std::string> result = [&]() -> absl::StatusOr<std::string> {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::string id, LocalHostIdentity());
+    // "node7/3f6c...-boot-id/net:4026531840"
+    return id;
+  }();
+  ASSERT_TRUE(result.ok()) << result.status();
+  if (const char* forced = std::getenv(kHostIdEnv); forced != nullptr && *forced != '\0') {
+    EXPECT_EQ(*result, forced);
+    return;
+  }
+  char hostname[256] = {};
+  ASSERT_EQ(gethostname(hostname, sizeof(hostname) - 1), 0);
+  EXPECT_EQ(result->rfind(std::string(hostname) + "/", 0), 0u) << *result;
+  EXPECT_NE(result->find("/net:"), std::string::npos) << *result;
+  EXPECT_EQ(*LocalHostIdentity(), *result);  // stable
+  EXPECT_EQ(*LocalHostIdentity([](const char* name) { return std::string(name) == kHostIdEnv ? "fake" : nullptr; }),
+            "fake");
+}
+
+// collectives/work.h
+int64_t OtherWork() {
+  int64_t sum = 0;
+  for (int64_t i = 0; i < 1000; ++i) sum += i;
+  return sum;
+}
+
+absl::Status WorkExample(Communicator* comm, const Tensor& grads, int64_t* overlapped) {
+  std::shared_ptr<Work> work = comm->AllReduce(grads, ReduceOp::kSum);
+  *overlapped = OtherWork();                              // overlap other work
+  LOCKSTEP_RETURN_IF_ERROR(work->Wait());
+  if (!work->IsCompleted()) return absl::InternalError("Wait returned before the work completed");
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, WorkWaitsForTheAllReduce) {
+  std::vector<Tensor> grads = {RankData(0, 100), RankData(1, 100)};
+  std::vector<int64_t> overlapped(2, 0);
+  ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) {
+    return WorkExample(&comm, grads[comm.rank()], &overlapped[comm.rank()]);
+  }));
+  EXPECT_EQ(Values(grads[0]), Summed(2, 100));
+  EXPECT_EQ(Values(grads[1]), Summed(2, 100));
+  EXPECT_EQ(overlapped[0], 499500);
+}
+
+// collectives/communicator.h
+absl::Status CommunicatorExample(std::shared_ptr<Store> store, int rank, int world_size, const Tensor& grads) {
+  // Over TCP (collectives/bootstrap/tcp_communicator.h), or from the environment
+  // that torchrun, mpirun or srun set (collectives/bootstrap/init_from_env.h):
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                            CreateTcpCommunicator(store, rank, world_size, {}));
+  std::shared_ptr<Work> w = comm->AllReduce(grads, ReduceOp::kAvg);
+  // ... (other work)
+  LOCKSTEP_RETURN_IF_ERROR(w->Wait());
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, CommunicatorAveragesOverTcp) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<Tensor> grads = {RankData(0, 64), RankData(1, 64)};
+  ExpectAllOk(RunRanks(2, [&](int rank) { return CommunicatorExample(store, rank, 2, grads[rank]); }));
+  EXPECT_EQ(Values(grads[0]), Summed(2, 64, 0.5f));
+  EXPECT_EQ(Values(grads[1]), Summed(2, 64, 0.5f));
+}
+
+// collectives/host_backend.h
+absl::Status HostBackendExample(Store& store, int rank, int size, const Tensor& t) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto transport, TcpTransport::Create(store, rank, size, {}));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto backend, HostBackend::Create(std::move(transport), {}));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(backend), {}));
+  if (comm->rank() != rank || comm->size() != size) return absl::InternalError("rank or size");
+  return comm->Broadcast(t, /*root=*/1)->Wait();
+}
+
+TEST(CollectivesExamplesTest, HostBackendUnderACommunicator) {
+  HashStore store;
+  std::vector<Tensor> t = {RankData(0, 10), RankData(1, 10)};
+  ExpectAllOk(RunRanks(2, [&](int rank) { return HostBackendExample(store, rank, 2, t[rank]); }));
+  EXPECT_EQ(Values(t[0]), Values(RankData(1, 10)));  // rank 1's values everywhere
+}
+
+// collectives/hierarchical_backend.h: 4 ranks on 2 pretend hosts ("a", "b"):
+// shared memory inside a host, TCP between the leaders and for the flat
+// level.
+absl::Status HierarchicalBackendExample(std::shared_ptr<Store> base, int rank, const Tensor& t) {
+  LOCKSTEP_ASSIGN_OR_RETURN(HostLayout layout, HostLayout::FromIdentities({"a", "a", "b", "b"}));
+  const int host = layout.host_of[rank];
+  PrefixStore local_store("local" + std::to_string(host), base), leaders_store("leaders", base),
+      flat_store("flat", base);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> shm,
+                            ShmTransport::Create(local_store, layout.local_index[rank],
+                                                 static_cast<int>(layout.hosts[host].size()), {}));
+  std::unique_ptr<TcpTransport> tcp;  // leaders only
+  if (layout.is_leader(rank)) {
+    LOCKSTEP_ASSIGN_OR_RETURN(tcp, TcpTransport::Create(leaders_store, host, layout.num_hosts(), {}));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> flat_transport,
+                            TcpTransport::Create(flat_store, rank, layout.world_size(), {}));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> flat_tcp,
+                            HostBackend::Create(std::move(flat_transport), {}, "tcp"));
+  HierarchicalBackend::Levels levels;
+  levels.local = std::move(shm);       // this host's ranks, local order
+  levels.leaders = std::move(tcp);     // on leaders: one rank per host
+  levels.flat = std::move(flat_tcp);   // every rank
+  LOCKSTEP_ASSIGN_OR_RETURN(auto backend,
+      HierarchicalBackend::Create(layout, rank, std::move(levels), {}));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(backend), {}));
+  return comm->AllReduce(t, ReduceOp::kSum)->Wait();
+}
+
+TEST(CollectivesExamplesTest, HierarchicalBackendAllReducesOverTwoLevels) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<Tensor> t;
+  for (int rank = 0; rank < 4; ++rank) t.push_back(RankData(rank, 300));
+  ExpectAllOk(RunRanks(4, [&](int rank) { return HierarchicalBackendExample(store, rank, t[rank]); }));
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(Values(t[rank]), Summed(4, 300)) << rank;
+}
+
+// collectives/bucket_assignment.h
+TEST(CollectivesExamplesTest, BucketAssignmentFollowsPyTorchsRule) {
+  absl::StatusOr<BucketAssignment> result = []() -> absl::StatusOr<BucketAssignment> {
+    std::vector<BucketItem> items = {{600 << 10, DType::kF32, Device::Cpu()}, {600 << 10, DType::kF32, Device::Cpu()}, {600 << 10, DType::kF32, Device::Cpu()}};  // x3
+    LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment a,
+                              AssignBuckets(items, {kDefaultFirstBucketBytes, 25 << 20}));
+    // a.buckets == {{0, 1}, {2}}, a.size_limits == {1 << 20, 25 << 20}
+    return a;
+  }();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets, (std::vector<std::vector<size_t>>{{0, 1}, {2}}));
+  EXPECT_EQ(result->size_limits, (std::vector<size_t>{1 << 20, 25 << 20}));
+}
+
+std::vector<Tensor> Pick(const std::vector<Tensor>& all, const std::vector<size_t>& indices) {
+  std::vector<Tensor> out;
+  for (size_t i : indices) out.push_back(all[i]);
+  return out;
+}
+
+// collectives/grad_bucket.h: every bucket of `grads` packed, averaged over
+// the ranks and unpacked.
+absl::Status GradBucketExample(Communicator& comm, const std::vector<Tensor>& grads) {
+  std::vector<BucketItem> items;
+  for (const Tensor& g : grads) items.push_back({g.nbytes(), g.dtype(), g.device()});
+  const std::vector<size_t> limits = {256, 1024};
+  LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment a, AssignBuckets(items, limits));
+  if (a.buckets.size() < 2) return absl::InternalError("expected several buckets");
+  for (size_t b = 0; b < a.buckets.size(); ++b) {
+    std::vector<Tensor> members = Pick(grads, a.buckets[b]);  // grads[i] for i in a.buckets[b]
+    LOCKSTEP_ASSIGN_OR_RETURN(GradBucket bucket,
+        GradBucket::Create(b, b + 1 == a.buckets.size(), members, a.buckets[b]));
+    LOCKSTEP_RETURN_IF_ERROR(bucket.CopyInAll());          // pack
+    LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(bucket.buffer(), ReduceOp::kAvg)->Wait());
+    LOCKSTEP_RETURN_IF_ERROR(bucket.CopyOutAll());         // unpack
+  }
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, GradBucketsPackReduceAndUnpack) {
+  std::vector<std::vector<Tensor>> grads(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t n : {50, 100, 20, 300}) grads[rank].push_back(RankData(rank, n));
+  }
+  ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) { return GradBucketExample(comm, grads[comm.rank()]); }));
+  for (int rank = 0; rank < 2; ++rank) {
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(Values(grads[rank][i]), Summed(2, grads[rank][i].numel(), 0.5f)) << rank << " " << i;
+    }
+  }
+}
+
+// collectives/fused_all_reduce.h
+absl::Status FusedAllReduceExample(Communicator& comm, const std::vector<Tensor>& grads) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto fused,
+      FusedAllReduce::Start(comm, grads, ReduceOp::kAvg, /*bucket_cap_bytes=*/25 << 20));
+  OtherWork();                                  // overlap
+  LOCKSTEP_RETURN_IF_ERROR(fused->Wait());  // every tensor now holds the result
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, FusedAllReduceAveragesEveryTensor) {
+  std::vector<std::vector<Tensor>> grads(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t n : {7, 1000, 33}) grads[rank].push_back(RankData(rank, n));
+  }
+  ExpectAllOk(
+      testing::RunThreads(2, [&](Communicator& comm) { return FusedAllReduceExample(comm, grads[comm.rank()]); }));
+  for (int rank = 0; rank < 2; ++rank) {
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(Values(grads[rank][i]), Summed(2, grads[rank][i].numel(), 0.5f)) << rank << " " << i;
+    }
+  }
+}
+
+// collectives/nccl/nccl_communicator.h: needs NCCL and a CUDA device; where
+// they are missing, CreateNcclCommunicator fails and so does the function.
+absl::Status NcclCommunicatorExample(std::shared_ptr<Store> store, int rank, int world_size, int local_rank) {
+  NcclCommunicatorOptions options;
+  options.communicator.timeout = Milliseconds(60000);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+      CreateNcclCommunicator(store, rank, world_size, Device::Cuda(local_rank), options));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector<float>({1, 2, 3}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, host.To(Device::Cuda(local_rank)));
+  LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kSum)->Wait());
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> back, t.ToVector<float>());
+  if (back != std::vector<float>{1, 2, 3}) return absl::InternalError("a one-rank sum changed the tensor");
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, NcclCommunicatorOnOneGpu) {
+  const absl::Status s = NcclCommunicatorExample(std::make_shared<HashStore>(), 0, 1, 0);
+  if (cuda::DeviceCount() == 0 || LinkedNcclVersion() == 0) {
+    EXPECT_FALSE(s.ok());
+    GTEST_SKIP() << "no CUDA device or no NCCL: " << s;
+  }
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace lockstep

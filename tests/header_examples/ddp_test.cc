@@ -1,0 +1,134 @@
+// The usage examples of ddp's public headers, compiled and run on two ranks
+// (threads over loopback TCP, collectives/testing/group.h). Each example's
+// lines appear below exactly as in its header (checked by
+// //tests:header_examples_check); lines in between set up its inputs or check
+// its results.
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/testing/group.h"
+#include "core/mt19937.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ddp/comm_hook.h"
+#include "ddp/distributed_data_parallel.h"
+#include "gtest/gtest.h"
+#include "nn/cross_entropy.h"
+#include "nn/mlp.h"
+#include "nn/module.h"
+#include "nn/sequential.h"
+#include "nn/sgd.h"
+
+namespace lockstep {
+namespace {
+
+// A batch of 4 images [4, 1, 28, 28] and their labels; `rank` varies them.
+struct Batch {
+  Tensor images, labels;
+};
+
+Batch MakeBatch(int rank) {
+  Mt19937 noise(7 + rank);
+  std::vector<float> pixels(4 * 784);
+  for (float& p : pixels) p = static_cast<float>(noise.Next32() % 256) / 255.0f;
+  return {*Tensor::FromVector<float>(pixels, {4, 1, 28, 28}),
+          *Tensor::FromVector<int64_t>({3, 1, 4, static_cast<int64_t>(rank)})};
+}
+
+std::vector<float> Values(const Tensor& t) { return *t.ToVector<float>(); }
+
+absl::StatusOr<std::unique_ptr<Sequential>> MakeModel() {
+  Mt19937 gen(0);
+  MlpOptions options;
+  options.sizes = {784, 32, 10};
+  return MakeMlp(options, gen);
+}
+
+// ddp/distributed_data_parallel.h. `hook` (for ddp/comm_hook.h) replaces the
+// default all-reduce when set.
+absl::Status DdpExample(Communicator* comm, const Tensor& images, const Tensor& labels, int steps, bool fp16_hook,
+                        std::vector<NamedTensor>* trained) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeModel());
+  SgdOptions sgd;
+  sgd.lr = 0.1;
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(model->NamedParameters(), sgd));
+  DdpOptions options;                       // PyTorch's names and defaults
+  LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *comm, options));
+  if (fp16_hook) {
+    // ddp/comm_hook.h
+    LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(MakeFp16CompressHook()));   // half the traffic
+  }
+  for (int step = 0; step < steps; ++step) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, ddp->Forward(images));
+    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
+    LOCKSTEP_RETURN_IF_ERROR(ddp->Backward(loss.grad_logits));  // grads now averaged
+    LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
+    LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad());
+  }
+  for (NamedTensor& t : model->StateDict()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor copy, t.second.Clone());
+    trained->push_back({t.first, copy});
+  }
+  return absl::OkStatus();
+}
+
+// What DDP must compute: SGD on the mean of the two ranks' gradients (each
+// rank's loss is a mean over its own batch).
+std::vector<NamedTensor> Reference(int steps) {
+  std::unique_ptr<Sequential> model = *MakeModel();
+  std::unique_ptr<Sgd> sgd = *Sgd::Create(model->NamedParameters(), SgdOptions{0.1});
+  std::vector<Parameter*> params = model->Parameters();
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<float>> sum(params.size());
+    for (int rank = 0; rank < 2; ++rank) {
+      const Batch b = MakeBatch(rank);
+      CrossEntropyResult loss = *CrossEntropy(*model->Forward(b.images), b.labels);
+      EXPECT_TRUE(model->Backward(loss.grad_logits).ok());
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<float> g = Values(params[i]->grad);
+        if (sum[i].empty()) sum[i].assign(g.size(), 0.0f);
+        for (size_t k = 0; k < g.size(); ++k) sum[i][k] += g[k] / 2;
+      }
+      EXPECT_TRUE(model->ZeroGrad().ok());
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::copy(sum[i].begin(), sum[i].end(), params[i]->grad.data<float>());
+    }
+    EXPECT_TRUE(sgd->Step().ok());
+    EXPECT_TRUE(model->ZeroGrad().ok());
+  }
+  return model->StateDict();
+}
+
+void ExpectTrainedLike(const std::vector<NamedTensor>& got, const std::vector<NamedTensor>& want, float tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<float> g = Values(got[i].second), w = Values(want[i].second);
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t k = 0; k < w.size(); ++k) ASSERT_NEAR(g[k], w[k], tolerance) << want[i].first << "[" << k << "]";
+  }
+}
+
+void RunDdp(bool fp16_hook, float tolerance) {
+  std::vector<std::vector<NamedTensor>> trained(2);
+  const std::vector<absl::Status> results = testing::RunThreads(2, [&](Communicator& comm) {
+    const Batch b = MakeBatch(comm.rank());
+    return DdpExample(&comm, b.images, b.labels, 2, fp16_hook, &trained[comm.rank()]);
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  // Both replicas stay equal, and equal the averaged-gradient reference.
+  ExpectTrainedLike(trained[1], trained[0], 0.0f);
+  ExpectTrainedLike(trained[0], Reference(2), tolerance);
+}
+
+TEST(DdpExamplesTest, DdpAveragesGradientsOverRanks) { RunDdp(/*fp16_hook=*/false, 1e-6f); }
+
+TEST(DdpExamplesTest, Fp16CompressHookAveragesInHalfPrecision) { RunDdp(/*fp16_hook=*/true, 1e-3f); }
+
+}  // namespace
+}  // namespace lockstep
