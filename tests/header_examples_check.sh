@@ -91,6 +91,8 @@ CHECKED = {
     "ddp/comm_hook.h": "tests/header_examples/ddp_test.cc",
     "ddp/distributed_data_parallel.h": "tests/header_examples/ddp_test.cc",
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
+    "interop/torch/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/tensor_bridge.h": "tests/header_examples/interop_test.cc",
     "dp/parallel_apply.h": "tests/header_examples/dp_test.cc",
     "dp/replicate.h": "tests/header_examples/dp_test.cc",
     "dp/scatter_gather.h": "tests/header_examples/dp_test.cc",

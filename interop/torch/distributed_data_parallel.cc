@@ -126,7 +126,8 @@ absl::StatusOr<std::unique_ptr<TorchDdp>> TorchDdp::Create(torch::nn::Module& mo
     std::unordered_set<const void*> seen;
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
       const at::Tensor& p = item.value();
-      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      // An undefined slot (a layer built without bias) is no parameter.
+      if (!p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, FromTorch(p));
       state.push_back(view);
       if (!p.requires_grad()) continue;
