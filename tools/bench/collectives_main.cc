@@ -406,7 +406,9 @@ absl::Status RunRank(const RankEnvironment& env) {
   // between the ranks): asked of a transport of its own, with the same
   // options, since the communicator hides its transport.
   std::string copy_path;
-  if (choice.kind != BackendKind::kNccl && transport.find("shm") != std::string::npos) {
+  // Only when every rank shares this host (a hierarchical group's ranks on
+  // other hosts cannot join a shared-memory transport).
+  if (choice.kind != BackendKind::kNccl && transport == "host over shm") {
     PrefixStore probe_store("collectives_bench/copy_path", shared);
     absl::StatusOr<std::unique_ptr<ShmTransport>> probe = ShmTransport::Create(probe_store, rank, world, options.shm);
     copy_path = probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
