@@ -30,6 +30,7 @@ packages=(
   iperf3            # the network's own bandwidth, beside the collective benchmark
   python3-torch     # PyTorch 1.13 (/usr/bin/python3): tests/launch_pytorch_test, golden data
   libtorch-dev      # libtorch 1.13 C++ API: interop/torch (optional: without it those targets are skipped)
+  libgloo-dev       # gloo's headers, for c10d's ProcessGroupGloo in interop/torch:ddp_bench (the C++ recipe peer)
 )
 
 missing=()
