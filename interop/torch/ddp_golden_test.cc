@@ -268,6 +268,64 @@ TEST_F(DdpGoldenTest, ResNetIsBitIdenticalToPyTorchDdp) { Check<GoldenResNet>("r
 
 TEST_F(DdpGoldenTest, TransformerBlockIsBitIdenticalToPyTorchDdp) { Check<GoldenTransformer>("transformer"); }
 
+// A checkpoint of the trained module loads in a Python PyTorch program: the
+// plain module's names (DDP does not wrap it), written as safetensors from
+// bridged tensors, loaded with load_state_dict(strict=True) into the Python
+// model (testdata/load_checkpoint.py says how), which then computes what the
+// C++ model computes, bit for bit.
+TEST_F(DdpGoldenTest, ACheckpointOfTheTrainedModelLoadsInPythonPyTorch) {
+  ASSERT_TRUE(setup_.ok()) << setup_;
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string ckpt = dir + "/trained.safetensors", out = dir + "/python_logits.safetensors";
+  at::Tensor probe, logits;
+  const std::vector<absl::Status> results = testing::RunThreads(kWorld, [&](Communicator& comm) -> absl::Status {
+    auto model = std::make_shared<GoldenResNet>(false);
+    LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel<GoldenResNet>::Create(model, comm));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < 2; ++step) {
+      const std::string data = absl::StrCat("data/resnet/rank", comm.rank(), "/step", step, "/micro0");
+      LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor x, ToTorch(inputs_->at(data + "/x")));
+      LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor y, ToTorch(inputs_->at(data + "/y")));
+      LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor output, ddp->Forward(x));
+      torch::nn::functional::cross_entropy(output, y).backward();
+      sgd.step();
+      sgd.zero_grad();
+    }
+    if (comm.rank() != 0) return absl::OkStatus();
+    // The plain module's state, as PyTorch's state_dict() names it.
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& item : model->named_parameters()) {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, FromTorch(item.value().detach()));
+      state.emplace_back(item.key(), t);
+    }
+    for (const auto& item : model->named_buffers()) {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, FromTorch(item.value()));
+      state.emplace_back(item.key(), t);
+    }
+    probe = ToTorch(inputs_->at("data/resnet/rank1/step2/micro0/x")).value();
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, FromTorch(probe));
+    state.emplace_back("probe.x", x);
+    LOCKSTEP_RETURN_IF_ERROR(WriteSafetensorsFile(ckpt, state, {}));
+    model->eval();
+    torch::NoGradGuard no_grad;
+    logits = model->forward(probe).contiguous();
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  SubprocessOptions options;
+  options.argv = {"/usr/bin/python3", Runfile("interop/torch/testdata/load_checkpoint.py"), ckpt, "resnet", out};
+  options.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<ExitStatus> status = child->Wait(DeadlineIn(std::chrono::seconds(120)));
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE(status->success()) << "load_checkpoint.py " << status->ToString();
+  absl::StatusOr<Tensors> python = Load(out);
+  ASSERT_TRUE(python.ok()) << python.status();
+  const absl::Status same = SameBits("logits", logits, *python);
+  EXPECT_TRUE(same.ok()) << same;
+}
+
 }  // namespace
 }  // namespace interop
 }  // namespace lockstep

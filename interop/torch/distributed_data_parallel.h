@@ -42,7 +42,9 @@
 //
 // The module is not wrapped: its names and state dict are the plain
 // module's (no "module." prefix), so checkpoints are what the single-process
-// program writes.
+// program writes. Written as safetensors (FromTorch, WriteSafetensorsFile)
+// they load in Python with load_state_dict(strict=True)
+// (testdata/load_checkpoint.py).
 #ifndef LOCKSTEP_INTEROP_TORCH_DISTRIBUTED_DATA_PARALLEL_H_
 #define LOCKSTEP_INTEROP_TORCH_DISTRIBUTED_DATA_PARALLEL_H_
 

@@ -271,6 +271,51 @@ TEST_F(TorchDdpTest, UnusedParametersNeedFindUnusedParameters) {
   }
 }
 
+// One Linear registered under two names and applied twice: its parameters
+// count once (the first name), and its gradient (both uses accumulated by
+// one AccumulateGrad) is averaged once.
+struct SharedNetImpl : torch::nn::Module {
+  SharedNetImpl() {
+    first = register_module("first", torch::nn::Linear(4, 4));
+    second = register_module("second", first);  // the same module again
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return second(torch::relu(first(x))); }
+  torch::nn::Linear first{nullptr}, second{nullptr};
+};
+
+TEST_F(TorchDdpTest, ASharedParameterIsAveragedOnce) {
+  Shared shared;
+  std::array<std::vector<std::string>, kWorld> names;
+  const std::vector<absl::Status> results = testing::RunThreads(kWorld, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    auto net = std::make_shared<SharedNetImpl>();
+    LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel<SharedNetImpl>::Create(net, comm, DdpOptions{}));
+    names[rank] = ddp->parameter_names();
+    const torch::Tensor x = Input(rank, 0).slice(1, 0, 4);
+    // Local gradients from a plain copy with the same weights.
+    auto copy = std::make_shared<SharedNetImpl>();
+    {
+      torch::NoGradGuard no_grad;
+      copy->first->weight.copy_(net->first->weight);
+      copy->first->bias.copy_(net->first->bias);
+    }
+    copy->forward(x).square().sum().backward();
+    {
+      std::lock_guard<std::mutex> lock(shared.mu);
+      shared.local[rank]["first.weight"] = Flat(copy->first->weight.grad());
+      shared.local[rank]["first.bias"] = Flat(copy->first->bias.grad());
+    }
+    LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
+    LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, ddp->Forward(x));
+    out.square().sum().backward();
+    ExpectAveraged(shared, "first.weight", net->first->weight.grad());
+    ExpectAveraged(shared, "first.bias", net->first->bias.grad());
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(names[0], (std::vector<std::string>{"first.weight", "first.bias"}));
+}
+
 struct OtherNetImpl : torch::nn::Module {
   explicit OtherNetImpl(int width) { fc = register_module("fc", torch::nn::Linear(8, width)); }
   torch::Tensor forward(const torch::Tensor& x) { return fc(x); }
