@@ -38,6 +38,8 @@ ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the 
 ABSL_FLAG(std::string, mode, "lockstep", "lockstep, c10d_recipe or local (no communication)");
 ABSL_FLAG(int, steps, 300, "timed steps");
 ABSL_FLAG(int, warmup, 30, "untimed steps first");
+ABSL_FLAG(double, bucket_cap_mb, 25, "--mode=lockstep: DdpOptions::bucket_cap_mb");
+ABSL_FLAG(bool, gradient_as_bucket_view, false, "--mode=lockstep: DdpOptions::gradient_as_bucket_view");
 
 namespace lockstep {
 namespace {
@@ -74,7 +76,10 @@ absl::Status Run() {
   std::unique_ptr<interop::DistributedDataParallel<Mlp>> ddp;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
   if (mode == "lockstep") {
-    LOCKSTEP_ASSIGN_OR_RETURN(ddp, interop::DistributedDataParallel<Mlp>::Create(model, comm));
+    DdpOptions options;
+    options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+    options.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
+    LOCKSTEP_ASSIGN_OR_RETURN(ddp, interop::DistributedDataParallel<Mlp>::Create(model, comm, options));
   } else if (mode == "c10d_recipe") {
     // A FileStore whose path rank 0 chooses and shares through lockstep's store.
     const std::string key = "ddp_bench/c10d_file_store";
