@@ -38,6 +38,9 @@ inline MessageTag TransferTag(const Transfer& t, const MessageTag& exchange) {
                     t.element != 0 ? t.element : exchange.element};
 }
 
+// How much of a send may go out now: all of it, or what its `ready` says.
+inline size_t SendableBytes(const Transfer& t) { return t.ready ? std::min(t.ready(), t.bytes) : t.bytes; }
+
 // A receive's on_segment for every whole segment of its first `done` bytes
 // not reported yet; `*reported` counts what was.
 inline absl::Status ReportSegments(Transfer& t, size_t done, size_t* reported) {

@@ -11,6 +11,7 @@
 #include "collectives/transport/shm/shm_copy.h"
 #include "collectives/transport/shm/shm_layout.h"
 #include "collectives/transport/shm/shm_op.h"
+#include "collectives/transport/transfer_streams.h"
 #include "collectives/transport/transport_errors.h"
 #include "core/status.h"
 
@@ -23,13 +24,6 @@ using shm_internal::kSingleCopyPiece;
 using shm_internal::kSingleCopyStage;
 using shm_internal::ReadRemote;
 using shm_internal::RoundUp;
-
-namespace {
-
-// What a send may expose so far: all of it, or what `ready` says.
-size_t Allowed(const Transfer& t) { return t.ready ? std::min(t.ready(), t.bytes) : t.bytes; }
-
-}  // namespace
 
 absl::Status ShmTransport::Op::Step(size_t stream, bool* moved) {
   const size_t i = streams_.current[stream];
@@ -75,7 +69,7 @@ void ShmTransport::Op::SendSingleCopy(Transfer& t, Progress& p, const MessageTag
     p.header_done = true;
     publish = true;
   }
-  const size_t allowed = Allowed(t);
+  const size_t allowed = SendableBytes(t);
   if (allowed > p.exposed) {
     p.exposed = allowed;
     ring->exposed.store(p.base + allowed, std::memory_order_release);
@@ -100,7 +94,7 @@ void ShmTransport::Op::SendThroughRing(Transfer& t, Progress& p, const MessageTa
   // The receiver's tail as last seen: reading it costs a cache miss (the
   // receiver wrote it), so it is read again only when the space it leaves
   // is not enough for what this step would write.
-  const size_t allowed = Allowed(t);
+  const size_t allowed = SendableBytes(t);
   const int64_t want = (p.header_done ? 0 : static_cast<int64_t>(kLine)) +
                        static_cast<int64_t>(std::min(allowed - p.done, slot_));
   int64_t free = static_cast<int64_t>(capacity_) - static_cast<int64_t>(head - tail_seen);
@@ -246,12 +240,12 @@ bool ShmTransport::Op::CouldMove(size_t stream) {
   const Ring* ring = send ? tr_.RingOf(tr_.rank_, t.peer) : tr_.RingOf(t.peer, tr_.rank_);
   if (p.single) {
     if (!send) return ring->exposed.load(std::memory_order_acquire) - p.base > p.done;
-    return Allowed(t) > p.exposed || ring->acked.load(std::memory_order_acquire) - p.base > p.done;
+    return SendableBytes(t) > p.exposed || ring->acked.load(std::memory_order_acquire) - p.base > p.done;
   }
   if (send) {
     const uint64_t used = ring->head.load(std::memory_order_relaxed) - ring->tail.load(std::memory_order_acquire);
     if (!p.header_done) return capacity_ - used >= kLine;
-    return p.done < Allowed(t) && used < capacity_;
+    return p.done < SendableBytes(t) && used < capacity_;
   }
   return ring->head.load(std::memory_order_acquire) != ring->tail.load(std::memory_order_relaxed);
 }

@@ -244,7 +244,7 @@ absl::Status ShmTransport::Op::Sleep() {
     const Transfer& t = streams_.at(streams_.current[stream]);
     const Progress& p = streams_.progress[streams_.current[stream]];
     if (t.kind == Transfer::Kind::kSend && p.header_done) {
-      const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+      const size_t allowed = SendableBytes(t);
       // Waits for our own receives (a single-copy send: with every exposed
       // byte acknowledged).
       if (p.single ? p.exposed >= allowed && p.done >= p.exposed : p.done >= allowed) continue;

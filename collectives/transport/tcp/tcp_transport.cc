@@ -384,7 +384,7 @@ class TcpTransport::Op {
       if (p.header_done == 0) p.header = MakeMessageHeader(tag, t.bytes);
       iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
     }
-    const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+    const size_t allowed = SendableBytes(t);
     if (p.done < allowed) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, allowed - p.done};
     if (n_iov == 0) return absl::OkStatus();
     msghdr msg{};
@@ -488,7 +488,7 @@ class TcpTransport::Op {
       const Transfer& t = streams_.at(streams_.current[stream]);
       const Progress& p = streams_.progress[streams_.current[stream]];
       if (t.kind == Transfer::Kind::kSend) {
-        const size_t allowed = t.ready ? std::min(t.ready(), t.bytes) : t.bytes;
+        const size_t allowed = SendableBytes(t);
         if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
         fds_.push_back({tr_.peers_[t.peer].send_fd.get(), POLLOUT, 0});
       } else {
