@@ -82,16 +82,73 @@ absl::Status VerifyShapesAcrossRanks(Communicator& comm, const std::vector<Tenso
   return absl::OkStatus();
 }
 
-// Broadcasts every tensor from rank 0 (PyTorch's _sync_module_states).
-absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors) {
+absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors, size_t bucket_bytes) {
+  // Buckets as c10d's take_tensors forms them: per dtype, in order, a
+  // bucket closed when the next tensor would overflow it.
+  struct Bucket {
+    std::vector<size_t> members;
+    size_t bytes = 0;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<std::pair<DType, size_t>> open;  // dtype -> its open bucket
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == t.dtype(); });
+    if (it != open.end() && buckets[it->second].bytes + t.nbytes() > bucket_bytes) {
+      open.erase(it);
+      it = open.end();
+    }
+    if (it == open.end()) {
+      buckets.emplace_back();
+      open.emplace_back(t.dtype(), buckets.size() - 1);
+      it = open.end() - 1;
+    }
+    buckets[it->second].members.push_back(i);
+    buckets[it->second].bytes += t.nbytes();
+  }
+  // One flat tensor per bucket of several; a lone tensor is sent as it is.
+  std::vector<Tensor> flats(buckets.size());
   std::vector<std::shared_ptr<Work>> works;
-  for (const Tensor& t : tensors) works.push_back(comm.Broadcast(t, 0));
+  const bool root = comm.rank() == 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const Bucket& bucket = buckets[b];
+    const Tensor& first = tensors[bucket.members[0]];
+    if (bucket.members.size() == 1) {
+      works.push_back(comm.Broadcast(first, 0));
+      continue;
+    }
+    const int64_t numel = static_cast<int64_t>(bucket.bytes / first.element_size());
+    LOCKSTEP_ASSIGN_OR_RETURN(flats[b], Tensor::Empty({numel}, first.dtype(), first.device()));
+    if (root) {
+      int64_t offset = 0;
+      for (size_t i : bucket.members) {
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, flats[b].Flat(offset, tensors[i].numel()));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor src, tensors[i].Reshape({tensors[i].numel()}));
+        LOCKSTEP_RETURN_IF_ERROR(dst.CopyFrom(src));
+        offset += tensors[i].numel();
+      }
+    }
+    works.push_back(comm.Broadcast(flats[b], 0));
+  }
   absl::Status first;
   for (auto& w : works) {
     absl::Status s = w->Wait();
     if (!s.ok() && first.ok()) first = s;
   }
-  return first;
+  LOCKSTEP_RETURN_IF_ERROR(first);
+  if (root) return absl::OkStatus();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!flats[b].defined()) continue;
+    int64_t offset = 0;
+    for (size_t i : buckets[b].members) {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor src, flats[b].Flat(offset, tensors[i].numel()));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, tensors[i].Reshape({tensors[i].numel()}));
+      LOCKSTEP_RETURN_IF_ERROR(dst.CopyFrom(src));
+      offset += tensors[i].numel();
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -21,8 +21,20 @@ namespace lockstep {
 absl::Status VerifyShapesAcrossRanks(Communicator& comm, const std::vector<Tensor>& params,
                                      const std::vector<std::string>& names);
 
-// Broadcasts every tensor from rank 0, all launched before any is awaited.
-absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors);
+// distributed.py's broadcast_bucket_size: the most bytes one coalesced
+// broadcast carries.
+inline constexpr size_t kBroadcastBucketBytes = size_t{250} << 20;
+
+// Broadcasts every tensor from rank 0 coalesced, as PyTorch's
+// _broadcast_coalesced: tensors of one dtype are packed into flat buckets of
+// at most `bucket_bytes` (a larger tensor goes alone, without a copy), one
+// broadcast per bucket, all launched before any is awaited, and unpacked on
+// the other ranks. DDP calls it for the parameters and buffers at
+// construction and for the buffers before each forward, so a model with many
+// small buffers (BatchNorm's three per layer) pays one broadcast, not three
+// per layer.
+absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors,
+                                   size_t bucket_bytes = kBroadcastBucketBytes);
 
 }  // namespace lockstep
 
