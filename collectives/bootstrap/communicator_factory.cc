@@ -154,7 +154,11 @@ absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactory
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr<Store> store, int rank, int size,
-                                                                 const CommunicatorFactoryOptions& options) {
+                                                                 const CommunicatorFactoryOptions& given) {
+  // One group secret for both transports: shared memory's handshake proves
+  // the same LOCKSTEP_STORE_TOKEN as TCP's.
+  CommunicatorFactoryOptions options = given;
+  if (options.shm.secret.empty()) options.shm.secret = options.tcp.secret;
   if (store == nullptr) return absl::InvalidArgumentError("CreateCommunicator: no store");
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(

@@ -47,7 +47,7 @@ struct CommunicatorFactoryOptions {
   CommunicatorOptions communicator;  // Deadlines, debug checks, Work.
   AlgorithmOptions algorithms;       // Algorithm choice and pipelining (every level).
   TcpTransportOptions tcp;           // Between hosts; `tcp.timeout` also bounds the identity exchange.
-  ShmTransportOptions shm;           // Inside a host.
+  ShmTransportOptions shm;           // Inside a host (its secret, when empty, is tcp's).
   // "auto" (by host identities), "tcp" or "shm".
   std::string transport = "auto";
   // Inside each host of a hierarchical group: "shm" or "tcp".

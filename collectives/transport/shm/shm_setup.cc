@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/transport/hello_acceptor.h"
 #include "collectives/transport/shm/shm_copy.h"
 #include "collectives/transport/shm/shm_layout.h"
 #include "collectives/transport/shm/shm_transport.h"
+#include "collectives/transport/tcp/rank_handshake.h"
 #include "collectives/transport/tcp/socket.h"
 #include "core/status.h"
 
@@ -38,15 +40,23 @@ namespace {
 
 // What two ranks tell each other on their connection, with their memfd and
 // eventfd attached.
+// With a group secret, `mac` proves the sender knows it: a connector's is
+// rank_handshake::ConnectMac over the acceptor's challenge (published in the
+// store with its address) and its own fresh nonce; the acceptor's reply
+// carries AcceptMac over that nonce.
 struct Hello {
   uint32_t magic;
   uint32_t version;
   int32_t rank;
   int32_t size;
   uint64_t ring_bytes;
+  rank_handshake::Nonce nonce;
+  rank_handshake::Mac mac;
 };
+static_assert(sizeof(Hello) == 72, "wire layout");
 
 std::string AddressKey(int rank) { return absl::StrCat("shm_transport/", rank); }
+std::string ChallengeKey(int rank) { return absl::StrCat("shm_transport/", rank, "/challenge"); }
 std::string ClaimKey(int rank) { return absl::StrCat("shm_transport/", rank, "/claims"); }
 
 // The abstract-namespace address of `name` (sun_path[0] == 0), and its length.
@@ -184,9 +194,10 @@ class ShmTransport::Setup {
   Setup(ShmTransport& t, Store& store)
       : t_(t), store_(store), deadline_(DeadlineIn(t.options_.timeout)),
         segment_bytes_(shm_internal::SegmentBytes(t.ring_bytes_, t.size_)),
-        hello_{kHelloMagic, kVersion, t.rank_, t.size_, t.ring_bytes_} {}
+        hello_{kHelloMagic, kVersion, t.rank_, t.size_, t.ring_bytes_, {}, {}} {}
 
   absl::Status Run() {
+    LOCKSTEP_ASSIGN_OR_RETURN(challenge_, rank_handshake::RandomNonce());
     LOCKSTEP_RETURN_IF_ERROR(ClaimRank());
     LOCKSTEP_RETURN_IF_ERROR(CreateSegment());
     LOCKSTEP_RETURN_IF_ERROR(Listen());
@@ -261,7 +272,12 @@ class ShmTransport::Setup {
     if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
       return Errno(absl::StrCat("ShmTransport: binding @", name));
     }
-    if (::listen(listener_.get(), t_.size_) != 0) return Errno("ShmTransport: listen");
+    // A backlog beyond the group's size: strangers' connections queue
+    // beside the real ranks' instead of refusing them.
+    if (::listen(listener_.get(), t_.size_ + 64) != 0) return Errno("ShmTransport: listen");
+    listener_name_ = name;
+    // The challenge first: a connector proves it read this rendezvous's.
+    LOCKSTEP_RETURN_IF_ERROR(store_.Set(ChallengeKey(t_.rank_), rank_handshake::ToHex(challenge_)));
     return store_.Set(AddressKey(t_.rank_), name);
   }
 
@@ -283,33 +299,82 @@ class ShmTransport::Setup {
             ". Shared memory needs every rank on this host and in this network namespace; use TCP between hosts"));
       }
       LOCKSTEP_RETURN_IF_ERROR(CheckPeerUser(fd.get(), from));
-      LOCKSTEP_RETURN_IF_ERROR(SendHello(fd.get(), hello_, MyFds(), deadline_, from));
+      LOCKSTEP_ASSIGN_OR_RETURN(std::string challenge_hex, store_.Get(ChallengeKey(peer), t_.options_.timeout));
+      LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce challenge, rank_handshake::NonceFromHex(challenge_hex));
+      Hello hello = hello_;
+      LOCKSTEP_ASSIGN_OR_RETURN(hello.nonce, rank_handshake::RandomNonce());
+      if (!secret().empty()) {
+        hello.mac = rank_handshake::ConnectMac(secret(), challenge, t_.rank_, peer, t_.size_, hello.nonce);
+      }
+      sent_nonces_[peer] = hello.nonce;
+      LOCKSTEP_RETURN_IF_ERROR(SendHello(fd.get(), hello, MyFds(), deadline_, from));
       t_.peers_[peer].socket = std::move(fd);
     }
     return absl::OkStatus();
   }
 
-  // Accepts every lower rank: its hello and segment, then our reply.
+  // Accepts every lower rank: its hello and segment, then our reply. The
+  // socket's name is visible in /proc/net/unix, so anyone may connect:
+  // hellos are read side by side (collectives/transport/hello_acceptor.h),
+  // and a connection of another user, one that says nothing in time or one
+  // that does not prove the group's secret is dropped and logged while
+  // set-up goes on for the real ranks.
   absl::Status AcceptLowerRanks() {
-    for (int accepted = 0; accepted < t_.rank_; ++accepted) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Fd fd,
-                                Accept(listener_.get(), deadline_, absl::StrCat("the lower ranks of ", t_.rank_)));
-      const std::string from = absl::StrCat("a connection to rank ", t_.rank_, " (shm, pid ", PeerPid(fd.get()), ")");
-      LOCKSTEP_RETURN_IF_ERROR(CheckPeerUser(fd.get(), from));
+    if (t_.rank_ == 0) return absl::OkStatus();
+    HelloAcceptorOptions accepting;
+    accepting.per_connection = t_.options_.handshake_timeout;
+    accepting.max_fds = 2;
+    accepting.listener_name = absl::StrCat("ShmTransport: rank ", t_.rank_, " (@", listener_name_, ")");
+    accepting.describe = [](int fd) { return absl::StrCat("a connection from pid ", PeerPid(fd)); };
+    accepting.admit = [](int fd) -> absl::Status {
+      ucred cred{};
+      socklen_t len = sizeof(cred);
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return Errno("SO_PEERCRED");
+      if (cred.uid == ::geteuid()) return absl::OkStatus();
+      return absl::PermissionDeniedError(absl::StrCat("it runs as uid ", cred.uid, ", this group as uid ", ::geteuid()));
+    };
+    HelloAcceptor acceptor(listener_.get(), std::move(accepting), [](absl::string_view) { return sizeof(Hello); });
+    for (int accepted = 0; accepted < t_.rank_;) {
+      LOCKSTEP_ASSIGN_OR_RETURN(HelloAcceptor::Arrival arrival, acceptor.Next(deadline_));
+      const std::string from = absl::StrCat(arrival.name, " to rank ", t_.rank_, " (shm)");
       Hello hello{};
-      Fd fds[2];
-      LOCKSTEP_RETURN_IF_ERROR(RecvHello(fd.get(), &hello, fds, deadline_, from));
+      std::memcpy(&hello, arrival.hello.data(), sizeof(hello));
+      const int claimed = hello.rank;
+      if (!secret().empty()) {
+        const bool plausible = hello.magic == kHelloMagic && hello.version == kVersion && hello.size == t_.size_ &&
+                               claimed >= 0 && claimed < t_.rank_;
+        if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(secret(), challenge_, claimed,
+                                                                                          t_.rank_, t_.size_,
+                                                                                          hello.nonce))) {
+          acceptor.Drop(arrival, absl::StrCat("it claims rank ", claimed,
+                                              " but does not prove the group's secret (wrong token?)"));
+          continue;
+        }
+      } else if (hello.magic != kHelloMagic) {
+        acceptor.Drop(arrival, "not a lockstep rank (bad handshake)");
+        continue;
+      }
+      // Authenticated (or no secret): disagreements are real errors.
       LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, -1, t_.size_, t_.ring_bytes_, from));
-      const int peer = hello.rank;
+      if (arrival.fds.size() != 2) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "ShmTransport: ", from, " sent no shared segment with its hello; is it a lockstep rank?"));
+      }
+      const int peer = claimed;
       if (peer >= t_.rank_ || t_.peers_[peer].socket.valid()) {
         return absl::FailedPreconditionError(absl::StrCat("ShmTransport: rank ", peer, " connected to rank ", t_.rank_,
                                                           " unexpectedly (twice, or from above): is RANK=", peer,
                                                           " given to two processes?"));
       }
+      Fd fds[2] = {std::move(arrival.fds[0]), std::move(arrival.fds[1])};
       LOCKSTEP_RETURN_IF_ERROR(AdoptSegment(peer, fds, from));
-      LOCKSTEP_RETURN_IF_ERROR(SendHello(fd.get(), hello_, MyFds(), deadline_, from));
-      t_.peers_[peer].pid = PeerPid(fd.get());
-      t_.peers_[peer].socket = std::move(fd);
+      Hello reply = hello_;
+      LOCKSTEP_ASSIGN_OR_RETURN(reply.nonce, rank_handshake::RandomNonce());
+      if (!secret().empty()) reply.mac = rank_handshake::AcceptMac(secret(), hello.nonce, t_.rank_, peer, t_.size_);
+      LOCKSTEP_RETURN_IF_ERROR(SendHello(arrival.fd.get(), reply, MyFds(), deadline_, from));
+      t_.peers_[peer].pid = PeerPid(arrival.fd.get());
+      t_.peers_[peer].socket = std::move(arrival.fd);
+      ++accepted;
     }
     return absl::OkStatus();
   }
@@ -324,6 +389,13 @@ class ShmTransport::Setup {
       Fd fds[2];
       LOCKSTEP_RETURN_IF_ERROR(RecvHello(p.socket.get(), &hello, fds, deadline_, from));
       LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, peer, t_.size_, t_.ring_bytes_, from));
+      if (!secret().empty() && !rank_handshake::MacEqual(hello.mac, rank_handshake::AcceptMac(
+                                                                       secret(), sent_nonces_[peer], peer, t_.rank_,
+                                                                       t_.size_))) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "ShmTransport: whatever answered as ", from, " does not know the group's secret: the ranks were "
+            "started with different LOCKSTEP_STORE_TOKENs, or another process answered at that socket"));
+      }
       LOCKSTEP_RETURN_IF_ERROR(AdoptSegment(peer, fds, from));
     }
     return absl::OkStatus();
@@ -444,13 +516,18 @@ class ShmTransport::Setup {
     return my_fds_;
   }
 
+  const std::string& secret() const { return t_.options_.secret; }
+
   ShmTransport& t_;
   Store& store_;
   const Deadline deadline_;
   const size_t segment_bytes_;
   const Hello hello_;
+  rank_handshake::Nonce challenge_{};
+  std::vector<rank_handshake::Nonce> sent_nonces_ = std::vector<rank_handshake::Nonce>(static_cast<size_t>(t_.size_));
   Fd memfd_;
   Fd listener_;
+  std::string listener_name_;
   int my_fds_[2] = {-1, -1};
 };
 
@@ -458,6 +535,10 @@ absl::Status ValidateShmTransportOptions(const ShmTransportOptions& options) {
   if (options.timeout <= Milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.timeout is ", options.timeout.count(),
                                                    " ms; it must be positive"));
+  }
+  if (options.handshake_timeout <= Milliseconds(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.handshake_timeout is ",
+                                                   options.handshake_timeout.count(), " ms; it must be positive"));
   }
   if (options.slot_bytes < (4u << 10) || options.slot_bytes > (16u << 20) || options.slot_bytes % kLine != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.slot_bytes is ", options.slot_bytes,

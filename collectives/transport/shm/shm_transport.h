@@ -77,6 +77,15 @@ namespace lockstep {
 struct ShmTransportOptions {
   // Setting up: waiting for the other ranks in the store and connecting.
   Milliseconds timeout = kDefaultStoreTimeout;
+  // How long one connection to this rank's socket may take to send its
+  // hello; a slower one is dropped, and set-up goes on for the real ranks.
+  Milliseconds handshake_timeout = Milliseconds(5000);
+  // The group's secret (LOCKSTEP_STORE_TOKEN), as TcpTransportOptions'
+  // secret: a connecting rank proves it knows it, with the same
+  // challenge-response (collectives/transport/tcp/rank_handshake.h), so a
+  // process of the same user that is not of the group is dropped. Empty:
+  // only the user id is checked (SO_PEERCRED).
+  std::string secret;
   // Bytes a sender publishes at a time into a ring (one slot): small enough
   // that a ring stays in the caches, large enough that the per-slot
   // handshake is cheap. A multiple of 64 in [4 KiB, 16 MiB].

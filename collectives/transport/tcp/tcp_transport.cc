@@ -16,6 +16,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/transport/hello_acceptor.h"
 #include "collectives/transport/tcp/rank_handshake.h"
 #include "collectives/transport/transfer_streams.h"
 #include "collectives/transport/message_header.h"
@@ -176,27 +177,31 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     t->peers_[peer].address = address;
   }
   // Accept every other rank's send connection (our receive direction), in
-  // whatever order they arrive. A connection that does not prove itself (no
-  // handshake in time, not a lockstep rank, a wrong MAC) is dropped and the
-  // wait goes on for the real rank: a stray or hostile process can neither
-  // take a rank's place nor stop the rendezvous.
+  // whatever order they arrive, their hellos read side by side. A connection
+  // that does not prove itself (no handshake in time, not a lockstep rank, a
+  // wrong MAC) is dropped and the wait goes on for the real rank: a stray or
+  // hostile process can neither take a rank's place nor stop or delay the
+  // rendezvous (collectives/transport/hello_acceptor.h).
+  HelloAcceptorOptions accepting;
+  accepting.per_connection = options.handshake_timeout;
+  accepting.listener_name = absl::StrCat("TcpTransport: rank ", rank, " (", my_address, ")");
+  accepting.describe = [](int fd) { return absl::StrCat("a connection from ", PeerAddress(fd)); };
+  HelloAcceptor acceptor(listener.get(), std::move(accepting), [](absl::string_view got) -> size_t {
+    if (got.size() < sizeof(HelloPrefix)) return sizeof(HelloPrefix);
+    HelloPrefix prefix;
+    std::memcpy(&prefix, got.data(), sizeof(prefix));
+    // Another protocol's hello may be shorter: its prefix names it.
+    if (prefix.magic != kHelloMagic || prefix.version != kTransportVersion) return got.size();
+    return sizeof(Hello);
+  });
   for (int accepted = 0; accepted < size - 1;) {
-    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline,
-                                            absl::StrCat("the other ranks of ", rank)));
-    const std::string from = PeerAddress(fd.get());
-    const std::string name = absl::StrCat("a connection from ", from, " to rank ", rank, " (", my_address, ")");
-    auto drop = [&](absl::string_view why) {
-      std::fprintf(stderr, "TcpTransport: rank %d dropped %s: %s\n", rank, name.c_str(), std::string(why).c_str());
-    };
-    const Deadline hello_deadline = std::min(deadline, DeadlineIn(options.handshake_timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(HelloAcceptor::Arrival arrival, acceptor.Next(deadline));
+    const std::string name = absl::StrCat(arrival.name, " to rank ", rank, " (", my_address, ")");
     Hello hello{};
-    if (absl::Status s = RecvAll(fd.get(), &hello.prefix, sizeof(HelloPrefix), hello_deadline, name); !s.ok()) {
-      drop(s.message());
-      continue;
-    }
+    std::memcpy(&hello, arrival.hello.data(), std::min(arrival.hello.size(), sizeof(hello)));
     if (hello.prefix.magic != kHelloMagic) {
       if (!secret.empty()) {
-        drop("not a lockstep rank (bad handshake)");
+        acceptor.Drop(arrival, "not a lockstep rank (bad handshake)");
         continue;
       }
       return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", name,
@@ -206,23 +211,18 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
       // An older format cannot be authenticated: with a secret it is just
       // dropped; without one it must be a rank of another build.
       if (!secret.empty()) {
-        drop(absl::StrCat("protocol version ", hello.prefix.version));
+        acceptor.Drop(arrival, absl::StrCat("protocol version ", hello.prefix.version));
         continue;
       }
       LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
-    }
-    if (absl::Status s = RecvAll(fd.get(), reinterpret_cast<char*>(&hello) + sizeof(HelloPrefix),
-                                 sizeof(Hello) - sizeof(HelloPrefix), hello_deadline, name);
-        !s.ok()) {
-      drop(s.message());
-      continue;
     }
     const int claimed = hello.prefix.rank;
     if (!secret.empty()) {
       const bool plausible = claimed >= 0 && claimed < size && hello.prefix.size == size;
       if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(
                                                                  secret, challenge, claimed, rank, size, hello.nonce))) {
-        drop(absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
+        acceptor.Drop(arrival, absl::StrCat("it claims rank ", claimed,
+                                            " but does not prove the group's secret (wrong token?)"));
         continue;
       }
     }
@@ -233,6 +233,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
                                                         " unexpectedly (twice, or itself): is RANK=", claimed,
                                                         " given to two processes?"));
     }
+    Fd fd = std::move(arrival.fd);
     TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
     LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce reply_nonce, rank_handshake::RandomNonce());
     Hello reply{{kHelloMagic, kTransportVersion, rank, size}, reply_nonce, {}};

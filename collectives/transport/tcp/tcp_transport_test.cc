@@ -157,6 +157,58 @@ TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
   EXPECT_NE(got, sent);
 }
 
+// Idle and half-sent connections to a rank's listener, open before the
+// real peer arrives and kept open by the test: the group still forms (their
+// handshake timeout here is longer than the whole set-up's, so only reading
+// the hellos side by side lets it), with and without a secret.
+TEST(TcpTransportTest, IdleConnectionsDoNotDelayTheRealRanks) {
+  for (const std::string secret : {"", "group secret"}) {
+    HashStore store;
+    TcpTransportOptions options;
+    options.timeout = Milliseconds(60000);
+    options.handshake_timeout = Milliseconds(3600000);
+    options.secret = secret;
+    auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
+    absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(30000));
+    ASSERT_TRUE(address.ok()) << address.status();
+    std::string host;
+    int port = 0;
+    ASSERT_TRUE(SplitHostPort(*address, &host, &port).ok());
+    const Deadline deadline = DeadlineIn(Milliseconds(30000));
+    std::vector<Fd> strangers;
+    for (int i = 0; i < 8; ++i) {
+      absl::StatusOr<Fd> idle = Connect(host, port, deadline, "rank 0");
+      ASSERT_TRUE(idle.ok()) << idle.status();
+      strangers.push_back(std::move(*idle));
+    }
+    absl::StatusOr<Fd> slow = Connect(host, port, deadline, "rank 0");
+    ASSERT_TRUE(slow.ok()) << slow.status();
+    Hello partial{0x4C4B5450u, 3, 1, 2, {}};
+    ASSERT_TRUE(SendAll(slow->get(), &partial, 20, deadline, "rank 0").ok());
+    strangers.push_back(std::move(*slow));
+    absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
+    ASSERT_TRUE(rank1.ok()) << secret << ": " << rank1.status();
+    absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+    ASSERT_TRUE(t0.ok()) << secret << ": " << t0.status();
+    // Formed while every stranger was still connected; rank 0 closed them,
+    // unanswered, when its set-up ended.
+    for (const Fd& fd : strangers) {
+      char byte;
+      EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
+    }
+    uint32_t got = 0;
+    const uint32_t want = 77;
+    auto receiver = std::async(std::launch::async, [&] {
+      Transfer t = Transfer::Recv(1, &got, sizeof(got));
+      return (*t0)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000)));
+    });
+    Transfer t = Transfer::Send(0, &want, sizeof(want));
+    EXPECT_TRUE((*rank1)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000))).ok());
+    EXPECT_TRUE(receiver.get().ok());
+    EXPECT_EQ(got, want);
+  }
+}
+
 // A rank whose published address refuses connections (here: a port nobody
 // listens on) is reported at once, not after the long setup timeout.
 TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
