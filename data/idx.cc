@@ -1,5 +1,7 @@
 #include "data/idx.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/fd.h"
+#include "core/status.h"
 
 namespace lockstep {
 namespace {
@@ -133,9 +137,19 @@ absl::StatusOr<IdxHeaderInfo> ParseHeader(absl::string_view bytes, absl::string_
   return h;
 }
 
-absl::Status TruncatedPayload(absl::string_view name, int64_t payload, int64_t available) {
-  return Corrupt(name, absl::StrCat("truncated: the header promises ", payload,
-                                    " bytes of data, only ", available, " are present"));
+absl::Status TruncatedPayload(absl::string_view name, const IdxHeaderInfo& h, int64_t available) {
+  return Corrupt(name, absl::StrCat("truncated: the header promises ", h.payload_bytes, " bytes of data, only ",
+                                    available, " are present (dimensions ", DimsText(h),
+                                    "); the file is incomplete: download or decompress it again"));
+}
+
+// Big-endian elements to host (little-endian) order, in place.
+void ToHostOrder(IdxArray& a) {
+  const size_t element_size = IdxTypeSize(a.type);
+  if (element_size == 1) return;
+  for (size_t i = 0; i < a.data.size(); i += element_size) {
+    std::reverse(a.data.begin() + i, a.data.begin() + i + element_size);
+  }
 }
 
 }  // namespace
@@ -146,7 +160,7 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
   if (!h.ok()) return h.status();
   const int64_t payload = h->payload_bytes;
   const int64_t available = static_cast<int64_t>(bytes.size() - h->header_bytes);
-  if (available < payload) return TruncatedPayload(name, payload, available);
+  if (available < payload) return TruncatedPayload(name, *h, available);
   if (available > payload) {
     return Corrupt(name, absl::StrCat(available - payload, " unexpected bytes after the ",
                                       payload, " bytes of data the header describes"));
@@ -156,30 +170,31 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
   out.dims = std::move(h->dims);
   out.data.resize(static_cast<size_t>(payload));
   if (payload > 0) std::memcpy(out.data.data(), bytes.data() + h->header_bytes, static_cast<size_t>(payload));
-  // Big-endian elements to host (little-endian) order.
-  const size_t element_size = IdxTypeSize(out.type);
-  if (element_size > 1) {
-    for (size_t i = 0; i < out.data.size(); i += element_size) {
-      std::reverse(out.data.begin() + i, out.data.begin() + i + element_size);
-    }
-  }
+  ToHostOrder(out);
   return out;
 }
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes) {
-  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("IDX file '", path, "': cannot open: ",
-                                            errno ? std::strerror(errno) : "out of memory"));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return absl::NotFoundError(absl::StrCat("IDX file '", path, "': cannot open: ", std::strerror(errno)));
   }
-  std::string bytes;
-  // Decompresses until `bytes` holds `total` bytes or the stream ends, so
-  // nothing past what the header allows is ever inflated.
-  auto read_up_to = [&](size_t total) -> absl::Status {
-    char buffer[1 << 16];
-    while (bytes.size() < total) {
-      const int n = gzread(file.get(), buffer,
-                           static_cast<unsigned>(std::min(sizeof(buffer), total - bytes.size())));
+  struct stat st;
+  // The file's size bounds an uncompressed payload before it is allocated
+  // (-1: not a regular file, or not known).
+  const int64_t file_size = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+  std::unique_ptr<gzFile_s, GzCloser> file(gzdopen(fd.get(), "rb"));
+  if (file == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("IDX file '", path, "': cannot open: out of memory"));
+  }
+  fd.Release();  // gzclose closes it now.
+  // Decompresses (or, for a plain file, copies) into `out` until it holds
+  // `size` bytes or the stream ends: nothing past what the header allows is
+  // ever inflated. Returns the bytes read.
+  auto read_into = [&](char* out, size_t size) -> absl::StatusOr<size_t> {
+    size_t done = 0;
+    while (done < size) {
+      const int n = gzread(file.get(), out + done, static_cast<unsigned>(std::min<size_t>(size - done, 1 << 30)));
       if (n < 0) {
         int err = 0;
         const char* message = gzerror(file.get(), &err);
@@ -187,9 +202,9 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
                                                 err == Z_DATA_ERROR ? " (corrupt gzip stream)" : ""));
       }
       if (n == 0) break;
-      bytes.append(buffer, static_cast<size_t>(n));
+      done += static_cast<size_t>(n);
     }
-    return absl::OkStatus();
+    return done;
   };
   auto stream_error = [&]() -> absl::Status {
     int err = Z_OK;
@@ -202,32 +217,65 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
   };
 
   // The header first: it bounds everything read after it.
-  absl::Status s = read_up_to(4);
-  if (s.ok() && bytes.size() == 4) {
-    s = read_up_to(4 + 4 * std::min<size_t>(static_cast<unsigned char>(bytes[3]), kMaxDims));
+  char header[4 + 4 * kMaxDims];
+  absl::StatusOr<size_t> got = read_into(header, 4);
+  if (got.ok() && *got == 4) {
+    const size_t dims_bytes = 4 * std::min<size_t>(static_cast<unsigned char>(header[3]), kMaxDims);
+    absl::StatusOr<size_t> more = read_into(header + 4, dims_bytes);
+    got = more.ok() ? absl::StatusOr<size_t>(4 + *more) : more;
   }
-  if (!s.ok()) return s;
-  absl::StatusOr<IdxHeaderInfo> h = ParseHeader(bytes, path, max_bytes);
+  if (!got.ok()) return got.status();
+  absl::StatusOr<IdxHeaderInfo> h = ParseHeader(absl::string_view(header, *got), path, max_bytes);
   if (!h.ok()) {
     if (absl::Status e = stream_error(); !e.ok()) return e;
-    return absl::Status(h.status().code(), absl::StrCat(h.status().message(), " (read only the ", bytes.size(),
+    return absl::Status(h.status().code(), absl::StrCat(h.status().message(), " (read only the ", *got,
                                                         "-byte header, refusing to read further)"));
   }
-  // Header plus payload plus one byte, so that trailing data is seen.
-  const size_t expected = h->header_bytes + static_cast<size_t>(h->payload_bytes);
-  if (absl::Status e = read_up_to(expected + 1); !e.ok()) return e;
-  if (bytes.size() > expected) {
-    return Corrupt(path, absl::StrCat("trailing data: the stream holds more than the ", h->payload_bytes,
+  const int64_t payload = h->payload_bytes;
+  // A plain file must be exactly header plus payload: checked against its
+  // size before anything is allocated (gzdirect is known after the first read).
+  if (file_size >= 0 && gzdirect(file.get())) {
+    const int64_t available = file_size - static_cast<int64_t>(h->header_bytes);
+    if (available < payload) return TruncatedPayload(path, *h, available);
+    if (available > payload) {
+      return Corrupt(path, absl::StrCat("trailing data: the file has ", available, " bytes after its ",
+                                        h->header_bytes, "-byte header, but dimensions ", DimsText(*h),
+                                        " describe ", payload, " bytes of data"));
+    }
+  }
+  IdxArray out;
+  out.type = h->type;
+  out.dims = h->dims;
+  // One allocation of the declared size, filled a chunk at a time: the
+  // pages a short gzip stream never reaches are never touched, and there is
+  // no second copy of the payload.
+  out.data.reserve(static_cast<size_t>(payload));
+  constexpr size_t kChunk = 1 << 20;
+  while (out.data.size() < static_cast<size_t>(payload)) {
+    const size_t done = out.data.size();
+    out.data.resize(done + std::min(kChunk, static_cast<size_t>(payload) - done));
+    LOCKSTEP_ASSIGN_OR_RETURN(const size_t n,
+                              read_into(reinterpret_cast<char*>(out.data.data()) + done, out.data.size() - done));
+    if (done + n < out.data.size()) {
+      if (absl::Status e = stream_error(); !e.ok()) {
+        return absl::Status(e.code(), absl::StrCat(e.message(), "; ", done + n, " of the ", payload,
+                                                   " bytes of data the header promises had come"));
+      }
+      return TruncatedPayload(path, *h, static_cast<int64_t>(done + n));
+    }
+  }
+  // One byte more, so that trailing data is seen.
+  char extra;
+  LOCKSTEP_ASSIGN_OR_RETURN(const size_t n, read_into(&extra, 1));
+  if (n > 0) {
+    return Corrupt(path, absl::StrCat("trailing data: the stream holds more than the ", payload,
                                       " bytes of data that dimensions ", DimsText(*h),
                                       " describe (limit ", max_bytes, "); stopped reading there, after ",
-                                      expected + 1, " bytes"));
-  }
-  if (bytes.size() < expected) {
-    if (absl::Status e = stream_error(); !e.ok()) return e;
-    return TruncatedPayload(path, h->payload_bytes, static_cast<int64_t>(bytes.size() - h->header_bytes));
+                                      h->header_bytes + static_cast<size_t>(payload) + 1, " bytes"));
   }
   if (absl::Status e = stream_error(); !e.ok()) return e;
-  return ParseIdx(bytes, path, max_bytes);
+  ToHostOrder(out);
+  return out;
 }
 
 }  // namespace lockstep

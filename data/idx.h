@@ -53,7 +53,12 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
                                   int64_t max_bytes = kMaxIdxBytes);
 
 // Reads and parses a file; gzip files (any name) are decompressed, with the
-// decompressed size capped at `max_bytes` plus the header.
+// decompressed size capped at `max_bytes` plus the header. The data goes
+// straight into IdxArray::data (one allocation of the declared size, no
+// second copy), so peak memory is what the header declares. A plain file
+// shorter or longer than its header says is refused from its size, before
+// anything is allocated; a gzip stream that ends early is refused there
+// (only the pages it filled were touched).
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes = kMaxIdxBytes);
 
 }  // namespace lockstep

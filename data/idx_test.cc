@@ -1,8 +1,14 @@
 #include "data/idx.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -158,6 +164,158 @@ TEST(IdxTest, StreamLongerThanTheHeaderSaysStopsAfterOneByte) {
   // The same for a plain (uncompressed) file.
   ExpectError(ReadIdxFile(WritePlain("trailing.idx", IdxHeader(0x08, {2}) + "abc")), "trailing data");
   EXPECT_TRUE(ReadIdxFile(WritePlain("exact.idx", IdxHeader(0x08, {2}) + "ab")).ok());
+}
+
+// Writes `header` then `payload_bytes` of a repeating pattern, 1 MiB at a
+// time, so that the writer itself never holds the payload (the children
+// below inherit this process's resident memory).
+std::string WriteLarge(const std::string& name, const std::string& header, int64_t payload_bytes, bool gzip) {
+  const std::string path = TempPath(name);
+  std::string chunk(1 << 20, '\0');
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 7 % 251);
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb1");
+    EXPECT_NE(f, nullptr);
+    EXPECT_EQ(gzwrite(f, header.data(), static_cast<unsigned>(header.size())), static_cast<int>(header.size()));
+    for (int64_t left = payload_bytes; left > 0; left -= static_cast<int64_t>(chunk.size())) {
+      const unsigned n = static_cast<unsigned>(std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
+      EXPECT_EQ(gzwrite(f, chunk.data(), n), static_cast<int>(n));
+    }
+    EXPECT_EQ(gzclose(f), Z_OK);
+  } else {
+    std::ofstream out(path, std::ios::binary);
+    out << header;
+    for (int64_t left = payload_bytes; left > 0; left -= static_cast<int64_t>(chunk.size())) {
+      out.write(chunk.data(), std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
+    }
+    EXPECT_TRUE(out.good());
+  }
+  return path;
+}
+
+struct ChildRead {
+  int64_t before_kib = 0;  // ru_maxrss before reading (what fork inherited)
+  int64_t peak_kib = 0;    // ru_maxrss after
+  bool ok = false;
+  int64_t bytes = 0;       // data.size() when ok
+  bool pattern_ok = false;  // the first and last bytes are WriteLarge's
+  char message[512] = {};  // the error when not ok
+};
+
+int64_t MaxRssKib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;  // KiB on Linux
+}
+
+// ReadIdxFile(path) in a forked child, so that its peak RSS is the read's
+// alone (plus what the child inherited, measured before the read).
+ChildRead ReadInChild(const std::string& path) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  EXPECT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(60);  // Deadline: a hung child dies by SIGALRM and fails the test.
+    close(fds[0]);
+    ChildRead r;
+    r.before_kib = MaxRssKib();
+    {
+      absl::StatusOr<IdxArray> a = ReadIdxFile(path);
+      r.peak_kib = MaxRssKib();
+      r.ok = a.ok();
+      if (a.ok()) {
+        r.bytes = static_cast<int64_t>(a->data.size());
+        const size_t last = a->data.size() - 1;
+        r.pattern_ok = !a->data.empty() && a->data[0] == 0 &&
+                       a->data[last] == static_cast<uint8_t>(last % (1 << 20) * 7 % 251);
+      } else {
+        std::snprintf(r.message, sizeof(r.message), "%s", std::string(a.status().message()).c_str());
+      }
+    }
+    const bool written = write(fds[1], &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r));
+    std::_Exit(written ? 0 : 1);
+  }
+  close(fds[1]);
+  ChildRead r;
+  size_t got = 0;
+  while (got < sizeof(r)) {
+    const ssize_t n = read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof(r) - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fds[0]);
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the reader child failed, status " << status;
+  EXPECT_EQ(got, sizeof(r)) << "the reader child reported nothing";
+  return r;
+}
+
+constexpr int64_t kMiB = 1 << 20;
+// The read's own buffers besides the payload (zlib's window, a chunk).
+constexpr int64_t kAllowanceKib = 16 << 10;
+
+// What an allocation of `bytes` adds to the RSS besides the pages used:
+// AddressSanitizer writes a shadow byte for every 8 bytes allocated.
+int64_t ShadowKib(int64_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  return bytes / 8 >> 10;
+#else
+  return 0;
+#endif
+}
+
+// The array is read straight into its final buffer: peak memory is what
+// the header declares, not twice that (a whole-file buffer, then a copy).
+TEST(IdxTest, PeakMemoryIsTheDeclaredSize) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer's shadow memory makes the RSS incomparable";
+#endif
+  const int64_t declared = 256 * kMiB;
+  const std::string header = IdxHeader(0x08, {256, 1024, 1024});
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string path = WriteLarge(gzip ? "large.idx.gz" : "large.idx", header, declared, gzip);
+    const ChildRead r = ReadInChild(path);
+    std::remove(path.c_str());
+    ASSERT_TRUE(r.ok) << r.message;
+    EXPECT_EQ(r.bytes, declared);
+    EXPECT_TRUE(r.pattern_ok);
+    std::printf("%s: peak RSS %lld KiB, %lld KiB before the read, %lld KiB declared\n", gzip ? "gzip" : "plain",
+                static_cast<long long>(r.peak_kib), static_cast<long long>(r.before_kib),
+                static_cast<long long>(declared >> 10));
+    EXPECT_LE(r.peak_kib, r.before_kib + (declared >> 10) + kAllowanceKib + ShadowKib(declared))
+        << "peak RSS " << r.peak_kib << " KiB for " << (declared >> 10) << " KiB declared, " << r.before_kib
+        << " KiB before the read";
+  }
+}
+
+// A 1 MiB file whose header declares 1 GiB (the default limit): refused,
+// naming the file, what was declared and what came, without allocating
+// anything near 1 GiB.
+TEST(IdxTest, FileShorterThanItsHeaderIsRefusedCheaply) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer's shadow memory makes the RSS incomparable";
+#endif
+  const std::string header = IdxHeader(0x08, {1024, 1024, 1024});
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string path = WriteLarge(gzip ? "short.idx.gz" : "short.idx", header, kMiB, gzip);
+    const ChildRead r = ReadInChild(path);
+    ASSERT_FALSE(r.ok);
+    const std::string message = r.message;
+    EXPECT_NE(message.find(absl::StrCat("IDX file '", path,
+                                        "': truncated: the header promises 1073741824 bytes of data, "
+                                        "only 1048576 are present")),
+              std::string::npos)
+        << message;
+    std::printf("%s: peak RSS %lld KiB, %lld KiB before the read\n", gzip ? "gzip" : "plain",
+                static_cast<long long>(r.peak_kib), static_cast<long long>(r.before_kib));
+    // The gzip reader allocates the declared size once (it cannot know the
+    // length before inflating) but touches only what the stream fills.
+    EXPECT_LE(r.peak_kib, r.before_kib + kAllowanceKib + (kMiB >> 10) + (gzip ? ShadowKib(1 << 30) : 0));
+  }
 }
 
 TEST(IdxDatasetTest, ValidatesImagesAgainstLabels) {

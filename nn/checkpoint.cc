@@ -21,21 +21,39 @@ bool Reserved(const std::string& key) {
          absl::StartsWith(key, "optimizer.") || absl::StartsWith(key, "module.");
 }
 
+// `op` ("LoadCheckpoint", "ReadCheckpointInfo") starts the error messages.
 template <typename Int>
 absl::Status ParseField(const std::map<std::string, std::string>& metadata, const char* key,
-                        const std::string& path, Int& out) {
+                        const char* op, const std::string& path, Int& out) {
   auto it = metadata.find(key);
   if (it == metadata.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": metadata has no '",
+    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata has no '",
                                                    key, "'; the file is not a complete lockstep "
                                                    "checkpoint (use LoadModel for weights only)"));
   }
   if (!absl::SimpleAtoi(it->second, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": metadata '", key,
+    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata '", key,
                                                    "' is \"", it->second,
                                                    "\", expected an integer; the file is corrupt"));
   }
   return absl::OkStatus();
+}
+
+// The format marker and the progress fields of a checkpoint's metadata.
+absl::StatusOr<LoadedCheckpoint> ParseInfo(const std::map<std::string, std::string>& metadata, const char* op,
+                                           const std::string& path) {
+  LoadedCheckpoint loaded;
+  loaded.metadata = metadata;
+  if (metadata.count(kFormatKey) == 0 || metadata.at(kFormatKey) != "1") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " ", path, ": metadata '", kFormatKey,
+        "' is missing or not \"1\"; this is not a lockstep training checkpoint (for plain "
+        "weights use LoadModel)"));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(metadata, "progress.epoch", op, path, loaded.progress.epoch));
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(metadata, "progress.step", op, path, loaded.progress.step));
+  LOCKSTEP_RETURN_IF_ERROR(ParseField(metadata, "progress.seed", op, path, loaded.progress.seed));
+  return loaded;
 }
 
 }  // namespace
@@ -72,19 +90,9 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model,
-                                                Optimizer* optimizer) {
-  LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
-  LoadedCheckpoint loaded;
-  loaded.metadata = file.metadata;
-  if (file.metadata.count(kFormatKey) == 0 || file.metadata.at(kFormatKey) != "1") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadCheckpoint ", path, ": metadata '", kFormatKey,
-        "' is missing or not \"1\"; this is not a lockstep training checkpoint (for plain "
-        "weights use LoadModel)"));
-  }
-  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.epoch", path, loaded.progress.epoch));
-  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.step", path, loaded.progress.step));
-  LOCKSTEP_RETURN_IF_ERROR(ParseField(file.metadata, "progress.seed", path, loaded.progress.seed));
+                                                Optimizer* optimizer, const SafetensorsReadOptions& read) {
+  LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path, read));
+  LOCKSTEP_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, ParseInfo(file.metadata, "LoadCheckpoint", path));
 
   std::vector<NamedTensor> model_state, optimizer_state;
   for (auto& [name, tensor] : file.tensors) {
@@ -128,6 +136,11 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module&
     return absl::Status(s.code(), absl::StrCat("LoadCheckpoint ", path, ": ", s.message()));
   }
   return loaded;
+}
+
+absl::StatusOr<LoadedCheckpoint> ReadCheckpointInfo(const std::string& path, const SafetensorsReadOptions& read) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto metadata, ReadSafetensorsMetadata(path, read));
+  return ParseInfo(metadata, "ReadCheckpointInfo", path);
 }
 
 absl::Status SaveModel(const std::string& path, Module& model, const AtomicWriteOptions& options) {

@@ -39,6 +39,7 @@
 #include "nn/atomic_file.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
+#include "nn/safetensors.h"
 
 namespace lockstep {
 
@@ -65,9 +66,18 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
 // Restores `model` (strictly: every name, shape and dtype must match) and,
 // when not null, `optimizer`; a file with optimizer state loaded with a null
 // optimizer is fine (the state is ignored), but an optimizer type mismatch
-// is an error.
+// is an error. Only a regular file is read (see ReadSafetensorsFile).
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model,
-                                                Optimizer* optimizer);
+                                                Optimizer* optimizer,
+                                                const SafetensorsReadOptions& read = {});
+
+// A checkpoint's progress and metadata from its header alone, validated as
+// LoadCheckpoint validates them (the header against the file's size, so a
+// truncated file is an error; a lockstep checkpoint's metadata); the tensors
+// are neither read nor matched against a model. For choosing which
+// checkpoints to keep without loading them.
+absl::StatusOr<LoadedCheckpoint> ReadCheckpointInfo(const std::string& path,
+                                                    const SafetensorsReadOptions& read = {});
 
 // Only the model's state dict, names exactly as PyTorch's model.state_dict().
 absl::Status SaveModel(const std::string& path, Module& model,

@@ -1,9 +1,13 @@
 #include "nn/checkpoint.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -231,6 +235,90 @@ TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
             absl::string_view::npos)
       << r.status();
   expect_untouched("wrong optimizer");
+}
+
+// Only regular files are read: a FIFO is refused at once (opening one for
+// reading would wait for a writer), as are directories; symlinks are
+// followed unless the caller (a directory scan) says not to.
+TEST(CheckpointTest, OnlyRegularFilesAreRead) {
+  const std::string dir = TempDir() + "/regular_only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string good = dir + "/good.safetensors";
+  Trainee run = MakeRun(11);
+  TrainStep(run, 0);
+  TrainingProgress progress;
+  progress.step = 7;
+  ASSERT_TRUE(SaveCheckpoint(good, *run.model, run.optimizer.get(), progress).ok());
+
+  const std::string fifo = dir + "/fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  // In a child with a deadline: a reader that blocks in open() dies by
+  // SIGALRM instead of hanging the test.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(60);
+    Trainee target = MakeRun(12);
+    const absl::Status load = LoadCheckpoint(fifo, *target.model, target.optimizer.get()).status();
+    const absl::Status info = ReadCheckpointInfo(fifo).status();
+    const absl::Status model = LoadModel(fifo, *target.model);
+    const bool refused = load.code() == absl::StatusCode::kFailedPrecondition &&
+                         load.message() == "safetensors " + fifo +
+                                               ": a FIFO, not a regular file; pass the path of a .safetensors file" &&
+                         info.code() == absl::StatusCode::kFailedPrecondition &&
+                         model.code() == absl::StatusCode::kFailedPrecondition;
+    std::_Exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the reader died by signal " << WTERMSIG(status) << " (blocked opening the FIFO?)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a FIFO was not refused as not a regular file";
+
+  Trainee target = MakeRun(12);
+  absl::StatusOr<LoadedCheckpoint> r = LoadCheckpoint(dir, *target.model, target.optimizer.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("a directory, not a regular file"), absl::string_view::npos) << r.status();
+
+  const std::string link = dir + "/link.safetensors";
+  std::filesystem::create_symlink(good, link);
+  SafetensorsReadOptions no_symlinks;
+  no_symlinks.follow_symlinks = false;
+  r = LoadCheckpoint(link, *target.model, target.optimizer.get(), no_symlinks);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("symbolic link"), absl::string_view::npos) << r.status();
+  EXPECT_FALSE(ReadCheckpointInfo(link, no_symlinks).ok());
+  r = LoadCheckpoint(link, *target.model, target.optimizer.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->progress.step, 7);
+  EXPECT_EQ(Weights(*target.model), Weights(*run.model));
+}
+
+// The header alone tells a complete checkpoint from a truncated one.
+TEST(CheckpointTest, ReadCheckpointInfoChecksTheHeaderAgainstTheFileSize) {
+  const std::string path = TempDir() + "/info.safetensors";
+  Trainee run = MakeRun(13);
+  TrainingProgress progress;
+  progress.epoch = 2;
+  progress.step = 41;
+  progress.seed = 5;
+  ASSERT_TRUE(SaveCheckpoint(path, *run.model, run.optimizer.get(), progress, {{"trainer.batch", "3"}}).ok());
+  absl::StatusOr<LoadedCheckpoint> info = ReadCheckpointInfo(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->progress.epoch, 2);
+  EXPECT_EQ(info->progress.step, 41);
+  EXPECT_EQ(info->progress.seed, 5u);
+  EXPECT_EQ(info->metadata.at("trainer.batch"), "3");
+
+  const std::string bytes = ReadAll(path);
+  WriteAll(path, bytes.substr(0, bytes.size() - 1));
+  info = ReadCheckpointInfo(path);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDataLoss) << info.status();
+  EXPECT_NE(info.status().message().find(path), absl::string_view::npos) << info.status();
+  const std::string model_only = TempDir() + "/info_model.safetensors";
+  ASSERT_TRUE(SaveModel(model_only, *run.model).ok());
+  EXPECT_NE(ReadCheckpointInfo(model_only).status().message().find("not a lockstep training checkpoint"),
+            absl::string_view::npos);
 }
 
 TEST(CheckpointTest, DropoutMasksResumeExactly) {

@@ -1,5 +1,6 @@
 #include "nn/safetensors.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/fd.h"
 #include "core/status.h"
 #include "nn/safetensors_header.h"
 
@@ -50,6 +52,80 @@ absl::Status ReadExactly(std::FILE* f, void* out, size_t size, const std::string
   return Corrupt(path,
                  absl::StrCat("truncated while reading ", what,
                               " (the file shrank while being read? another process may be writing it)"));
+}
+
+const char* FileTypeName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// An open regular file and its size.
+struct OpenedFile {
+  std::unique_ptr<std::FILE, FileCloser> f;
+  uint64_t size = 0;
+};
+
+// Opens `path` only if it is a regular file. O_NONBLOCK because opening a
+// FIFO for reading otherwise waits for a writer, possibly forever (a FIFO
+// named like a checkpoint must not hang a resume); fstat then refuses
+// anything but a regular file before a byte is read.
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path, const SafetensorsReadOptions& options) {
+  const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | (options.follow_symlinks ? 0 : O_NOFOLLOW);
+  Fd fd(::open(path.c_str(), flags));
+  if (!fd.valid()) {
+    const int err = errno;
+    const std::string message = absl::StrCat("safetensors ", path, ": cannot open: ", std::strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(message + "; check the path");
+    if (err == ELOOP && !options.follow_symlinks) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(message, " (it is a symbolic link, and this reader takes regular files only)"));
+    }
+    if (err == ENXIO) return absl::FailedPreconditionError(message + " (a socket? pass a .safetensors file)");
+    return absl::PermissionDeniedError(message);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    return absl::InternalError(absl::StrCat("safetensors ", path, ": fstat failed: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("safetensors ", path, ": ", FileTypeName(st.st_mode),
+                                                      ", not a regular file; pass the path of a .safetensors file"));
+  }
+  // Plain blocking reads from here on (O_NONBLOCK means nothing for a
+  // regular file, but say what is meant).
+  const int status_flags = ::fcntl(fd.get(), F_GETFL);
+  if (status_flags < 0 || ::fcntl(fd.get(), F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("safetensors ", path, ": fcntl failed: ", std::strerror(errno)));
+  }
+  OpenedFile opened;
+  opened.f.reset(::fdopen(fd.get(), "rb"));
+  if (opened.f == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("safetensors ", path, ": fdopen failed: ", std::strerror(errno)));
+  }
+  fd.Release();  // fclose closes it now.
+  opened.size = static_cast<uint64_t>(st.st_size);
+  return opened;
+}
+
+// Reads and validates the header (its length and every entry against the
+// file's size), leaving the stream at the data section.
+absl::StatusOr<Header> ReadHeader(OpenedFile& opened, const std::string& path) {
+  const uint64_t size = opened.size;
+  if (size < kPrefixBytes) {
+    return Corrupt(path, absl::StrCat("truncated: the file has ", size,
+                                      " bytes, but a safetensors file starts with an 8-byte header length"));
+  }
+  char prefix[kPrefixBytes];
+  LOCKSTEP_RETURN_IF_ERROR(ReadExactly(opened.f.get(), prefix, kPrefixBytes, path, "the header length"));
+  LOCKSTEP_ASSIGN_OR_RETURN(uint64_t n, CheckHeaderLength(path, prefix, size - kPrefixBytes));
+  std::string json(n, '\0');
+  LOCKSTEP_RETURN_IF_ERROR(ReadExactly(opened.f.get(), json.data(), json.size(), path, "the header"));
+  return ParseHeader(path, json, size - kPrefixBytes - n);
 }
 
 }  // namespace
@@ -198,31 +274,9 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   return WriteFileAtomically(path, *bytes, options);
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rbe"));
-  if (f == nullptr) {
-    const int err = errno;
-    const std::string message = absl::StrCat("safetensors ", path, ": cannot open: ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(message + "; check the path");
-    return absl::PermissionDeniedError(message);
-  }
-  struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("safetensors ", path, ": not a regular file; pass the path of a .safetensors file"));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < kPrefixBytes) {
-    return Corrupt(path, absl::StrCat("truncated: the file has ", size,
-                                      " bytes, but a safetensors file starts with an 8-byte header length"));
-  }
-  char prefix[kPrefixBytes];
-  LOCKSTEP_RETURN_IF_ERROR(ReadExactly(f.get(), prefix, kPrefixBytes, path, "the header length"));
-  LOCKSTEP_ASSIGN_OR_RETURN(uint64_t n, CheckHeaderLength(path, prefix, size - kPrefixBytes));
-  std::string json(n, '\0');
-  LOCKSTEP_RETURN_IF_ERROR(ReadExactly(f.get(), json.data(), json.size(), path, "the header"));
-  LOCKSTEP_ASSIGN_OR_RETURN(Header header, ParseHeader(path, json, size - kPrefixBytes - n));
-
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, const SafetensorsReadOptions& options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(OpenedFile opened, OpenRegularFile(path, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(Header header, ReadHeader(opened, path));
   SafetensorsFile file;
   file.metadata = std::move(header.metadata);
   file.tensors.reserve(header.entries.size());
@@ -230,10 +284,17 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
   for (Entry& e : header.entries) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(std::move(e.shape), e.dtype));
     LOCKSTEP_RETURN_IF_ERROR(
-        ReadExactly(f.get(), t.raw_data(), t.nbytes(), path, absl::StrCat("tensor ", Quoted(e.name))));
+        ReadExactly(opened.f.get(), t.raw_data(), t.nbytes(), path, absl::StrCat("tensor ", Quoted(e.name))));
     file.tensors.emplace_back(std::move(e.name), std::move(t));
   }
   return file;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(const std::string& path,
+                                                                           const SafetensorsReadOptions& options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(OpenedFile opened, OpenRegularFile(path, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(Header header, ReadHeader(opened, path));
+  return std::move(header.metadata);
 }
 
 }  // namespace lockstep

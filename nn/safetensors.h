@@ -85,10 +85,28 @@ absl::Status WriteSafetensorsFile(const std::string& path,
                                   const std::map<std::string, std::string>& metadata = {},
                                   const AtomicWriteOptions& options = {});
 
-// Reads and validates `path`. The header is checked against the file size
-// before the data is read, so a short file is reported as truncated without
-// reading it, and memory use is the tensors' size (read straight into them).
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path);
+struct SafetensorsReadOptions {
+  // false: refuse `path` if it is a symbolic link (O_NOFOLLOW), for files
+  // found by listing a directory (trainers/checkpoint_restore.cc). On by
+  // default because Bazel runfiles and the Hugging Face cache are symlinks.
+  bool follow_symlinks = true;
+};
+
+// Reads and validates `path`. Only a regular file is read: it is opened
+// with O_NONBLOCK and checked with fstat first, so a FIFO, a directory or a
+// device is an error at once (opening a FIFO would otherwise wait for a
+// writer). The header is checked against the file size before the data is
+// read, so a short file is reported as truncated without reading it, and
+// memory use is the tensors' size (read straight into them).
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path,
+                                                    const SafetensorsReadOptions& options = {});
+
+// The metadata alone: the file opened and its header read and validated as
+// by ReadSafetensorsFile (against the file's size, so a truncated file is
+// an error), the data not read. Whether a file would load, for the price of
+// its header.
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
+    const std::string& path, const SafetensorsReadOptions& options = {});
 
 }  // namespace lockstep
 

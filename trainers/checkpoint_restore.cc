@@ -1,6 +1,9 @@
 #include "trainers/checkpoint_restore.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <system_error>
@@ -77,10 +80,34 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   return at;
 }
 
-}  // namespace
+// A regular file named like a checkpoint.
+struct Found {
+  int64_t step;
+  std::string path;
+};
 
-std::vector<std::string> ListCheckpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+const char* TypeName(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory: return "a directory";
+    case std::filesystem::file_type::symlink: return "a symbolic link";
+    case std::filesystem::file_type::fifo: return "a FIFO";
+    case std::filesystem::file_type::socket: return "a socket";
+    case std::filesystem::file_type::block: return "a block device";
+    case std::filesystem::file_type::character: return "a character device";
+    default: return "not a regular file";
+  }
+}
+
+// Files are found with lstat and read with O_NOFOLLOW (nn/safetensors.h):
+// only regular files, never what a symlink points at.
+const SafetensorsReadOptions kNoSymlinks = {/*follow_symlinks=*/false};
+
+// The regular files named step-<N>.safetensors in `dir`, newest (highest
+// step) first. Anything else so named (a FIFO, a directory, a symlink, a
+// socket, a device) is never opened (opening a FIFO waits for a writer),
+// counted or removed; with `log`, each is reported on stderr.
+std::vector<Found> FindCheckpoints(const std::string& dir, bool log) {
+  std::vector<Found> found;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -92,11 +119,42 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
         name.size() - (sizeof(kCheckpointPrefix) - 1) - (sizeof(kCheckpointSuffix) - 1));
     int64_t step;
     if (digits.empty() || !absl::SimpleAtoi(digits, &step)) continue;  // e.g. a temporary file
-    found.emplace_back(step, it->path().string());
+    std::error_code type_ec;
+    const std::filesystem::file_type type = it->symlink_status(type_ec).type();  // lstat: links not followed
+    if (type != std::filesystem::file_type::regular) {
+      if (log) {
+        const std::string why = type_ec ? "lstat failed: " + type_ec.message() : TypeName(type);
+        std::fprintf(stderr,
+                     "checkpoint_dir %s: ignoring %s: %s, not a regular file (never opened, counted or removed)\n",
+                     dir.c_str(), name.c_str(), why.c_str());
+      }
+      continue;
+    }
+    found.push_back({step, it->path().string()});
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.step > b.step; });
+  return found;
+}
+
+// Whether `f` looks loadable, from its header alone: a complete file (the
+// header checked against its size), a lockstep checkpoint, and the step its
+// name claims. Retention counts only such files, so a damaged or foreign
+// file with a high step never outranks good checkpoints.
+absl::Status CheckLooksLoadable(const Found& f) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const LoadedCheckpoint info, ReadCheckpointInfo(f.path, kNoSymlinks));
+  if (info.progress.step != f.step) {
+    return absl::DataLossError(absl::StrCat(f.path, ": the metadata says step ", info.progress.step,
+                                            " but the name says step ", f.step,
+                                            " (renamed, or not written by this trainer)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  for (Found& f : FindCheckpoints(dir, /*log=*/false)) out.push_back(std::move(f.path));
   return out;
 }
 
@@ -118,10 +176,20 @@ absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at
   LOCKSTEP_RETURN_IF_ERROR(
       SaveCheckpoint(CheckpointPath(o.checkpoint_dir, at.step), model, &optimizer, progress, metadata));
   // Older files only after the new one is durable: a crash leaves one.
-  const std::vector<std::string> files = ListCheckpoints(o.checkpoint_dir);
-  for (size_t i = kCheckpointsKept; i < files.size(); ++i) {
-    std::error_code ec;
-    std::filesystem::remove(files[i], ec);
+  // Only checkpoints that look loadable count toward the kept ones and are
+  // removed beyond them; anything else is left for a person to look at.
+  int kept = 0;
+  for (const Found& f : FindCheckpoints(o.checkpoint_dir, /*log=*/true)) {
+    if (absl::Status s = CheckLooksLoadable(f); !s.ok()) {
+      std::fprintf(stderr, "checkpoint retention: %s; not counted among the %d kept, not removed\n",
+                   std::string(s.message()).c_str(), kCheckpointsKept);
+      continue;
+    }
+    if (kept < kCheckpointsKept) {
+      ++kept;
+      continue;
+    }
+    ::unlink(f.path.c_str());  // Errors ignored: the file stays, and is tried again next time.
   }
   return absl::OkStatus();
 }
@@ -129,14 +197,18 @@ absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at
 absl::StatusOr<std::optional<Restored>> RestoreTrainerCheckpoint(const TrainLoopOptions& o, Module& model,
                                                                  Optimizer& optimizer, GradScaler& scaler,
                                                                  int64_t batches) {
-  const std::vector<std::string> files = ListCheckpoints(o.checkpoint_dir);
+  const std::vector<Found> files = FindCheckpoints(o.checkpoint_dir, /*log=*/true);
   if (files.empty()) return std::optional<Restored>();
   std::vector<std::string> problems;
-  for (const std::string& path : files) {
-    absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(path, model, &optimizer);
+  for (const Found& f : files) {
+    const std::string& path = f.path;
+    absl::Status looks = CheckLooksLoadable(f);
+    absl::StatusOr<LoadedCheckpoint> loaded =
+        looks.ok() ? LoadCheckpoint(path, model, &optimizer, kNoSymlinks) : absl::StatusOr<LoadedCheckpoint>(looks);
     if (!loaded.ok()) {
       // Writes are atomic, so this is a foreign or damaged file: try the
       // previous one (loading changed nothing).
+      std::fprintf(stderr, "resume: %s; skipped\n", std::string(loaded.status().message()).c_str());
       problems.push_back(absl::StrCat(path, ": ", loaded.status().message()));
       continue;
     }

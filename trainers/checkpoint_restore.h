@@ -29,7 +29,10 @@ struct Position {
 };
 
 // Writes "<checkpoint_dir>/step-<10-digit step>.safetensors" (atomic), then
-// removes all but the two newest.
+// removes all but the two newest that look loadable (a regular file whose
+// header is complete and whose metadata has the step of its name): a
+// damaged file, or a FIFO, directory or symlink named like a checkpoint,
+// is neither counted nor removed (it is reported on stderr).
 absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at, Module& model,
                                    Optimizer& optimizer, const GradScaler& scaler);
 
@@ -38,10 +41,13 @@ struct Restored {
   Position at;
 };
 
-// Restores the newest checkpoint that loads (an unreadable one is skipped:
-// writes are atomic, so it is foreign or damaged); nullopt when there is
-// none. A checkpoint of another batch size, world size or seed is an error
-// that says so.
+// Restores the newest checkpoint that loads (an unreadable one is skipped,
+// with a line on stderr: writes are atomic, so it is foreign or damaged);
+// nullopt when there is no regular file named like a checkpoint, a
+// DataLossError listing each file's problem when there are some but none
+// loads. Entries that are not regular files (FIFO, directory, symlink,
+// socket) are never opened: reported on stderr and ignored. A checkpoint of
+// another batch size, world size or seed is an error that says so.
 absl::StatusOr<std::optional<Restored>> RestoreTrainerCheckpoint(const TrainLoopOptions& o, Module& model,
                                                                  Optimizer& optimizer, GradScaler& scaler,
                                                                  int64_t batches);

@@ -2,6 +2,9 @@
 // the parameters (bit for bit) of a run that was never interrupted: model,
 // optimizer, GradScaler, dropout counters and the batch position all
 // survive, whatever the DataLoader's worker count.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -232,6 +235,141 @@ TEST(ResumeTest, ABatchSizeChangeIsRefused) {
   absl::StatusOr<TrainResult> r = t.Train(data, o, stepper);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
   EXPECT_NE(r.status().message().find("batch size 32"), std::string::npos) << r.status();
+}
+
+// Hostile or damaged entries in the checkpoint directory. Each case starts
+// from a run stopped at step 13 with checkpoint_every 4: step-12 and step-13.
+class CheckpointDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Deadline: opening a FIFO for reading blocks until a writer comes, so a
+    // reader that opens before checking hangs here; the alarm fails the test
+    // (SIGALRM) well before Bazel's timeout.
+    ::alarm(45);
+    data_ = MakeData();
+    dir_ = FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    TrainLoopOptions o = Options();
+    o.max_steps = 13;
+    Trainee t(1, Opt::kSgd, DType::kF32);
+    LocalStepper stepper(*t.model);
+    absl::StatusOr<TrainResult> r = t.Train(data_, o, stepper);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(13), Path(12)}));
+  }
+  void TearDown() override { ::alarm(0); }
+
+  TrainLoopOptions Options() const {
+    TrainLoopOptions o = BaseOptions(0);
+    o.checkpoint_dir = dir_;
+    o.checkpoint_every = 4;
+    return o;
+  }
+  std::string Path(int64_t step) const {
+    char name[64];
+    std::snprintf(name, sizeof(name), "/step-%010lld.safetensors", static_cast<long long>(step));
+    return dir_ + name;
+  }
+  // A new process resuming (other initial weights), until `max_steps` (0: the end).
+  absl::StatusOr<TrainResult> Resume(int64_t max_steps, Trainee* out = nullptr) {
+    Trainee t(999, Opt::kSgd, DType::kF32);
+    LocalStepper stepper(*t.model);
+    TrainLoopOptions o = Options();
+    o.resume = true;
+    o.max_steps = max_steps;
+    absl::StatusOr<TrainResult> r = t.Train(data_, o, stepper);
+    if (out != nullptr) *out = std::move(t);
+    return r;
+  }
+  static std::filesystem::file_type TypeOf(const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::symlink_status(path, ec).type();  // lstat: links not followed
+  }
+
+  Data data_;
+  std::string dir_;
+};
+
+// A FIFO with the highest step: the resume does not block on it and takes
+// the newest real checkpoint, and retention neither counts nor removes it.
+TEST_F(CheckpointDirTest, FifoNamedLikeTheNewestCheckpointIsIgnored) {
+  const std::string fifo = dir_ + "/step-9999999999.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(13), Path(12)}));
+
+  Trainee reference(1, Opt::kSgd, DType::kF32);
+  LocalStepper reference_stepper(*reference.model);
+  ASSERT_TRUE(reference.Train(data_, BaseOptions(0), reference_stepper).ok());
+
+  Trainee resumed(0, Opt::kSgd, DType::kF32);
+  absl::StatusOr<TrainResult> r = Resume(0, &resumed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->resumed);
+  EXPECT_EQ(r->resumed_from_step, 13);
+  EXPECT_EQ(r->steps, 30);
+  EXPECT_EQ(resumed.Bytes(), reference.Bytes());
+  // The two newest real checkpoints are kept (the FIFO did not take a place).
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(30), Path(28)}));
+  EXPECT_EQ(TypeOf(fifo), std::filesystem::file_type::fifo);
+}
+
+TEST_F(CheckpointDirTest, DirectoriesAndSymlinksNamedLikeCheckpointsAreIgnored) {
+  const std::string directory = dir_ + "/step-0000000500.safetensors";
+  const std::string link = dir_ + "/step-0000000600.safetensors";  // -> the older good checkpoint
+  const std::string dangling = dir_ + "/step-0000000700.safetensors";
+  ASSERT_TRUE(std::filesystem::create_directory(directory));
+  std::filesystem::create_symlink(Path(12), link);
+  std::filesystem::create_symlink(dir_ + "/nowhere", dangling);
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(13), Path(12)}));
+
+  // Resumed from step-13 itself, not through the link (step 12).
+  absl::StatusOr<TrainResult> r = Resume(14);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->resumed_from_step, 13);
+  // Retention kept the two newest regular files and removed step-12 (a file
+  // of ours beyond them), nothing else.
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(14), Path(13)}));
+  EXPECT_EQ(TypeOf(directory), std::filesystem::file_type::directory);
+  EXPECT_EQ(TypeOf(link), std::filesystem::file_type::symlink);
+  EXPECT_EQ(std::filesystem::read_symlink(link), Path(12));
+  EXPECT_EQ(TypeOf(dangling), std::filesystem::file_type::symlink);
+}
+
+// A complete checkpoint copied to a higher step's name: its metadata gives
+// it away, so it neither wins the resume nor takes a place in retention.
+TEST_F(CheckpointDirTest, CheckpointUnderAnotherStepsNameIsNotTrusted) {
+  const std::string copy = dir_ + "/step-0000000099.safetensors";
+  std::filesystem::copy_file(Path(12), copy);
+  absl::StatusOr<TrainResult> r = Resume(14);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->resumed_from_step, 13);
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{copy, Path(14), Path(13)}));
+}
+
+// The newest checkpoint truncated (a damaged file): the resume falls back to
+// the one before, and retention keeps that good one rather than count the
+// damaged one among the two kept. The damaged file is left alone.
+TEST_F(CheckpointDirTest, TruncatedNewestCheckpointFallsBackAndDoesNotEvictAGoodOne) {
+  std::filesystem::resize_file(Path(13), std::filesystem::file_size(Path(13)) / 2);
+
+  absl::StatusOr<TrainResult> r = Resume(14);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->resumed_from_step, 12);
+  EXPECT_EQ(ListCheckpoints(dir_), (std::vector<std::string>{Path(14), Path(13), Path(12)}));
+
+  // step-12 still loads: without step-14 a resume takes it again.
+  ASSERT_EQ(::unlink(Path(14).c_str()), 0);
+  r = Resume(14);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->resumed_from_step, 12);
+
+  // When nothing loads, the resume is an error naming every file (never a
+  // silent fresh start over a directory of damaged checkpoints).
+  for (int64_t step : {12, 13, 14}) std::filesystem::resize_file(Path(step), 100);
+  r = Resume(0);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  for (int64_t step : {12, 13, 14}) {
+    EXPECT_NE(r.status().message().find(Path(step) + ": "), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace

@@ -30,16 +30,19 @@
 // Checkpoints (checkpoint_dir non-empty): rank 0 writes
 // "<dir>/step-<10-digit step>.safetensors" (nn/checkpoint.h, atomic) every
 // checkpoint_every steps and after each epoch's evaluation, and keeps the
-// two newest. A checkpoint holds the model, the optimizer, the GradScaler
-// ("scaler." metadata), the modules' extra state (dropout counters: the only
-// random state besides the sampler, which is a function of seed and epoch),
-// the epoch and the batches done in it, and the epoch's running loss and
-// accuracy sums (reduced over ranks). With DDP the replicas, optimizers and
-// scalers are identical on every rank, so rank 0's file restores any rank.
-// With `resume` the newest loadable checkpoint is restored and the run
-// continues at the next batch: a run stopped after k steps and resumed ends
-// with exactly the parameters of an uninterrupted one. Without a checkpoint
-// the run starts fresh, so a restarted group resumes by itself.
+// two newest that look loadable (anything else named like a checkpoint, a
+// damaged file or a FIFO, directory or symlink, is left alone and reported
+// on stderr, never counted). A checkpoint holds the model, the optimizer,
+// the GradScaler ("scaler." metadata), the modules' extra state (dropout
+// counters: the only random state besides the sampler, which is a function
+// of seed and epoch), the epoch and the batches done in it, and the epoch's
+// running loss and accuracy sums (reduced over ranks). With DDP the
+// replicas, optimizers and scalers are identical on every rank, so rank 0's
+// file restores any rank. With `resume` the newest loadable checkpoint is
+// restored (older ones are tried in turn; an error if none of them loads)
+// and the run continues at the next batch: a run stopped after k steps and
+// resumed ends with exactly the parameters of an uninterrupted one. Without
+// a checkpoint the run starts fresh, so a restarted group resumes by itself.
 //
 // Metrics (metrics_path, rank 0) are JSON lines: "epoch" after each epoch's
 // evaluation (the fields of EpochMetrics; "peak_rss_bytes" always,
@@ -211,8 +214,10 @@ absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* 
 // Peak resident set size of this process (getrusage), bytes.
 int64_t PeakRssBytes();
 
-// The checkpoint files RunTraining wrote in `dir`, newest (highest step)
-// first; empty when there are none or `dir` does not exist.
+// The regular files in `dir` named like RunTraining's checkpoints, newest
+// (highest step) first: the order in which a resume tries them. Entries so
+// named that are not regular files (symlinks included) are left out; empty
+// when there are none or `dir` does not exist.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 
 }  // namespace lockstep
