@@ -22,6 +22,7 @@ packages=(
   libssl-dev        # libcrypto: HMAC-SHA256 of the rank handshake
   nlohmann-json3-dev  # header-only JSON, for golden-data tests
   iproute2          # ip netns for multi-node tests
+  time              # /usr/bin/time: the agent's peak RSS in tools/launch/launcher_test.sh
   dataset-fashion-mnist
   slurm-wlm         # slurmctld, slurmd, srun: tests/slurm_test (a one-node cluster of its own)
   munge             # Slurm's authentication (munged)

@@ -29,6 +29,15 @@ using std::chrono::milliseconds;
 
 void Say(const std::string& text) { std::cerr << "[lockstep-run] " << text << std::endl; }
 
+// torchrun's behaviour, said aloud: a job of several nodes without a join
+// token is open to whoever reaches its endpoint.
+std::string OpenJobWarning(const std::string& where) {
+  return absl::StrCat("warning: this job has no join token, so any host that reaches the rendezvous endpoint ",
+                      where, " can join it, read its workers' secret and end it; give every agent the same token ",
+                      "(LOCKSTEP_RDZV_TOKEN or --rdzv_conf join_token_file=PATH), and LOCKSTEP_REQUIRE_TOKEN=1 to "
+                      "refuse to start without one");
+}
+
 std::string Hostname() {
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return "?";
@@ -51,6 +60,7 @@ struct RendezvousStore {
   std::shared_ptr<TcpStore> tcp;
   bool hosting = false;
   std::string where;  // host:port, for messages.
+  std::string token;  // The join token in force ("" = none).
 };
 
 absl::StatusOr<RendezvousStore> OpenRendezvousStore(const AgentOptions& o) {
@@ -69,6 +79,12 @@ absl::StatusOr<RendezvousStore> OpenRendezvousStore(const AgentOptions& o) {
   options.host = r.host;
   options.port = r.port;
   options.token = r.token;
+  // A job of one node has one agent, this one: without a token of the
+  // user's it gets a random one that nobody else knows, so no other local
+  // user can read the rendezvous store (which leads to the workers' store
+  // and secret) or write a failure into it.
+  if (host_it && o.flags.max_nodes == 1 && options.token.empty()) options.token = RandomStoreToken();
+  rs.token = options.token;
   if (host_it) {
     options.is_server = true;
     options.timeout = r.read_timeout;
@@ -408,6 +424,7 @@ int Agent::Run() {
     return 1;
   }
   store_ = *std::move(store);
+  if (store_.token.empty()) Say(OpenJobWarning(store_.where));
   PrefixStore run_store(absl::StrCat("lockstep-run/", f.rdzv_id, "/"), store_.tcp);
   absl::StatusOr<std::string> log_dir = MakeRunLogDir(f);
   if (!log_dir.ok()) {
@@ -426,6 +443,7 @@ int Agent::Run() {
   ro.hostname = hostname_;
   ro.join_timeout = o_.rendezvous.join_timeout;
   ro.last_call_timeout = o_.rendezvous.last_call_timeout;
+  ro.join_token = store_.token;
   Rendezvous rendezvous(&run_store, ro);
 
   WorkerSpec spec;
@@ -452,6 +470,7 @@ int Agent::Run() {
       }
       std::cerr << "[lockstep-run] " << group.status().message() << std::endl;
       std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
+      if (store_.token.empty()) Say(OpenJobWarning(store_.where));
       return 1;
     }
     round = group->attempt;  // c10d may have moved on to a later round.
@@ -481,6 +500,7 @@ int Agent::Run() {
     }
     if (result.outcome == Outcome::kSucceeded) {
       Say(absl::StrCat("every worker on every node succeeded (attempt ", round, ")"));
+      if (store_.token.empty()) Say(OpenJobWarning(store_.where));
       Leave(state, nullptr);
       return 0;
     }
@@ -516,6 +536,7 @@ int Agent::Run() {
                                 f.max_restarts, ")");
     }
     std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
+    if (store_.token.empty()) Say(OpenJobWarning(store_.where));
     if (!result.store_gone) Leave(state, &r);
     return 1;
   }

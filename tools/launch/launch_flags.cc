@@ -482,7 +482,11 @@ options:
                         get a fresh free port as MASTER_PORT. (default 29500)
 
 environment:
-  LOCKSTEP_RDZV_TOKEN   join token of the rendezvous store (all agents the same)
+  LOCKSTEP_RDZV_TOKEN   join token of the rendezvous store (all agents the same);
+                        a one-node job without one makes a random one; never
+                        passed to the workers
+  LOCKSTEP_REQUIRE_TOKEN=1
+                        refuse to start a job of several nodes without a token
   LOCKSTEP_PYTHON       interpreter for .py scripts (default: python3 on PATH)
   LOCKSTEP_STOP_GRACE_SECONDS
                         seconds between SIGTERM and SIGKILL when the workers are

@@ -237,6 +237,64 @@ grep -qF "[0]:logged from rank 0" "$TMP/l0.out" && fail "redirected stdout of lo
 expect_in "$TMP/l0.out" "[1]:logged from rank 1"
 expect_in "$TMP/l0.err" "[0]:logged from rank 0"
 
+echo "=== a line without a newline: the console gets it in parts, the log file byte for byte"
+D="$TMP/longlog"; mkdir -p "$D"
+start ll0 --standalone --nproc_per_node 1 --log_dir "$D/logs" --tee 1 --rdzv_id longlog \
+  "$WORKER" --print=logged --print_line_bytes=200000
+[ "$(finish ll0)" = 0 ] || fail "long line with --log_dir: $(cat "$TMP/ll0.err")"
+f=$(ls "$D"/logs/longlog_*/attempt_0/0/stdout.log 2>/dev/null | head -1)
+if [ -z "$f" ]; then
+  fail "no stdout.log for the long line"
+else
+  # The worker's bytes as written: its line, then 200000 x and no newline.
+  [ "$(head -c 19 "$f")" = "logged from rank 0" ] || fail "long-line log starts with $(head -c 40 "$f")"
+  [ "$(stat -c %s "$f")" = $((19 + 200000)) ] || fail "long-line log has $(stat -c %s "$f") bytes, not $((19 + 200000))"
+fi
+# 200000 bytes: three parts of 64 KiB that continue, and the rest at EOF.
+[ "$(grep -c '^\[0\]:x*x \[lockstep-run: line continues\]$' "$TMP/ll0.out")" = 3 ] || fail "long line on the console: $(cut -c1-80 "$TMP/ll0.out")"
+[ "$(tr -cd x <"$TMP/ll0.out" | wc -c)" = 200000 ] || fail "long line: console payload is not 200000 bytes"
+
+echo "=== a 1 GiB line without a newline: the agent passes it on in linear time and bounded memory"
+# The attack: a worker that never ends its line. The agent used to hold the
+# whole line and rescan it on every read (quadratic: 128 MiB took 17 s and
+# 268 MB; 1 GiB did not end in 90 s). The console is counted, not stored: wc
+# for its lines and bytes, tr for the payload (prefixes and markers have no 'x').
+# Peak memory: /usr/bin/time's %M is the ru_maxrss that wait4 reports for
+# timeout, the largest peak RSS (VmHWM) among it, the agent and every process
+# they reaped (the worker guard, test_worker: a few MB each). It bounds the
+# agent's own from above, taken at its exit: no sampling of /proc to miss a
+# late peak.
+# Sanitizer builds hold freed memory in quarantine and run several times
+# slower: a smaller line there, and no memory bound.
+D="$TMP/longline"; mkdir -p "$D"
+LINE=$((1 << 30)); PART=65536; MAX_RSS_KB=$((64 << 10))
+if grep -qaE '__(a|t)san_init' "$RUN"; then LINE=$((64 << 20)); MAX_RSS_KB=""; fi
+MARK=" [lockstep-run: line continues]"
+begin=$SECONDS
+(
+  /usr/bin/time -f %M -o "$D/rss" timeout -s KILL 90 "$RUN" --standalone --nproc_per_node 1 \
+    "$WORKER" --print_line_bytes=$LINE 2>"$D/err" | tee >(tr -cd x | wc -c >"$D/payload") | wc -lc >"$D/count"
+  echo "${PIPESTATUS[0]}" >"$D/rc"
+) &
+PIDS+=($!)
+if ! wait_for 120 test -s "$D/rc" -a -s "$D/payload"; then
+  fail "the 1 GiB line did not finish"
+elif [ "$(cat "$D/rc")" != 0 ]; then
+  # 137: timeout killed it (then %M lost the agent's peak: it was not reaped by timeout).
+  fail "1 GiB line: exit code $(cat "$D/rc") after $((SECONDS - begin)) s: $(tail -5 "$D/err")"
+else
+  rss=$(tail -1 "$D/rss")
+  echo "  $LINE bytes in $((SECONDS - begin)) s, peak RSS $rss KB (the agent and the processes it reaped)"
+  parts=$(((LINE + PART - 1) / PART))
+  # Each part: "[0]:" and "\n"; each but the last: the marker.
+  expected="$parts $((LINE + parts * 5 + (parts - 1) * ${#MARK}))"
+  [ "$(echo $(cat "$D/count"))" = "$expected" ] || fail "1 GiB line: console lines and bytes $(cat "$D/count"), not $expected"
+  [ "$(echo $(cat "$D/payload"))" = "$LINE" ] || fail "1 GiB line: console payload $(cat "$D/payload") bytes, not $LINE"
+  if [ -n "$MAX_RSS_KB" ]; then
+    [ "$rss" -le "$MAX_RSS_KB" ] 2>/dev/null || fail "1 GiB line: the agent's peak RSS $rss KB is over $MAX_RSS_KB KB"
+  fi
+fi
+
 echo "=== bad input"
 "$RUN" --bogus 2 "$WORKER" >"$TMP/b.out" 2>"$TMP/b0.err"; [ $? = 2 ] || fail "unknown flag accepted"
 expect_in "$TMP/b0.err" "unknown flag '--bogus'"

@@ -59,6 +59,16 @@ int main(int argc, char** argv) {
     std::cerr << rendezvous.status().message() << std::endl;
     return 2;
   }
+  // The join token is the agents' alone: workers get their own token
+  // (LOCKSTEP_STORE_TOKEN), never the one that opens the rendezvous store.
+  ::unsetenv("LOCKSTEP_RDZV_TOKEN");
+  if (rendezvous->token.empty() && flags->max_nodes > 1 && GetEnv("LOCKSTEP_REQUIRE_TOKEN").value_or("") == "1") {
+    std::cerr << "lockstep-run: LOCKSTEP_REQUIRE_TOKEN=1 but this job of up to " << flags->max_nodes
+              << " nodes has no join token; give every agent the same one (LOCKSTEP_RDZV_TOKEN or --rdzv_conf "
+                 "join_token_file=PATH)"
+              << std::endl;
+    return 2;
+  }
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const int gpus = flags->nproc_per_node == "gpu" || flags->nproc_per_node == "auto"
                        ? lockstep::cuda::DeviceCount()

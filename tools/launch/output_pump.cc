@@ -4,8 +4,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,7 @@ namespace lockstep {
 namespace launch {
 namespace {
 
-void WriteFully(int fd, const std::string& text) {
+void WriteFully(int fd, absl::string_view text) {
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -25,6 +27,45 @@ void WriteFully(int fd, const std::string& text) {
 }
 
 }  // namespace
+
+void LineSplitter::Feed(absl::string_view bytes, Sink emit) {
+  const char* p = bytes.data();
+  const char* const end = p + bytes.size();
+  while (p < end) {
+    if (pending_.size() == kMaxLinePart) {
+      // A full part waits for its next byte: a '\n' ends the line there.
+      const bool newline = *p == '\n';
+      emit(pending_, /*continues=*/!newline);
+      pending_.clear();
+      if (!newline) pending_.push_back(*p);
+      ++p;
+      continue;
+    }
+    // Only the new bytes are searched, never more than the part has room for.
+    const size_t span = std::min(kMaxLinePart - pending_.size(), static_cast<size_t>(end - p));
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', span));
+    if (nl == nullptr) {
+      if (pending_.capacity() < kMaxLinePart) pending_.reserve(kMaxLinePart);  // One allocation, not doubling past it.
+      pending_.append(p, span);
+      p += span;
+      continue;
+    }
+    if (pending_.empty()) {
+      emit(absl::string_view(p, static_cast<size_t>(nl - p)), false);  // The common case: no copy.
+    } else {
+      pending_.append(p, static_cast<size_t>(nl - p));
+      emit(pending_, false);
+      pending_.clear();
+    }
+    p = nl + 1;
+  }
+}
+
+void LineSplitter::Flush(Sink emit) {
+  if (pending_.empty()) return;
+  emit(pending_, false);
+  pending_.clear();
+}
 
 OutputPump::OutputPump(size_t tail_lines, int stdout_fd, int stderr_fd)
     : tail_lines_(tail_lines), stdout_fd_(stdout_fd), stderr_fd_(stderr_fd), wake_(eventfd(0, EFD_CLOEXEC)) {}
@@ -65,12 +106,20 @@ std::string OutputPump::Tail(int local_rank) const {
   return text;
 }
 
-void OutputPump::Emit(Stream& s, const std::string& line) {
+void OutputPump::Emit(Stream& s, absl::string_view text, bool continues) {
+  // The line as the tail keeps it; the console's is the same with the prefix.
+  std::string line = continues ? absl::StrCat(text, kLineContinuesMarker, "\n") : absl::StrCat(text, "\n");
   if (s.out.to_console) WriteFully(s.out.is_stderr ? stderr_fd_ : stdout_fd_, absl::StrCat("[", s.out.rank, "]:", line));
-  if (s.out.log_file.valid()) WriteFully(s.out.log_file.get(), line);
+  // The tail travels in the failure record and the summary: a long part is
+  // kept only in its beginning.
+  if (line.size() > kMaxTailLineBytes) {
+    const size_t cut = line.size() - 1 - kMaxTailLineBytes;
+    line.resize(kMaxTailLineBytes);
+    absl::StrAppend(&line, " [lockstep-run: ", cut, " more bytes of this line not kept]\n");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::deque<std::string>& tail = tails_[s.out.local_rank];
-  tail.push_back(line);
+  tail.push_back(std::move(line));
   while (tail.size() > tail_lines_) tail.pop_front();
 }
 
@@ -104,19 +153,17 @@ void OutputPump::Run() {
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) {
         s.eof = true;
-        if (!s.partial.empty()) Emit(s, std::exchange(s.partial, "") + "\n");
+        s.lines.Flush([&](absl::string_view text, bool continues) { Emit(s, text, continues); });
         std::lock_guard<std::mutex> lock(mu_);
         ++eofs_[s.out.local_rank];
         eof_cv_.notify_all();
         continue;
       }
       any_data = true;
-      s.partial.append(buffer, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-        Emit(s, s.partial.substr(start, nl + 1 - start));
-      }
-      s.partial.erase(0, start);
+      const absl::string_view bytes(buffer, static_cast<size_t>(n));
+      // The log is the faithful copy: the bytes as read, whatever the lines.
+      if (s.out.log_file.valid()) WriteFully(s.out.log_file.get(), bytes);
+      s.lines.Feed(bytes, [&](absl::string_view text, bool continues) { Emit(s, text, continues); });
     }
     if (fds[0].revents != 0) {
       uint64_t value;
@@ -129,7 +176,7 @@ void OutputPump::Run() {
     }
   }
   for (Stream& s : streams_) {
-    if (!s.partial.empty()) Emit(s, std::exchange(s.partial, "") + "\n");
+    s.lines.Flush([&](absl::string_view text, bool continues) { Emit(s, text, continues); });
   }
   std::lock_guard<std::mutex> lock(mu_);
   stopped_ = true;

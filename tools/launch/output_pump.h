@@ -13,6 +13,13 @@
 // One thread polls every pipe. A line goes to the console in one write(), so
 // lines of different workers never mix within a line. A descendant of a
 // worker that keeps a pipe open cannot hold Finish past its deadline.
+//
+// A line longer than kMaxLinePart bytes goes to the console (and the tail) in
+// parts of kMaxLinePart bytes, each but the last ended by kLineContinuesMarker
+// and a newline: the agent holds at most that much of a line per pipe,
+// whatever a worker prints (a line without a newline used to be held whole
+// and rescanned on every read). Log files get the worker's bytes exactly as
+// written: no prefix, no marker, and no newline added at EOF.
 #ifndef LOCKSTEP_TOOLS_LAUNCH_OUTPUT_PUMP_H_
 #define LOCKSTEP_TOOLS_LAUNCH_OUTPUT_PUMP_H_
 
@@ -26,11 +33,45 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "core/deadline.h"
 #include "core/fd.h"
 
 namespace lockstep {
 namespace launch {
+
+// The most of one line the pump holds per pipe. Large enough that real lines
+// (a printed config, a tensor) pass whole; small enough that any output costs
+// the agent a bounded amount: this per pipe for the pending line (the tail
+// keeps at most kMaxTailLineBytes of each line).
+inline constexpr size_t kMaxLinePart = 64 << 10;
+// The most of one line the tail keeps (the tail goes into the failure record
+// in the store and into the summary): 20 lines stay under 100 KiB.
+inline constexpr size_t kMaxTailLineBytes = 4 << 10;
+// Ends a console line that is the first part of a longer one.
+inline constexpr absl::string_view kLineContinuesMarker = " [lockstep-run: line continues]";
+
+// Cuts a byte stream into console lines: every complete line, and every
+// kMaxLinePart bytes of a longer one. Each byte is looked at once (a long
+// line is never rescanned). A part is cut only once the byte after it is
+// known not to be '\n', so a line of exactly kMaxLinePart bytes is one
+// ordinary line, and no empty line follows a cut.
+class LineSplitter {
+ public:
+  // `text`: without its '\n'. `continues`: the line goes on in the next part.
+  using Sink = absl::FunctionRef<void(absl::string_view text, bool continues)>;
+
+  void Feed(absl::string_view bytes, Sink emit);
+  // At EOF: what is pending, if anything, as a last line.
+  void Flush(Sink emit);
+  size_t pending_size() const { return pending_.size(); }
+
+ private:
+  // The current line's bytes not yet emitted: at most kMaxLinePart (a full
+  // part waits for the next byte).
+  std::string pending_;
+};
 
 struct OutputStream {
   Fd read_end;  // The pipe's read end.
@@ -63,11 +104,11 @@ class OutputPump {
  private:
   struct Stream {
     OutputStream out;
-    std::string partial;
+    LineSplitter lines;
     bool eof = false;
   };
   void Run();
-  void Emit(Stream& s, const std::string& line);  // `line` ends with '\n'.
+  void Emit(Stream& s, absl::string_view text, bool continues);  // One console line, `text` without '\n'.
 
   const size_t tail_lines_;
   const int stdout_fd_;

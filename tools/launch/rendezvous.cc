@@ -1,5 +1,8 @@
 #include "tools/launch/rendezvous.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -262,8 +265,21 @@ absl::StatusOr<GroupAssignment> Rendezvous::Join(int attempt, const PortChooser&
     return absl::DataLossError(absl::StrCat("rendezvous (attempt ", attempt, "): bad master record"));
   }
   group.master_addr = f[0];
-  group.worker_token = f[2];
+  group.worker_token = WorkerToken(options_.join_token, attempt, f[2]);
   return group;
+}
+
+std::string Rendezvous::WorkerToken(const std::string& join_token, int attempt, const std::string& nonce) const {
+  if (join_token.empty()) return nonce;
+  const std::string message = absl::StrCat("lockstep-run workers\n", attempt, "\n", nonce);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), join_token.data(), static_cast<int>(join_token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  // 128 bits, as RandomStoreToken's.
+  std::string hex;
+  for (unsigned int i = 0; i < 16 && i < length; ++i) absl::StrAppend(&hex, absl::Hex(mac[i], absl::kZeroPad2));
+  return hex;
 }
 
 }  // namespace launch

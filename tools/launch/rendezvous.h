@@ -22,8 +22,11 @@
 // error names how many came out of how many.
 //
 // Keys (attempt k): a<k>/node/<r> (static), a<k>/joined, a<k>/member/<i>,
-// a<k>/closed (c10d), a<k>/master. The shared state while the group runs is
-// in group_state.h.
+// a<k>/closed (c10d), a<k>/master (node rank 0's host and port for the
+// workers, and a fresh nonce: the workers' token is HMAC-SHA256(join token,
+// attempt, nonce), or the nonce itself when there is no join token,
+// the store then being open to anyone anyway). The shared state while the
+// group runs is in group_state.h.
 #ifndef LOCKSTEP_TOOLS_LAUNCH_RENDEZVOUS_H_
 #define LOCKSTEP_TOOLS_LAUNCH_RENDEZVOUS_H_
 
@@ -55,6 +58,12 @@ struct RendezvousOptions {
   std::chrono::milliseconds poll_interval{100};
   // c10d: a node that comes late waits for the next round (else: refused).
   bool admit_late_nodes = true;
+  // The rendezvous store's join token ("" = none). With one, the workers'
+  // token is derived from it and never stored: only an agent (a holder of
+  // the join token) can compute it, so whoever can read the store's keys
+  // without being an agent learns nothing that opens the workers' store or
+  // their rank handshake.
+  std::string join_token;
 };
 
 struct NodeInfo {
@@ -99,6 +108,8 @@ class Rendezvous {
   int64_t agent_id() const { return agent_id_; }
 
  private:
+  // The workers' token of `attempt` from the master record's nonce.
+  std::string WorkerToken(const std::string& join_token, int attempt, const std::string& nonce) const;
   absl::StatusOr<std::vector<NodeInfo>> JoinStatic(int attempt);
   absl::StatusOr<std::vector<NodeInfo>> JoinElastic(int* attempt);
   // One round; *late when its group closed without this node.

@@ -78,6 +78,34 @@ TEST(RendezvousTest, StaticGroupRanksOffsetsAndMaster) {
   EXPECT_NE(again[0]->worker_token, by_rank[0].worker_token);  // Fresh per attempt.
 }
 
+// With a join token the workers' token is never in the store: every agent
+// derives the same one from the token and the master record's nonce, a
+// reader of the store's keys without the token cannot, and another token
+// gives another workers' token.
+TEST(RendezvousTest, WithAJoinTokenTheWorkersTokenIsDerivedNotStored) {
+  std::map<std::string, std::string> tokens;
+  for (const std::string join_token : {"s3cret", "other"}) {
+    HashStore store;
+    std::vector<std::unique_ptr<Rendezvous>> agents;
+    for (int r : {0, 1}) {
+      RendezvousOptions o = Options("static", 2, 2, r, 1);
+      o.join_token = join_token;
+      agents.push_back(std::make_unique<Rendezvous>(&store, o));
+    }
+    auto results = JoinAll({agents[0].get(), agents[1].get()}, 0);
+    ASSERT_TRUE(results[0].ok()) << results[0].status();
+    ASSERT_TRUE(results[1].ok()) << results[1].status();
+    const std::string token = results[0]->worker_token;
+    EXPECT_EQ(results[1]->worker_token, token);
+    EXPECT_EQ(token.size(), 32u);
+    absl::StatusOr<std::string> master = store.Get("a0/master", milliseconds(1000));
+    ASSERT_TRUE(master.ok()) << master.status();
+    EXPECT_EQ(master->find(token), std::string::npos) << *master;
+    tokens[join_token] = token;
+  }
+  EXPECT_NE(tokens["s3cret"], tokens["other"]);
+}
+
 TEST(RendezvousTest, StaticNodeRankTakenTwiceIsRefused) {
   HashStore store;
   Rendezvous first(&store, Options("static", 2, 2, 1, 1));

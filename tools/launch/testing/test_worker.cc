@@ -3,17 +3,21 @@
 //
 //   test_worker [--out=DIR] [--print=TEXT] [--fail_rank=R] [--fail_attempt=A]
 //               [--exit=CODE] [--signal=SIG] [--wait_file=PATH] [--others_wait=PATH]
-//               [--grow_to=N] [--ignore_term] [--spawn_child]
+//               [--grow_to=N] [--ignore_term] [--spawn_child] [--print_line_bytes=N]
 //
 // - Always: the torchrun variables must be present and consistent (RANK =
 //   the node's offset + LOCAL_RANK, ranks below WORLD_SIZE, ROLE_RANK =
-//   RANK, a 32-hex LOCKSTEP_STORE_TOKEN, no TORCHELASTIC_USE_AGENT_STORE),
+//   RANK, a 32-hex LOCKSTEP_STORE_TOKEN, no TORCHELASTIC_USE_AGENT_STORE, no
+//   LOCKSTEP_RDZV_TOKEN),
 //   else it prints what is wrong and exits 42. Rank 0 binds MASTER_PORT on
 //   MASTER_ADDR (as its store would), else exits 43.
 // - --out: writes DIR/env.<RANK>.<TORCHELASTIC_RESTART_COUNT> (NAME=value
 //   lines, and PID=) and nothing else there; written to a temporary and
 //   renamed, so a file that exists is complete.
 // - --print: one line "TEXT from rank R" on stdout and one on stderr.
+// - --print_line_bytes: then N bytes of 'x' on stdout, in 64 KiB writes,
+//   with no newline (one endless line: the output pump's worst case);
+//   exit 46 if a write fails.
 // - The ranks chosen by --fail_rank (default all) on the attempts chosen by
 //   --fail_attempt (default all) then --wait_file (wait until PATH exists,
 //   at most 60 s, else exit 44), then exit with --exit or kill themselves
@@ -34,6 +38,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -74,6 +80,7 @@ int Fail(int code, const std::string& why) {
 int main(int argc, char** argv) {
   std::string out, print, wait_file, others_wait, value;
   int fail_rank = -1, fail_attempt = -1, exit_code = 0, sig = 0, grow_to = 0;
+  long long line_bytes = 0;
   bool spawn_child = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -93,6 +100,8 @@ int main(int argc, char** argv) {
       spawn_child = true;
     } else if (Flag(arg, "grow_to", &value)) {
       grow_to = std::atoi(value.c_str());
+    } else if (Flag(arg, "print_line_bytes", &value)) {
+      line_bytes = std::atoll(value.c_str());
     } else if (Flag(arg, "signal", &value)) {
       sig = std::atoi(value.c_str());
     } else {
@@ -108,6 +117,9 @@ int main(int argc, char** argv) {
     if (std::getenv(name) == nullptr) return Fail(42, std::string(name) + " is not set");
   }
   if (std::getenv("TORCHELASTIC_USE_AGENT_STORE") != nullptr) return Fail(42, "TORCHELASTIC_USE_AGENT_STORE is set");
+  if (std::getenv("LOCKSTEP_RDZV_TOKEN") != nullptr) {
+    return Fail(42, "LOCKSTEP_RDZV_TOKEN (the agents' join token) reached the worker");
+  }
   const int rank = EnvInt("RANK"), local_rank = EnvInt("LOCAL_RANK"), world = EnvInt("WORLD_SIZE");
   const int local_world = EnvInt("LOCAL_WORLD_SIZE"), attempt = EnvInt("TORCHELASTIC_RESTART_COUNT");
   if (rank < 0 || rank >= world || local_rank < 0 || local_rank >= local_world) return Fail(42, "rank out of range");
@@ -154,6 +166,16 @@ int main(int argc, char** argv) {
   if (!print.empty()) {
     std::cout << print << " from rank " << rank << std::endl;
     std::cerr << print << " from rank " << rank << std::endl;
+  }
+  if (line_bytes > 0) {
+    const std::string chunk(65536, 'x');
+    for (long long left = line_bytes; left > 0;) {
+      const size_t want = static_cast<size_t>(std::min<long long>(left, static_cast<long long>(chunk.size())));
+      const ssize_t n = ::write(1, chunk.data(), want);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Fail(46, "writing the long line failed");
+      left -= n;
+    }
   }
   if (world < grow_to) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // Stopped by the agent long before.
