@@ -78,7 +78,8 @@ struct Transfer {
   std::function<absl::Status(size_t offset, size_t length)> on_segment;
   // Receives only, optional, and only for a transport whose
   // ConsumesInPlace() is true: the payload is handed over where it lies
-  // (in shared memory) instead of being copied into `data`, in consecutive
+  // (in shared memory's ring, or TCP's cache-sized receive buffer) instead
+  // of being copied into `data`, in consecutive
   // pieces, `consume(offset, bytes, length)`, before the on_segment call
   // that covers them; `data` may then be null. A reduction can so read
   // straight out of the transport's buffers, saving a copy.

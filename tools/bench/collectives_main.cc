@@ -10,7 +10,8 @@
 // collectives/bootstrap/rank_environment.h): rank 0 hosts the store at
 // MASTER_ADDR:MASTER_PORT unless a launcher already does. Rank 0 prints one
 // row per size: bytes, count, type, time (us), p50 (us), p95 (us), algbw
-// (GB/s), busbw (GB/s), #wrong (--json: the same as fields, p50_us and p95_us
+// (GB/s), busbw (GB/s), #wrong (--json: the same as fields, peak_rss_mib (the
+// largest rank's peak RSS so far), p50_us and p95_us
 // beside time_us). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
 // all_gather, reduce_scatter, gather and scatter (n-1)/n; broadcast and
 // reduce 1. The time is the slowest rank's mean over --iters iterations after
@@ -34,6 +35,8 @@
 // forces one (LOCKSTEP_TRANSPORT too, when the flag is auto). The header
 // line and every JSON row name the transport that ran ("host over shm",
 // "host over tcp", "hierarchical(shm+tcp)").
+#include <sys/resource.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -461,9 +464,14 @@ absl::Status RunRank(const RankEnvironment& env) {
     const std::vector<double> per_iteration(times.begin() + 1, times.end());
     // MAX over ranks: the slowest rank's mean, p50 and p95 (nccl-tests
     // reports the slowest rank).
+    // And the largest peak RSS of any rank so far (sizes grow, so: at this
+    // size), in MiB.
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{
                                                   times[0], Percentile(per_iteration, 50),
-                                                  Percentile(per_iteration, 95)}));
+                                                  Percentile(per_iteration, 95),
+                                                  static_cast<double>(usage.ru_maxrss) / 1024}));
     LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(slowest, ReduceOp::kMax)->Wait());
     int64_t wrong = -1;
     if (absl::GetFlag(FLAGS_check)) {
@@ -484,10 +492,10 @@ absl::Status RunRank(const RankEnvironment& env) {
         std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
                     "\"bytes\": %lld, \"count\": %lld, "
                     "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
-                    "\"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
+                    "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f}\n",
                     absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(), world,
                     transport.c_str(), static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6,
-                    p50 * 1e6, p95 * 1e6, algbw, busbw, static_cast<long long>(wrong));
+                    p50 * 1e6, p95 * 1e6, algbw, busbw, static_cast<long long>(wrong), slowest.data<double>()[3]);
       } else {
         std::printf(" %12lld %12lld %6s %12.2f %10.2f %10.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
                     static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, p50 * 1e6,

@@ -344,6 +344,7 @@ class TcpTransport::Op {
  private:
   using Streams = TransferStreams<Progress>;
   static constexpr size_t kNone = Streams::kNone;
+  static constexpr size_t kConsumeBufferBytes = TcpTransport::kConsumeBufferBytes;
 
   MessageTag TagOf(const Transfer& t) const { return TransferTag(t, tag_); }
 
@@ -420,7 +421,16 @@ class TcpTransport::Op {
     if (p.header_done < sizeof(MessageHeader)) {
       iov[n_iov++] = {reinterpret_cast<char*>(&p.header) + p.header_done, sizeof(MessageHeader) - p.header_done};
     }
-    if (p.done < t.bytes) iov[n_iov++] = {static_cast<char*>(t.data) + p.done, t.bytes - p.done};
+    // With `consume`, the payload goes through the receive buffer, a piece
+    // at a time (handed over below, once the header is checked).
+    char* payload = static_cast<char*>(t.data) + p.done;
+    size_t payload_room = t.bytes - p.done;
+    if (t.consume && p.done < t.bytes) {
+      if (tr_.consume_buffer_ == nullptr) tr_.consume_buffer_.reset(new char[kConsumeBufferBytes]);
+      payload = tr_.consume_buffer_.get();
+      payload_room = std::min(payload_room, kConsumeBufferBytes);
+    }
+    if (p.done < t.bytes) iov[n_iov++] = {payload, payload_room};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = n_iov;
@@ -442,22 +452,26 @@ class TcpTransport::Op {
       const size_t got = static_cast<size_t>(n);
       const bool had_header = p.header_done == sizeof(MessageHeader);
       const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
+      const size_t offset = p.done, payload_got = got - header_part;
       p.header_done += header_part;
-      p.done += got - header_part;
-      tr_.traffic_.Received(t.peer, got - header_part);
+      p.done += payload_got;
+      tr_.traffic_.Received(t.peer, payload_got);
       if (!had_header && p.header_done == sizeof(MessageHeader)) {
-        LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag));
+        LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag, payload));
       }
+      if (t.consume && payload_got > 0) LOCKSTEP_RETURN_IF_ERROR(t.consume(offset, payload, payload_got));
     }
     if (p.header_done == sizeof(MessageHeader)) return ReportSegments(t, p.done, &p.reported);
     return absl::OkStatus();
   }
 
-  absl::Status ReceivedHeader(int fd, Transfer& t, const Progress& p, const MessageTag& tag) {
+  // `payload`: where the payload's first p.done bytes landed (t.data, or
+  // the receive buffer of a consume).
+  absl::Status ReceivedHeader(int fd, Transfer& t, const Progress& p, const MessageTag& tag, const char* payload) {
     const MessageHeader& h = p.header;
     if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
-      // Part of the reason may already sit at the start of t.data.
-      std::string reason(static_cast<char*>(t.data), std::min<size_t>(p.done, h.bytes));
+      // Part of the reason may already sit at the start of the payload.
+      std::string reason(payload, std::min<size_t>(p.done, h.bytes));
       if (reason.size() < h.bytes) {
         const size_t have = reason.size();
         reason.resize(h.bytes);

@@ -17,6 +17,12 @@
 // sendmsg goes to the socket's backlog and is processed late, in the
 // sender's context). Sockets use TCP_NODELAY and fixed buffers; all I/O is
 // non-blocking and driven by poll() with the caller's deadline.
+//
+// Receives honour Transfer::consume (ConsumesInPlace() is true): their
+// payload is read into one cache-sized receive buffer of the transport, a
+// piece at a time, and handed over from there, so a reduction reads it while
+// it is in the cache and an algorithm needs no chunk-sized scratch (the ring
+// once held half the buffer as scratch for 2 ranks).
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_TCP_TCP_TRANSPORT_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_TCP_TCP_TRANSPORT_H_
 
@@ -74,6 +80,10 @@ class TcpTransport : public Transport {
   absl::Status ExchangeOpen(TransferFeed& feed, Deadline deadline) override;
   TrafficCounters Traffic() const override;
   void Abort(absl::string_view reason) override;
+  bool ConsumesInPlace() const override { return true; }
+
+  // The receive buffer's size: consume pieces are at most this long.
+  static constexpr size_t kConsumeBufferBytes = 256 << 10;
 
  private:
   TcpTransport(int rank, int size, const TcpTransportOptions& options)
@@ -97,6 +107,10 @@ class TcpTransport : public Transport {
   std::vector<Peer> peers_;
   bool aborted_ = false;
   TrafficTally traffic_;  // Payload bytes per peer.
+  // Where receives with `consume` land (made at their first use; one
+  // exchange runs at a time, and it hands each piece over before it reads
+  // the next).
+  std::unique_ptr<char[]> consume_buffer_;
 };
 
 }  // namespace lockstep

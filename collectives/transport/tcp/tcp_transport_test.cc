@@ -6,6 +6,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <future>
@@ -113,6 +114,62 @@ using testing::TransportConformanceTest;
 INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
                          ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
                          testing::TransportFactoryName);
+
+// Receives with `consume` (TCP's receive buffer): the payload arrives in
+// order, in pieces no longer than the buffer, each before the on_segment
+// call that covers it, and `data` is never written; a message of another
+// size is refused before anything is handed over.
+TEST(TcpTransportTest, ReceivesWithConsumeGetThePayloadInOrderInBufferSizedPieces) {
+  auto transports = MakeTcpTransports(2);
+  ASSERT_EQ(transports.size(), 2u);
+  ASSERT_TRUE(transports[1]->ConsumesInPlace());
+  std::vector<uint8_t> sent((3u << 20) + 3);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
+  std::vector<uint8_t> got;
+  size_t largest_piece = 0, segments_seen = 0;
+  bool order_ok = true;
+  auto sender = std::async(std::launch::async, [&] {
+    Transfer t = Transfer::Send(1, sent.data(), sent.size());
+    return transports[0]->Exchange({&t, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(30000)));
+  });
+  Transfer r = Transfer::Recv(0, nullptr, sent.size());
+  r.segment_bytes = 1 << 20;
+  r.consume = [&](size_t offset, const void* bytes, size_t length) -> absl::Status {
+    if (offset != got.size()) order_ok = false;
+    largest_piece = std::max(largest_piece, length);
+    const uint8_t* p = static_cast<const uint8_t*>(bytes);
+    got.insert(got.end(), p, p + length);
+    return absl::OkStatus();
+  };
+  r.on_segment = [&](size_t offset, size_t length) -> absl::Status {
+    if (got.size() < offset + length) order_ok = false;
+    ++segments_seen;
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE(transports[1]->Exchange({&r, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(30000))).ok());
+  EXPECT_TRUE(sender.get().ok());
+  EXPECT_TRUE(order_ok);
+  EXPECT_TRUE(got == sent);
+  EXPECT_LE(largest_piece, TcpTransport::kConsumeBufferBytes);
+  EXPECT_EQ(segments_seen, 4u);
+
+  // 100 bytes sent where 200 are expected.
+  bool consumed = false;
+  auto short_sender = std::async(std::launch::async, [&] {
+    Transfer t = Transfer::Send(1, sent.data(), 100);
+    return transports[0]->Exchange({&t, 1}, MessageTag{2, 0}, DeadlineIn(Milliseconds(30000)));
+  });
+  Transfer wrong = Transfer::Recv(0, nullptr, 200);
+  wrong.consume = [&](size_t, const void*, size_t) {
+    consumed = true;
+    return absl::OkStatus();
+  };
+  const absl::Status s = transports[1]->Exchange({&wrong, 1}, MessageTag{2, 0}, DeadlineIn(Milliseconds(30000)));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("100 bytes"), absl::string_view::npos) << s;
+  EXPECT_FALSE(consumed);
+  (void)short_sender.get();
+}
 
 // With a secret, a process that reaches rank 0's port first and claims to
 // be rank 1 (it cannot know the MAC) is dropped, as is one that never says
