@@ -9,6 +9,7 @@
 #ifndef LOCKSTEP_COLLECTIVES_TESTING_TRANSPORT_CONFORMANCE_H_
 #define LOCKSTEP_COLLECTIVES_TESTING_TRANSPORT_CONFORMANCE_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,11 @@ inline std::string TransportFactoryName(const ::testing::TestParamInfo<Transport
 }
 
 class TransportConformanceTest : public ::testing::TestWithParam<TransportFactory> {};
+
+// Sends `value` from `from` to `to` (two transports of one group) and
+// checks that it arrived: for tests that set a group up against strangers
+// and then show that the real mesh carries data.
+absl::Status SendOneWord(Transport& from, Transport& to, uint64_t value);
 
 }  // namespace testing
 }  // namespace lockstep

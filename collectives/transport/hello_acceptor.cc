@@ -14,6 +14,19 @@
 
 namespace lockstep {
 
+void TakePassedFds(msghdr& msg, size_t max, std::vector<Fd>* out) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < count; ++k) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+      Fd owned(received);  // Closed unless kept.
+      if (out->size() < max) out->push_back(std::move(owned));
+    }
+  }
+}
+
 HelloAcceptor::HelloAcceptor(int listen_fd, HelloAcceptorOptions options, HelloSize hello_size)
     : listen_fd_(listen_fd), options_(std::move(options)), hello_size_(std::move(hello_size)) {}
 
@@ -78,18 +91,7 @@ absl::StatusOr<bool> HelloAcceptor::ReadSome(Pending& p) {
       return absl::UnavailableError(absl::StrCat("it closed the connection after ", p.hello.size(), " of ",
                                                  p.wanted, " handshake bytes"));
     }
-    if (options_.max_fds > 0) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t k = 0; k < count; ++k) {
-          int received;
-          std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-          Fd owned(received);  // Closed unless kept.
-          if (p.fds.size() < options_.max_fds) p.fds.push_back(std::move(owned));
-        }
-      }
-    }
+    if (options_.max_fds > 0) TakePassedFds(msg, options_.max_fds, &p.fds);
     p.hello.append(buffer, static_cast<size_t>(n));
     if (p.hello.size() == p.wanted) p.wanted = std::max(p.hello.size(), hello_size_(p.hello));
   }

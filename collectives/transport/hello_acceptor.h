@@ -22,6 +22,8 @@
 #ifndef LOCKSTEP_COLLECTIVES_TRANSPORT_HELLO_ACCEPTOR_H_
 #define LOCKSTEP_COLLECTIVES_TRANSPORT_HELLO_ACCEPTOR_H_
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -55,6 +57,10 @@ struct HelloAcceptorOptions {
   // Names a connection in logs ("a connection from 127.0.0.1:51000").
   std::function<std::string(int fd)> describe;
 };
+
+// Takes the descriptors passed with a received `msg` (SCM_RIGHTS): the
+// first of them, until `out` holds `max`, are appended; the rest are closed.
+void TakePassedFds(msghdr& msg, size_t max, std::vector<Fd>* out);
 
 class HelloAcceptor {
  public:

@@ -11,27 +11,9 @@
 # kills whatever is left.
 set -u
 
-RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-lockstep}"
-RUN="$RUNFILES/tools/launch/lockstep-run"
-WORKER="$RUNFILES/tools/launch/test_worker"
-TMP="$(mktemp -d /tmp/launcher_hardening_test.XXXXXX)"
-PIDS=()
-FAILED=0
-
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  for f in "$TMP"/*/env.*; do
-    [ -f "$f" ] || continue
-    for pid in $(sed -n 's/^PID=//p' "$f"); do kill -KILL "$pid" 2>/dev/null; done
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  FAILED=1
-}
+# The temporary directory under /tmp: uid 65534 must reach the probe in it.
+LAUNCH_TEST_NAME=launcher_hardening_test LAUNCH_TEST_TMP_ROOT=/tmp
+source "${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-lockstep}/tools/launch/testing/launch_test_lib.sh"
 
 [ "$(id -u)" = 0 ] || { echo "FAIL: needs root to act as another user (setpriv); CI runs as root" >&2; exit 1; }
 
@@ -40,16 +22,6 @@ chmod 755 "$TMP"
 cp "$RUNFILES/tools/launch/store_probe" "$TMP/store_probe"
 chmod 755 "$TMP/store_probe"
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
-
-wait_for() {
-  local limit=$1
-  shift
-  local end=$((SECONDS + limit))
-  until "$@"; do
-    if [ $SECONDS -ge $end ]; then return 1; fi
-    sleep 0.05
-  done
-}
 
 echo "=== standalone without a token: another user cannot read the rendezvous store or forge a failure"
 D="$TMP/standalone"; mkdir -p "$D"
@@ -91,7 +63,7 @@ rc=$?
 grep -q "LOCKSTEP_RDZV_TOKEN" "$D"/env.* && fail "a worker's recorded environment holds LOCKSTEP_RDZV_TOKEN"
 
 echo "=== several nodes without a token: warned at start and in the summary; LOCKSTEP_REQUIRE_TOKEN=1 refuses"
-P=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+P=$(free_port)
 env -u LOCKSTEP_RDZV_TOKEN LOCKSTEP_REQUIRE_TOKEN=1 timeout -s KILL 30 "$RUN" --nnodes 2 --node_rank 0 \
     --nproc_per_node 1 --master_port "$P" "$WORKER" >"$TMP/c.out" 2>"$TMP/c.err"
 rc=$?

@@ -7,45 +7,8 @@
 # kills whatever is left, so the test cannot hang or leak processes.
 set -u
 
-RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-lockstep}"
-RUN="$RUNFILES/tools/launch/lockstep-run"
-WORKER="$RUNFILES/tools/launch/test_worker"
-TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/launcher_test.XXXXXX")"
-PIDS=()
-FAILED=0
-
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  # Workers recorded their pids; none may outlive the test.
-  for f in "$TMP"/*/env.*; do
-    [ -f "$f" ] || continue
-    for pid in $(sed -n 's/^\(CHILD_\)\{0,1\}PID=//p' "$f"); do kill -KILL "$pid" 2>/dev/null; done
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  FAILED=1
-}
-
-# A free TCP port on loopback (bound and closed; the test owns the machine's
-# loopback for the instant it takes).
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_for SECONDS COMMAND...: until COMMAND succeeds, or fail.
-wait_for() {
-  local limit=$1
-  shift
-  local end=$((SECONDS + limit))
-  until "$@"; do
-    if [ $SECONDS -ge $end ]; then return 1; fi
-    sleep 0.05
-  done
-}
+LAUNCH_TEST_NAME=launcher_test
+source "${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-lockstep}/tools/launch/testing/launch_test_lib.sh"
 
 # start NAME ARGS...: an agent in the background; output in $TMP/NAME.log,
 # exit code in $TMP/NAME.rc.

@@ -103,6 +103,7 @@ absl::Status SendHello(int fd, const Hello& hello, const int (&fds)[2], Deadline
 // Receives a Hello and the two descriptors sent with it.
 absl::Status RecvHello(int fd, Hello* hello, Fd (&fds)[2], Deadline deadline, const std::string& peer) {
   alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  std::vector<Fd> passed;
   size_t got = 0;
   while (got < sizeof(Hello)) {
     iovec iov{reinterpret_cast<char*>(hello) + got, sizeof(Hello) - got};
@@ -113,16 +114,7 @@ absl::Status RecvHello(int fd, Hello* hello, Fd (&fds)[2], Deadline deadline, co
     msg.msg_controllen = sizeof(control);
     const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n > 0) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t k = 0; k < count; ++k) {
-          int received;
-          std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-          Fd owned(received);  // Closed unless kept below.
-          if (k < 2 && !fds[k].valid()) fds[k] = std::move(owned);
-        }
-      }
+      TakePassedFds(msg, 2, &passed);
       got += static_cast<size_t>(n);
       continue;
     }
@@ -136,10 +128,12 @@ absl::Status RecvHello(int fd, Hello* hello, Fd (&fds)[2], Deadline deadline, co
       return absl::DeadlineExceededError(absl::StrCat("ShmTransport: timed out waiting for the hello of ", peer));
     }
   }
-  if (!fds[0].valid() || !fds[1].valid()) {
+  if (passed.size() != 2) {
     return absl::FailedPreconditionError(absl::StrCat("ShmTransport: ", peer,
                                                       " sent no shared segment with its hello; is it a lockstep rank?"));
   }
+  fds[0] = std::move(passed[0]);
+  fds[1] = std::move(passed[1]);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "collectives/store/hash_store.h"
+#include "collectives/testing/transport_conformance.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "gtest/gtest.h"
 
@@ -117,16 +118,8 @@ TEST(ShmTransportTest, StrangersConnectionsAreDroppedAndTheGroupForms) {
       char byte;
       EXPECT_EQ(::recv(forger.get(), &byte, 1, 0), 0) << "the forger got an answer";
     }
-    uint64_t got = 0;
-    const uint64_t want = 0x1234;
-    auto receiver = std::async(std::launch::async, [&] {
-      Transfer t = Transfer::Recv(0, &got, sizeof(got));
-      return (*t1)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000)));
-    });
-    Transfer t = Transfer::Send(1, &want, sizeof(want));
-    EXPECT_TRUE((*rank0)->Exchange({&t, 1}, MessageTag{0, 0}, DeadlineIn(Milliseconds(10000))).ok());
-    EXPECT_TRUE(receiver.get().ok());
-    EXPECT_EQ(got, want);
+    const absl::Status s = testing::SendOneWord(**rank0, **t1, 0x1234);
+    EXPECT_TRUE(s.ok()) << s;
   }
 }
 

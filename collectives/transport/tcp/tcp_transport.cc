@@ -65,12 +65,23 @@ size_t IovBytes(const iovec* iov, int n) {
 }
 
 // Progress of one transfer inside Exchange.
+// Pieces handed to `consume` start at multiples of this (but the last), so
+// that a reduction finds whole, aligned elements where they lie: a piece
+// that split an element would send the ring's reduction through a staging
+// copy.
+constexpr size_t kConsumeAlign = 64;
+
 struct Progress {
   MessageHeader header{};
   size_t header_done = 0;
   size_t done = 0;
   size_t reported = 0;  // Bytes already passed to on_segment.
   bool complete = false;
+  // Receives with `consume`: bytes handed over so far, and the received
+  // bytes after them (fewer than kConsumeAlign) that wait for the next read.
+  size_t consumed = 0;
+  size_t carried = 0;
+  char carry[kConsumeAlign];
 };
 
 }  // namespace
@@ -426,11 +437,15 @@ class TcpTransport::Op {
     char* payload = static_cast<char*>(t.data) + p.done;
     size_t payload_room = t.bytes - p.done;
     if (t.consume && p.done < t.bytes) {
-      if (tr_.consume_buffer_ == nullptr) tr_.consume_buffer_.reset(new char[kConsumeBufferBytes]);
+      if (tr_.consume_buffer_ == nullptr) {
+        tr_.consume_buffer_.reset(static_cast<char*>(std::aligned_alloc(kConsumeAlign, kConsumeBufferBytes)));
+        if (tr_.consume_buffer_ == nullptr) return absl::ResourceExhaustedError("TcpTransport: no receive buffer");
+      }
       payload = tr_.consume_buffer_.get();
-      payload_room = std::min(payload_room, kConsumeBufferBytes);
+      std::memcpy(payload, p.carry, p.carried);  // Another stream may have used the buffer since.
+      payload_room = std::min(payload_room, kConsumeBufferBytes - p.carried);
     }
-    if (p.done < t.bytes) iov[n_iov++] = {payload, payload_room};
+    if (p.done < t.bytes) iov[n_iov++] = {t.consume ? payload + p.carried : payload, payload_room};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = n_iov;
@@ -452,16 +467,25 @@ class TcpTransport::Op {
       const size_t got = static_cast<size_t>(n);
       const bool had_header = p.header_done == sizeof(MessageHeader);
       const size_t header_part = std::min(got, sizeof(MessageHeader) - p.header_done);
-      const size_t offset = p.done, payload_got = got - header_part;
+      const size_t payload_got = got - header_part;
       p.header_done += header_part;
       p.done += payload_got;
       tr_.traffic_.Received(t.peer, payload_got);
       if (!had_header && p.header_done == sizeof(MessageHeader)) {
         LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag, payload));
       }
-      if (t.consume && payload_got > 0) LOCKSTEP_RETURN_IF_ERROR(t.consume(offset, payload, payload_got));
+      if (t.consume && payload_got > 0) {
+        // Whole multiples of kConsumeAlign (all that is left at the end);
+        // the rest waits in p.carry for the next read.
+        const size_t have = p.carried + payload_got;
+        const size_t give = p.done == t.bytes ? have : have / kConsumeAlign * kConsumeAlign;
+        if (give > 0) LOCKSTEP_RETURN_IF_ERROR(t.consume(p.consumed, payload, give));
+        p.consumed += give;
+        p.carried = have - give;
+        std::memcpy(p.carry, payload + give, p.carried);
+      }
     }
-    if (p.header_done == sizeof(MessageHeader)) return ReportSegments(t, p.done, &p.reported);
+    if (p.header_done == sizeof(MessageHeader)) return ReportSegments(t, t.consume ? p.consumed : p.done, &p.reported);
     return absl::OkStatus();
   }
 

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,7 +111,10 @@ class TcpTransport : public Transport {
   // Where receives with `consume` land (made at their first use; one
   // exchange runs at a time, and it hands each piece over before it reads
   // the next).
-  std::unique_ptr<char[]> consume_buffer_;
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> consume_buffer_;
 };
 
 }  // namespace lockstep
