@@ -107,8 +107,16 @@ Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions
                            std::shared_ptr<Store> store)
     : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
       rank_(backend_->rank()), size_(backend_->size()), capabilities_(backend_->capabilities()),
-      help_gate_(std::make_shared<HelpGate>()) {
+      help_gate_(std::make_shared<HelpGate>()), sequence_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
+  sequence_gate_->comm = this;
+  std::weak_ptr<HelpGate> sequence_gate = sequence_gate_;
+  sequencer_ = std::make_shared<const Work::Sequencer>([sequence_gate](std::function<void()> run) {
+    std::shared_ptr<HelpGate> g = sequence_gate.lock();
+    if (g == nullptr) return false;
+    std::lock_guard<std::mutex> lock(g->mu);
+    return g->comm != nullptr && g->comm->EnqueueContinuation(std::move(run));
+  });
   // The waiting thread runs queued operations itself while this
   // communicator's thread is idle (Work::SetHelper). The gate outlives the
   // communicator: a Work waited on after it is gone helps nobody.
@@ -131,6 +139,11 @@ Communicator::~Communicator() {
     // No waiting caller may start an operation from now on.
     std::lock_guard<std::mutex> gate(help_gate_->mu);
     help_gate_->comm = nullptr;
+  }
+  {
+    // Nor queue a ThenWork step (the chain then goes on unordered).
+    std::lock_guard<std::mutex> gate(sequence_gate_->mu);
+    sequence_gate_->comm = nullptr;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,7 +182,30 @@ absl::Status Communicator::CheckDevice(const Tensor& t, const char* op, const ch
 std::shared_ptr<CompletableWork> Communicator::NewWork() {
   auto work = CompletableWork::Create(options_.wait_spin_microseconds);
   work->SetHelper(helper_);
+  work->SetSequencer(sequencer_);
   return work;
+}
+
+void Communicator::PushLocked(Item item) {
+  if (step_thread_ == std::this_thread::get_id()) {
+    queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(step_queued_++), std::move(item));
+  } else {
+    queue_.push_back(std::move(item));
+  }
+  queue_size_.store(queue_.size(), std::memory_order_release);
+  enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // Under mu_.
+}
+
+bool Communicator::EnqueueContinuation(std::function<void()> run) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok() || stopping_) return false;
+    Item item;
+    item.continuation = std::move(run);
+    PushLocked(std::move(item));
+  }
+  work_cv_.notify_one();
+  return true;
 }
 
 std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) {
@@ -180,14 +216,12 @@ std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) 
       work->Complete(broken_);
       return work;
     }
-    fingerprint.seq = next_seq_++;
+    // Numbered when it runs (RunItem): the order that every rank shares.
     Item item;
     item.work = work;
     item.task = std::move(task);
     item.fingerprint = fingerprint;
-    queue_.push_back(std::move(item));
-    queue_size_.store(queue_.size(), std::memory_order_release);
-    enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // Under mu_.
+    PushLocked(std::move(item));
   }
   work_cv_.notify_one();
   return work;
@@ -275,6 +309,18 @@ void Communicator::HelpUntilDone(Work* awaited) {
 }
 
 void Communicator::RunItem(Item item) {
+  if (item.continuation) {
+    // A ThenWork step: the collectives it starts run next, in its order.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      step_thread_ = std::this_thread::get_id();
+      step_queued_ = 0;
+    }
+    item.continuation();
+    std::lock_guard<std::mutex> lock(mu_);
+    step_thread_ = std::thread::id();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -282,6 +328,8 @@ void Communicator::RunItem(Item item) {
       item.work->Complete(broken);
       return;
     }
+    // Collectives are numbered in the order they run.
+    if (item.task) item.fingerprint.seq = next_seq_++;
   }
   if (!item.task) {
     RunPointToPointBatch(std::move(item));

@@ -155,7 +155,8 @@ class Communicator {
     std::shared_ptr<CompletableWork> work;
     Task task;  // Collectives.
     Fingerprint fingerprint;
-    PointToPointOp p2p;  // Point to point (task empty).
+    PointToPointOp p2p;  // Point to point (task and continuation empty).
+    std::function<void()> continuation;  // A ThenWork step (work null).
   };
   class Batch;
   // An operation queued on a device, and how to wait for its end.
@@ -174,6 +175,11 @@ class Communicator {
   absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
   // Queues a collective (numbered in call order) with its fingerprint.
   std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, Task task);
+  // Queues a ThenWork step (Work::Sequencer); false once broken or gone.
+  bool EnqueueContinuation(std::function<void()> run);
+  // Under mu_: appends `item`, or, while a ThenWork step runs on this
+  // thread, puts it right after what that step queued so far.
+  void PushLocked(Item item);
   std::shared_ptr<Work> EnqueuePointToPoint(int peer, uint32_t tag, bool send, const Tensor& tensor);
   absl::Status CheckFingerprints(const Fingerprint& mine, const OpContext& op_ctx);
   void RunPointToPointBatch(Item first);
@@ -224,6 +230,14 @@ class Communicator {
   };
   std::shared_ptr<HelpGate> help_gate_;
   std::shared_ptr<const Work::Helper> helper_;  // Given to every Work.
+  // The same for ThenWork's steps: a separate gate, since a step may chain
+  // more while a waiting caller (holding help_gate_) runs it.
+  std::shared_ptr<HelpGate> sequence_gate_;
+  std::shared_ptr<const Work::Sequencer> sequencer_;  // Given to every Work.
+  // Guarded by mu_: the thread running a ThenWork step (none: default), and
+  // how many collectives it has queued (they go to the queue's front).
+  std::thread::id step_thread_;
+  size_t step_queued_ = 0;
   std::thread worker_;
 
   // Operations a device backend queued (OpContext::queued), finished in

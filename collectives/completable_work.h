@@ -27,6 +27,7 @@ class CompletableWork final : public Work {
 
   using Work::Complete;
   using Work::SetHelper;
+  using Work::SetSequencer;
   using Work::SetStreamMarker;
 };
 

@@ -70,20 +70,53 @@ void Work::SetStreamMarker(std::shared_ptr<StreamMarker> marker) {
   done_cv_.notify_all();
 }
 
-std::shared_ptr<Work> Work::Then(std::function<absl::Status()> fn) {
-  auto chained = CompletableWork::Create(spin_microseconds_);
-  chained->helper_ = helper_;
-  auto run = [chained, fn = std::move(fn)](const absl::Status& status) {
-    chained->Complete(status.ok() ? fn() : status);
-  };
+void Work::OnComplete(std::function<void(const absl::Status&)> callback) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!done_) {
-      callbacks_.push_back(std::move(run));
-      return chained;
+      callbacks_.push_back(std::move(callback));
+      return;
     }
   }
-  run(status_);  // status_ no longer changes once done_.
+  callback(status_);  // status_ no longer changes once done_.
+}
+
+std::shared_ptr<Work> Work::Then(std::function<absl::Status()> fn) {
+  auto chained = CompletableWork::Create(spin_microseconds_);
+  chained->helper_ = helper_;
+  OnComplete([chained, fn = std::move(fn)](const absl::Status& status) {
+    chained->Complete(status.ok() ? fn() : status);
+  });
+  return chained;
+}
+
+std::shared_ptr<Work> Work::ThenWork(std::function<absl::StatusOr<std::shared_ptr<Work>>()> fn) {
+  auto chained = CompletableWork::Create(spin_microseconds_);
+  chained->helper_ = helper_;
+  chained->sequencer_ = sequencer_;
+  auto proceed = [chained, fn = std::move(fn)](const absl::Status& status) {
+    if (!status.ok()) return chained->Complete(status);
+    absl::StatusOr<std::shared_ptr<Work>> next = fn();
+    if (!next.ok()) return chained->Complete(next.status());
+    if (*next == nullptr) {
+      return chained->Complete(absl::InternalError("Work::ThenWork: the continuation returned no Work"));
+    }
+    (*next)->OnComplete([chained](const absl::Status& s) { chained->Complete(s); });
+  };
+  if (sequencer_ != nullptr) {
+    // A step of the queue, after this work's operation (queued before it):
+    // a host operation has completed by then.
+    std::shared_ptr<Work> self = shared_from_this();
+    const bool queued = (*sequencer_)([self, proceed]() {
+      if (self->IsCompleted()) {
+        proceed(self->status_);  // status_ no longer changes once done.
+      } else {
+        self->OnComplete(proceed);  // Still on a device: when it ends.
+      }
+    });
+    if (queued) return chained;
+  }
+  OnComplete(std::move(proceed));
   return chained;
 }
 

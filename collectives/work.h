@@ -25,6 +25,27 @@
 //     operations of the same communicator (they queue behind it), but may
 //     start new ones. The chained Work's status is this work's error, or
 //     fn's status.
+//   * ThenWork(fn) chains a further operation: fn runs once, only after
+//     this work succeeded, and returns the Work of what it started
+//     (collectives, another chain, a WorkPromise's Work) or an error. The
+//     chained Work completes when that Work does, with its status; fn's
+//     error, or this work's, completes it at once. fn must not wait: it
+//     returns at once (a two-round comm hook, PowerSGD's all-reduce,
+//     compute, all-reduce, never blocks the communicator's thread).
+//     Ordering, for a Work of a communicator: fn runs on the communicator's
+//     thread (or a waiting caller that runs its queue) as a step queued
+//     where ThenWork was called, and the collectives fn starts on that
+//     communicator run right after it, before anything queued later. So
+//     every rank runs the same collectives in the same order however the
+//     threads interleave, as long as each rank calls the collectives and
+//     ThenWork in the same order: several chains in flight at once (one per
+//     DDP bucket) cannot mismatch. (If this work is still running on a
+//     device when its step comes, fn runs when it completes instead, on
+//     that thread, unordered.) For any other Work, fn runs on the thread
+//     that completes it. Waiting on the chained Work helps run the queued
+//     operations it depends on, as Wait does.
+//   * A Work of one's own (a custom comm hook's, say) comes from a
+//     WorkPromise (collectives/work_promise.h), which completes it once.
 //   * Output tensors must not be read or written until the work completed,
 //     except by device work ordered after it with SynchronizeStream.
 //   * SynchronizeStream(stream) makes work queued later on a CUDA stream
@@ -36,8 +57,9 @@
 //     else (host backends, CPU tensors staged through the device, chained
 //     Works) it is Wait(): the result is already in place when it returns.
 //
-// Users cannot complete a Work: backends do, through CompletableWork
-// (collectives/completable_work.h, visible to the collectives packages).
+// Users cannot complete a Work they were given: backends complete theirs
+// through CompletableWork (collectives/completable_work.h, visible to the
+// collectives packages); a WorkPromise completes only the Work it made.
 #ifndef LOCKSTEP_COLLECTIVES_WORK_H_
 #define LOCKSTEP_COLLECTIVES_WORK_H_
 
@@ -50,6 +72,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "collectives/stream_marker.h"
 
 namespace lockstep {
@@ -66,9 +89,14 @@ class Work : public std::enable_shared_from_this<Work> {
   absl::Status status();
 
   std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
+  // See the contract above: fn's Work (or error) is the chained Work's.
+  std::shared_ptr<Work> ThenWork(std::function<absl::StatusOr<std::shared_ptr<Work>>()> fn);
 
   // What a waiting thread may run while it waits (SetHelper, below).
   using Helper = std::function<void(Work* awaited)>;
+  // Queues `run` as a step of this work's communicator, after every
+  // operation queued so far (SetSequencer, below); false: it could not.
+  using Sequencer = std::function<bool(std::function<void()> run)>;
 
   // Makes work queued later on the CUDA stream `stream` (a cudaStream_t;
   // nullptr: the legacy default stream) wait for this operation; see the
@@ -85,6 +113,10 @@ class Work : public std::enable_shared_from_this<Work> {
   // later calls are ignored.
   void Complete(absl::Status status);
 
+  // Runs `callback` with the final status once this work completed: at once
+  // on the caller if it already has, else on the completing thread.
+  void OnComplete(std::function<void(const absl::Status&)> callback);
+
   // Called by Wait() (without a timeout) before it spins or sleeps: lets the
   // waiting thread run queued operations itself when the backend's own
   // thread is idle, saving two thread wake-ups per small operation. Chained
@@ -95,6 +127,12 @@ class Work : public std::enable_shared_from_this<Work> {
   // The same helper for many Works: shared, not copied (no allocation per
   // Work).
   void SetHelper(std::shared_ptr<const Helper> helper) { helper_ = std::move(helper); }
+
+  // Makes ThenWork's continuations ordered: they run as steps of the
+  // communicator's queue, at the place ThenWork was called, and what they
+  // start runs right after them (see the contract). Chained Works inherit
+  // it. Set before the Work is shared.
+  void SetSequencer(std::shared_ptr<const Sequencer> sequencer) { sequencer_ = std::move(sequencer); }
 
   // Called by a device backend once the operation is queued on its stream,
   // before it completes: SynchronizeStream then waits on `marker` instead
@@ -109,6 +147,7 @@ class Work : public std::enable_shared_from_this<Work> {
 
   const int spin_microseconds_;
   std::shared_ptr<const Helper> helper_;
+  std::shared_ptr<const Sequencer> sequencer_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;

@@ -1,6 +1,8 @@
 // Work: Wait with and without a timeout, status before completion, Then
 // chains (once, in order, at once when already complete, errors propagate),
-// completing twice, and Then callbacks that start more work.
+// completing twice, Then callbacks that start more work, ThenWork chains
+// (the chained Work follows the continuation's Work; every error on the
+// way ends it) and WorkPromise.
 #include "collectives/work.h"
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "collectives/completable_work.h"
+#include "collectives/work_promise.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -136,6 +139,80 @@ TEST(WorkTest, ACallbackMayStartAndChainMoreWork) {
   EXPECT_FALSE(tail->IsCompleted());
   second->Complete(absl::OkStatus());
   EXPECT_TRUE(tail->Wait(milliseconds(1000)).ok());
+}
+
+TEST(WorkTest, ThenWorkCompletesWithTheContinuationsWork) {
+  auto first = CompletableWork::Create();
+  WorkPromise second;
+  std::thread::id ran_on;
+  std::shared_ptr<Work> chained = first->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+    ran_on = std::this_thread::get_id();
+    return second.work();
+  });
+  std::thread completer([&] { first->Complete(absl::OkStatus()); });
+  completer.join();
+  EXPECT_NE(ran_on, std::this_thread::get_id());  // On the completing thread.
+  EXPECT_FALSE(chained->IsCompleted());           // It follows the second round now.
+  second.Complete(absl::DataLossError("second round"));
+  EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(WorkTest, ThenWorkChainsOfThreeRoundsEndOk) {
+  WorkPromise rounds[3];
+  int ran = 0;
+  std::shared_ptr<Work> chain = rounds[0].work()
+                                    ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                      ++ran;
+                                      return rounds[1].work();
+                                    })
+                                    ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                      ++ran;
+                                      return rounds[2].work();
+                                    });
+  for (WorkPromise& r : rounds) {
+    EXPECT_FALSE(chain->IsCompleted());
+    r.Complete(absl::OkStatus());
+  }
+  EXPECT_TRUE(chain->Wait(milliseconds(1000)).ok());
+  EXPECT_EQ(ran, 2);
+}
+
+TEST(WorkTest, ThenWorkErrorsEndTheChainWhereTheyHappen) {
+  {  // The first round failed: the continuation never runs.
+    bool ran = false;
+    auto first = CompletableWork::Create();
+    std::shared_ptr<Work> chained = first->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+      ran = true;
+      return CompletableWork::Done(absl::OkStatus());
+    });
+    first->Complete(absl::UnavailableError("peer gone"));
+    EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kUnavailable);
+    EXPECT_FALSE(ran);
+  }
+  {  // The continuation fails before starting anything.
+    std::shared_ptr<Work> chained = CompletableWork::Done(absl::OkStatus())->ThenWork(
+        []() -> absl::StatusOr<std::shared_ptr<Work>> { return absl::InvalidArgumentError("bad bucket"); });
+    EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {  // It returns no Work.
+    std::shared_ptr<Work> chained = CompletableWork::Done(absl::OkStatus())->ThenWork(
+        []() -> absl::StatusOr<std::shared_ptr<Work>> { return std::shared_ptr<Work>(); });
+    EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kInternal);
+  }
+}
+
+TEST(WorkTest, APromiseDestroyedBeforeCompletingCancelsItsWork) {
+  std::shared_ptr<Work> work;
+  {
+    WorkPromise promise;
+    work = promise.work();
+    EXPECT_FALSE(work->IsCompleted());
+  }
+  EXPECT_EQ(work->Wait(milliseconds(1000)).code(), absl::StatusCode::kCancelled);
+  WorkPromise once;
+  once.Complete(absl::OkStatus());
+  once.Complete(absl::InternalError("ignored"));
+  EXPECT_TRUE(once.work()->Wait().ok());
 }
 
 TEST(WorkTest, AChainedWorkTellsTheHelperItselfNotItsParent) {

@@ -8,7 +8,9 @@
 #include "ddp/distributed_data_parallel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -132,6 +134,7 @@ struct Case {
   ModelKind model = ModelKind::kMlp;
   int micro_batches = 1;  // > 1: all but the last under NoSync.
   std::string comm_hook;
+  std::function<std::unique_ptr<CommHook>()> make_hook;  // Instead of comm_hook.
   double tolerance = 1e-5;
   double abs_tolerance = 1e-7;
 };
@@ -208,7 +211,9 @@ std::vector<std::vector<float>> TrainSingle(const Case& c) {
 absl::Status TrainRank(const Case& c, Communicator& comm, std::vector<std::vector<float>>* result) {
   std::unique_ptr<Module> model = MakeModel(c.model);
   LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, comm, c.options));
-  if (!c.comm_hook.empty()) {
+  if (c.make_hook) {
+    LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(c.make_hook()));
+  } else if (!c.comm_hook.empty()) {
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakeCommHook(c.comm_hook));
     LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::move(hook)));
   }
@@ -320,6 +325,47 @@ TEST(DdpEquivalenceTest, AllReduceCommHook) {
   Case c{"allreduce hook", {}};
   c.comm_hook = "allreduce";
   ExpectEquivalent(c);
+}
+
+// A hook of two rounds with a computation between, as PowerSGD's: first an
+// all-reduce of this rank's count of contributors (1), then, in a
+// continuation chained with ThenWork on whichever thread completed the
+// first round (never blocking it: it returns the second round's Work), the
+// bucket divided by the summed count and all-reduced. Equal to the default
+// averaging (dividing by 2 is exact).
+class TwoRoundHook : public CommHook {
+ public:
+  explicit TwoRoundHook(std::atomic<int>* second_rounds) : second_rounds_(second_rounds) {}
+  std::string name() const override { return "two_round_test"; }
+  std::shared_ptr<Work> Run(Communicator& comm, GradBucket& bucket) override {
+    absl::StatusOr<Tensor> count = Tensor::FromVector<float>({1.0f});
+    if (!count.ok()) return comm.AllReduce(Tensor(), ReduceOp::kSum);  // Fails, naming the tensor.
+    Tensor buffer = bucket.buffer(), contributors = *count;
+    std::atomic<int>* second_rounds = second_rounds_;
+    return comm.AllReduce(contributors, ReduceOp::kSum)
+        ->ThenWork([&comm, buffer, contributors, second_rounds]() -> absl::StatusOr<std::shared_ptr<Work>> {
+          const float n = contributors.data<float>()[0];
+          if (n != static_cast<float>(comm.size())) {
+            return absl::InternalError(absl::StrCat("the first round summed ", n, " contributors"));
+          }
+          LOCKSTEP_RETURN_IF_ERROR(Divide(buffer, static_cast<int64_t>(n)));
+          second_rounds->fetch_add(1);
+          return comm.AllReduce(buffer, ReduceOp::kSum);
+        });
+  }
+
+ private:
+  std::atomic<int>* second_rounds_;
+};
+
+TEST(DdpEquivalenceTest, ATwoRoundHookOnChainedWork) {
+  std::atomic<int> second_rounds{0};
+  Case c{"two-round hook", {}};
+  c.options.bucket_cap_mb = 0.0005;  // About one parameter a bucket, each with its own chain.
+  c.options.first_bucket_bytes = 500;
+  c.make_hook = [&second_rounds] { return std::make_unique<TwoRoundHook>(&second_rounds); };
+  ExpectEquivalent(c);
+  EXPECT_GT(second_rounds.load(), kRanks * kSteps);  // Every bucket of every step, on every rank.
 }
 
 TEST(DdpEquivalenceTest, CompressionHooksStayClose) {

@@ -38,6 +38,7 @@
 #include "collectives/transport/tcp/tcp_transport.h"
 #include "collectives/transport/transport.h"
 #include "collectives/work.h"
+#include "collectives/work_promise.h"
 #include "core/cuda_runtime.h"
 #include "core/deadline.h"
 #include "core/device.h"
@@ -238,6 +239,17 @@ TEST(CollectivesExamplesTest, WorkWaitsForTheAllReduce) {
   EXPECT_EQ(Values(grads[0]), Summed(2, 100));
   EXPECT_EQ(Values(grads[1]), Summed(2, 100));
   EXPECT_EQ(overlapped[0], 499500);
+}
+
+// collectives/work_promise.h
+TEST(CollectivesExamplesTest, WorkPromiseCompletesItsWork) {
+  WorkPromise promise;
+  std::shared_ptr<Work> work = promise.work();  // hand this out
+  std::thread later([&] {
+    promise.Complete(absl::OkStatus());  // later, on any thread: work->Wait() returns OK
+  });
+  EXPECT_TRUE(work->Wait().ok());
+  later.join();
 }
 
 // collectives/communicator.h
