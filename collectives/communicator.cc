@@ -18,7 +18,9 @@
 namespace lockstep {
 namespace {
 
-constexpr uint32_t kPointToPointTagLimit = 0x80000000u;
+// On the wire a tag carries kPointToPointTagBit, and tags from 0xFFFFFF00
+// up are the transports' own (abort): user tags stay below 2^31 - 256.
+constexpr uint32_t kPointToPointTagLimit = 0x7FFFFF00u;
 
 const char* OpTypeName(uint8_t op) {
   switch (op) {
@@ -651,7 +653,8 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
                                                           rank_, " of ", size_, ")")));
   }
   if (tag >= kPointToPointTagLimit) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": tag ", tag, " must be below 2^31")));
+    return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": tag ", tag, " must be below ", kPointToPointTagLimit,
+                                                          " (2^31 - 256)")));
   }
   if (auto s = CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
   if (auto s = CheckDevice(tensor, name, "tensor"); !s.ok()) return Failed(s);

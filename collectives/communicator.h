@@ -124,7 +124,7 @@ class Communicator {
   // input: size * output.numel() elements; rank r gets the reduced block r.
   std::shared_ptr<Work> ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op);
   std::shared_ptr<Work> Barrier();
-  // Point to point (isend/irecv). Tags below 2^31.
+  // Point to point (isend/irecv). Tags below 2^31 - 256.
   std::shared_ptr<Work> Send(const Tensor& tensor, int dst, uint32_t tag = 0);
   std::shared_ptr<Work> Recv(const Tensor& tensor, int src, uint32_t tag = 0);
 

@@ -66,6 +66,7 @@ CHECKED = {
     "collectives/transport/tcp/tcp_transport.h": "tests/header_examples/collectives_test.cc",
     "collectives/work.h": "tests/header_examples/collectives_test.cc",
     "collectives/work_promise.h": "tests/header_examples/collectives_test.cc",
+    "collectives/monitored_barrier.h": "tests/header_examples/collectives_test.cc",
     "core/cuda_caching_allocator.h": "tests/header_examples/core_test.cc",
     # Not in hdrs of a public target, but the header of //core:cuda_runtime (public).
     "core/cuda_runtime.h": "tests/header_examples/core_test.cc",

@@ -67,7 +67,7 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives/bootstrap:init_from_env_test //collectives/algorithms:all_reduce_test //collectives/algorithms:ring_all_reduce_test \
   //ddp:ddp_test //trainers:train_loop_test //dp:parallel_apply_test //dp:data_parallel_test \
   //collectives/transport/shm:shm_transport_test //collectives/transport/shm:shm_fault_test //collectives/algorithms:ring_in_place_test \
-  //collectives/transport/shm:shm_stranger_test //ddp:replica_sync_test //collectives:chained_work_test \
+  //collectives/transport/shm:shm_stranger_test //ddp:replica_sync_test //collectives:chained_work_test //collectives:monitored_barrier_test \
   //collectives:hierarchical_backend_test //collectives/bootstrap:communicator_factory_test //tools/launch:all \
   //collectives/transport/shm:shm_single_copy_process_test //collectives/nccl:nccl_watchdog_test //collectives/nccl:nccl_backend_test
 # The communicator grid without its 1M-element cases (TSan is ~10x slower).

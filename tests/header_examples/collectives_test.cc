@@ -39,6 +39,7 @@
 #include "collectives/transport/transport.h"
 #include "collectives/work.h"
 #include "collectives/work_promise.h"
+#include "collectives/monitored_barrier.h"
 #include "core/cuda_runtime.h"
 #include "core/deadline.h"
 #include "core/device.h"
@@ -239,6 +240,14 @@ TEST(CollectivesExamplesTest, WorkWaitsForTheAllReduce) {
   EXPECT_EQ(Values(grads[0]), Summed(2, 100));
   EXPECT_EQ(Values(grads[1]), Summed(2, 100));
   EXPECT_EQ(overlapped[0], 499500);
+}
+
+// collectives/monitored_barrier.h
+TEST(CollectivesExamplesTest, MonitoredBarrierPassesWhenEveryRankComes) {
+  ExpectAllOk(testing::RunThreads(2, [](Communicator& comm) {
+    absl::Status s = MonitoredBarrier(comm, std::chrono::seconds(30));
+    return s;
+  }));
 }
 
 // collectives/work_promise.h
