@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include <sched.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/completable_work.h"
@@ -92,8 +94,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
                                                                    std::shared_ptr<Store> failure_store) {
   if (backend == nullptr) return absl::InvalidArgumentError("Communicator::Create: no backend");
   LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorOptions(options));
-  const char* debug = std::getenv("LOCKSTEP_DEBUG");
-  if (debug != nullptr && std::strcmp(debug, "DETAIL") == 0) options.debug_checks = true;
+  // TORCH_DISTRIBUTED_DEBUG's levels.
+  if (const char* debug = std::getenv("LOCKSTEP_DEBUG"); debug != nullptr && *debug != '\0') {
+    const std::string level = absl::AsciiStrToUpper(debug);
+    if (level == "INFO" || level == "DETAIL") options.log_summary = true;
+    if (level == "DETAIL") options.debug_checks = true;
+    if (level != "OFF" && level != "INFO" && level != "DETAIL") {
+      return absl::InvalidArgumentError(absl::StrCat("Communicator::Create: LOCKSTEP_DEBUG='", debug,
+                                                     "' is not a debug level; use OFF, INFO (a line at creation, "
+                                                     "operation counts at the end) or DETAIL (also compare every "
+                                                     "operation's fingerprint across ranks)"));
+    }
+  }
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     return absl::InternalError(absl::StrCat("Communicator::Create: eventfd failed: ", std::strerror(errno)));
@@ -102,6 +114,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
       new Communicator(std::move(backend), std::move(options), std::move(failure_store)));
   comm->wake_ = Fd(wake);
   comm->worker_ = std::thread([c = comm.get()] { c->WorkerLoop(); });
+  if (comm->options_.log_summary) {
+    std::fprintf(stderr, "[lockstep] rank %d of %d: communicator created: backend %s, timeout %lld ms, checks %s\n",
+                 comm->rank_, comm->size_, comm->capabilities_.name.c_str(),
+                 static_cast<long long>(comm->options_.timeout.count()),
+                 comm->options_.debug_checks ? "DETAIL (fingerprints compared)" : "off");
+  }
   return comm;
 }
 
@@ -161,6 +179,19 @@ Communicator::~Communicator() {
   }
   finish_cv_.notify_all();
   if (finisher_.joinable()) finisher_.join();
+  if (options_.log_summary) {
+    std::string counts;
+    uint64_t total = 0;
+    for (uint8_t op = 1; op < 16; ++op) {
+      if (op_counts_[op] == 0) continue;
+      absl::StrAppend(&counts, counts.empty() ? "" : ", ", OpTypeName(op), " ", op_counts_[op]);
+      total += op_counts_[op];
+    }
+    const absl::Status broken = broken_status();
+    std::fprintf(stderr, "[lockstep] rank %d of %d: communicator destroyed after %llu operations%s%s%s\n", rank_,
+                 size_, static_cast<unsigned long long>(total), counts.empty() ? "" : ": ", counts.c_str(),
+                 broken.ok() ? "" : absl::StrCat("; broken by: ", broken.message()).c_str());
+  }
 }
 
 absl::Status Communicator::broken_status() {
@@ -331,7 +362,10 @@ void Communicator::RunItem(Item item) {
       return;
     }
     // Collectives are numbered in the order they run.
-    if (item.task) item.fingerprint.seq = next_seq_++;
+    if (item.task) {
+      item.fingerprint.seq = next_seq_++;
+      ++op_counts_[item.fingerprint.op & 15];
+    }
   }
   if (!item.task) {
     RunPointToPointBatch(std::move(item));
@@ -673,6 +707,7 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     // Point-to-point messages are numbered per (peer, tag) and direction,
     // not in the collective sequence (only two ranks take part).
     const uint64_t seq = send ? send_seq_[{peer, tag}]++ : recv_seq_[{peer, tag}]++;
+    ++op_counts_[static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv)];
     Item item;
     item.work = work;
     item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv),

@@ -83,6 +83,12 @@ struct CommunicatorOptions {
   // Compare every operation's fingerprint across ranks first (costs one
   // small exchange per operation). Also on with LOCKSTEP_DEBUG=DETAIL.
   bool debug_checks = false;
+  // Say on stderr when the communicator is created and, when it is
+  // destroyed, how many operations of each kind it ran (as
+  // TORCH_DISTRIBUTED_DEBUG=INFO). Also on with LOCKSTEP_DEBUG=INFO or
+  // DETAIL; LOCKSTEP_DEBUG=OFF (or unset) leaves both options as given, and
+  // any other value is refused by Create.
+  bool log_summary = false;
   // After a failure, how long to wait for the other ranks' failure reports
   // (a bound: a hung store does not delay the error further).
   Milliseconds failure_report_window = Milliseconds(1000);
@@ -209,6 +215,9 @@ class Communicator {
   std::condition_variable work_cv_;
   std::deque<Item> queue_;
   uint64_t next_seq_ = 0;
+  // Operations run (collectives) or posted (point to point), by OpType
+  // (log_summary).
+  uint64_t op_counts_[16] = {};
   // Point to point: numbered per (peer, tag) and direction, in call order.
   std::map<std::pair<int, uint32_t>, uint64_t> send_seq_, recv_seq_;
   bool stopping_ = false;
