@@ -11,8 +11,10 @@
 //
 // The Communicator is the front: it validates every operation when called
 // (wrong sizes, dtypes, devices, roots or peers come back at once as a
-// failed Work, nothing sent), numbers it, queues it in call order and runs
-// it on its own thread through a Backend (collectives/backend.h: the host
+// failed Work, nothing sent), queues it in call order (a collective that a
+// ThenWork continuation starts goes right after that continuation: see
+// work.h), numbers it as it runs, and runs it on its own thread through a
+// Backend (collectives/backend.h: the host
 // algorithms over a Transport, or NCCL), completing its Work. An operation
 // a device backend queued (NCCL on CUDA tensors) is completed by a second
 // thread once its CUDA event fired, in order, while the next ones are
@@ -179,7 +181,7 @@ class Communicator {
 
   std::shared_ptr<Work> Failed(absl::Status status);
   absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
-  // Queues a collective (numbered in call order) with its fingerprint.
+  // Queues a collective with its fingerprint (numbered when it runs).
   std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, Task task);
   // Queues a ThenWork step (Work::Sequencer); false once broken or gone.
   bool EnqueueContinuation(std::function<void()> run);
