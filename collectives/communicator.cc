@@ -354,18 +354,20 @@ void Communicator::RunItem(Item item) {
     step_thread_ = std::thread::id();
     return;
   }
+  absl::Status broken;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) {
-      absl::Status broken = broken_;
-      item.work->Complete(broken);
-      return;
-    }
+    broken = broken_;
     // Collectives are numbered in the order they run.
-    if (item.task) {
+    if (broken.ok() && item.task) {
       item.fingerprint.seq = next_seq_++;
       ++op_counts_[item.fingerprint.op & 15];
     }
+  }
+  if (!broken.ok()) {
+    // Outside the lock: the Work's callbacks may start more operations.
+    item.work->Complete(broken);
+    return;
   }
   if (!item.task) {
     RunPointToPointBatch(std::move(item));
