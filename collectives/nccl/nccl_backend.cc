@@ -171,6 +171,10 @@ std::string NcclBackend::Fingerprint(absl::string_view op, uint64_t seq, const T
 }
 
 absl::Status NcclBackend::NotRun(const std::string& fingerprint) {
+  // The failure is reported once the abort it triggered has returned (it
+  // runs on the thread that found the failure; nothing it waits for waits
+  // on this one), bounded in case an abort never returns.
+  watchdog_->AwaitAbort(DeadlineIn(std::chrono::seconds(60)));
   absl::Status cause = watchdog_->status();
   // The watchdog's message names the operations that were in flight; one
   // that had not started yet gets its own name in front.

@@ -47,6 +47,16 @@ void NcclWatchdog::Fail(absl::Status error) {
   // Outside the lock: ncclCommAbort can take a while, and operations polling
   // status() must see the failure meanwhile.
   if (hooks_.abort) hooks_.abort(error);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+  }
+  aborted_cv_.notify_all();
+}
+
+void NcclWatchdog::AwaitAbort(Deadline give_up) {
+  std::unique_lock<std::mutex> lock(mu_);
+  aborted_cv_.wait_until(lock, give_up, [&] { return aborted_; });
 }
 
 absl::Status NcclWatchdog::Check() {

@@ -62,6 +62,10 @@ class NcclWatchdog {
 
   // Records `error` as the failure (unless one is recorded) and aborts.
   void Fail(absl::Status error);
+  // Blocks until the abort that followed the failure has returned (or
+  // `give_up`): an operation that reports "the watchdog aborted the NCCL
+  // communicator" says so only once it is true.
+  void AwaitAbort(Deadline give_up);
 
   // Blocks until a round of the watchdog that began at or after
   // `not_before` has finished (its checks done, or skipped once failed), or
@@ -93,6 +97,8 @@ class NcclWatchdog {
   uint64_t next_id_ = 1;
   std::map<uint64_t, Op> in_flight_;
   absl::Status status_;
+  bool aborted_ = false;  // The abort hook returned.
+  std::condition_variable aborted_cv_;
   std::atomic<bool> failed_{false};
   std::thread thread_;
 };
