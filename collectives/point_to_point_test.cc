@@ -167,6 +167,29 @@ TEST(PointToPointTest, ASizeMismatchNamesBothSizes) {
   EXPECT_TRUE(results[1].ok()) << results[1];
 }
 
+// Tags from 2^31 - 256 up would carry the transports' own tags on the wire:
+// refused at the call, naming the limit, and the group is unharmed (the
+// largest allowed tag then works).
+TEST(PointToPointTest, ATagAtTheLimitIsRefusedAndTheGroupGoesOn) {
+  const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    const uint32_t limit = (uint32_t{1} << 31) - 256;
+    Tensor t = Filled(4, static_cast<float>(comm.rank()));
+    for (uint32_t tag : {limit, limit + 255, uint32_t{1} << 31}) {
+      const absl::Status s = comm.rank() == 0 ? comm.Send(t, 1, tag)->Wait() : comm.Recv(t, 0, tag)->Wait();
+      if (s.code() != absl::StatusCode::kInvalidArgument ||
+          s.message().find(absl::StrCat("must be below ", limit, " (2^31 - 256)")) == absl::string_view::npos) {
+        return absl::InternalError(absl::StrCat("tag ", tag, ": unclear error: ", s.ToString()));
+      }
+    }
+    const absl::Status s = comm.rank() == 0 ? comm.Send(t, 1, limit - 1)->Wait() : comm.Recv(t, 0, limit - 1)->Wait();
+    if (!s.ok()) return s;
+    if (comm.rank() == 1 && t.data<float>()[0] != 0) return absl::InternalError("rank 0's data did not arrive");
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
 TEST(PointToPointTest, ADtypeMismatchNamesBothTypes) {
   const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
     if (comm.rank() == 0) {

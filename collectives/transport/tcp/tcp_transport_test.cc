@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/testing/transport_conformance.h"
 #include "collectives/transport/tcp/socket.h"
@@ -115,6 +116,13 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
                          ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
                          testing::TransportFactoryName);
 
+// The address rank `rank` published in the store (it listens there).
+absl::Status PublishedAddress(Store& store, int rank, std::string* host, int* port) {
+  absl::StatusOr<std::string> address = store.Get(absl::StrCat("tcp_transport/", rank), Milliseconds(30000));
+  if (!address.ok()) return address.status();
+  return SplitHostPort(*address, host, port);
+}
+
 // Receives with `consume` (TCP's receive buffer): the payload arrives in
 // order, in pieces no longer than the buffer that start at multiples of 64
 // bytes (whole elements of any dtype), each before the on_segment
@@ -182,11 +190,9 @@ TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
   options.handshake_timeout = Milliseconds(300);
   options.secret = "group secret";
   auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
-  absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(30000));
-  ASSERT_TRUE(address.ok()) << address.status();
   std::string host;
   int port = 0;
-  ASSERT_TRUE(SplitHostPort(*address, &host, &port).ok());
+  ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
   const Deadline deadline = DeadlineIn(Milliseconds(30000));
   absl::StatusOr<Fd> silent = Connect(host, port, deadline, "rank 0");
   ASSERT_TRUE(silent.ok()) << silent.status();
@@ -218,11 +224,9 @@ TEST(TcpTransportTest, IdleConnectionsDoNotDelayTheRealRanks) {
     options.handshake_timeout = Milliseconds(3600000);
     options.secret = secret;
     auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
-    absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(30000));
-    ASSERT_TRUE(address.ok()) << address.status();
     std::string host;
     int port = 0;
-    ASSERT_TRUE(SplitHostPort(*address, &host, &port).ok());
+    ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
     const Deadline deadline = DeadlineIn(Milliseconds(30000));
     std::vector<Fd> strangers;
     for (int i = 0; i < 8; ++i) {
