@@ -20,7 +20,7 @@ using namespace ::lockstep::cuda_grid;  // NOLINT: kThreads, Blocks, dtype value
 
 // Enum values of core/reduce_op.h (kept in sync by cuda_kernels_test
 // comparing against the CPU kernels for every value).
-enum OpValue { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4 };
+enum OpValue { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4, kBand = 5, kBor = 6, kBxor = 7 };
 
 struct InputPointers {
   const void* ptr[kMaxReduceInputs];
@@ -82,6 +82,8 @@ int VisitDType(int dtype, Fn&& fn) {
     case kI32: return fn(int32_t{});
     case kI64: return fn(int64_t{});
     case kU8: return fn(uint8_t{});
+    case kI8: return fn(int8_t{});
+    case kBool: return fn(bool{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -114,6 +116,9 @@ int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, v
       case kProd: return LaunchReduceTyped<T, ew::ProdOp>(false, pointers, num_inputs, out, count, s);
       case kMin: return LaunchReduceTyped<T, ew::MinOp>(false, pointers, num_inputs, out, count, s);
       case kMax: return LaunchReduceTyped<T, ew::MaxOp>(false, pointers, num_inputs, out, count, s);
+      case kBand: return LaunchReduceTyped<T, ew::BandOp>(false, pointers, num_inputs, out, count, s);
+      case kBor: return LaunchReduceTyped<T, ew::BorOp>(false, pointers, num_inputs, out, count, s);
+      case kBxor: return LaunchReduceTyped<T, ew::BxorOp>(false, pointers, num_inputs, out, count, s);
     }
     return static_cast<int>(cudaErrorInvalidValue);
   });

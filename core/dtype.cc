@@ -15,6 +15,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kI8: return 1;
+    case DType::kBool: return 1;
   }
   return 0;
 }
@@ -28,6 +30,8 @@ absl::string_view DTypeName(DType dtype) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
     case DType::kU8: return "u8";
+    case DType::kI8: return "i8";
+    case DType::kBool: return "bool";
   }
   return "invalid";
 }
@@ -37,7 +41,12 @@ bool IsFloatingPoint(DType dtype) {
          dtype == DType::kBF16;
 }
 
-bool IsValidDType(uint8_t value) { return value <= static_cast<uint8_t>(DType::kU8); }
+bool IsIntegral(DType dtype) {
+  return dtype == DType::kI32 || dtype == DType::kI64 || dtype == DType::kU8 || dtype == DType::kI8 ||
+         dtype == DType::kBool;
+}
+
+bool IsValidDType(uint8_t value) { return value <= static_cast<uint8_t>(DType::kBool); }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
@@ -48,9 +57,11 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (n == "i32" || n == "int32" || n == "int") return DType::kI32;
   if (n == "i64" || n == "int64" || n == "long") return DType::kI64;
   if (n == "u8" || n == "uint8") return DType::kU8;
+  if (n == "i8" || n == "int8" || n == "char") return DType::kI8;
+  if (n == "bool") return DType::kBool;
   return absl::InvalidArgumentError(
       absl::StrCat("ParseDType: '", name,
-                   "' is not a dtype; expected one of f32, f64, f16, bf16, i32, i64, u8 "
+                   "' is not a dtype; expected one of f32, f64, f16, bf16, i32, i64, u8, i8, bool "
                    "(or PyTorch's names such as float32, bfloat16, int64)"));
 }
 

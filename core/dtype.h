@@ -35,23 +35,30 @@ enum class DType : uint8_t {
   kI32 = 4,
   kI64 = 5,
   kU8 = 6,
+  kI8 = 7,
+  // One byte holding 0 or 1, as PyTorch's torch.bool; reductions treat it
+  // as logic (SUM and MAX: or; PROD and MIN: and).
+  kBool = 8,
 };
 
-inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                                       DType::kI32, DType::kI64, DType::kU8};
+inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI32,
+                                       DType::kI64, DType::kU8,  DType::kI8,  DType::kBool};
 
 // Bytes per element.
 size_t DTypeSize(DType dtype);
 
-// Short name: "f32", "f64", "f16", "bf16", "i32", "i64", "u8".
+// Short name: "f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "bool".
 absl::string_view DTypeName(DType dtype);
 
 // f32, f64, f16 and bf16.
 bool IsFloatingPoint(DType dtype);
 
+// i32, i64, u8, i8 and bool: the dtypes the bitwise reductions apply to.
+bool IsIntegral(DType dtype);
+
 // Accepts the short names and PyTorch's ("float32", "float", "float64",
 // "double", "float16", "half", "bfloat16", "int32", "int", "int64", "long",
-// "uint8").
+// "uint8", "int8", "char", "bool").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 // True when `value` is one of the enumerators (for validating wire input).
@@ -67,6 +74,8 @@ template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBF
 template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
+template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
 
 template <typename T>
 struct TypeTag {
@@ -83,6 +92,8 @@ decltype(auto) VisitDType(DType dtype, Fn&& fn) {
     case DType::kI32: return fn(TypeTag<int32_t>{});
     case DType::kI64: return fn(TypeTag<int64_t>{});
     case DType::kU8: return fn(TypeTag<uint8_t>{});
+    case DType::kI8: return fn(TypeTag<int8_t>{});
+    case DType::kBool: return fn(TypeTag<bool>{});
     case DType::kF32: break;
   }
   return fn(TypeTag<float>{});

@@ -29,8 +29,24 @@ absl::string_view ReduceName(ReduceOp op) {
     case ReduceOp::kProd: return "Reduce(PROD)";
     case ReduceOp::kMin: return "Reduce(MIN)";
     case ReduceOp::kMax: return "Reduce(MAX)";
+    case ReduceOp::kBand: return "Reduce(BAND)";
+    case ReduceOp::kBor: return "Reduce(BOR)";
+    case ReduceOp::kBxor: return "Reduce(BXOR)";
   }
   return "Reduce(INVALID)";
+}
+
+// The bitwise ops apply to integer and bool elements only (as gloo's).
+absl::Status CheckOpForDType(ReduceOp op, DType dtype, absl::string_view operation) {
+  if (IsBitwise(op) && !IsIntegral(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": ", ReduceOpName(op),
+                                                   " applies to integer and bool elements, not ", DTypeName(dtype)));
+  }
+  if (op == ReduceOp::kAvg && dtype == DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(operation, ": AVG has no meaning for bool elements; use SUM "
+                                                              "(or) or PROD (and)"));
+  }
+  return absl::OkStatus();
 }
 
 // Input `index` must match the output in dtype, element count and device.
@@ -75,6 +91,7 @@ absl::Status Reduce(ReduceOp op, absl::Span<const Tensor> inputs, const Tensor& 
     return absl::InvalidArgumentError(absl::StrCat(operation, ": needs at least one input"));
   }
   LOCKSTEP_RETURN_IF_ERROR(CheckDefined(out, operation, "the output"));
+  LOCKSTEP_RETURN_IF_ERROR(CheckOpForDType(op, out.dtype(), operation));
   absl::InlinedVector<const void*, 8> pointers;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_RETURN_IF_ERROR(CheckInput(inputs[i], out, operation, i));
@@ -101,6 +118,7 @@ absl::Status ReduceHost(ReduceOp op, DType dtype, const void* first, const void*
                                                    static_cast<int>(op)));
   }
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat(operation, ": negative count ", count));
+  LOCKSTEP_RETURN_IF_ERROR(CheckOpForDType(op, dtype, operation));
   if (count == 0) return absl::OkStatus();
   const uintptr_t size = DTypeSize(dtype);
   for (const void* p : {first, second, static_cast<const void*>(out)}) {

@@ -15,9 +15,15 @@ constexpr int64_t kCounts[] = {0, 1, 7, 1001, 4099};
 
 template <typename T>
 Tensor MakeTensor(const std::vector<T>& values) {
-  absl::StatusOr<Tensor> t = Tensor::FromVector<T>(values);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return *t;
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no contiguous elements.
+    Tensor t = *Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kBool);
+    for (size_t i = 0; i < values.size(); ++i) t.data<bool>()[i] = values[i];
+    return t;
+  } else {
+    absl::StatusOr<Tensor> t = Tensor::FromVector<T>(values);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
 }
 
 template <typename T>
@@ -61,11 +67,20 @@ void CheckReduce(ReduceOp op, int num_inputs, int64_t count, bool in_place) {
 template <typename T>
 class KernelsTest : public ::testing::Test {};
 
-using AllTypes = ::testing::Types<float, double, Half, BFloat16, int32_t, int64_t, uint8_t>;
+using AllTypes = ::testing::Types<float, double, Half, BFloat16, int32_t, int64_t, uint8_t, int8_t, bool>;
 TYPED_TEST_SUITE(KernelsTest, AllTypes);
+
+// The reduce ops defined for T: bitwise ones for integers and bool only,
+// AVG for everything but bool.
+template <typename T>
+bool Applies(ReduceOp op) {
+  if (IsBitwise(op)) return std::is_integral_v<T>;
+  return !(op == ReduceOp::kAvg && std::is_same_v<T, bool>);
+}
 
 TYPED_TEST(KernelsTest, ReduceMatchesReferenceForEveryOpAndSize) {
   for (ReduceOp op : kAllReduceOps) {
+    if (!Applies<TypeParam>(op)) continue;
     for (int64_t count : kCounts) {
       for (int inputs : {1, 2, 3, 5}) {
         CheckReduce<TypeParam>(op, inputs, count, /*in_place=*/false);
@@ -79,6 +94,7 @@ TYPED_TEST(KernelsTest, ReduceMatchesReferenceForEveryOpAndSize) {
 TYPED_TEST(KernelsTest, OutputMayAliasALaterInput) {
   using T = TypeParam;
   for (ReduceOp op : kAllReduceOps) {
+    if (!Applies<T>(op)) continue;
     const int64_t count = 1001;
     const std::vector<T> a = reference::RandomValues<T>(count, 21);
     const std::vector<T> b = reference::RandomValues<T>(count, 22);
@@ -122,7 +138,7 @@ TYPED_TEST(KernelsTest, ScaleMatchesReference) {
           const double lo = static_cast<double>(std::numeric_limits<T>::min());
           const double hi = static_cast<double>(std::numeric_limits<T>::max());
           expected[i] = s <= lo ? std::numeric_limits<T>::min()
-                                : (s >= hi ? std::numeric_limits<T>::max() : static_cast<T>(s));
+                                : (s >= hi ? std::numeric_limits<T>::max() : static_cast<T>(static_cast<int64_t>(s)));
         } else if constexpr (std::is_same_v<T, double>) {
           expected[i] = values[i] * factor;
         } else {
@@ -147,7 +163,7 @@ TYPED_TEST(KernelsTest, DivideMatchesReference) {
       std::vector<T> expected(count);
       for (int64_t i = 0; i < count; ++i) {
         if constexpr (std::is_integral_v<T>) {
-          expected[i] = static_cast<T>(values[i] / static_cast<T>(divisor));
+          expected[i] = static_cast<T>(static_cast<int64_t>(values[i]) / divisor);
         } else if constexpr (std::is_same_v<T, double>) {
           expected[i] = values[i] / static_cast<double>(divisor);
         } else {
@@ -266,6 +282,21 @@ TEST(KernelErrorsTest, SizeDeviceAndAliasingErrors) {
   EXPECT_FALSE(Reduce(ReduceOp::kSum, {}, out).ok());
   EXPECT_FALSE(Reduce(ReduceOp::kSum, {Tensor()}, out).ok());
   EXPECT_FALSE(Reduce(static_cast<ReduceOp>(9), {out}, out).ok());
+}
+
+TEST(KernelErrorsTest, BitwiseOpsNeedIntegersAndBoolHasNoAverage) {
+  Tensor f = MakeTensor(std::vector<float>{1, 2});
+  const absl::Status band = ReduceInto(ReduceOp::kBand, f, f);
+  EXPECT_EQ(band.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(band.message().find("BAND applies to integer and bool elements, not f32"), absl::string_view::npos)
+      << band;
+  EXPECT_EQ(Values<float>(f), (std::vector<float>{1, 2}));
+  const std::vector<double> d = {1, 2};
+  std::vector<double> out(2);
+  EXPECT_FALSE(ReduceHost(ReduceOp::kBxor, DType::kF64, d.data(), d.data(), out.data(), 2).ok());
+  Tensor b = MakeTensor(std::vector<bool>{true, false});
+  const absl::Status avg = ReduceInto(ReduceOp::kAvg, b, b);
+  EXPECT_NE(avg.message().find("AVG has no meaning for bool"), absl::string_view::npos) << avg;
 }
 
 TEST(ReduceHostTest, MatchesReduceOnTensorsAndChecksPointers) {

@@ -13,11 +13,14 @@ absl::string_view ReduceOpName(ReduceOp op) {
     case ReduceOp::kProd: return "PROD";
     case ReduceOp::kMin: return "MIN";
     case ReduceOp::kMax: return "MAX";
+    case ReduceOp::kBand: return "BAND";
+    case ReduceOp::kBor: return "BOR";
+    case ReduceOp::kBxor: return "BXOR";
   }
   return "INVALID";
 }
 
-bool IsValidReduceOp(uint8_t value) { return value <= static_cast<uint8_t>(ReduceOp::kMax); }
+bool IsValidReduceOp(uint8_t value) { return value <= static_cast<uint8_t>(ReduceOp::kBxor); }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   const std::string n = absl::AsciiStrToUpper(name);
@@ -25,7 +28,7 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
     if (n == ReduceOpName(op)) return op;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "ParseReduceOp: '", name, "' is not a reduce op; expected SUM, AVG, PROD, MIN or MAX"));
+      "ParseReduceOp: '", name, "' is not a reduce op; expected SUM, AVG, PROD, MIN, MAX, BAND, BOR or BXOR"));
 }
 
 }  // namespace lockstep

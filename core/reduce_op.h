@@ -16,18 +16,26 @@ enum class ReduceOp : uint8_t {
   kProd = 2,
   kMin = 3,   // NaN-propagating, like torch.minimum.
   kMax = 4,   // NaN-propagating, like torch.maximum.
+  // Bitwise and, or, exclusive or: integer and bool dtypes only (as gloo's).
+  kBand = 5,
+  kBor = 6,
+  kBxor = 7,
 };
 
-inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd,
-                                             ReduceOp::kMin, ReduceOp::kMax};
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProd,
+                                             ReduceOp::kMin, ReduceOp::kMax,  ReduceOp::kBand,
+                                             ReduceOp::kBor, ReduceOp::kBxor};
 
-// "SUM", "AVG", "PROD", "MIN", "MAX".
+// "SUM", "AVG", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR".
 absl::string_view ReduceOpName(ReduceOp op);
 
 // Accepts the names above in any case.
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 bool IsValidReduceOp(uint8_t value);
+
+// BAND, BOR and BXOR.
+inline bool IsBitwise(ReduceOp op) { return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor; }
 
 }  // namespace lockstep
 

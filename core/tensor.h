@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -176,13 +177,22 @@ absl::StatusOr<std::vector<T>> Tensor::ToVector() const {
   }
   std::vector<T> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
-  if (device().is_cpu()) {
-    std::memcpy(out.data(), raw_data(), nbytes());
+  if constexpr (std::is_same_v<T, bool>) {
+    // std::vector<bool> packs bits: element by element.
+    absl::StatusOr<Tensor> host = device().is_cpu() ? *this : To(Device::Cpu());
+    if (!host.ok()) return host.status();
+    const bool* p = static_cast<const bool*>(host->raw_data());
+    for (int64_t i = 0; i < numel_; ++i) out[static_cast<size_t>(i)] = p[i];
+    return out;
+  } else {
+    if (device().is_cpu()) {
+      std::memcpy(out.data(), raw_data(), nbytes());
+      return out;
+    }
+    absl::Status s = cuda::Copy(out.data(), raw_data(), nbytes(), device().index(), nullptr);
+    if (!s.ok()) return s;
     return out;
   }
-  absl::Status s = cuda::Copy(out.data(), raw_data(), nbytes(), device().index(), nullptr);
-  if (!s.ok()) return s;
-  return out;
 }
 
 }  // namespace lockstep

@@ -139,6 +139,8 @@ absl::string_view SafetensorsDTypeName(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
+    case DType::kI8: return "I8";
+    case DType::kBool: return "BOOL";
   }
   return "invalid";
 }
@@ -149,7 +151,7 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   }
   return absl::UnimplementedError(absl::StrCat("safetensors dtype ", Quoted(name),
                                                " is not supported; expected one of F32, F64, F16, "
-                                               "BF16, I32, I64, U8"));
+                                               "BF16, I32, I64, U8, I8, BOOL"));
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const std::pair<std::string, Tensor>> tensors,

@@ -380,7 +380,7 @@ class HeaderReader {
           if (!parsed.ok()) {
             return absl::UnimplementedError(absl::StrCat(
                 "safetensors ", source_, ": ", tensor, " has dtype ", Quoted(dtype),
-                ", which lockstep does not support (supported: F32, F64, F16, BF16, I32, I64, U8); "
+                ", which lockstep does not support (supported: F32, F64, F16, BF16, I32, I64, U8, I8, BOOL); "
                 "convert the tensor to one of these before saving"));
           }
           entry.dtype = *parsed;

@@ -137,6 +137,16 @@ void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void
       case ReduceOp::kProd: ReduceTyped<T, ew::ProdOp>(inputs, dst, count, false); return;
       case ReduceOp::kMin: ReduceTyped<T, ew::MinOp>(inputs, dst, count, false); return;
       case ReduceOp::kMax: ReduceTyped<T, ew::MaxOp>(inputs, dst, count, false); return;
+      case ReduceOp::kBand:
+      case ReduceOp::kBor:
+      case ReduceOp::kBxor:
+        // Integers only (core/kernels.cc refuses the others).
+        if constexpr (std::is_integral_v<T>) {
+          if (op == ReduceOp::kBand) ReduceTyped<T, ew::BandOp>(inputs, dst, count, false);
+          if (op == ReduceOp::kBor) ReduceTyped<T, ew::BorOp>(inputs, dst, count, false);
+          if (op == ReduceOp::kBxor) ReduceTyped<T, ew::BxorOp>(inputs, dst, count, false);
+        }
+        return;
     }
   });
 }

@@ -15,7 +15,7 @@ namespace cuda_grid {
 
 // Values of core/dtype.h's DType (kept in sync by the gpu tests, which
 // compare every dtype against the CPU kernels).
-enum DTypeValue { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3, kI32 = 4, kI64 = 5, kU8 = 6 };
+enum DTypeValue { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3, kI32 = 4, kI64 = 5, kU8 = 6, kI8 = 7, kBool = 8 };
 
 constexpr int kThreads = 256;
 

@@ -4,6 +4,9 @@
 // Terms: an element type T is loaded into its accumulator type Acc<T> (f32
 // for f16/bf16/f32, f64 for f64, T itself for integers), combined there, and
 // stored back once. Integer SUM and PROD wrap modulo 2^bits, as in PyTorch.
+// bool is logic: SUM and MAX are or, PROD and MIN are and (as gloo's sum
+// and product on bool). BAND, BOR and BXOR apply to integers and bool only
+// (floating types never reach them: the kernels' callers refuse them).
 // MIN and MAX propagate NaN; between equal values (-0 and +0) they return the
 // later input. AVG divides the accumulated sum by the number of
 // inputs (integers truncate toward zero).
@@ -61,7 +64,9 @@ LOCKSTEP_HOST_DEVICE inline T WrapMul(T a, T b) {
 struct SumOp {
   template <typename A>
   LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
-    if constexpr (std::is_integral_v<A>) {
+    if constexpr (std::is_same_v<A, bool>) {
+      return a || b;
+    } else if constexpr (std::is_integral_v<A>) {
       return WrapAdd(a, b);
     } else {
       return a + b;
@@ -72,7 +77,9 @@ struct SumOp {
 struct ProdOp {
   template <typename A>
   LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
-    if constexpr (std::is_integral_v<A>) {
+    if constexpr (std::is_same_v<A, bool>) {
+      return a && b;
+    } else if constexpr (std::is_integral_v<A>) {
       return WrapMul(a, b);
     } else {
       return a * b;
@@ -91,10 +98,51 @@ struct MaxOp {
   LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) { return (a > b || a != a) ? a : b; }
 };
 
-// AVG's final step on an accumulated sum of `n` inputs.
+// Bitwise reductions; floating types pass through unchanged (never used:
+// see above).
+struct BandOp {
+  template <typename A>
+  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      return static_cast<A>(a & b);
+    } else {
+      return a;
+    }
+  }
+};
+
+struct BorOp {
+  template <typename A>
+  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      return static_cast<A>(a | b);
+    } else {
+      return a;
+    }
+  }
+};
+
+struct BxorOp {
+  template <typename A>
+  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      return static_cast<A>(a ^ b);
+    } else {
+      return a;
+    }
+  }
+};
+
+// AVG's final step on an accumulated sum of `n` inputs. Types narrower than
+// int divide as int (an int8 cannot hold a world size above 127); integers
+// truncate toward zero.
 template <typename A>
 LOCKSTEP_HOST_DEVICE inline A DivideBy(A sum, int n) {
-  return sum / static_cast<A>(n);
+  if constexpr (std::is_integral_v<A> && sizeof(A) < sizeof(int)) {
+    return static_cast<A>(static_cast<int>(sum) / n);
+  } else {
+    return sum / static_cast<A>(n);
+  }
 }
 template <>
 LOCKSTEP_HOST_DEVICE inline uint8_t DivideBy(uint8_t sum, int n) {
@@ -111,7 +159,7 @@ LOCKSTEP_HOST_DEVICE inline T ScaleInteger(T v, double factor) {
   const double hi = static_cast<double>(std::numeric_limits<T>::max());
   if (scaled <= lo) return std::numeric_limits<T>::min();
   if (scaled >= hi) return std::numeric_limits<T>::max();
-  return static_cast<T>(scaled);  // Truncates toward zero.
+  return static_cast<T>(static_cast<int64_t>(scaled));  // Truncates toward zero (bool: then nonzero).
 }
 
 template <typename T>

@@ -99,11 +99,27 @@ bool SameElement(T a, T b) {
 }
 
 // One element of Reduce(op, inputs): floats accumulate in float (f16, bf16,
-// f32) or double (f64) and round once; integers wrap modulo 2^bits.
+// f32) or double (f64) and round once; integers wrap modulo 2^bits; bool is
+// logic (SUM and MAX: any true; PROD and MIN: all true); BAND, BOR and BXOR
+// combine the bits.
 template <typename T>
 T ReduceElement(ReduceOp op, const std::vector<T>& values) {
   const size_t n = values.size();
-  if constexpr (std::is_integral_v<T>) {
+  if constexpr (std::is_same_v<T, bool>) {
+    size_t trues = 0;
+    for (bool v : values) trues += v ? 1 : 0;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMax:
+      case ReduceOp::kBor: return trues > 0;
+      case ReduceOp::kProd:
+      case ReduceOp::kMin:
+      case ReduceOp::kBand: return trues == n;
+      case ReduceOp::kBxor: return trues % 2 == 1;
+      case ReduceOp::kAvg: break;
+    }
+    return false;
+  } else if constexpr (std::is_integral_v<T>) {
     constexpr int bits = 8 * sizeof(T);
     const uint64_t mask = bits == 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
     auto wrap = [&](uint64_t v) {
@@ -118,12 +134,16 @@ T ReduceElement(ReduceOp op, const std::vector<T>& values) {
       const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(values[k]));
       if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
       if (op == ReduceOp::kProd) acc *= v;
+      if (op == ReduceOp::kBand) acc &= v;
+      if (op == ReduceOp::kBor) acc |= v;
+      if (op == ReduceOp::kBxor) acc ^= v;
       if (op == ReduceOp::kMin) best = std::min(best, values[k]);
       if (op == ReduceOp::kMax) best = std::max(best, values[k]);
     }
     if (op == ReduceOp::kMin || op == ReduceOp::kMax) return best;
     const T sum = wrap(acc);
-    if (op == ReduceOp::kAvg) return static_cast<T>(sum / static_cast<T>(n));
+    // Truncation toward zero, in int64 (a world size may not fit an int8).
+    if (op == ReduceOp::kAvg) return static_cast<T>(static_cast<int64_t>(sum) / static_cast<int64_t>(n));
     return sum;
   } else {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -137,6 +157,7 @@ T ReduceElement(ReduceOp op, const std::vector<T>& values) {
         // NaN wins; between equal values (-0 and +0) the later input wins.
         case ReduceOp::kMin: acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc < v ? acc : v); break;
         case ReduceOp::kMax: acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc > v ? acc : v); break;
+        default: break;  // Bitwise ops do not apply to floating types.
       }
     }
     if (op == ReduceOp::kAvg) acc = acc / static_cast<A>(n);
@@ -156,11 +177,15 @@ template <typename T>
 std::vector<T> RandomValues(int64_t count, uint32_t seed, bool specials = true) {
   std::mt19937 rng(seed);
   std::vector<T> out(static_cast<size_t>(count));
-  for (auto& v : out) {
-    if constexpr (std::is_integral_v<T>) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    if constexpr (std::is_same_v<T, bool>) {
+      out[i] = (rng() & 1) != 0;  // std::vector<bool>: no references to elements.
+    } else if constexpr (std::is_integral_v<T>) {
+      T& v = out[i];
       uint64_t r = (static_cast<uint64_t>(rng()) << 32) | rng();
       std::memcpy(&v, &r, sizeof(T));
     } else {
+      T& v = out[i];
       std::uniform_real_distribution<double> uniform(-4.0, 4.0);
       double d = uniform(rng);
       const uint32_t pick = rng() % 100;

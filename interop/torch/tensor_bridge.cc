@@ -39,10 +39,12 @@ absl::StatusOr<DType> DTypeFromTorch(c10::ScalarType type) {
     case c10::ScalarType::Int: return DType::kI32;
     case c10::ScalarType::Long: return DType::kI64;
     case c10::ScalarType::Byte: return DType::kU8;
+    case c10::ScalarType::Char: return DType::kI8;
+    case c10::ScalarType::Bool: return DType::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat("libtorch dtype ", std::string(c10::toString(type)),
                                                      " has no lockstep counterpart (f32, f64, f16, bf16, i32, "
-                                                     "i64, u8); convert it with .to(...) first"));
+                                                     "i64, u8, i8, bool); convert it with .to(...) first"));
   }
 }
 
@@ -55,6 +57,8 @@ c10::ScalarType DTypeToTorch(DType dtype) {
     case DType::kI32: return c10::ScalarType::Int;
     case DType::kI64: return c10::ScalarType::Long;
     case DType::kU8: return c10::ScalarType::Byte;
+    case DType::kI8: return c10::ScalarType::Char;
+    case DType::kBool: return c10::ScalarType::Bool;
   }
   return c10::ScalarType::Undefined;
 }
