@@ -34,7 +34,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "collectives/stream_marker.h"
 #include "collectives/transport/transport.h"
 #include "core/deadline.h"
@@ -65,19 +67,33 @@ struct BackendCapabilities {
   bool cpu_tensors = false;
   bool cuda_tensors = false;
   bool point_to_point = false;
+  // BAND, BOR and BXOR (NCCL has none).
+  bool bitwise_reductions = false;
+  // Receives from any rank (PointToPointOp::kAnySource; NCCL has none).
+  bool any_source_receive = false;
+  // Split() makes subgroups itself (NCCL >= 2.18: ncclCommSplit); else the
+  // Communicator builds them anew through its store.
+  bool native_split = false;
 };
 
 // One point-to-point operation of a batch (see RunPointToPoint).
 struct PointToPointOp {
+  // A receive's peer that accepts a message from any rank.
+  static constexpr int kAnySource = -1;
+
   bool send = true;
-  int peer = -1;
+  int peer = kAnySource;
   uint32_t tag = 0;  // User tag (below 2^31).
-  uint64_t seq = 0;  // Per (peer, direction), in call order.
+  // Sends: numbered per (peer, tag), in call order (travels in the
+  // message, which the receiver checks). Receives: per (peer, tag), for
+  // messages only.
+  uint64_t seq = 0;
   Tensor tensor;
   // Called once by the backend when this operation has finished (OK), from
-  // the communicator's thread. Operations still running when the batch
+  // the communicator's thread, with the rank the message came from (a
+  // receive) or went to (a send). Operations still running when the batch
   // fails get the batch's error from the Communicator instead.
-  std::function<void()> done;
+  std::function<void(int peer)> done;
 };
 
 // Where point-to-point operations come from while a batch runs.
@@ -112,15 +128,40 @@ class Backend {
                                      const OpContext& op_ctx) = 0;
   virtual absl::Status Barrier(const OpContext& op_ctx) = 0;
 
+  // Uneven blocks: `counts` (one per rank, checked by the Communicator
+  // against the tensors) says how many elements each rank's block holds;
+  // blocks lie one after another in rank order.
+  virtual absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                  const OpContext& op_ctx) = 0;
+  virtual absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                      ReduceOp op, const OpContext& op_ctx) = 0;
+  virtual absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                               int root, const OpContext& op_ctx) = 0;
+  virtual absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                int root, const OpContext& op_ctx) = 0;
+  // send_counts[j] elements of `input` (blocks in rank order) go to rank j;
+  // recv_counts[i] elements from rank i land in `output` (likewise).
+  virtual absl::Status AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                                absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) = 0;
+
   // Every rank's `bytes` bytes at `mine` into `all` (rank-major); used for
   // the debug fingerprints, so it must work for any backend state.
   virtual absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) = 0;
 
   // Runs point-to-point operations from `source` concurrently (sends and
   // receives with the same peer at once) until all that it gave have
-  // finished and it has no more. Receives from one peer match that peer's
-  // sends in call order; seq and tag must agree.
+  // finished and it has no more. A message goes to the earliest posted
+  // receive with its tag from its sender or from any rank (kAnySource,
+  // where capabilities().any_source_receive); messages from one peer with
+  // one tag arrive in the order they were sent.
   virtual absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) = 0;
+
+  // Only where capabilities().native_split: every rank of this backend
+  // calls it as one of its operations (same order everywhere); a member
+  // (color >= 0) gets the subgroup's backend, in which it is `new_rank` of
+  // `new_size`; a rank without a color gets nullptr. The default refuses.
+  virtual absl::StatusOr<std::unique_ptr<Backend>> Split(int color, int key, int new_rank, int new_size,
+                                                         const OpContext& op_ctx);
 
   // Tells the peers why (best effort) and stops: see Transport::Abort.
   virtual void Abort(absl::string_view reason) = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/completable_work.h"
+#include "collectives/internal/communicator_checks.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -36,32 +37,18 @@ const char* OpTypeName(uint8_t op) {
     case 8: return "Barrier";
     case 9: return "Send";
     case 10: return "Recv";
+    case 11: return "AllGatherV";
+    case 12: return "ReduceScatterV";
+    case 13: return "GatherV";
+    case 14: return "ScatterV";
+    case 15: return "AllToAll";
+    case 16: return "AllToAllV";
+    case 17: return "AllReduceCoalesced";
+    case 18: return "BroadcastCoalesced";
+    case 19: return "RecvAnySource";
+    case 20: return "Split";
   }
   return "?";
-}
-
-absl::Status CheckTensor(const Tensor& t, const char* op, const char* what) {
-  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is undefined"));
-  return absl::OkStatus();
-}
-
-absl::Status CheckSame(const Tensor& a, const Tensor& b, const char* op, int64_t b_factor,
-                       const char* a_name, const char* b_name) {
-  if (a.dtype() != b.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is ", DTypeName(a.dtype()), " but ",
-                                                   b_name, " is ", DTypeName(b.dtype())));
-  }
-  if (a.numel() * b_factor != b.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", b_name, " has ", b.numel(), " elements, expected ", a.numel() * b_factor,
-        b_factor == 1 ? std::string(" (as many as the ") + a_name + ")"
-                      : absl::StrCat(" (world size ", b_factor, " x ", a.numel(), " of the ", a_name, ")")));
-  }
-  if (a.device() != b.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is on ", a.device().ToString(), " but ",
-                                                   b_name, " on ", b.device().ToString()));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -80,6 +67,11 @@ absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.worker_spin_microseconds is ",
                                                    options.worker_spin_microseconds,
                                                    "; it must be in [0, 1000000] (default 50)"));
+  }
+  if (options.max_object_bytes < 1 || options.max_object_bytes > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.max_object_bytes is ",
+                                                   options.max_object_bytes,
+                                                   "; it must be in [1, 2^40] (default 2^30)"));
   }
   if (options.failure_report_window < Milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.failure_report_window is ",
@@ -182,7 +174,7 @@ Communicator::~Communicator() {
   if (options_.log_summary) {
     std::string counts;
     uint64_t total = 0;
-    for (uint8_t op = 1; op < 16; ++op) {
+    for (int op = 1; op < kOpTypes; ++op) {
       if (op_counts_[op] == 0) continue;
       absl::StrAppend(&counts, counts.empty() ? "" : ", ", OpTypeName(op), " ", op_counts_[op]);
       total += op_counts_[op];
@@ -361,7 +353,7 @@ void Communicator::RunItem(Item item) {
     // Collectives are numbered in the order they run.
     if (broken.ok() && item.task) {
       item.fingerprint.seq = next_seq_++;
-      ++op_counts_[item.fingerprint.op & 15];
+      ++op_counts_[item.fingerprint.op % kOpTypes];
     }
   }
   if (!broken.ok()) {
@@ -448,7 +440,14 @@ class Communicator::Batch : public PointToPointSource {
       Item& item = pending_[handed_];
       PointToPointOp op = std::move(item.p2p);
       std::shared_ptr<CompletableWork> work = item.work;
-      op.done = [work] { work->Complete(absl::OkStatus()); };
+      if (op.send) {
+        op.done = [work](int) { work->Complete(absl::OkStatus()); };
+      } else {
+        op.done = [work](int source) {
+          work->SetSourceRank(source);
+          work->Complete(absl::OkStatus());
+        };
+      }
       ops->push_back(std::move(op));
     }
   }
@@ -527,18 +526,23 @@ absl::Status Communicator::ShareFailure(absl::Status status) {
 }
 
 std::string Communicator::Describe(const Fingerprint& f) {
+  const auto is = [&f](OpType op) { return f.op == static_cast<uint8_t>(op); };
   std::string s = absl::StrCat(OpTypeName(f.op), " #", f.seq, " (");
-  if (f.op != static_cast<uint8_t>(OpType::kBarrier)) {
-    absl::StrAppend(&s, DTypeName(static_cast<DType>(f.dtype)), ", count ", f.count);
+  if (!is(OpType::kBarrier)) {
+    absl::StrAppend(&s, DTypeName(static_cast<DType>(f.dtype)));
+    if (!is(OpType::kAllToAllV)) absl::StrAppend(&s, ", count ", f.count);
   }
-  if (f.op == static_cast<uint8_t>(OpType::kAllReduce) || f.op == static_cast<uint8_t>(OpType::kReduce) ||
-      f.op == static_cast<uint8_t>(OpType::kReduceScatter)) {
+  if (is(OpType::kAllReduce) || is(OpType::kReduce) || is(OpType::kReduceScatter) || is(OpType::kReduceScatterV) ||
+      is(OpType::kAllReduceCoalesced)) {
     absl::StrAppend(&s, ", ", ReduceOpName(static_cast<ReduceOp>(f.reduce_op)));
   }
-  if (f.op == static_cast<uint8_t>(OpType::kSend)) {
+  if (f.layout != 0) absl::StrAppend(&s, ", layout ", absl::Hex(f.layout, absl::kZeroPad8));
+  if (is(OpType::kSend)) {
     absl::StrAppend(&s, ", to rank ", f.root, ", tag ", f.tag);
-  } else if (f.op == static_cast<uint8_t>(OpType::kRecv)) {
+  } else if (is(OpType::kRecv)) {
     absl::StrAppend(&s, ", from rank ", f.root, ", tag ", f.tag);
+  } else if (is(OpType::kRecvAnySource)) {
+    absl::StrAppend(&s, ", from any rank, tag ", f.tag);
   } else if (f.root >= 0) {
     absl::StrAppend(&s, ", root ", f.root);
   }
@@ -559,121 +563,6 @@ absl::Status Communicator::CheckFingerprints(const Fingerprint& mine, const OpCo
       "in the same order"));
 }
 
-std::shared_ptr<Work> Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
-  return AllReduce(tensor, tensor, op);
-}
-
-std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op) {
-  if (auto s = CheckTensor(input, "AllReduce", "input"); !s.ok()) return Failed(s);
-  if (auto s = CheckTensor(output, "AllReduce", "output"); !s.ok()) return Failed(s);
-  if (auto s = CheckSame(input, output, "AllReduce", 1, "input", "output"); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(input, "AllReduce", "input"); !s.ok()) return Failed(s);
-  if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("AllReduce: invalid reduce op"));
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
-  if (output.SharesStorageWith(input) && output.raw_data() == input.raw_data()) {
-    // In place, the common case: one tensor captured, not two (each copy
-    // of a Tensor allocates its shape).
-    return Enqueue(f, [this, tensor = input, op](const OpContext& ctx) {
-      return backend_->AllReduce(tensor, tensor, op, ctx);
-    });
-  }
-  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
-    return backend_->AllReduce(input, output, op, ctx);
-  });
-}
-
-std::shared_ptr<Work> Communicator::Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) {
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat("Reduce: root ", root, " is not a rank (world size ", size_, ")")));
-  }
-  if (auto s = CheckTensor(input, "Reduce", "input"); !s.ok()) return Failed(s);
-  if (rank_ == root) {
-    if (auto s = CheckTensor(output, "Reduce", "output (at the root)"); !s.ok()) return Failed(s);
-    if (auto s = CheckSame(input, output, "Reduce", 1, "input", "output"); !s.ok()) return Failed(s);
-  }
-  if (auto s = CheckDevice(input, "Reduce", "input"); !s.ok()) return Failed(s);
-  if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("Reduce: invalid reduce op"));
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kReduce), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, root, input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, op, root](const OpContext& ctx) {
-    return backend_->Reduce(input, output, op, root, ctx);
-  });
-}
-
-std::shared_ptr<Work> Communicator::Broadcast(const Tensor& tensor, int root) {
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " is not a rank (world size ", size_, ")")));
-  }
-  if (auto s = CheckTensor(tensor, "Broadcast", "tensor"); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(tensor, "Broadcast", "tensor"); !s.ok()) return Failed(s);
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kBroadcast), static_cast<uint8_t>(tensor.dtype()), 0, 0, root,
-                tensor.numel(), 0, 0};
-  return Enqueue(f, [this, tensor, root](const OpContext& ctx) { return backend_->Broadcast(tensor, root, ctx); });
-}
-
-std::shared_ptr<Work> Communicator::AllGather(const Tensor& input, const Tensor& output) {
-  if (auto s = CheckTensor(input, "AllGather", "input"); !s.ok()) return Failed(s);
-  if (auto s = CheckTensor(output, "AllGather", "output"); !s.ok()) return Failed(s);
-  if (auto s = CheckSame(input, output, "AllGather", size_, "input", "output"); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(input, "AllGather", "input"); !s.ok()) return Failed(s);
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllGather), static_cast<uint8_t>(input.dtype()), 0, 0, -1,
-                input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output](const OpContext& ctx) { return backend_->AllGather(input, output, ctx); });
-}
-
-std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& output, int root) {
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat("Gather: root ", root, " is not a rank (world size ", size_, ")")));
-  }
-  if (auto s = CheckTensor(input, "Gather", "input"); !s.ok()) return Failed(s);
-  if (rank_ == root) {
-    if (auto s = CheckTensor(output, "Gather", "output (at the root)"); !s.ok()) return Failed(s);
-    if (auto s = CheckSame(input, output, "Gather", size_, "input", "output"); !s.ok()) return Failed(s);
-  }
-  if (auto s = CheckDevice(input, "Gather", "input"); !s.ok()) return Failed(s);
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kGather), static_cast<uint8_t>(input.dtype()), 0, 0, root,
-                input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
-    return backend_->Gather(input, output, root, ctx);
-  });
-}
-
-std::shared_ptr<Work> Communicator::Scatter(const Tensor& input, const Tensor& output, int root) {
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat("Scatter: root ", root, " is not a rank (world size ", size_, ")")));
-  }
-  if (auto s = CheckTensor(output, "Scatter", "output"); !s.ok()) return Failed(s);
-  if (rank_ == root) {
-    if (auto s = CheckTensor(input, "Scatter", "input (at the root)"); !s.ok()) return Failed(s);
-    if (auto s = CheckSame(output, input, "Scatter", size_, "output", "input"); !s.ok()) return Failed(s);
-  }
-  if (auto s = CheckDevice(output, "Scatter", "output"); !s.ok()) return Failed(s);
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kScatter), static_cast<uint8_t>(output.dtype()), 0, 0, root,
-                output.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
-    return backend_->Scatter(input, output, root, ctx);
-  });
-}
-
-std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op) {
-  if (auto s = CheckTensor(input, "ReduceScatter", "input"); !s.ok()) return Failed(s);
-  if (auto s = CheckTensor(output, "ReduceScatter", "output"); !s.ok()) return Failed(s);
-  if (auto s = CheckSame(output, input, "ReduceScatter", size_, "output", "input"); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(input, "ReduceScatter", "input"); !s.ok()) return Failed(s);
-  if (!IsValidReduceOp(static_cast<uint8_t>(op))) return Failed(absl::InvalidArgumentError("ReduceScatter: invalid reduce op"));
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kReduceScatter), static_cast<uint8_t>(input.dtype()),
-                static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
-    return backend_->ReduceScatter(input, output, op, ctx);
-  });
-}
-
-std::shared_ptr<Work> Communicator::Barrier() {
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kBarrier), 0, 0, 0, -1, 0, 0, 0};
-  return Enqueue(f, [this](const OpContext& ctx) { return backend_->Barrier(ctx); });
-}
-
 std::shared_ptr<Work> Communicator::Send(const Tensor& tensor, int dst, uint32_t tag) {
   return EnqueuePointToPoint(dst, tag, /*send=*/true, tensor);
 }
@@ -682,9 +571,23 @@ std::shared_ptr<Work> Communicator::Recv(const Tensor& tensor, int src, uint32_t
   return EnqueuePointToPoint(src, tag, /*send=*/false, tensor);
 }
 
+std::shared_ptr<Work> Communicator::RecvAnySource(const Tensor& tensor, uint32_t tag) {
+  return EnqueuePointToPoint(PointToPointOp::kAnySource, tag, /*send=*/false, tensor);
+}
+
 std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, bool send, const Tensor& tensor) {
-  const char* name = send ? "Send" : "Recv";
-  if (peer < 0 || peer >= size_ || peer == rank_) {
+  const bool any_source = !send && peer == PointToPointOp::kAnySource;
+  const char* name = send ? "Send" : any_source ? "RecvAnySource" : "Recv";
+  if (any_source && size_ == 1) {
+    return Failed(absl::InvalidArgumentError(
+        "RecvAnySource: this rank is alone in its group (world size 1), so no message can ever come"));
+  }
+  if (any_source && !capabilities_.any_source_receive) {
+    return Failed(absl::UnimplementedError(absl::StrCat(
+        "RecvAnySource: the ", capabilities_.name,
+        " backend cannot receive from any rank (NCCL has no wildcard receive); name the sender with Recv")));
+  }
+  if (!any_source && (peer < 0 || peer >= size_ || peer == rank_)) {
     return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": peer ", peer, " is not another rank (this is rank ",
                                                           rank_, " of ", size_, ")")));
   }
@@ -692,7 +595,7 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     return Failed(absl::InvalidArgumentError(absl::StrCat(name, ": tag ", tag, " must be below ", kPointToPointTagLimit,
                                                           " (2^31 - 256)")));
   }
-  if (auto s = CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
+  if (auto s = communicator_internal::CheckTensor(tensor, name, "tensor"); !s.ok()) return Failed(s);
   if (auto s = CheckDevice(tensor, name, "tensor"); !s.ok()) return Failed(s);
   if (!capabilities_.point_to_point) {
     return Failed(absl::UnimplementedError(absl::StrCat(name, ": the ", capabilities_.name,
@@ -707,13 +610,15 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
       return work;
     }
     // Point-to-point messages are numbered per (peer, tag) and direction,
-    // not in the collective sequence (only two ranks take part).
-    const uint64_t seq = send ? send_seq_[{peer, tag}]++ : recv_seq_[{peer, tag}]++;
-    ++op_counts_[static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv)];
+    // not in the collective sequence (only two ranks take part). A send's
+    // number travels with it; a receive's only names it in messages.
+    const uint64_t seq = send ? send_seq_[{peer, tag}]++ : any_source ? recv_any_seq_[tag]++ : recv_seq_[{peer, tag}]++;
+    const OpType type = send ? OpType::kSend : any_source ? OpType::kRecvAnySource : OpType::kRecv;
+    ++op_counts_[static_cast<uint8_t>(type)];
     Item item;
     item.work = work;
-    item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(send ? OpType::kSend : OpType::kRecv),
-                                   static_cast<uint8_t>(tensor.dtype()), 0, 0, peer, tensor.numel(), tag, 0};
+    item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(type), static_cast<uint8_t>(tensor.dtype()), 0, 0, peer,
+                                   tensor.numel(), tag, 0};
     item.p2p.send = send;
     item.p2p.peer = peer;
     item.p2p.tag = tag;

@@ -8,6 +8,12 @@
 //   std::shared_ptr<Work> w = comm->AllReduce(grads, ReduceOp::kAvg);
 //   ...
 //   LOCKSTEP_RETURN_IF_ERROR(w->Wait());
+//   // Block j of `send` to rank j, block i of `recv` from rank i:
+//   LOCKSTEP_RETURN_IF_ERROR(comm->AllToAll(send, recv)->Wait());
+//   // Even and odd ranks, each their own group (ranks renumbered from 0):
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> half,
+//                             comm->Split(/*color=*/comm->rank() % 2, /*key=*/comm->rank()));
+//   LOCKSTEP_RETURN_IF_ERROR(half->AllReduce(grads, ReduceOp::kSum)->Wait());
 //
 // The Communicator is the front: it validates every operation when called
 // (wrong sizes, dtypes, devices, roots or peers come back at once as a
@@ -42,8 +48,21 @@
 // Tensors may be on the CPU or on a CUDA device, as the backend's
 // capabilities allow (the host backend stages CUDA tensors through pinned
 // host memory). Any dtype; reduce ops SUM, AVG, PROD, MIN, MAX (AVG: sum,
-// then exact division by the world size). f16/bf16 reduce in f32 at each
-// step and round once per step.
+// then exact division by the world size), and BAND, BOR, BXOR on integer
+// and bool tensors where the backend has them (not NCCL). f16/bf16 reduce
+// in f32 at each step and round once per step; bool is logic (SUM and MAX:
+// or, PROD and MIN: and; no AVG).
+//
+// Beyond c10d's basic set: uneven blocks (AllGatherV, ReduceScatterV,
+// GatherV, ScatterV, AllToAllV: per-rank element counts, as MPI's "v"
+// collectives and PyTorch's list and split-size forms), all-to-all,
+// several tensors in one operation (AllReduceCoalesced, BroadcastCoalesced:
+// one message per peer), byte strings of any length (AllGatherBytes and
+// friends: PyTorch's *_object collectives; the sizes go first, then the
+// payloads, and a size over `max_object_bytes` is an error on every rank,
+// never an allocation), receives from any rank (RecvAnySource), and
+// subgroups (Split with MPI_Comm_split's semantics, NewGroup with
+// dist.new_group's), each a Communicator of its own (the example above).
 #ifndef LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 #define LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 
@@ -60,6 +79,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/backend.h"
 #include "collectives/store/store.h"
 #include "collectives/work.h"
@@ -94,6 +114,11 @@ struct CommunicatorOptions {
   // After a failure, how long to wait for the other ranks' failure reports
   // (a bound: a hung store does not delay the error further).
   Milliseconds failure_report_window = Milliseconds(1000);
+  // The byte-string collectives (AllGatherBytes, ...): the largest string a
+  // rank may send. A larger one, or a size announced beyond it (a corrupt
+  // or hostile peer), fails the operation on every rank before anything is
+  // allocated. 1..2^40.
+  int64_t max_object_bytes = int64_t{1} << 30;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -132,9 +157,94 @@ class Communicator {
   // input: size * output.numel() elements; rank r gets the reduced block r.
   std::shared_ptr<Work> ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op);
   std::shared_ptr<Work> Barrier();
+
+  // Uneven blocks. `counts` has one entry per rank, >= 0, the same on every
+  // rank: block r holds counts[r] elements and the blocks lie one after
+  // another in rank order in the tensor that holds them all.
+  // output: sum(counts) elements; input: counts[rank] elements.
+  std::shared_ptr<Work> AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts);
+  // input: sum(counts) elements; output: counts[rank] elements, block rank
+  // reduced over all ranks.
+  std::shared_ptr<Work> ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                       ReduceOp op);
+  // The root's output: sum(counts) elements (others' ignored); input:
+  // counts[rank] elements.
+  std::shared_ptr<Work> GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                int root);
+  // The root's input: sum(counts) elements (others' ignored); output:
+  // counts[rank] elements.
+  std::shared_ptr<Work> ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                 int root);
+  // input and output: size() equal blocks each (same element count, not
+  // overlapping); block j of input goes to rank j, block i of output comes
+  // from rank i (torch's all_to_all_single).
+  std::shared_ptr<Work> AllToAll(const Tensor& input, const Tensor& output);
+  // send_counts[j] elements of input (blocks in rank order) go to rank j;
+  // recv_counts[i] elements come from rank i (all_to_all_single with split
+  // sizes). Rank i's send_counts[j] must equal rank j's recv_counts[i].
+  std::shared_ptr<Work> AllToAllV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                                  absl::Span<const int64_t> recv_counts);
+
+  // Several tensors in one operation: packed into one buffer when called,
+  // one message per peer, unpacked when done (PyTorch's
+  // allreduce_coalesced; DDP's buffer broadcast). AllReduceCoalesced: one
+  // dtype and device for all; BroadcastCoalesced: any dtypes, one device.
+  std::shared_ptr<Work> AllReduceCoalesced(std::vector<Tensor> tensors, ReduceOp op);
+  std::shared_ptr<Work> BroadcastCoalesced(std::vector<Tensor> tensors, int root);
+
+  // Byte strings (pickled objects, configs, vocabularies) of any length up
+  // to options().max_object_bytes, sizes first, then payloads. The output
+  // pointers must stay valid until the Work completed; they are written
+  // only on success.
+  // *all gets every rank's `mine`, by rank.
+  std::shared_ptr<Work> AllGatherBytes(std::string mine, std::vector<std::string>* all);
+  // The root's *data to every rank's *data.
+  std::shared_ptr<Work> BroadcastBytes(std::string* data, int root);
+  // The root's *all gets every rank's `mine`, by rank (others' untouched).
+  std::shared_ptr<Work> GatherBytes(std::string mine, std::vector<std::string>* all, int root);
+  // Rank r's *mine gets the root's parts[r] (size() parts, at the root).
+  std::shared_ptr<Work> ScatterBytes(std::vector<std::string> parts, std::string* mine, int root);
+
   // Point to point (isend/irecv). Tags below 2^31 - 256.
   std::shared_ptr<Work> Send(const Tensor& tensor, int dst, uint32_t tag = 0);
   std::shared_ptr<Work> Recv(const Tensor& tensor, int src, uint32_t tag = 0);
+  // The next message with `tag` from whichever rank sends one first
+  // (c10d's recvAnysource); Work::source_rank() then names the sender.
+  // Receives match sends in the order they were posted, as MPI's: a
+  // message goes to the earliest posted receive that accepts it, from its
+  // rank or from any.
+  std::shared_ptr<Work> RecvAnySource(const Tensor& tensor, uint32_t tag = 0);
+
+  // Subgroups: every rank of this communicator calls these in the same
+  // order (they are collective here, and block until the subgroup is
+  // built). A member gets a Communicator of its own (own ranks, sequence
+  // numbers, fingerprints, failure sharing and transport: shared memory,
+  // TCP or hierarchical, chosen for its members); a non-member gets
+  // nullptr. The subgroup lives independently of this one.
+  //
+  // MPI_Comm_split: ranks with the same color >= 0 form a group, ordered by
+  // key, then by rank here; kNoColor: no group for this rank.
+  static constexpr int kNoColor = -1;
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+  // dist.new_group: the listed ranks (distinct, any order) form a group,
+  // renumbered in ascending order of their rank here. Every rank passes the
+  // same list (checked).
+  absl::StatusOr<std::unique_ptr<Communicator>> NewGroup(absl::Span<const int> ranks);
+
+  // What builds a subgroup's communicator for its members: `rank` of
+  // `size`, `members` its ranks here in new rank order, `name` unique among
+  // this communicator's subgroups and the same on every member. The
+  // bootstrap functions (collectives/bootstrap/) set one that rendezvous
+  // through their store; a communicator without one refuses Split.
+  struct SubgroupSpec {
+    int rank = 0;
+    int size = 0;
+    std::vector<int> members;
+    std::string name;
+  };
+  using SubgroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const SubgroupSpec& spec)>;
+  // Set before the communicator is shared.
+  void set_subgroup_factory(SubgroupFactory factory) { subgroup_factory_ = std::move(factory); }
 
   // The first error that broke the communicator (OK while healthy).
   absl::Status broken_status();
@@ -145,8 +255,10 @@ class Communicator {
  private:
   enum class OpType : uint8_t {
     kAllReduce = 1, kReduce, kBroadcast, kAllGather, kGather, kScatter, kReduceScatter, kBarrier,
-    kSend, kRecv,
+    kSend, kRecv, kAllGatherV, kReduceScatterV, kGatherV, kScatterV, kAllToAll, kAllToAllV,
+    kAllReduceCoalesced, kBroadcastCoalesced, kRecvAnySource, kSplit,
   };
+  static constexpr int kOpTypes = 32;  // op_counts_'s size: above every OpType.
   struct Fingerprint {
     uint64_t seq;
     uint8_t op;
@@ -155,8 +267,8 @@ class Communicator {
     uint8_t reserved;
     int32_t root;  // The root; for Send/Recv the peer.
     int64_t count;
-    uint32_t tag;  // Send/Recv only.
-    uint32_t reserved2;
+    uint32_t tag;     // Send/Recv only.
+    uint32_t layout;  // Uneven and coalesced ops: a hash of the blocks' sizes.
   };
   using Task = std::function<absl::Status(const OpContext& op_ctx)>;
   struct Item {
@@ -180,6 +292,18 @@ class Communicator {
   absl::Status Break(const absl::Status& status);
 
   std::shared_ptr<Work> Failed(absl::Status status);
+  // Split's and NewGroup's collective part: every rank's (color, key,
+  // check) gathered, `check` compared, the members' communicator made.
+  absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(int color, int key, uint32_t check, const char* op);
+  // The members' communicator from the backend's own split (native_split).
+  absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(int color, int key, const SubgroupSpec& spec);
+  std::shared_ptr<Work> AllToAllImpl(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                                     absl::Span<const int64_t> recv_counts, bool even);
+  // OK, or InvalidArgument naming `op` when `reduce_op` does not apply to
+  // `dtype` or this backend.
+  absl::Status CheckReduceOp(ReduceOp reduce_op, DType dtype, const char* op) const;
+  // The operations' argument checks of an uneven collective's counts.
+  absl::Status CheckCounts(absl::Span<const int64_t> counts, const char* op, const char* what) const;
   absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
   // Queues a collective with its fingerprint (numbered when it runs).
   std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, Task task);
@@ -219,9 +343,10 @@ class Communicator {
   uint64_t next_seq_ = 0;
   // Operations run (collectives) or posted (point to point), by OpType
   // (log_summary).
-  uint64_t op_counts_[16] = {};
+  uint64_t op_counts_[kOpTypes] = {};
   // Point to point: numbered per (peer, tag) and direction, in call order.
   std::map<std::pair<int, uint32_t>, uint64_t> send_seq_, recv_seq_;
+  std::map<uint32_t, uint64_t> recv_any_seq_;  // RecvAnySource, per tag.
   bool stopping_ = false;
   bool running_ = false;  // An operation runs (worker or helping caller).
   bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.
@@ -244,6 +369,8 @@ class Communicator {
   // The same for ThenWork's steps: a separate gate, since a step may chain
   // more while a waiting caller (holding help_gate_) runs it.
   std::shared_ptr<HelpGate> sequence_gate_;
+  SubgroupFactory subgroup_factory_;
+  std::atomic<uint64_t> splits_{0};  // Subgroups asked for so far (names them).
   std::shared_ptr<const Work::Sequencer> sequencer_;  // Given to every Work.
   // Guarded by mu_: the thread running a ThenWork step (none: default), and
   // how many collectives it has queued (they go to the queue's front).

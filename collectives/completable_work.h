@@ -28,6 +28,7 @@ class CompletableWork final : public Work {
   using Work::Complete;
   using Work::SetHelper;
   using Work::SetSequencer;
+  using Work::SetSourceRank;
   using Work::SetStreamMarker;
 };
 

@@ -40,6 +40,52 @@ TEST(FaultTest, KilledRankFailsEveryOtherRankNamingIt) {
   EXPECT_TRUE(Contains(results[kVictim], "signal 9")) << results[kVictim];
 }
 
+// The same for the new collectives: a rank killed during an all-to-all or
+// an uneven all-gather fails the others at once, naming it.
+TEST(FaultTest, KilledRankFailsAnAllToAllAndAnAllGatherVNamingIt) {
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.timeout = Milliseconds(20000);
+  constexpr int kVictim = 1;
+  for (int op = 0; op < 2; ++op) {
+    const std::vector<absl::Status> results = RunProcesses(3, [op](Communicator& comm) {
+      // 48 MiB in and out per rank.
+      auto in = std::make_shared<Tensor>(*Tensor::Zeros({12 << 20}, DType::kF32));
+      auto out = std::make_shared<Tensor>(*Tensor::Zeros({12 << 20}, DType::kF32));
+      auto mine = std::make_shared<Tensor>(*Tensor::Zeros({(4 << 20) + comm.rank()}, DType::kF32));
+      auto all = std::make_shared<Tensor>(*Tensor::Zeros({(12 << 20) + 3}, DType::kF32));
+      const testing::LargeOpFn start = [op, in, out, mine, all](Communicator& c) {
+        if (op == 0) return c.AllToAll(*in, *out);
+        return c.AllGatherV(*mine, *all, {4 << 20, (4 << 20) + 1, (4 << 20) + 2});
+      };
+      return testing::KilledRankCase(comm, kVictim, "rank 1 (127.0.0.1:", start);
+    }, options, /*deadline_seconds=*/60);
+    ASSERT_EQ(results.size(), 3u);
+    EXPECT_TRUE(results[0].ok()) << (op == 0 ? "AllToAll: " : "AllGatherV: ") << results[0];
+    EXPECT_TRUE(results[2].ok()) << (op == 0 ? "AllToAll: " : "AllGatherV: ") << results[2];
+    EXPECT_TRUE(Contains(results[kVictim], "signal 9")) << results[kVictim];
+  }
+}
+
+// Fingerprints (LOCKSTEP_DEBUG=DETAIL) name the uneven layouts that differ.
+TEST(FaultTest, DebugModeCatchesUnevenLayoutsThatDiffer) {
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.debug_checks = true;
+  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    // Rank 1 believes in other blocks of the same total.
+    const std::vector<int64_t> counts = comm.rank() == 0 ? std::vector<int64_t>{3, 5} : std::vector<int64_t>{4, 4};
+    Tensor in = *Tensor::Zeros({counts[comm.rank()]}, DType::kF32);
+    Tensor out = *Tensor::Zeros({8}, DType::kF32);
+    absl::Status s = comm.AllGatherV(in, out, counts)->Wait();
+    if (s.ok()) return absl::InternalError("mismatch not detected");
+    for (const char* needle : {"collective mismatch", "rank 0 called AllGatherV #0 (f32, count 8, layout ",
+                               "rank 1 called AllGatherV #0 (f32, count 8, layout "}) {
+      if (!Contains(s, needle)) return absl::InternalError(absl::StrCat("missing '", needle, "' in ", s.ToString()));
+    }
+    return absl::OkStatus();
+  }, options);
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(FaultTest, DebugModeCatchesMismatchedOpsOnEveryRank) {
   TcpCommunicatorOptions options = TestOptions();
   options.communicator.debug_checks = true;

@@ -82,6 +82,8 @@ BackendCapabilities HierarchicalBackend::capabilities() const {
   c.name = name_;
   c.cpu_tensors = true;
   c.point_to_point = true;
+  c.bitwise_reductions = true;
+  c.any_source_receive = true;
   return c;
 }
 

@@ -37,10 +37,10 @@
 // so they may differ in the last bits from a flat ring (integer-valued data
 // gives identical results).
 //
-// The other operations (AllGather, Gather, Scatter, ReduceScatter,
-// AllGatherBytes for fingerprints, and point to point) run on `flat`
-// unchanged: they move each rank's own data, so a hierarchy would add hops
-// without saving cross-host bytes.
+// The other operations (AllGather, Gather, Scatter, ReduceScatter, their
+// uneven (V) forms, AllToAll, AllGatherBytes for fingerprints, and point to
+// point) run on `flat` unchanged: they move each rank's own data, so a
+// hierarchy would add hops without saving cross-host bytes.
 //
 // Failures: an error in any level fails the operation; the Communicator
 // then calls Abort, which aborts every level, so the ranks that share a
@@ -108,6 +108,26 @@ class HierarchicalBackend : public Backend {
   absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
                              const OpContext& op_ctx) override {
     return flat_->ReduceScatter(input, output, op, op_ctx);
+  }
+  absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                          const OpContext& op_ctx) override {
+    return flat_->AllGatherV(input, output, counts, op_ctx);
+  }
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                              ReduceOp op, const OpContext& op_ctx) override {
+    return flat_->ReduceScatterV(input, output, counts, op, op_ctx);
+  }
+  absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                       const OpContext& op_ctx) override {
+    return flat_->GatherV(input, output, counts, root, op_ctx);
+  }
+  absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                        const OpContext& op_ctx) override {
+    return flat_->ScatterV(input, output, counts, root, op_ctx);
+  }
+  absl::Status AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                        absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) override {
+    return flat_->AllToAll(input, output, send_counts, recv_counts, op_ctx);
   }
   absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) override {
     return flat_->AllGatherBytes(mine, bytes, all, op_ctx);

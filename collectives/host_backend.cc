@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/algorithms/all_gather.h"
 #include "collectives/algorithms/all_reduce.h"
+#include "collectives/algorithms/all_to_all.h"
 #include "collectives/algorithms/barrier.h"
 #include "collectives/algorithms/broadcast.h"
 #include "collectives/algorithms/gather.h"
@@ -44,6 +45,8 @@ BackendCapabilities HostBackend::capabilities() const {
   c.cpu_tensors = true;
   c.cuda_tensors = true;  // Staged through pinned host memory.
   c.point_to_point = true;
+  c.bitwise_reductions = true;
+  c.any_source_receive = true;
   return c;
 }
 
@@ -160,6 +163,71 @@ absl::Status HostBackend::Barrier(const OpContext& op_ctx) {
   AlgorithmContext ctx = Context(op_ctx, DType::kU8);
   ctx.element = 0;  // Empty messages.
   return DisseminationBarrier(ctx);
+}
+
+absl::Status HostBackend::AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                     const OpContext& op_ctx) {
+  if (output.numel() == 0) return absl::OkStatus();
+  const std::vector<Chunk> blocks = BlocksOf(counts);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(output, kSlotA, false));
+  if (input.numel() > 0) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(blocks[rank()].offset, blocks[rank()].count));
+    LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
+  }
+  AlgorithmContext ctx = Context(op_ctx, output.dtype());
+  LOCKSTEP_RETURN_IF_ERROR(RingAllGatherV(ctx, buffer, blocks));
+  return Unstage(buffer, output);
+}
+
+absl::Status HostBackend::ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                         ReduceOp op, const OpContext& op_ctx) {
+  if (input.numel() == 0) return absl::OkStatus();
+  const std::vector<Chunk> blocks = BlocksOf(counts);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor source, Stage(input, kSlotA, true));
+  Scratch& results = input.device().is_cpu() ? results_ : staging_;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, results.Get(kSlotB, input.numel(), input.dtype()));
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
+  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatterV(ctx, source, buffer, blocks, op));
+  if (output.numel() == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(blocks[rank()].offset, blocks[rank()].count));
+  return output.CopyFrom(mine);
+}
+
+absl::Status HostBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                  int root, const OpContext& op_ctx) {
+  const std::vector<Chunk> blocks = BlocksOf(counts);
+  if (TotalOf(blocks) == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
+  AlgorithmContext ctx = Context(op_ctx, input.dtype());
+  if (rank() != root) return DirectGatherV(ctx, mine, Tensor(), blocks, root);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(output, kSlotB, false));
+  LOCKSTEP_RETURN_IF_ERROR(DirectGatherV(ctx, mine, slots, blocks, root));
+  return Unstage(slots, output);
+}
+
+absl::Status HostBackend::ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                   int root, const OpContext& op_ctx) {
+  const std::vector<Chunk> blocks = BlocksOf(counts);
+  if (TotalOf(blocks) == 0) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(output, kSlotA, false));
+  AlgorithmContext ctx = Context(op_ctx, output.dtype());
+  if (rank() == root) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor slots, Stage(input, kSlotB, true));
+    LOCKSTEP_RETURN_IF_ERROR(DirectScatterV(ctx, slots, mine, blocks, root));
+  } else {
+    LOCKSTEP_RETURN_IF_ERROR(DirectScatterV(ctx, Tensor(), mine, blocks, root));
+  }
+  return Unstage(mine, output);
+}
+
+absl::Status HostBackend::AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                                   absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) {
+  const std::vector<Chunk> send_blocks = BlocksOf(send_counts), recv_blocks = BlocksOf(recv_counts);
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor in, Stage(input, kSlotA, true));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Stage(output, kSlotB, false));
+  AlgorithmContext ctx = Context(op_ctx, output.dtype());
+  LOCKSTEP_RETURN_IF_ERROR(PairwiseAllToAll(ctx, in, send_blocks, out, recv_blocks));
+  return Unstage(out, output);
 }
 
 absl::Status HostBackend::AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) {

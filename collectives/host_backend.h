@@ -1,7 +1,7 @@
 // HostBackend: runs the CPU collective algorithms (ring and recursive-doubling
-// all-reduce, ring reduce-scatter and all-gather, binomial broadcast and
-// reduce, direct gather and scatter, dissemination barrier) over any
-// Transport.
+// all-reduce, ring reduce-scatter and all-gather with even or uneven blocks,
+// binomial broadcast and reduce, direct gather and scatter, pairwise
+// all-to-all, dissemination barrier) over any Transport.
 //
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto transport, TcpTransport::Create(store, rank, size, {}));
 //   LOCKSTEP_ASSIGN_OR_RETURN(auto backend, HostBackend::Create(std::move(transport), {}));
@@ -46,6 +46,16 @@ class HostBackend : public Backend {
   absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
                              const OpContext& op_ctx) override;
   absl::Status Barrier(const OpContext& op_ctx) override;
+  absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                          const OpContext& op_ctx) override;
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                              ReduceOp op, const OpContext& op_ctx) override;
+  absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                       const OpContext& op_ctx) override;
+  absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                        const OpContext& op_ctx) override;
+  absl::Status AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                        absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) override;
   absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) override;
   absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) override;
   void Abort(absl::string_view reason) override { transport_->Abort(reason); }

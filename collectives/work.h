@@ -87,6 +87,9 @@ class Work : public std::enable_shared_from_this<Work> {
   absl::Status Wait(std::chrono::milliseconds timeout);
   bool IsCompleted();
   absl::Status status();
+  // The rank a completed receive's message came from (Communicator::Recv,
+  // RecvAnySource); -1 before then and for every other operation.
+  int source_rank() const { return source_rank_.load(std::memory_order_acquire); }
 
   std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
   // See the contract above: fn's Work (or error) is the chained Work's.
@@ -112,6 +115,8 @@ class Work : public std::enable_shared_from_this<Work> {
   // Records the final status, wakes waiters and runs the callbacks, once:
   // later calls are ignored.
   void Complete(absl::Status status);
+  // Before Complete: see source_rank().
+  void SetSourceRank(int rank) { source_rank_.store(rank, std::memory_order_release); }
 
   // Runs `callback` with the final status once this work completed: at once
   // on the caller if it already has, else on the completing thread.
@@ -153,6 +158,7 @@ class Work : public std::enable_shared_from_this<Work> {
   bool done_ = false;
   std::shared_ptr<StreamMarker> marker_;  // Set while queued on a device.
   std::atomic<bool> done_flag_{false};
+  std::atomic<int> source_rank_{-1};
   absl::Status status_;
   std::vector<std::function<void(const absl::Status&)>> callbacks_;
 };

@@ -28,6 +28,23 @@ absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
   return absl::OkStatus();
 }
 
+std::vector<Chunk> BlocksOf(absl::Span<const int64_t> counts) {
+  std::vector<Chunk> blocks;
+  blocks.reserve(counts.size());
+  int64_t offset = 0;
+  for (int64_t count : counts) {
+    blocks.push_back(Chunk{offset, count});
+    offset += count;
+  }
+  return blocks;
+}
+
+int64_t TotalOf(absl::Span<const Chunk> blocks) {
+  int64_t total = 0;
+  for (const Chunk& b : blocks) total += b.count;
+  return total;
+}
+
 absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size) {
   if (op != ReduceOp::kAvg || world_size == 1 || t.numel() == 0) return absl::OkStatus();
   return Divide(t, world_size);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "collectives/transport/transport.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"
@@ -86,6 +87,15 @@ inline Chunk ChunkOf(int64_t count, int n, int i) {
   const int64_t end = count * (i + 1) / n;
   return Chunk{begin, end - begin};
 }
+
+// The blocks of an uneven collective ("V" operations, as MPI's
+// MPI_Allgatherv): block i holds counts[i] elements, the blocks laid out
+// one after another in rank order. Counts must be >= 0 (the Communicator
+// checks them).
+std::vector<Chunk> BlocksOf(absl::Span<const int64_t> counts);
+
+// The sum of `blocks`' counts.
+int64_t TotalOf(absl::Span<const Chunk> blocks);
 
 // The reduction applied at each step: AVG sums, and divides once at the end.
 inline ReduceOp StepOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }

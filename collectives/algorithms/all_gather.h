@@ -11,6 +11,11 @@ namespace lockstep {
 
 absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer);
 
+// The same with uneven blocks (MPI_Allgatherv): block r of `buffer`
+// (`blocks`, one per rank, tiling it in rank order: BlocksOf(counts)) is
+// rank r's and valid on rank r at the start; empty blocks are allowed.
+absl::Status RingAllGatherV(AlgorithmContext& ctx, const Tensor& buffer, absl::Span<const Chunk> blocks);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COLLECTIVES_ALGORITHMS_ALL_GATHER_H_

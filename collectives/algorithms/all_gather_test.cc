@@ -35,5 +35,25 @@ TEST(AllGatherTest, EveryRankGetsEveryChunk) {
   }
 }
 
+TEST(AllGatherTest, UnevenBlocksIncludingEmptyOnes) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int64_t scale : {int64_t{1}, int64_t{1001}}) {
+      const std::vector<Chunk> blocks = BlocksOf(UnevenCounts(run.size, scale));
+      const int64_t count = TotalOf(blocks);
+      auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+        Tensor t = *Tensor::Zeros({count}, DType::kF32);
+        const Chunk mine = blocks[ctx.rank()];
+        for (int64_t i = 0; i < mine.count; ++i) t.data<float>()[mine.offset + i] = InputValue(ctx.rank(), i);
+        LOCKSTEP_RETURN_IF_ERROR(RingAllGatherV(ctx, t, blocks));
+        return CheckValues(t, [&](int64_t i) {
+          const int owner = BlockOwning(blocks, i);
+          return InputValue(owner, i - blocks[owner].offset);
+        });
+      });
+      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

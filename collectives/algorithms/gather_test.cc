@@ -29,5 +29,24 @@ TEST(GatherTest, TheRootGetsEveryRanksBlock) {
   }
 }
 
+TEST(GatherTest, UnevenBlocksIncludingEmptyOnes) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int root : {0, run.size - 1}) {
+      const std::vector<Chunk> blocks = BlocksOf(UnevenCounts(run.size, 301));
+      auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+        Tensor mine = RankInput(ctx.rank(), blocks[ctx.rank()].count);
+        if (ctx.rank() != root) return DirectGatherV(ctx, mine, Tensor(), blocks, root);
+        Tensor slots = *Tensor::Zeros({TotalOf(blocks)}, DType::kF32);
+        LOCKSTEP_RETURN_IF_ERROR(DirectGatherV(ctx, mine, slots, blocks, root));
+        return CheckValues(slots, [&](int64_t i) {
+          const int owner = BlockOwning(blocks, i);
+          return InputValue(owner, i - blocks[owner].offset);
+        });
+      });
+      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, 0) << ", root " << root << ": " << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

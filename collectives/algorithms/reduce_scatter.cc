@@ -15,4 +15,15 @@ absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& input, const
   return RunRing(ctx, buffer, op, RingPhases::kReduceScatter, &input);
 }
 
+absl::Status RingReduceScatterV(AlgorithmContext& ctx, const Tensor& input, const Tensor& buffer,
+                                absl::Span<const Chunk> blocks, ReduceOp op) {
+  if (input.numel() != buffer.numel() || input.dtype() != buffer.dtype()) {
+    return absl::InvalidArgumentError("RingReduceScatterV: input and buffer differ in size or dtype");
+  }
+  if (static_cast<int>(blocks.size()) != ctx.size()) {
+    return absl::InvalidArgumentError("RingReduceScatterV: one block per rank expected");
+  }
+  return RunRing(ctx, buffer, op, RingPhases::kReduceScatter, &input, blocks);
+}
+
 }  // namespace lockstep

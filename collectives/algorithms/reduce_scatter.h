@@ -16,6 +16,13 @@ absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& buffer, Redu
 // other chunks partial results.
 absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& input, const Tensor& buffer, ReduceOp op);
 
+// Out of place with uneven blocks (MPI_Reduce_scatter with recvcounts):
+// `blocks` (one per rank, tiling `input` in rank order: BlocksOf(counts));
+// afterwards block r of `buffer` holds op over all ranks' block r (AVG
+// divided); empty blocks are allowed.
+absl::Status RingReduceScatterV(AlgorithmContext& ctx, const Tensor& input, const Tensor& buffer,
+                                absl::Span<const Chunk> blocks, ReduceOp op);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COLLECTIVES_ALGORITHMS_REDUCE_SCATTER_H_

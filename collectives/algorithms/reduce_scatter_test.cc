@@ -49,5 +49,27 @@ TEST(ReduceScatterTest, OutOfPlaceLeavesTheInputUntouched) {
   }
 }
 
+TEST(ReduceScatterTest, UnevenBlocksIncludingEmptyOnes) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int64_t scale : {int64_t{1}, int64_t{1001}}) {
+      const std::vector<Chunk> blocks = BlocksOf(UnevenCounts(run.size, scale));
+      const int64_t count = TotalOf(blocks);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+          Tensor input = RankInput(ctx.rank(), count);
+          Tensor buffer = *Tensor::Zeros({count}, DType::kF32);
+          LOCKSTEP_RETURN_IF_ERROR(RingReduceScatterV(ctx, input, buffer, blocks, op));
+          const Chunk mine = blocks[ctx.rank()];
+          LOCKSTEP_ASSIGN_OR_RETURN(Tensor block, buffer.Flat(mine.offset, mine.count));
+          return CheckValues(block, [&](int64_t i) {
+            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i) : InputValue(run.size - 1, mine.offset + i);
+          });
+        });
+        for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

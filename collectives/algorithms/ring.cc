@@ -16,8 +16,11 @@ constexpr size_t kRingStageBytes = 32 << 10;
 }  // namespace
 
 absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases,
-                     const Tensor* input) {
+                     const Tensor* input, absl::Span<const Chunk> chunks) {
   const int n = ctx.size(), r = ctx.rank();
+  if (!chunks.empty() && (static_cast<int>(chunks.size()) != n || TotalOf(chunks) != buffer.numel())) {
+    return absl::InvalidArgumentError("RunRing: the chunks do not tile the buffer, one per rank");
+  }
   if (n == 1 || buffer.numel() == 0) {
     // Alone, the result is this rank's own data.
     if (input != nullptr && buffer.numel() > 0) return buffer.CopyFrom(*input);
@@ -31,6 +34,7 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
   const int rs_steps = reduce_scatter ? n - 1 : 0;
   const int messages = rs_steps + (all_gather ? n - 1 : 0);
   auto mod = [n](int x) { return ((x % n) + n) % n; };
+  auto chunk_of = [&](int i) { return chunks.empty() ? ChunkOf(count, n, i) : chunks[i]; };
   // The chunk message j sends and the one it receives.
   auto sent_chunk = [&](int j) { return j < rs_steps ? mod(r - j - 1) : mod(r - (j - rs_steps)); };
   auto received_chunk = [&](int j) { return j < rs_steps ? mod(r - j - 2) : mod(r - (j - rs_steps) - 1); };
@@ -43,7 +47,7 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
   Tensor scratch;
   if (reduce_scatter) {
     int64_t largest = 0;
-    for (int i = 0; i < n; ++i) largest = std::max(largest, ChunkOf(count, n, i).count);
+    for (int i = 0; i < n; ++i) largest = std::max(largest, chunk_of(i).count);
     const int64_t stage = std::max<int64_t>(1, static_cast<int64_t>(kRingStageBytes / element));
     LOCKSTEP_ASSIGN_OR_RETURN(scratch, ctx.ScratchTensor(0, in_place ? std::min(largest, stage) : largest,
                                                          buffer.dtype()));
@@ -62,14 +66,14 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
   // each reduction reads it: the input is never copied.
   const Tensor& source = input != nullptr ? *input : buffer;
   for (int j = 0; j < messages; ++j) {
-    const Chunk out = ChunkOf(count, n, sent_chunk(j));
+    const Chunk out = chunk_of(sent_chunk(j));
     Transfer send = Transfer::Send(right, BytePtr(j == 0 ? source : buffer, out.offset), out.count * element);
     send.tag = base_tag + j;
     if (j > 0) send.ready = [&final_bytes, j] { return final_bytes[j - 1]; };
     transfers.push_back(std::move(send));
   }
   for (int j = 0; j < messages; ++j) {
-    const Chunk in = ChunkOf(count, n, received_chunk(j));
+    const Chunk in = chunk_of(received_chunk(j));
     const bool reduces = j < rs_steps;
     const bool last_reduction = j == rs_steps - 1;
     Transfer recv = Transfer::Recv(left, reduces ? (in_place ? nullptr : scratch.raw_data()) : BytePtr(buffer, in.offset),

@@ -26,8 +26,10 @@ enum class RingPhases { kReduceScatter, kAllGather, kBoth };
 // `input` (kReduceScatter only; null: `buffer` is the input too): each rank's
 // data, read but never written; `buffer` then only receives results (chunk
 // r is final, the other chunks hold partial sums).
+// `chunks` (empty: ChunkOf's near-equal split): the n chunks, one per rank,
+// for the uneven (V) collectives; they must tile the buffer in rank order.
 absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases,
-                     const Tensor* input = nullptr);
+                     const Tensor* input = nullptr, absl::Span<const Chunk> chunks = {});
 
 }  // namespace lockstep
 

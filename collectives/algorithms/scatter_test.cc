@@ -34,5 +34,27 @@ TEST(ScatterTest, EachRankGetsItsBlock) {
   }
 }
 
+TEST(ScatterTest, UnevenBlocksIncludingEmptyOnes) {
+  for (const AlgorithmRun& run : StandardRuns()) {
+    for (int root : {0, run.size - 1}) {
+      const std::vector<Chunk> blocks = BlocksOf(UnevenCounts(run.size, 301));
+      auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+        Tensor mine = *Tensor::Zeros({blocks[ctx.rank()].count}, DType::kF32);
+        Tensor slots;
+        if (ctx.rank() == root) {
+          slots = *Tensor::Empty({TotalOf(blocks)}, DType::kF32);
+          for (int64_t i = 0; i < slots.numel(); ++i) {
+            const int owner = BlockOwning(blocks, i);
+            slots.data<float>()[i] = InputValue(owner, i - blocks[owner].offset);
+          }
+        }
+        LOCKSTEP_RETURN_IF_ERROR(DirectScatterV(ctx, slots, mine, blocks, root));
+        return CheckValues(mine, [&](int64_t i) { return InputValue(ctx.rank(), i); });
+      });
+      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, 0) << ", root " << root << ": " << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -153,8 +153,31 @@ absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactory
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                    const CommunicatorFactoryOptions& given);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr<Store> store, int rank, int size,
-                                                                 const CommunicatorFactoryOptions& given) {
+                                                                 const CommunicatorFactoryOptions& options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateAnyCommunicator(store, rank, size, options));
+  // Subgroups choose their transport anew, for their own members (two
+  // ranks of one host in a group of several hosts talk through shared
+  // memory), under this group's prefix.
+  comm->set_subgroup_factory([store, options](const Communicator::SubgroupSpec& spec) {
+    CommunicatorFactoryOptions child = options;
+    child.store_prefix = absl::StrCat(options.store_prefix, "/", spec.name);
+    return CreateCommunicator(store, spec.rank, spec.size, child);
+  });
+  return comm;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                    const CommunicatorFactoryOptions& given) {
   // One group secret for both transports: shared memory's handshake proves
   // the same LOCKSTEP_STORE_TOKEN as TCP's.
   CommunicatorFactoryOptions options = given;
@@ -209,5 +232,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr
   }
   return CreateHierarchical(std::move(prefixed), rank, std::move(layout), options);
 }
+
+}  // namespace
 
 }  // namespace lockstep

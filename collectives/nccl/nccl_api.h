@@ -44,6 +44,9 @@ inline constexpr int kNcclAvgVersion = NcclVersionCode(2, 10, 0);
 // ncclCommInitRankConfig with blocking = 0 (non-blocking init that can be
 // abandoned at a deadline) exists from this version on.
 inline constexpr int kNcclNonBlockingInitVersion = NcclVersionCode(2, 14, 0);
+// ncclCommSplit (subgroups without a new unique id) exists from this
+// version on.
+inline constexpr int kNcclSplitVersion = NcclVersionCode(2, 18, 0);
 // sizeof(ncclUniqueId).
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 
@@ -93,6 +96,11 @@ class NcclComm {
   // ncclCommGetAsyncError: OK, or the error NCCL found in the background
   // (a peer that left, a network failure).
   virtual absl::Status AsyncError() = 0;
+  // ncclCommSplit (NCCL >= 2.18): every rank of this communicator calls it;
+  // ranks of one color >= 0 get a communicator of their own, ordered by
+  // key; color < 0 (NCCL_SPLIT_NOCOLOR) gets nullptr. A communicator made
+  // without blocking gives up at `deadline`.
+  virtual absl::StatusOr<std::unique_ptr<NcclComm>> Split(int color, int key, Deadline deadline) = 0;
   // ncclCommAbort: stops what is queued and frees the communicator's
   // resources. Safe from any thread, concurrently with a running call;
   // calls after the first do nothing.

@@ -49,6 +49,10 @@ absl::StatusOr<ncclDataType_t> ToNccl(DType dtype) {
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
     case DType::kU8: return ncclUint8;
+    case DType::kI8: return ncclInt8;
+    // One byte of 0 or 1; the backend maps SUM to MAX and PROD to MIN, so
+    // results stay 0 or 1 (as ProcessGroupNCCL does).
+    case DType::kBool: return ncclUint8;
   }
   return absl::InvalidArgumentError(absl::StrCat("NCCL has no type for dtype ", static_cast<int>(dtype)));
 }
@@ -184,6 +188,57 @@ class CudaNcclComm final : public NcclComm {
     return FromNccl(state, "NCCL asynchronous error", comm_);
   }
 
+  absl::StatusOr<std::unique_ptr<NcclComm>> Split(int color, int key, Deadline deadline) override {
+    LOCKSTEP_RETURN_IF_ERROR(Use("ncclCommSplit"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = non_blocking_ ? 0 : 1;
+    ncclComm_t child = nullptr;
+    const ncclResult_t result =
+        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    // Without blocking, the new communicator (or, for no color, the parent)
+    // says when the split has finished.
+    LOCKSTEP_RETURN_IF_ERROR(AwaitReady(child != nullptr ? child : comm_, result, deadline, "ncclCommSplit"));
+    if (child == nullptr) return std::unique_ptr<NcclComm>();
+    return Wrap(child, device_, non_blocking_);
+  }
+
+  // A communicator and its own stream and event, or the error (`comm` then destroyed).
+  static absl::StatusOr<std::unique_ptr<NcclComm>> Wrap(ncclComm_t comm, int device, bool non_blocking) {
+    absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(device);
+    cudaEvent_t caller_event = nullptr;
+    absl::Status status = stream.status();
+    if (status.ok()) {
+      status = FromCuda(cudaEventCreateWithFlags(&caller_event, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    if (!status.ok()) {
+      ncclCommDestroy(comm);
+      return status;
+    }
+    return std::unique_ptr<NcclComm>(
+        std::make_unique<CudaNcclComm>(comm, device, *std::move(stream), caller_event, non_blocking));
+  }
+
+  // A call made without blocking (init, split) answers ncclInProgress until
+  // it finished; gives up at `deadline`, aborting `comm`.
+  static absl::Status AwaitReady(ncclComm_t comm, ncclResult_t result, Deadline deadline, const char* call) {
+    while (result == ncclInProgress) {
+      if (SteadyClock::now() >= deadline) {
+        ncclCommAbort(comm);
+        return absl::DeadlineExceededError(absl::StrCat(
+            call, " did not complete by its deadline: a rank did not join. Check that every rank started, "
+                  "reached the same store and uses its own GPU; or raise NcclCommunicatorOptions.init_timeout"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
+    }
+    if (result != ncclSuccess) {
+      absl::Status error = FromNccl(result, call, comm);
+      if (comm != nullptr) ncclCommAbort(comm);
+      return error;
+    }
+    return absl::OkStatus();
+  }
+
   void Abort() override {
     // The lock keeps AsyncError (watchdog thread) off the freed communicator.
     std::lock_guard<std::mutex> lock(abort_mu_);
@@ -284,38 +339,12 @@ class CudaNcclRuntime final : public NcclRuntime {
     if (non_blocking) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
-      ncclResult_t result = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-      while (result == ncclInProgress) {
-        if (SteadyClock::now() >= deadline) {
-          ncclCommAbort(comm);
-          return absl::DeadlineExceededError(
-              "ncclCommInitRankConfig did not complete by the init deadline: a rank did not join. Check that "
-              "every rank started, reached the same store and uses its own GPU; or raise "
-              "NcclCommunicatorOptions.init_timeout");
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
-      }
-      if (result != ncclSuccess) {
-        absl::Status error = FromNccl(result, "ncclCommInitRankConfig", comm);
-        if (comm != nullptr) ncclCommAbort(comm);
-        return error;
-      }
+      const ncclResult_t result = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+      LOCKSTEP_RETURN_IF_ERROR(CudaNcclComm::AwaitReady(comm, result, deadline, "ncclCommInitRankConfig"));
     } else {
       LOCKSTEP_RETURN_IF_ERROR(FromNccl(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank", nullptr));
     }
-    absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(device);
-    cudaEvent_t caller_event = nullptr;
-    absl::Status status = stream.status();
-    if (status.ok()) {
-      status = FromCuda(cudaEventCreateWithFlags(&caller_event, cudaEventDisableTiming), "cudaEventCreate");
-    }
-    if (!status.ok()) {
-      ncclCommDestroy(comm);
-      return status;
-    }
-    return std::unique_ptr<NcclComm>(
-        std::make_unique<CudaNcclComm>(comm, device, *std::move(stream), caller_event, non_blocking));
+    return CudaNcclComm::Wrap(comm, device, non_blocking);
   }
 };
 

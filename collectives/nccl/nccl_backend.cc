@@ -18,6 +18,25 @@ bool IsFloating(DType dtype) {
 
 char* Bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
+// bool as NCCL's uint8: or and and are MAX and MIN there.
+ReduceOp ForNccl(ReduceOp op, DType dtype) {
+  if (dtype != DType::kBool) return op;
+  if (op == ReduceOp::kSum) return ReduceOp::kMax;
+  if (op == ReduceOp::kProd) return ReduceOp::kMin;
+  return op;
+}
+
+// Byte offsets of blocks laid out one after another in rank order.
+std::vector<size_t> ByteOffsets(absl::Span<const int64_t> counts, size_t element) {
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (int64_t c : counts) {
+    offsets.push_back(at);
+    at += static_cast<size_t>(c) * element;
+  }
+  return offsets;
+}
+
 // Removes the registration of an operation however Run leaves.
 class InFlight {
  public:
@@ -154,6 +173,7 @@ BackendCapabilities NcclBackend::capabilities() const {
   caps.cpu_tensors = options_.cpu_tensors;
   caps.cuda_tensors = true;
   caps.point_to_point = true;
+  caps.native_split = nccl_version_ >= kNcclSplitVersion;
   return caps;
 }
 
@@ -240,7 +260,8 @@ absl::Status NcclBackend::AwaitEvent(const std::string& fingerprint, NcclEvent& 
   }
 }
 
-absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) {
+absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp given, const OpContext& op_ctx) {
+  const ReduceOp op = ForNccl(given, input.dtype());
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
@@ -256,8 +277,9 @@ absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, R
   });
 }
 
-absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,
+absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, ReduceOp given, int root,
                                  const OpContext& op_ctx) {
+  const ReduceOp op = ForNccl(given, input.dtype());
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
@@ -298,8 +320,9 @@ absl::Status NcclBackend::AllGather(const Tensor& input, const Tensor& output, c
   });
 }
 
-absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
+absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp given,
                                         const OpContext& op_ctx) {
+  const ReduceOp op = ForNccl(given, input.dtype());
   const size_t n = static_cast<size_t>(output.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
@@ -371,6 +394,138 @@ absl::Status NcclBackend::Scatter(const Tensor& input, const Tensor& output, int
   });
 }
 
+absl::Status NcclBackend::AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                     const OpContext& op_ctx) {
+  const DType dtype = output.dtype();
+  const std::vector<size_t> at = ByteOffsets(counts, output.element_size());
+  return Run(Fingerprint("AllGatherV", op_ctx.seq, output), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
+             [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               if (input.nbytes() > 0) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + at[rank_], stage.Ptr(in), input.nbytes()));
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+               for (int peer = 0; peer < size_; ++peer) {
+                 if (peer == rank_) continue;
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in), static_cast<size_t>(counts[rank_]), dtype, peer));
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out) + at[peer], static_cast<size_t>(counts[peer]), dtype, peer));
+               }
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               return stage.CopyOut();
+             });
+}
+
+absl::Status NcclBackend::ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                         ReduceOp given, const OpContext& op_ctx) {
+  const DType dtype = input.dtype();
+  const ReduceOp op = ForNccl(given, dtype);
+  const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
+  const std::vector<size_t> at = ByteOffsets(counts, input.element_size());
+  return Run(Fingerprint("ReduceScatterV", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               // One reduce per rank's block, rooted at that rank, grouped.
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+               for (int root = 0; root < size_; ++root) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Reduce(stage.Ptr(in) + at[root], root == rank_ ? stage.Ptr(out) : nullptr,
+                                                        static_cast<size_t>(counts[root]), dtype,
+                                                        divide ? ReduceOp::kSum : op, root));
+               }
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), static_cast<size_t>(counts[rank_]), dtype, size_));
+               return stage.CopyOut();
+             });
+}
+
+absl::Status NcclBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                  int root, const OpContext& op_ctx) {
+  const DType dtype = input.dtype();
+  const std::vector<size_t> at = ByteOffsets(counts, input.element_size());
+  return Run(Fingerprint("GatherV", op_ctx.seq, input, {}, root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = rank_ == root ? stage.Add(output, false, true) : -1;
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+               if (rank_ != root) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in), static_cast<size_t>(counts[rank_]), dtype, root));
+               } else {
+                 for (int peer = 0; peer < size_; ++peer) {
+                   if (peer == rank_) continue;
+                   LOCKSTEP_RETURN_IF_ERROR(
+                       comm_->Recv(stage.Ptr(out) + at[peer], static_cast<size_t>(counts[peer]), dtype, peer));
+                 }
+               }
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               if (rank_ == root && input.nbytes() > 0) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + at[rank_], stage.Ptr(in), input.nbytes()));
+               }
+               return stage.CopyOut();
+             });
+}
+
+absl::Status NcclBackend::ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                                   int root, const OpContext& op_ctx) {
+  const DType dtype = output.dtype();
+  const std::vector<size_t> at = ByteOffsets(counts, output.element_size());
+  return Run(Fingerprint("ScatterV", op_ctx.seq, output, {}, root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = rank_ == root ? stage.Add(input, true, false) : -1;
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+               if (rank_ != root) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out), static_cast<size_t>(counts[rank_]), dtype, root));
+               } else {
+                 for (int peer = 0; peer < size_; ++peer) {
+                   if (peer == rank_) continue;
+                   LOCKSTEP_RETURN_IF_ERROR(
+                       comm_->Send(stage.Ptr(in) + at[peer], static_cast<size_t>(counts[peer]), dtype, peer));
+                 }
+               }
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               if (rank_ == root && output.nbytes() > 0) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out), stage.Ptr(in) + at[rank_], output.nbytes()));
+               }
+               return stage.CopyOut();
+             });
+}
+
+absl::Status NcclBackend::AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                                   absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) {
+  const DType dtype = output.dtype();
+  const std::vector<size_t> send_at = ByteOffsets(send_counts, input.element_size());
+  const std::vector<size_t> recv_at = ByteOffsets(recv_counts, output.element_size());
+  return Run(Fingerprint("AllToAll", op_ctx.seq, output), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
+             [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               const size_t own = static_cast<size_t>(send_counts[rank_]) * output.element_size();
+               if (own > 0) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + recv_at[rank_], stage.Ptr(in) + send_at[rank_], own));
+               }
+               // All pairs in one group: NCCL schedules them without deadlock.
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+               for (int s = 1; s < size_; ++s) {
+                 const int to = (rank_ + s) % size_, from = (rank_ - s + size_) % size_;
+                 LOCKSTEP_RETURN_IF_ERROR(
+                     comm_->Send(stage.Ptr(in) + send_at[to], static_cast<size_t>(send_counts[to]), dtype, to));
+                 LOCKSTEP_RETURN_IF_ERROR(
+                     comm_->Recv(stage.Ptr(out) + recv_at[from], static_cast<size_t>(recv_counts[from]), dtype, from));
+               }
+               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               return stage.CopyOut();
+             });
+}
+
 absl::Status NcclBackend::Barrier(const OpContext& op_ctx) {
   return Run(absl::StrCat("Barrier seq ", op_ctx.seq), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {}), [&]() -> absl::Status {
     LOCKSTEP_ASSIGN_OR_RETURN(void* word, comm_->Scratch(1));
@@ -416,9 +571,26 @@ absl::Status NcclBackend::RunPointToPoint(PointToPointSource& source, Deadline d
       return stage.CopyOut();
     }));
     for (PointToPointOp& op : ops) {
-      if (op.done) op.done();
+      if (op.done) op.done(op.peer);
     }
   }
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(int color, int key, int new_rank, int new_size,
+                                                            const OpContext& op_ctx) {
+  if (watchdog_->failed()) return NotRun(absl::StrCat("Split seq ", op_ctx.seq));
+  absl::StatusOr<std::unique_ptr<NcclComm>> child = comm_->Split(color, key, op_ctx.deadline);
+  if (!child.ok()) {
+    absl::Status error = absl::Status(child.status().code(),
+                                      absl::StrCat("NCCL Split seq ", op_ctx.seq, " on rank ", rank_, " (color ", color,
+                                                   "): ", child.status().message()));
+    watchdog_->Fail(error);
+    return error;
+  }
+  if (*child == nullptr) return std::unique_ptr<Backend>();
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<NcclBackend> backend,
+                            Create(*std::move(child), new_rank, new_size, device_, nccl_version_, options_));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 void NcclBackend::Abort(absl::string_view reason) {

@@ -21,12 +21,16 @@
 // communicator); large CPU collectives belong on the host backend.
 //
 // Ops: AllReduce, Reduce, Broadcast, AllGather, ReduceScatter as NCCL's own;
-// Gather and Scatter as grouped Send/Recv; Barrier as a one-element
-// all-reduce; point to point as grouped Send/Recv per batch (NCCL has no
+// Gather, Scatter, AllToAll and the uneven AllGatherV, GatherV, ScatterV as
+// grouped Send/Recv (ncclGroupStart/End); ReduceScatterV as one ncclReduce
+// per rank in a group; Barrier as a one-element all-reduce; point to point as grouped Send/Recv per batch (NCCL has no
 // tags: messages match per peer in call order, which the Communicator
 // already guarantees). AVG is ncclAvg for floating dtypes when the linked
 // NCCL is >= 2.10, else a sum followed by core's exact division (always for
-// integers, so the result equals the host backend's).
+// integers, so the result equals the host backend's). bool travels as
+// uint8 with SUM as MAX and PROD as MIN (results stay 0 or 1, as
+// ProcessGroupNCCL does); NCCL has no bitwise reductions, which
+// capabilities() says so that the Communicator refuses them.
 //
 // Watchdog (collectives/nccl/nccl_watchdog.h): an operation past its deadline, or
 // an asynchronous NCCL error, aborts the NCCL communicator (ncclCommAbort)
@@ -88,8 +92,21 @@ class NcclBackend final : public Backend {
   absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
                              const OpContext& op_ctx) override;
   absl::Status Barrier(const OpContext& op_ctx) override;
+  absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                          const OpContext& op_ctx) override;
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
+                              ReduceOp op, const OpContext& op_ctx) override;
+  absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                       const OpContext& op_ctx) override;
+  absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                        const OpContext& op_ctx) override;
+  absl::Status AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
+                        absl::Span<const int64_t> recv_counts, const OpContext& op_ctx) override;
   absl::Status AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) override;
   absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) override;
+  // ncclCommSplit (capabilities().native_split from NCCL 2.18 on).
+  absl::StatusOr<std::unique_ptr<Backend>> Split(int color, int key, int new_rank, int new_size,
+                                                 const OpContext& op_ctx) override;
   void Abort(absl::string_view reason) override;
   TrafficCounters Traffic() const override;
 

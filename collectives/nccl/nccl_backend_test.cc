@@ -144,11 +144,11 @@ TEST(NcclBackendTest, PointToPointBatchIsOneGroupAndCompletesEachOp) {
   ops[0].send = true;
   ops[0].peer = 1;
   ops[0].tensor = *Tensor::FromVector<float>({1, 2, 3});
-  ops[0].done = [&] { ++done; };
+  ops[0].done = [&](int) { ++done; };
   ops[1].send = false;
   ops[1].peer = 1;
   ops[1].tensor = *Tensor::Zeros({5}, DType::kF16);
-  ops[1].done = [&] { ++done; };
+  ops[1].done = [&](int) { ++done; };
   OneBatch source(std::move(ops));
   ASSERT_TRUE(backend->RunPointToPoint(source, DeadlineIn(Milliseconds(20000))).ok());
   EXPECT_EQ(done, 2);
@@ -472,6 +472,78 @@ TEST(NcclCommunicatorTest, SynchronizeStreamWithStagedHostTensorsWaitsForTheResu
   ASSERT_TRUE(work->SynchronizeStream(nullptr).ok());
   EXPECT_TRUE(work->IsCompleted());
   EXPECT_EQ(*t.ToVector<float>(), (std::vector<float>{1.5f, 2.5f}));
+}
+
+TEST(NcclBackendTest, UnevenAndAllToAllOpsAreGroupedSendRecv) {
+  // Rank 1 of 3: blocks of 1, 2 and 3 elements.
+  auto state = std::make_shared<FakeNcclState>();
+  auto backend = MakeBackend(state, /*rank=*/1, /*size=*/3);
+  const std::vector<int64_t> counts = {1, 2, 3};
+  Tensor mine = *Tensor::FromVector<float>({5, 6});
+  Tensor all = *Tensor::Zeros({6}, DType::kF32);
+  ASSERT_TRUE(backend->AllGatherV(mine, all, counts, Op(1)).ok());
+  EXPECT_EQ(*all.ToVector<float>(), (std::vector<float>{0, 5, 6, 0, 0, 0}));  // Its own block in place.
+  Tensor sums = *Tensor::FromVector<float>({1, 2, 3, 4, 5, 6});
+  Tensor block = *Tensor::Zeros({2}, DType::kF32);
+  ASSERT_TRUE(backend->ReduceScatterV(sums, block, counts, ReduceOp::kSum, Op(2)).ok());
+  ASSERT_TRUE(backend->AllToAll(sums, all, {3, 2, 1}, {1, 2, 3}, Op(3)).ok());
+  EXPECT_THAT(state->Calls(),
+              ElementsAre("WaitFor", "Copy 8", "GroupStart", "Send f32 2 to 0", "Recv f32 1 from 0", "Send f32 2 to 2",
+                          "Recv f32 3 from 2", "GroupEnd", "Record",  //
+                          "WaitFor", "GroupStart", "Reduce SUM f32 1 to 0", "Reduce SUM f32 2 to 1",
+                          "Reduce SUM f32 3 to 2", "GroupEnd", "Record",  //
+                          "WaitFor", "Copy 8", "GroupStart", "Send f32 1 to 2", "Recv f32 1 from 0", "Send f32 3 to 0",
+                          "Recv f32 3 from 2", "GroupEnd", "Record"));
+}
+
+TEST(NcclBackendTest, BoolReducesAsUint8MaxAndMinAndBitwiseOpsAreRefused) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto comm = Communicator::Create(MakeBackend(state, 0, 1, /*cpu_tensors=*/true), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok());
+  Tensor b = *Tensor::Zeros({4}, DType::kBool);
+  ASSERT_TRUE((*comm)->AllReduce(b, ReduceOp::kSum)->Wait().ok());
+  ASSERT_TRUE((*comm)->AllReduce(b, ReduceOp::kProd)->Wait().ok());
+  Tensor i = *Tensor::Zeros({4}, DType::kI32);
+  const absl::Status band = (*comm)->AllReduce(i, ReduceOp::kBand)->Wait();
+  EXPECT_THAT(std::string(band.message()), HasSubstr("backend has no BAND reduction"));
+  Tensor t = *Tensor::Zeros({1}, DType::kF32);
+  const absl::Status any = (*comm)->RecvAnySource(t)->Wait();
+  EXPECT_EQ(any.code(), absl::StatusCode::kInvalidArgument);  // Alone: refused before the backend's turn.
+  std::vector<std::string> calls = state->Calls();
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "AllReduce MAX bool 4"), calls.end());
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "AllReduce MIN bool 4"), calls.end());
+}
+
+TEST(NcclBackendTest, SplitIsNcclCommSplitFrom2_18) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto comm = Communicator::Create(MakeBackend(state, 0, 1, /*cpu_tensors=*/true), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok());
+  EXPECT_TRUE((*comm)->capabilities().native_split);
+  absl::StatusOr<std::unique_ptr<Communicator>> sub = (*comm)->Split(3, 7);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_NE(*sub, nullptr);
+  EXPECT_EQ((*sub)->size(), 1);
+  Tensor t = *Tensor::FromVector<float>({1, 2});
+  EXPECT_TRUE((*sub)->AllReduce(t, ReduceOp::kSum)->Wait().ok());
+  std::vector<std::string> calls = state->Calls();
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "Split color 3 key 7"), calls.end());
+  // No color: nullptr, after taking part in the split.
+  absl::StatusOr<std::unique_ptr<Communicator>> none = (*comm)->Split(Communicator::kNoColor, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  calls = state->Calls();
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "Split color -1 key 0"), calls.end()) << ::testing::PrintToString(calls);
+}
+
+TEST(NcclBackendTest, BeforeNccl2_18SubgroupsComeFromTheStore) {
+  auto state = std::make_shared<FakeNcclState>();
+  state->version = NcclVersionCode(2, 17, 1);
+  auto comm = Communicator::Create(MakeBackend(state), CommunicatorOptions{});
+  ASSERT_TRUE(comm.ok());
+  EXPECT_FALSE((*comm)->capabilities().native_split);
+  // Made here without CreateNcclCommunicator: no factory, a clear refusal.
+  absl::StatusOr<std::unique_ptr<Communicator>> sub = (*comm)->Split(0, 0);
+  EXPECT_EQ(sub.status().code(), absl::StatusCode::kFailedPrecondition) << sub.status();
 }
 
 }  // namespace

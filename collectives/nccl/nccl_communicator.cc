@@ -127,11 +127,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared
     return absl::InvalidArgumentError("NcclCommunicatorOptions.store_prefix is empty; give each group its own prefix");
   }
   LOCKSTEP_RETURN_IF_ERROR(ValidateCommunicatorOptions(options.communicator));
-  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, std::move(store));
+  auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, store);
   std::unique_ptr<NcclRuntime> runtime = SystemNcclRuntime();
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<NcclBackend> backend,
                             CreateNcclBackend(*runtime, *prefixed, rank, size, device, options));
-  return Communicator::Create(std::move(backend), options.communicator, std::move(prefixed));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                            Communicator::Create(std::move(backend), options.communicator, std::move(prefixed)));
+  // Subgroups where NCCL cannot split (before 2.18): a new unique id through
+  // the store, under this group's prefix.
+  comm->set_subgroup_factory([store, device, options](const Communicator::SubgroupSpec& spec) {
+    NcclCommunicatorOptions child = options;
+    child.store_prefix = absl::StrCat(options.store_prefix, "/", spec.name);
+    return CreateNcclCommunicator(store, spec.rank, spec.size, device, child);
+  });
+  return comm;
 }
 
 }  // namespace lockstep

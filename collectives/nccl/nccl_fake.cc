@@ -24,8 +24,9 @@ class FakeNcclEvent final : public NcclEvent {
 std::string Op(ReduceOp op) { return std::string(ReduceOpName(op)); }
 std::string Type(DType dtype) { return std::string(DTypeName(dtype)); }
 
+// (A null `out`: a non-root's reduce, whose receive buffer NCCL ignores.)
 void CopyIfApart(void* out, const void* in, size_t bytes) {
-  if (out != in && bytes > 0) std::memmove(out, in, bytes);
+  if (out != nullptr && out != in && bytes > 0) std::memmove(out, in, bytes);
 }
 
 }  // namespace
@@ -120,6 +121,13 @@ absl::StatusOr<std::unique_ptr<NcclEvent>> FakeNcclComm::Record() {
   return std::unique_ptr<NcclEvent>(std::make_unique<FakeNcclEvent>(state_));
 }
 absl::Status FakeNcclComm::AsyncError() { return state_->async_error(); }
+absl::StatusOr<std::unique_ptr<NcclComm>> FakeNcclComm::Split(int color, int key, Deadline) {
+  state_->Record(absl::StrCat("Split color ", color, " key ", key));
+  if (state_->fail_call == "Split") return absl::InternalError("ncclCommSplit: invalid usage (fake)");
+  if (color < 0) return std::unique_ptr<NcclComm>();
+  return std::unique_ptr<NcclComm>(std::make_unique<FakeNcclComm>(state_));
+}
+
 void FakeNcclComm::Abort() {
   state_->aborts.fetch_add(1);
   // What ncclCommAbort does to a stuck kernel: the stream drains.

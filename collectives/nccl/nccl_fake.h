@@ -70,6 +70,7 @@ class FakeNcclComm final : public NcclComm {
   absl::StatusOr<void*> Scratch(size_t bytes) override;
   absl::StatusOr<std::unique_ptr<NcclEvent>> Record() override;
   absl::Status AsyncError() override;
+  absl::StatusOr<std::unique_ptr<NcclComm>> Split(int color, int key, Deadline deadline) override;
   void Abort() override;
 
  private:

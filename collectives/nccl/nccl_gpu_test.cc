@@ -13,6 +13,8 @@
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/store/hash_store.h"
 #include "core/cuda_runtime.h"
+#include "core/dtype.h"
+#include "core/half.h"
 #include "core/kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,14 +32,27 @@ NcclCommunicatorOptions Options() {
   return options;
 }
 
-// n elements of `dtype` with small exact values (1..7), on `device`.
+// n elements of `dtype` with small exact values (1..7; bool: 0 or 1), on
+// `device`.
 Tensor Values(int64_t n, DType dtype, Device device, int salt = 0) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i + salt) % 7 + 1);
-  Tensor f32 = *Tensor::FromVector<float>(v);
-  Tensor cast = *Tensor::Empty({n}, dtype);
-  EXPECT_TRUE(Cast(f32, cast).ok());
-  return *cast.To(device);
+  Tensor host = *Tensor::Empty({n}, dtype);
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = host.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int v = static_cast<int>((i + salt) % 7 + 1);
+      if constexpr (std::is_same_v<T, Half>) {
+        p[i] = FloatToHalf(static_cast<float>(v));
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
+        p[i] = FloatToBFloat16(static_cast<float>(v));
+      } else if constexpr (std::is_same_v<T, bool>) {
+        p[i] = v % 2 == 1;
+      } else {
+        p[i] = static_cast<T>(v);
+      }
+    }
+  });
+  return *host.To(device);
 }
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
@@ -66,6 +81,7 @@ TEST_F(NcclOneGpuTest, EveryOpDtypeAndReduceOpGivesBackItsInput) {
       SCOPED_TRACE(std::string(DTypeName(dtype)) + " x " + std::to_string(n));
       const Tensor expected = Values(n, dtype, gpu);
       for (ReduceOp op : kAllReduceOps) {
+        if (IsBitwise(op) || (op == ReduceOp::kAvg && dtype == DType::kBool)) continue;  // Refused on NCCL.
         SCOPED_TRACE(std::string(ReduceOpName(op)));
         Tensor t = Values(n, dtype, gpu);
         ASSERT_TRUE(comm_->AllReduce(t, op)->Wait().ok());
@@ -94,6 +110,40 @@ TEST_F(NcclOneGpuTest, EveryOpDtypeAndReduceOpGivesBackItsInput) {
     }
   }
   ASSERT_TRUE(comm_->Barrier()->Wait().ok());
+  EXPECT_TRUE(comm_->broken_status().ok());
+}
+
+// The uneven and all-to-all collectives and a split, on CUDA tensors: a
+// world of one gives back its input.
+TEST_F(NcclOneGpuTest, UnevenAllToAllCoalescedAndSplitGiveBackTheirInput) {
+  const Device gpu = Device::Cuda(0);
+  for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{(1 << 20) + 3}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kI8, DType::kBool}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " x " + std::to_string(n));
+      const Tensor expected = Values(n, dtype, gpu);
+      for (int kind = 0; kind < 5; ++kind) {
+        Tensor out = *Tensor::Zeros({n}, dtype, gpu);
+        const std::vector<int64_t> counts = {n};
+        absl::Status s = kind == 0   ? comm_->AllGatherV(expected, out, counts)->Wait()
+                         : kind == 1 ? comm_->GatherV(expected, out, counts, 0)->Wait()
+                         : kind == 2 ? comm_->ScatterV(expected, out, counts, 0)->Wait()
+                         : kind == 3 ? comm_->AllToAll(expected, out)->Wait()
+                                     : comm_->ReduceScatterV(expected, out, counts, ReduceOp::kMax)->Wait();
+        ASSERT_TRUE(s.ok()) << "op " << kind << ": " << s;
+        EXPECT_TRUE(SameBytes(out, expected)) << "op " << kind;
+      }
+      std::vector<Tensor> list = {Values(n, dtype, gpu), Values(3, dtype, gpu, 1)};
+      ASSERT_TRUE(comm_->AllReduceCoalesced(list, ReduceOp::kMax)->Wait().ok());
+      EXPECT_TRUE(SameBytes(list[0], expected));
+      EXPECT_TRUE(SameBytes(list[1], Values(3, dtype, gpu, 1)));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> sub = comm_->Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  std::printf("subgroup backend: %s\n", (*sub)->capabilities().name.c_str());
+  Tensor t = Values(1000, DType::kF32, gpu);
+  ASSERT_TRUE((*sub)->AllReduce(t, ReduceOp::kSum)->Wait().ok());
+  EXPECT_TRUE(SameBytes(t, Values(1000, DType::kF32, gpu)));
   EXPECT_TRUE(comm_->broken_status().ok());
 }
 
@@ -134,11 +184,11 @@ TEST(NcclBackendGpuTest, SendAndRecvToItselfInOneGroup) {
   source.ops[0].send = true;
   source.ops[0].peer = 0;
   source.ops[0].tensor = sent;
-  source.ops[0].done = [&] { ++done; };
+  source.ops[0].done = [&](int) { ++done; };
   source.ops[1].send = false;
   source.ops[1].peer = 0;
   source.ops[1].tensor = got;
-  source.ops[1].done = [&] { ++done; };
+  source.ops[1].done = [&](int) { ++done; };
   ASSERT_TRUE((*backend)->RunPointToPoint(source, DeadlineIn(Milliseconds(60000))).ok());
   EXPECT_EQ(done, 2);
   EXPECT_TRUE(SameBytes(got, sent));

@@ -52,6 +52,19 @@ float SumOver(int n, int64_t i) {
   return s;
 }
 
+std::vector<int64_t> UnevenCounts(int n, int64_t scale) {
+  std::vector<int64_t> counts;
+  for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : ((r * 5 + 3) % 7 + 1) * scale);
+  return counts;
+}
+
+int BlockOwning(absl::Span<const Chunk> blocks, int64_t i) {
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (i >= blocks[b].offset && i < blocks[b].offset + blocks[b].count) return static_cast<int>(b);
+  }
+  return -1;
+}
+
 std::string Describe(const AlgorithmRun& run, int64_t count) {
   return absl::StrCat(run.size, " ranks, ", count, " elements, capacity ", run.capacity_bytes, ", segment ",
                       run.algorithms.segment_bytes);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "collectives/algorithms/algorithm.h"
 #include "core/tensor.h"
 
@@ -40,6 +41,14 @@ float SumOver(int n, int64_t i);
 
 // "3 ranks, 1000 elements, capacity 700, segment 68", for failure messages.
 std::string Describe(const AlgorithmRun& run, int64_t count);
+
+// Per-rank counts for the uneven (V) collectives: n counts, some of them 0
+// (rank 1's, when n > 1), the others different multiples of `scale`.
+std::vector<int64_t> UnevenCounts(int n, int64_t scale);
+
+// The index of the block of `blocks` that holds element i (blocks tile a
+// buffer in order).
+int BlockOwning(absl::Span<const Chunk> blocks, int64_t i);
 
 // The runs most algorithm tests sweep: world sizes 1-5 (powers of two and
 // not), generous and tiny connection capacities, small and default segments.

@@ -173,6 +173,17 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
             absl::StatusOr<void*> dest = t.route(MessageTag{h.seq, h.tag, h.element}, h.bytes);
             lock.lock();
             if (!dest.ok()) return dest.status();
+            if (*dest == LeaveMessage()) {
+              // Left for the next receive from this peer: header and bytes stay.
+              t.data = nullptr;
+              t.bytes = 0;
+              p.header_done = true;
+              complete[i] = true;
+              --remaining;
+              moved = true;
+              if (t.on_done) LOCKSTEP_RETURN_IF_ERROR(t.on_done());
+              continue;
+            }
             t.data = *dest;
             t.bytes = h.bytes;
           } else if (h.seq != mt.seq || h.tag != mt.tag || h.bytes != t.bytes) {
@@ -234,6 +245,16 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
     }
     if (remaining == 0 && !moved) return absl::OkStatus();
     if (moved) continue;
+    if (feed != nullptr) {
+      // Only receives that are no longer needed wait: done.
+      bool droppable_only = true;
+      for (size_t i = 0; i < transfers.size() && droppable_only; ++i) {
+        if (complete[i]) continue;
+        const Transfer& t = *transfers[i];
+        droppable_only = t.droppable && !progress[i].header_done && t.droppable();
+      }
+      if (droppable_only) return absl::OkStatus();
+    }
     if (SteadyClock::now() >= deadline) break;
     // Feeds are re-polled every millisecond; otherwise sleep until a channel
     // changes.

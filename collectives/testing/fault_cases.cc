@@ -15,11 +15,12 @@ bool Contains(const absl::Status& s, absl::string_view needle) {
 
 }  // namespace
 
-absl::Status KilledRankCase(Communicator& comm, int victim, absl::string_view peer) {
+absl::Status KilledRankCase(Communicator& comm, int victim, absl::string_view peer, const LargeOpFn& op) {
   // 64 MiB per rank: long enough to be mid-transfer when the victim dies.
   Tensor t = *Tensor::Zeros({16 << 20}, DType::kF32);
-  if (absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait(); !s.ok()) return s;  // Warm up.
-  std::shared_ptr<Work> work = comm.AllReduce(t, ReduceOp::kSum);
+  const LargeOpFn start = op ? op : [&t](Communicator& c) { return c.AllReduce(t, ReduceOp::kSum); };
+  if (absl::Status s = start(comm)->Wait(); !s.ok()) return s;  // Warm up.
+  std::shared_ptr<Work> work = start(comm);
   if (comm.rank() == victim) {
     // Wait until the operation has started moving data, then die.
     while (!work->IsCompleted() && comm.broken_status().ok()) {
@@ -27,7 +28,7 @@ absl::Status KilledRankCase(Communicator& comm, int victim, absl::string_view pe
     }
   }
   absl::Status s = work->Wait();
-  if (s.ok()) return absl::InternalError(absl::StrCat("the all-reduce succeeded although rank ", victim, " was killed"));
+  if (s.ok()) return absl::InternalError(absl::StrCat("the operation succeeded although rank ", victim, " was killed"));
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     return absl::InternalError(absl::StrCat("the death was noticed only at the deadline: ", s.ToString()));
   }

@@ -10,7 +10,9 @@
 #ifndef LOCKSTEP_COLLECTIVES_TESTING_FAULT_CASES_H_
 #define LOCKSTEP_COLLECTIVES_TESTING_FAULT_CASES_H_
 
+#include <functional>
 #include <future>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -23,7 +25,10 @@ namespace testing {
 // SIGKILLs itself once it is under way. The others must fail before the
 // deadline with an error naming `peer`, and their next operation must fail
 // with the same cause. (The victim's own result is the runner's "signal 9".)
-absl::Status KilledRankCase(Communicator& comm, int victim, absl::string_view peer);
+// `op` (optional) starts the operation instead of the all-reduce, on
+// buffers of its own large enough to be mid-transfer when the victim dies.
+using LargeOpFn = std::function<std::shared_ptr<Work>(Communicator& comm)>;
+absl::Status KilledRankCase(Communicator& comm, int victim, absl::string_view peer, const LargeOpFn& op = nullptr);
 
 // Rank 1 stays alive and connected but never joins rank 0's all-reduce:
 // rank 0 must fail at its deadline naming `peer`, then release rank 1

@@ -339,6 +339,103 @@ TEST_P(TransportConformanceTest, ARouteErrorFailsTheExchange) {
   EXPECT_TRUE(results[1].ok()) << results[1];
 }
 
+TEST_P(TransportConformanceTest, ARouteMayLeaveAMessageForTheNextReceive) {
+  // Rank 0 sends two messages (70000 bytes, then an empty one); rank 1's
+  // routed receive leaves the first where it is, and ordinary receives then
+  // take both, header and all.
+  auto transports = GetParam().make(2);
+  const std::vector<char> first = Pattern(70000, 7);
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      Transfer x[] = {Transfer::Send(1, first.data(), first.size()), Transfer::Send(1, nullptr, 0)};
+      x[1].tag = 6;
+      return t.Exchange(absl::MakeSpan(x), MessageTag{9, 5}, Soon());
+    }
+    int routed = 0, done = 0;
+    Transfer r = Transfer::Recv(0, nullptr, 0);
+    r.route = [&](const MessageTag& tag, size_t bytes) -> absl::StatusOr<void*> {
+      ++routed;
+      if (tag.seq != 9 || tag.tag != 5 || bytes != first.size()) return absl::InternalError("unexpected header");
+      return LeaveMessage();
+    };
+    r.on_done = [&] {
+      ++done;
+      return absl::OkStatus();
+    };
+    OnePerPoll feed({r});
+    LOCKSTEP_RETURN_IF_ERROR(t.ExchangeOpen(feed, Soon()));
+    if (routed != 1 || done != 1) return absl::InternalError("the route and on_done run once each");
+    std::vector<char> got(first.size());
+    Transfer x[] = {Transfer::Recv(0, got.data(), got.size()), Transfer::Recv(0, nullptr, 0)};
+    x[1].tag = 6;
+    LOCKSTEP_RETURN_IF_ERROR(t.Exchange(absl::MakeSpan(x), MessageTag{9, 5}, Soon()));
+    if (got != first) return absl::InternalError("the message left in place arrived changed");
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+TEST_P(TransportConformanceTest, AnEmptyMessageLeftInPlaceIsTakenNext) {
+  // An empty message (a barrier step) left by a router with nothing after it
+  // in the stream: the next receive must still find it.
+  auto transports = GetParam().make(2);
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      Transfer x = Transfer::Send(1, nullptr, 0);
+      LOCKSTEP_RETURN_IF_ERROR(t.Exchange({&x, 1}, MessageTag{3, 1}, Soon()));
+      // Wait for rank 1's answer, so that nothing else follows in the stream.
+      Transfer y = Transfer::Recv(1, nullptr, 0);
+      return t.Exchange({&y, 1}, MessageTag{4, 1}, Soon());
+    }
+    Transfer r = Transfer::Recv(0, nullptr, 0);
+    r.route = [](const MessageTag&, size_t) -> absl::StatusOr<void*> { return LeaveMessage(); };
+    OnePerPoll feed({r});
+    LOCKSTEP_RETURN_IF_ERROR(t.ExchangeOpen(feed, Soon()));
+    Transfer x = Transfer::Recv(0, nullptr, 0);
+    LOCKSTEP_RETURN_IF_ERROR(t.Exchange({&x, 1}, MessageTag{3, 1}, Soon()));
+    Transfer y = Transfer::Send(0, nullptr, 0);
+    return t.Exchange({&y, 1}, MessageTag{4, 1}, Soon());
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+TEST_P(TransportConformanceTest, ADroppableReceiveDoesNotHoldTheExchangeOpen) {
+  // Rank 1 listens to ranks 0 and 2 but needs one message only (a receive
+  // from any rank): once rank 0's came, the listener on the silent rank 2
+  // is dropped and the exchange ends long before its deadline.
+  auto transports = GetParam().make(3);
+  auto results = RunRanks(transports, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      uint64_t word = 42;
+      Transfer x = Transfer::Send(1, &word, sizeof(word));
+      return t.Exchange({&x, 1}, MessageTag{1, 1}, Soon());
+    }
+    if (t.rank() == 2) return absl::OkStatus();
+    bool satisfied = false;
+    uint64_t word = 0;
+    std::vector<Transfer> listeners;
+    for (int peer : {0, 2}) {
+      Transfer r = Transfer::Recv(peer, nullptr, 0);
+      r.route = [&](const MessageTag&, size_t bytes) -> absl::StatusOr<void*> {
+        if (bytes != sizeof(word)) return absl::InternalError("unexpected size");
+        satisfied = true;
+        return static_cast<void*>(&word);
+      };
+      r.droppable = [&] { return satisfied; };
+      listeners.push_back(std::move(r));
+    }
+    OnePerPoll feed(listeners);
+    const Deadline deadline = Soon();
+    LOCKSTEP_RETURN_IF_ERROR(t.ExchangeOpen(feed, deadline));
+    if (word != 42) return absl::InternalError("the message from rank 0 did not arrive");
+    if (SteadyClock::now() >= deadline) return absl::InternalError("the exchange waited for its deadline");
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
 }  // namespace
 absl::Status SendOneWord(Transport& from, Transport& to, uint64_t value) {
   uint64_t got = ~value;

@@ -101,6 +101,21 @@ class TransferStreams {
     return waiting;
   }
 
+  // True when every transfer still in flight is a routed receive that may
+  // be dropped now (Transfer::droppable) and has not `started(progress)`:
+  // an open exchange may then end.
+  template <typename StartedFn>
+  bool OnlyDroppableLeft(const StartedFn& started) {
+    if (droppables_ == 0) return false;
+    for (size_t stream = 0; stream < current.size(); ++stream) {
+      for (size_t i = current[stream]; i != kNone; i = next[i]) {
+        const Transfer& t = at(i);
+        if (!t.droppable || started(progress[i]) || !t.droppable()) return false;
+      }
+    }
+    return true;
+  }
+
   absl::InlinedVector<size_t, 16> current;  // [stream]: the transfer in progress, or kNone.
   absl::InlinedVector<size_t, 16> last;     // [stream]: the last transfer queued, or kNone.
   absl::InlinedVector<size_t, 16> next;     // [transfer]: the next one of its stream, or kNone.
@@ -124,6 +139,7 @@ class TransferStreams {
     last[stream] = i;
     ++total;
     ++remaining;
+    if (t.droppable) ++droppables_;
     return absl::OkStatus();
   }
 
@@ -132,6 +148,7 @@ class TransferStreams {
   const absl::string_view transport_;
   std::vector<std::unique_ptr<Transfer>> added_;
   std::vector<Transfer> more_;
+  size_t droppables_ = 0;  // Transfers with `droppable` ever linked (0: skip the scan).
 };
 
 }  // namespace lockstep

@@ -95,8 +95,17 @@ struct Transfer {
   // Receives in ExchangeOpen only: accept the next message from `peer`
   // whatever its seq and tag; when its header has arrived, `route(tag,
   // bytes)` returns where its `bytes` bytes go (this transfer's data and
-  // bytes are then set), or an error that fails the exchange.
+  // bytes are then set), or an error that fails the exchange, or
+  // LeaveMessage(): the message is not this transfer's (a peer that moved
+  // on to the next collective), so it stays where it is, header and all,
+  // for the next receive from `peer`, and this transfer completes empty.
   std::function<absl::StatusOr<void*>(const MessageTag& tag, size_t bytes)> route;
+  // Routed receives only, optional: while this returns true and no byte of
+  // a message has arrived for the transfer, the exchange may end without
+  // it (it is dropped, on_done never called). A receive that turned out
+  // not to be needed (one of several that could satisfy a receive from any
+  // rank) so does not hold the exchange open.
+  std::function<bool()> droppable;
   // Called once, when this transfer has completed (a receive: all bytes
   // arrived and were checked); an error fails the exchange.
   std::function<absl::Status()> on_done;
@@ -118,6 +127,13 @@ struct Transfer {
     return t;
   }
 };
+
+// What a Transfer::route returns to leave a message in place (see there):
+// a unique address that is never a buffer.
+inline void* LeaveMessage() {
+  static char marker;
+  return &marker;
+}
 
 // Where ExchangeOpen gets more transfers.
 class TransferFeed {
@@ -168,8 +184,9 @@ class Transport {
   virtual absl::Status Exchange(absl::Span<Transfer> transfers, MessageTag tag, Deadline deadline) = 0;
 
   // Runs the feed's transfers (Poll is called first, then between rounds)
-  // until every one completed and the feed has no more, or one fails, or the
-  // deadline passes. Transfers must carry their own seq and tag.
+  // until every one completed (or may be dropped: Transfer::droppable) and
+  // the feed has no more, or one fails, or the deadline passes. Transfers
+  // must carry their own seq and tag.
   virtual absl::Status ExchangeOpen(TransferFeed& feed, Deadline deadline) = 0;
 
   virtual TrafficCounters Traffic() const = 0;

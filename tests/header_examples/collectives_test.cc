@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/algorithms/all_reduce.h"
+#include "collectives/algorithms/all_to_all.h"
 #include "collectives/bucket_assignment.h"
 #include "collectives/communicator.h"
 #include "collectives/fused_all_reduce.h"
@@ -124,6 +125,33 @@ void AllReduceOver(const TransportFactory& make) {
 }
 
 TEST(CollectivesExamplesTest, AllReduceOverATcpTransport) { AllReduceOver(TcpTransportExample); }
+
+// collectives/algorithms/all_to_all.h
+absl::Status AllToAllExample(Transport& transport, const Tensor& input, const Tensor& output,
+                             const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  // Rank r sends send_counts[j] elements to rank j and gets recv_counts[i]
+  // from rank i (the peers' send_counts[r]):
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  const std::vector<Chunk> send = BlocksOf(send_counts), recv = BlocksOf(recv_counts);
+  LOCKSTEP_RETURN_IF_ERROR(PairwiseAllToAll(ctx, input, send, output, recv));
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, UnevenAllToAllOverATcpTransport) {
+  HashStore store;
+  // Rank 0 keeps 1 element and sends 2 to rank 1; rank 1 sends 3 to rank 0 and keeps none.
+  const std::vector<std::vector<int64_t>> send_counts = {{1, 2}, {3, 0}}, recv_counts = {{1, 3}, {2, 0}};
+  std::vector<Tensor> inputs = {*Tensor::FromVector<float>({1, 2, 3}), *Tensor::FromVector<float>({4, 5, 6})};
+  std::vector<Tensor> outputs = {*Tensor::Zeros({4}, DType::kF32), *Tensor::Zeros({2}, DType::kF32)};
+  ExpectAllOk(RunRanks(2, [&](int rank) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, TcpTransportExample(store, rank, 2));
+    return AllToAllExample(*transport, inputs[rank], outputs[rank], send_counts[rank], recv_counts[rank]);
+  }));
+  EXPECT_EQ(Values(outputs[0]), (std::vector<float>{1, 4, 5, 6}));
+  EXPECT_EQ(Values(outputs[1]), (std::vector<float>{2, 3}));
+}
 
 TEST(CollectivesExamplesTest, AllReduceOverAShmTransport) { AllReduceOver(ShmTransportExample); }
 
@@ -262,7 +290,8 @@ TEST(CollectivesExamplesTest, WorkPromiseCompletesItsWork) {
 }
 
 // collectives/communicator.h
-absl::Status CommunicatorExample(std::shared_ptr<Store> store, int rank, int world_size, const Tensor& grads) {
+absl::Status CommunicatorExample(std::shared_ptr<Store> store, int rank, int world_size, const Tensor& grads,
+                                 const Tensor& send, const Tensor& recv) {
   // Over TCP (collectives/bootstrap/tcp_communicator.h), or from the environment
   // that torchrun, mpirun or srun set (collectives/bootstrap/init_from_env.h):
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
@@ -270,15 +299,35 @@ absl::Status CommunicatorExample(std::shared_ptr<Store> store, int rank, int wor
   std::shared_ptr<Work> w = comm->AllReduce(grads, ReduceOp::kAvg);
   // ... (other work)
   LOCKSTEP_RETURN_IF_ERROR(w->Wait());
+  // Block j of `send` to rank j, block i of `recv` from rank i:
+  LOCKSTEP_RETURN_IF_ERROR(comm->AllToAll(send, recv)->Wait());
+  // Even and odd ranks, each their own group (ranks renumbered from 0):
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> half,
+                            comm->Split(/*color=*/comm->rank() % 2, /*key=*/comm->rank()));
+  LOCKSTEP_RETURN_IF_ERROR(half->AllReduce(grads, ReduceOp::kSum)->Wait());
+  if (half->size() != world_size / 2 || half->rank() != rank / 2) return absl::InternalError("subgroup rank");
   return absl::OkStatus();
 }
 
-TEST(CollectivesExamplesTest, CommunicatorAveragesOverTcp) {
+TEST(CollectivesExamplesTest, CommunicatorAveragesExchangesAndSplitsOverTcp) {
   auto store = std::make_shared<HashStore>();
-  std::vector<Tensor> grads = {RankData(0, 64), RankData(1, 64)};
-  ExpectAllOk(RunRanks(2, [&](int rank) { return CommunicatorExample(store, rank, 2, grads[rank]); }));
-  EXPECT_EQ(Values(grads[0]), Summed(2, 64, 0.5f));
-  EXPECT_EQ(Values(grads[1]), Summed(2, 64, 0.5f));
+  constexpr int kRanks = 4;
+  std::vector<Tensor> grads, send, recv;
+  for (int r = 0; r < kRanks; ++r) {
+    grads.push_back(RankData(r, 64));
+    send.push_back(RankData(r, 4 * kRanks));  // Rank r's block j: RankData(r, ...)[4j, 4j + 4).
+    recv.push_back(*Tensor::Zeros({4 * kRanks}, DType::kF32));
+  }
+  ExpectAllOk(RunRanks(kRanks, [&](int rank) {
+    return CommunicatorExample(store, rank, kRanks, grads[rank], send[rank], recv[rank]);
+  }));
+  // Averaged over 4, then summed over the 2 ranks of each half: twice the mean.
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(Values(grads[r]), Summed(kRanks, 64, 0.5f)) << "rank " << r;
+  for (int r = 0; r < kRanks; ++r) {
+    for (int i = 0; i < kRanks; ++i) {
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(Values(recv[r])[4 * i + k], Values(send[i])[4 * r + k]);
+    }
+  }
 }
 
 // collectives/host_backend.h

@@ -143,6 +143,15 @@ absl::Status ShmTransport::Op::Receive(Transfer& t, Progress& p, const MessageTa
     new_tail += kLine;
     p.header_done = true;
     LOCKSTEP_RETURN_IF_ERROR(ReceiveHeader(t, p, tag, h));
+    if (t.data == LeaveMessage()) {
+      // Not this receive's: the header stays at the ring's tail for the
+      // next receive from the peer; this one completes empty.
+      p.single = false;
+      t.data = nullptr;
+      t.bytes = 0;
+      *moved = true;
+      return absl::OkStatus();
+    }
   }
   if (p.single) {
     if (new_tail != tail) {
@@ -192,7 +201,7 @@ absl::Status ShmTransport::Op::ReceiveHeader(Transfer& t, Progress& p, const Mes
   }
   if (t.route && h.magic == kMessageMagic) {
     LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)}, h.bytes));
-    t.bytes = h.bytes;
+    if (t.data != LeaveMessage()) t.bytes = h.bytes;
     return absl::OkStatus();
   }
   return CheckMessageHeader(h, tag, t.bytes, tr_.PeerName(t.peer), tr_.rank_);

@@ -162,6 +162,10 @@ absl::Status ShmTransport::Op::Run() {
       idle_rounds_ = 0;
       continue;
     }
+    // Only receives that are no longer needed wait: done.
+    if (feed_ != nullptr && streams_.OnlyDroppableLeft([](const Progress& p) { return p.header_done; })) {
+      return absl::OkStatus();
+    }
     // Nothing moved. A peer that is gone cannot move it any more.
     LOCKSTEP_RETURN_IF_ERROR(CheckAlive());
     if (Spin()) continue;

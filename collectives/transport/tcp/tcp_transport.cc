@@ -344,6 +344,11 @@ class TcpTransport::Op {
         RestartSpin();
         continue;
       }
+      // Only receives that are no longer needed wait: done.
+      if (feed_ != nullptr &&
+          streams_.OnlyDroppableLeft([](const Progress& p) { return p.header_done > 0; })) {
+        return absl::OkStatus();
+      }
       LOCKSTEP_ASSIGN_OR_RETURN(const bool in_time, Wait());
       if (!in_time) break;
     }
@@ -427,6 +432,14 @@ class TcpTransport::Op {
   // once whole, is checked (or routed, or is a peer's abort).
   absl::Status Receive(size_t stream, Transfer& t, Progress& p, const MessageTag& tag, bool* moved) {
     const int fd = tr_.peers_[t.peer].recv_fd.get();
+    if (p.header_done == 0 && tr_.peers_[t.peer].held) {
+      // The header an earlier routed receive left: this receive's.
+      p.header = tr_.peers_[t.peer].held_header;
+      p.header_done = sizeof(MessageHeader);
+      tr_.peers_[t.peer].held = false;
+      *moved = true;
+      return ReceivedHeader(stream, fd, t, p, tag, static_cast<char*>(t.data));
+    }
     iovec iov[2];
     int n_iov = 0;
     if (p.header_done < sizeof(MessageHeader)) {
@@ -472,7 +485,7 @@ class TcpTransport::Op {
       p.done += payload_got;
       tr_.traffic_.Received(t.peer, payload_got);
       if (!had_header && p.header_done == sizeof(MessageHeader)) {
-        LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(fd, t, p, tag, payload));
+        LOCKSTEP_RETURN_IF_ERROR(ReceivedHeader(stream, fd, t, p, tag, payload));
       }
       if (t.consume && payload_got > 0) {
         // Whole multiples of kConsumeAlign (all that is left at the end);
@@ -491,7 +504,8 @@ class TcpTransport::Op {
 
   // `payload`: where the payload's first p.done bytes landed (t.data, or
   // the receive buffer of a consume).
-  absl::Status ReceivedHeader(int fd, Transfer& t, const Progress& p, const MessageTag& tag, const char* payload) {
+  absl::Status ReceivedHeader(size_t stream, int fd, Transfer& t, const Progress& p, const MessageTag& tag,
+                              const char* payload) {
     const MessageHeader& h = p.header;
     if (h.magic == kMessageMagic && h.tag == kAbortTag && h.bytes <= kMaxAbortReason) {
       // Part of the reason may already sit at the start of the payload.
@@ -509,6 +523,17 @@ class TcpTransport::Op {
     if (t.route && h.magic == kMessageMagic) {
       // Its destination is chosen now that the message is known.
       LOCKSTEP_ASSIGN_OR_RETURN(t.data, t.route(MessageTag{h.seq, h.tag, static_cast<uint8_t>(h.element)}, h.bytes));
+      if (t.data == LeaveMessage()) {
+        // Not this receive's: the next receive from the peer starts with
+        // it (a router reads the header alone, so its payload is still in
+        // the socket), and may do so at once.
+        tr_.peers_[t.peer].held = true;
+        tr_.peers_[t.peer].held_header = h;
+        t.data = nullptr;
+        t.bytes = 0;
+        may_progress_[stream] = true;
+        return absl::OkStatus();
+      }
       t.bytes = h.bytes;
       return absl::OkStatus();
     }

@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/store/store.h"
+#include "collectives/transport/message_header.h"
 #include "collectives/transport/tcp/socket.h"
 #include "collectives/transport/transport.h"
 
@@ -100,6 +101,10 @@ class TcpTransport : public Transport {
     Fd send_fd;  // connected by this rank: carries its messages to the peer
     Fd recv_fd;  // accepted from the peer: carries the peer's messages here
     std::string address;
+    // A message header read from recv_fd but left for the next receive
+    // (a routed receive's LeaveMessage); its payload is still in the socket.
+    bool held = false;
+    MessageHeader held_header{};
   };
 
   const int rank_;
