@@ -69,10 +69,12 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives/transport/shm:shm_transport_test //collectives/transport/shm:shm_fault_test //collectives/algorithms:ring_in_place_test \
   //collectives/transport/shm:shm_stranger_test //ddp:replica_sync_test //collectives:chained_work_test //collectives:monitored_barrier_test \
   //collectives:hierarchical_backend_test //collectives/bootstrap:communicator_factory_test //tools/launch:all \
-  //collectives/transport/shm:shm_single_copy_process_test //collectives/nccl:nccl_watchdog_test //collectives/nccl:nccl_backend_test
-# The communicator grid without its 1M-element cases (TSan is ~10x slower).
+  //collectives/transport/shm:shm_single_copy_process_test //collectives/nccl:nccl_watchdog_test //collectives/nccl:nccl_backend_test \
+  //collectives:recv_any_source_test //collectives:subgroup_test //collectives:objects_test
+# The communicator grids without their large cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"
+run_step tsan-grid-v bazel test --config=tsan //collectives:collectives_v_test "--test_arg=--gtest_filter=-*LargeCounts*"
 # The golden and equivalence tests once more under each OpenBLAS kernel this
 # CPU can execute: another kernel sums in another order, so a tolerance that
 # holds for one CPU's kernel alone fails here on any machine.

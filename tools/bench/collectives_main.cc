@@ -13,8 +13,10 @@
 // (GB/s), busbw (GB/s), #wrong (--json: the same as fields, peak_rss_mib (the
 // largest rank's peak RSS so far), p50_us and p95_us
 // beside time_us). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
-// all_gather, reduce_scatter, gather and scatter (n-1)/n; broadcast and
-// reduce 1. The time is the slowest rank's mean over --iters iterations after
+// all_gather, all_gather_v, reduce_scatter, gather, scatter and all_to_all
+// (n-1)/n; broadcast and reduce 1. all_to_all moves `bytes` per rank, a
+// block of bytes/n to every rank (nccl-tests' alltoall); all_gather_v gives
+// rank r a block proportional to r + 1, the blocks together `bytes`. The time is the slowest rank's mean over --iters iterations after
 // --warmup (algbw and busbw come from it). p50 and p95 are likewise the
 // slowest rank's: each rank takes the percentiles of its own iteration
 // times, then the maximum over ranks. A mean hides whether a size is
@@ -69,9 +71,9 @@
 #include "core/status.h"
 
 ABSL_FLAG(std::string, op, "all_reduce",
-          "all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather, scatter, or send_recv (rank 0 "
-          "sends to rank 1, the other ranks idle: one direction's stream)");
-ABSL_FLAG(std::string, dtype, "f32", "element type: f32, f64, f16, bf16, i32, i64, u8");
+          "all_reduce, all_gather, all_gather_v, reduce_scatter, broadcast, reduce, gather, scatter, all_to_all, "
+          "or send_recv (rank 0 sends to rank 1, the other ranks idle: one direction's stream)");
+ABSL_FLAG(std::string, dtype, "f32", "element type: f32, f64, f16, bf16, i32, i64, u8, i8, bool");
 ABSL_FLAG(std::string, reduce_op, "sum", "sum, avg, prod, min or max");
 ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (K, M, G suffixes: powers of 1024)");
 ABSL_FLAG(std::string, max_bytes, "64M", "largest size");
@@ -132,7 +134,9 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
   return value * scale;
 }
 
-enum class BenchOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kGather, kScatter, kSendRecv };
+enum class BenchOp {
+  kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kGather, kScatter, kSendRecv, kAllToAll, kAllGatherV,
+};
 
 absl::StatusOr<BenchOp> ParseOp(const std::string& name) {
   if (name == "all_reduce") return BenchOp::kAllReduce;
@@ -143,9 +147,12 @@ absl::StatusOr<BenchOp> ParseOp(const std::string& name) {
   if (name == "gather") return BenchOp::kGather;
   if (name == "scatter") return BenchOp::kScatter;
   if (name == "send_recv") return BenchOp::kSendRecv;
+  if (name == "all_to_all") return BenchOp::kAllToAll;
+  if (name == "all_gather_v") return BenchOp::kAllGatherV;
   return absl::InvalidArgumentError(absl::StrCat("--op=", name,
-                                                 " is not a collective; use all_reduce, all_gather, reduce_scatter, "
-                                                 "broadcast, reduce, gather, scatter or send_recv"));
+                                                 " is not a collective; use all_reduce, all_gather, all_gather_v, "
+                                                 "reduce_scatter, broadcast, reduce, gather, scatter, all_to_all "
+                                                 "or send_recv"));
 }
 
 double BusFactor(BenchOp op, int n) {
@@ -169,6 +176,7 @@ void Fill(const Tensor& t, int rank, int64_t offset = 0) {
       const double v = InputValue(rank, offset + i);
       if constexpr (std::is_same_v<T, Half>) p[i] = FloatToHalf(static_cast<float>(v));
       else if constexpr (std::is_same_v<T, BFloat16>) p[i] = FloatToBFloat16(static_cast<float>(v));
+      else if constexpr (std::is_same_v<T, bool>) p[i] = static_cast<int>(v) % 2 == 1;
       else p[i] = static_cast<T>(v);
     }
   });
@@ -209,11 +217,31 @@ double Percentile(std::vector<double> values, double p) {
 
 struct Buffers {
   Tensor input, output;
+  std::vector<int64_t> counts;  // all_gather_v: every rank's block.
 };
 
-// Input/output of `count` elements per rank (output sized for the op).
-absl::StatusOr<Buffers> MakeBuffers(BenchOp op, DType dtype, int64_t count, int n, Device device) {
+// all_gather_v's blocks: rank r's proportional to r + 1, `total` together.
+std::vector<int64_t> UnevenCounts(int64_t total, int n) {
+  std::vector<int64_t> counts;
+  const int64_t parts = static_cast<int64_t>(n) * (n + 1) / 2;
+  int64_t given = 0;
+  for (int r = 0; r < n; ++r) {
+    counts.push_back(r == n - 1 ? total - given : total * (r + 1) / parts);
+    given += counts.back();
+  }
+  return counts;
+}
+
+// Input/output of `count` elements per rank (output sized for the op;
+// all_gather_v: `count` elements in all).
+absl::StatusOr<Buffers> MakeBuffers(BenchOp op, DType dtype, int64_t count, int n, int rank, Device device) {
   Buffers b;
+  if (op == BenchOp::kAllGatherV) {
+    b.counts = UnevenCounts(count, n);
+    LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({b.counts[rank]}, dtype, device));
+    LOCKSTEP_ASSIGN_OR_RETURN(b.output, Tensor::Zeros({count}, dtype, device));
+    return b;
+  }
   const bool wide_out = op == BenchOp::kAllGather || op == BenchOp::kGather;
   const bool wide_in = op == BenchOp::kReduceScatter || op == BenchOp::kScatter;
   LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({wide_in ? count * n : count}, dtype, device));
@@ -253,6 +281,8 @@ std::shared_ptr<Work> Launch(Communicator& comm, BenchOp op, const Buffers& b, R
       if (comm.rank() == 0) return comm.Send(b.input, 1);
       if (comm.rank() == 1) return comm.Recv(b.output, 0);
       return nullptr;  // The other ranks idle.
+    case BenchOp::kAllToAll: return comm.AllToAll(b.input, b.output);
+    case BenchOp::kAllGatherV: return comm.AllGatherV(b.input, b.output, b.counts);
   }
   return nullptr;
 }
@@ -298,6 +328,22 @@ absl::StatusOr<int64_t> Check(Communicator& comm, BenchOp op, const Buffers& b, 
     case BenchOp::kSendRecv:
       if (r == 1) for (int64_t i = 0; i < count; ++i) expect(h.output, i, InputValue(0, i));
       break;
+    case BenchOp::kAllToAll: {
+      // Block k of the output is rank k's block r: its values r*block+i.
+      const int64_t block = count / n;
+      for (int k = 0; k < n; ++k) {
+        for (int64_t i = 0; i < block; ++i) expect(h.output, k * block + i, InputValue(k, r * block + i));
+      }
+      break;
+    }
+    case BenchOp::kAllGatherV: {
+      int64_t at = 0;
+      for (int k = 0; k < n; ++k) {
+        for (int64_t i = 0; i < b.counts[k]; ++i) expect(h.output, at + i, InputValue(k, i));
+        at += b.counts[k];
+      }
+      break;
+    }
   }
   return wrong;
 }
@@ -313,6 +359,9 @@ absl::Status RunRank(const RankEnvironment& env) {
   if (!(step > 1.0) && min_bytes != max_bytes) return absl::InvalidArgumentError("--step_factor must be > 1");
   const int root = absl::GetFlag(FLAGS_root);
   if (root < 0 || root >= world) return absl::InvalidArgumentError(absl::StrCat("--root=", root, " is not a rank"));
+  if (op == BenchOp::kAllToAll && dtype == DType::kBool) {
+    return absl::InvalidArgumentError("--op=all_to_all: use a numeric dtype");
+  }
   if (op == BenchOp::kSendRecv && world < 2) {
     return absl::InvalidArgumentError(absl::StrCat("--op=send_recv needs at least 2 ranks, not ", world));
   }
@@ -440,8 +489,9 @@ absl::Status RunRank(const RankEnvironment& env) {
     const int64_t bytes = static_cast<int64_t>(size);
     // Like nccl-tests, `bytes` is the whole buffer; gathered/scattered ops
     // move count = bytes / (n * element) per rank.
-    const int64_t count = per_rank_count ? bytes / (element * world) : bytes / element;
-    LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world, device));
+    int64_t count = per_rank_count ? bytes / (element * world) : bytes / element;
+    if (op == BenchOp::kAllToAll) count = count / world * world;  // Whole blocks.
+    LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, dtype, count, world, rank, device));
     for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
       LOCKSTEP_RETURN_IF_ERROR(WaitFor(Launch(*comm, op, buffers, rop, root)));
     }
