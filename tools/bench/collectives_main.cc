@@ -102,6 +102,7 @@ ABSL_FLAG(std::string, transport, "auto",
           "auto (shared memory between ranks of one host, TCP between hosts, hierarchical for mixed groups), "
           "tcp or shm; LOCKSTEP_TRANSPORT applies when this is auto");
 ABSL_FLAG(int64_t, shm_slot_bytes, -1, "ShmTransportOptions::slot_bytes");
+ABSL_FLAG(int, shm_pause_microseconds, -1, "ShmTransportOptions::pause_microseconds (-1: chosen by the CPUs)");
 ABSL_FLAG(int, shm_slots, -1, "ShmTransportOptions::slots");
 ABSL_FLAG(int64_t, shm_streaming_send_bytes, -1, "ShmTransportOptions::streaming_send_bytes");
 ABSL_FLAG(int64_t, shm_streaming_receive_bytes, -1, "ShmTransportOptions::streaming_receive_bytes");
@@ -393,6 +394,7 @@ absl::Status RunRank(const RankEnvironment& env) {
   options.shm.timeout = store_options.timeout;
   if (absl::GetFlag(FLAGS_shm_slot_bytes) > 0) options.shm.slot_bytes = absl::GetFlag(FLAGS_shm_slot_bytes);
   if (absl::GetFlag(FLAGS_shm_slots) > 0) options.shm.slots = absl::GetFlag(FLAGS_shm_slots);
+  options.shm.pause_microseconds = absl::GetFlag(FLAGS_shm_pause_microseconds);
   if (absl::GetFlag(FLAGS_shm_streaming_send_bytes) >= 0) {
     options.shm.streaming_send_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_shm_streaming_send_bytes));
   }

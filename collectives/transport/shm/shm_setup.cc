@@ -560,6 +560,11 @@ absl::Status ValidateShmTransportOptions(const ShmTransportOptions& options) {
         "ShmTransportOptions.single_copy_max_bytes is ", options.single_copy_max_bytes,
         "; it must be at least single_copy_bytes (", options.single_copy_bytes, ") while single copy is on"));
   }
+  if (options.pause_microseconds < -1 || options.pause_microseconds > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.pause_microseconds is ",
+                                                   options.pause_microseconds,
+                                                   "; it must be in [-1, 1000000] (-1: chosen by the CPUs)"));
+  }
   if (options.spin_microseconds < 0 || options.spin_microseconds > 1000000) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.spin_microseconds is ",
                                                    options.spin_microseconds, "; it must be in [0, 1000000]"));

@@ -9,10 +9,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "collectives/transport/shm/shm_copy.h"
 #include "collectives/transport/shm/shm_layout.h"
 #include "collectives/transport/shm/shm_op.h"
@@ -26,8 +31,39 @@ using shm_internal::kControlBytes;
 using shm_internal::kMaxAbortReason;
 using shm_internal::RingStride;
 
+namespace {
+
+// CPUs the processes of this host may run on: the cgroup's cpuset where
+// one is readable (a container's share of a large machine), else the
+// online CPUs.
+int HostCpus() {
+  std::ifstream cpuset("/sys/fs/cgroup/cpuset.cpus.effective");
+  std::string list;
+  int cpus = 0;
+  if (cpuset && std::getline(cpuset, list)) {
+    for (absl::string_view range : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+      const std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
+      int first = 0, last = 0;
+      if (!absl::SimpleAtoi(ends[0], &first)) return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+      last = first;
+      if (ends.size() == 2 && !absl::SimpleAtoi(ends[1], &last)) {
+        return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+      }
+      cpus += last - first + 1;
+    }
+  }
+  return cpus > 0 ? cpus : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+std::chrono::microseconds PauseFor(const ShmTransportOptions& options, int size) {
+  if (options.pause_microseconds >= 0) return std::chrono::microseconds(options.pause_microseconds);
+  return std::chrono::microseconds(size > HostCpus() ? 0 : 20);
+}
+
+}  // namespace
+
 ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& options)
-    : rank_(rank), size_(size), options_(options),
+    : rank_(rank), size_(size), options_(options), pause_(PauseFor(options, size)),
       ring_bytes_(options.slot_bytes * static_cast<size_t>(options.slots)),
       segments_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)), tail_seen_(static_cast<size_t>(size)),
       single_copy_to_(static_cast<size_t>(size), 0), single_copy_refused_(static_cast<size_t>(size)),
@@ -218,11 +254,11 @@ absl::Status ShmTransport::Op::CheckAlive() {
 }
 
 bool ShmTransport::Op::Spin() {
-  // The clock is read every 16th round only. For the first kPauseOnly the
+  // The clock is read every 16th round only. For the first pause_ the
   // core just pauses (a peer on its own core answers in about a
   // microsecond); after that each round yields the core, in case the peer
-  // waits for it (more ranks than cores).
-  constexpr auto kPauseOnly = std::chrono::microseconds(20);
+  // waits for it (more ranks than cores; then pause_ is 0).
+  const auto kPauseOnly = tr_.pause_;
   const auto spin = std::chrono::microseconds(tr_.options_.spin_microseconds);
   ++idle_rounds_;
   if (idle_rounds_ == 1 || (idle_rounds_ & 15) == 0) now_ = SteadyClock::now();

@@ -60,6 +60,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,6 +98,12 @@ struct ShmTransportOptions {
   // doorbell: a peer usually answers sooner than a sleeping thread wakes.
   // [0, 1000000].
   int spin_microseconds = 200;
+  // The first part of that spin only pauses the core (a peer on a core of
+  // its own answers within about a microsecond); after it each round yields
+  // the core. -1 (the default): 20 µs, or 0 when this host has fewer CPUs
+  // than the group has ranks (a rank that pauses then keeps the one it
+  // waits for off its core). [-1, 1000000].
+  int pause_microseconds = -1;
   // Messages of at least this many bytes are copied with non-temporal
   // stores (into the ring by the sender, into the destination by the
   // receiver): the destination is not read first and the caches are left
@@ -188,6 +195,7 @@ class ShmTransport : public Transport {
   const int rank_;
   const int size_;
   const ShmTransportOptions options_;
+  const std::chrono::microseconds pause_;  // options_.pause_microseconds, resolved
   const size_t ring_bytes_;  // slots x slot_bytes
   Fd doorbell_;              // this rank's eventfd
   std::vector<Mapping> segments_;  // [rank]: every rank's segment, mapped here

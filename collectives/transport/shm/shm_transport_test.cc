@@ -121,6 +121,12 @@ TEST(ShmTransportOptionsTest, BadValuesAreRefusedNamingTheFieldAndRange) {
   EXPECT_NE(FieldOfRefused(o).find("ShmTransportOptions.spin_microseconds is -1; it must be in [0, 1000000]"),
             std::string::npos);
   o = ShmTransportOptions();
+  o.pause_microseconds = -2;
+  EXPECT_NE(FieldOfRefused(o).find("ShmTransportOptions.pause_microseconds is -2; it must be in [-1, 1000000]"),
+            std::string::npos);
+  o.pause_microseconds = 0;
+  EXPECT_TRUE(ValidateShmTransportOptions(o).ok());
+  o = ShmTransportOptions();
   o.single_copy_bytes = 63;
   EXPECT_NE(FieldOfRefused(o).find("ShmTransportOptions.single_copy_bytes is 63; it must be 0 (off) or at least 64"),
             std::string::npos);
