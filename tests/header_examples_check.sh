@@ -59,6 +59,7 @@ CHECKED = {
     "collectives/hierarchical_backend.h": "tests/header_examples/collectives_test.cc",
     "collectives/host_backend.h": "tests/header_examples/collectives_test.cc",
     "collectives/nccl/nccl_communicator.h": "tests/header_examples/collectives_test.cc",
+    "collectives/store/file_store.h": "tests/header_examples/collectives_test.cc",
     "collectives/store/prefix_store.h": "tests/header_examples/collectives_test.cc",
     "collectives/store/store.h": "tests/header_examples/collectives_test.cc",
     "collectives/store/tcp_store.h": "tests/header_examples/collectives_test.cc",

@@ -29,6 +29,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "collectives/bootstrap/communicator_factory.h"
 #include "collectives/bootstrap/rank_environment.h"
 #include "collectives/bootstrap/tcp_communicator.h"
@@ -74,6 +75,25 @@ struct ProcessGroup {
 absl::StatusOr<ProcessGroup> InitFromEnv(const InitOptions& options = {});
 // For tests and embedders: an explicit environment.
 absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options);
+
+// torch.distributed.init_process_group's init_method:
+//   "env://"          InitFromEnv (rank and world_size, if given, must agree);
+//   "tcp://HOST:PORT" rank 0 serves a TcpStore there, the others connect
+//                     (LOCKSTEP_STORE_TOKEN, when set, is its secret);
+//   "file:///PATH"    a FileStore at PATH (collectives/store/file_store.h)
+//                     on a file system every rank sees; the last rank to
+//                     leave removes the file.
+// tcp:// and file:// need the rank and world size: the arguments (-1: not
+// given) or the URL's ?rank=R&world_size=N, as torch's. The group is then
+// built as InitFromEnv builds it (automatic transport choice; `options`).
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group,
+//                             InitProcessGroup("tcp://10.0.0.2:29500", rank, world_size));
+absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int rank = -1, int world_size = -1,
+                                              const InitOptions& options = {});
+// With an explicit environment (LOCKSTEP_* overrides, env://'s variables).
+absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int rank, int world_size,
+                                              const EnvLookup& env, const InitOptions& options);
 
 }  // namespace lockstep
 

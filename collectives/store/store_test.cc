@@ -2,6 +2,10 @@
 #include <memory>
 #include <thread>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "collectives/store/file_store.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/prefix_store.h"
 #include "collectives/store/tcp_store.h"
@@ -22,6 +26,20 @@ Fixture MakeTcp() {
   o.is_server = true;
   o.timeout = Milliseconds(10000);
   std::shared_ptr<Store> s = *TcpStore::Create(o);
+  return {s, nullptr};
+}
+
+Fixture MakeFile() {
+  // A unique name, free again for the store to create.
+  char tmpl[] = "/tmp/store_test.XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd < 0) return {};
+  ::close(fd);
+  ::unlink(tmpl);
+  FileStoreOptions o;
+  o.num_users = 1;  // Removed when the fixture's store goes.
+  o.timeout = Milliseconds(10000);
+  std::shared_ptr<Store> s = *FileStore::Open(tmpl, o);
   return {s, nullptr};
 }
 
@@ -85,7 +103,7 @@ TEST_P(StoreContractTest, WaitReturnsWhenAnotherThreadSets) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest,
-                         ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix));
+                         ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix, &MakeFile));
 
 TEST(PrefixStoreTest, NamespacesKeys) {
   auto base = std::make_shared<HashStore>();

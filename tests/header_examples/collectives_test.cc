@@ -29,6 +29,7 @@
 #include "collectives/hierarchical_backend.h"
 #include "collectives/host_backend.h"
 #include "collectives/nccl/nccl_communicator.h"
+#include "collectives/store/file_store.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/prefix_store.h"
 #include "collectives/store/store.h"
@@ -221,6 +222,23 @@ TEST(CollectivesExamplesTest, TcpStoreServesOtherClients) {
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Set("k", "from the client").ok());
   EXPECT_EQ(*(*server)->Get("k"), "from the client");
+}
+
+// collectives/store/file_store.h
+absl::Status FileStoreExample(const std::string& shared_dir, int world_size) {
+  FileStoreOptions options;
+  options.num_users = world_size;  // the last to close removes the file
+  // shared_dir: a directory every rank sees ("/shared/jobs")
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store,
+                            FileStore::Open(shared_dir + "/job42.store", options));
+  LOCKSTEP_RETURN_IF_ERROR(store->Set("rank0/addr", "10.0.0.2:4242"));
+  return store->Get("rank0/addr").status();
+}
+
+TEST(CollectivesExamplesTest, FileStoreInAFileItsLastUserRemoves) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  ASSERT_TRUE(FileStoreExample(dir, /*world_size=*/1).ok());
+  EXPECT_NE(::access((dir + "/job42.store").c_str(), F_OK), 0);
 }
 
 // collectives/transport/host_identity.h
