@@ -11,6 +11,7 @@
 #include <sched.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/completable_work.h"
@@ -73,6 +74,11 @@ absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options) {
                                                    options.max_object_bytes,
                                                    "; it must be in [1, 2^40] (default 2^30)"));
   }
+  if (options.flight_recorder_entries < 0 || options.flight_recorder_entries > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.flight_recorder_entries is ",
+                                                   options.flight_recorder_entries,
+                                                   "; it must be in [0, 2^20] (default 64; 0: off)"));
+  }
   if (options.failure_report_window < Milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.failure_report_window is ",
                                                    options.failure_report_window.count(),
@@ -98,6 +104,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
                                                      "operation's fingerprint across ranks)"));
     }
   }
+  if (const char* dir = std::getenv("LOCKSTEP_DUMP_ON_FAILURE");
+      dir != nullptr && *dir != '\0' && options.dump_on_failure.empty()) {
+    options.dump_on_failure = dir;
+  }
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     return absl::InternalError(absl::StrCat("Communicator::Create: eventfd failed: ", std::strerror(errno)));
@@ -118,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
 Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options,
                            std::shared_ptr<Store> store)
     : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
+      recorder_(static_cast<size_t>(options_.flight_recorder_entries)),
       rank_(backend_->rank()), size_(backend_->size()), capabilities_(backend_->capabilities()),
       help_gate_(std::make_shared<HelpGate>()), sequence_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
@@ -356,6 +367,9 @@ void Communicator::RunItem(Item item) {
       ++op_counts_[item.fingerprint.op % kOpTypes];
     }
   }
+  // One clock read serves the deadline and the flight recorder.
+  const SteadyClock::time_point started = SteadyClock::now();
+  if (broken.ok() && item.task) item.record = recorder_.Start(RecordOf(item.fingerprint), started);
   if (!broken.ok()) {
     // Outside the lock: the Work's callbacks may start more operations.
     item.work->Complete(broken);
@@ -365,7 +379,7 @@ void Communicator::RunItem(Item item) {
     RunPointToPointBatch(std::move(item));
     return;
   }
-  OpContext op_ctx{item.fingerprint.seq, DeadlineIn(options_.timeout), nullptr};
+  OpContext op_ctx{item.fingerprint.seq, DeadlineAfter(started, options_.timeout), nullptr};
   // One pointer captured: std::function keeps it inline (no allocation per
   // operation).
   struct Queued {
@@ -385,6 +399,7 @@ void Communicator::RunItem(Item item) {
     Defer(std::move(item), std::move(finish));
     return;
   }
+  recorder_.Finish(item.record, status.ok());
   if (!status.ok()) status = Fail(item.fingerprint, status);
   item.work->Complete(status);
 }
@@ -416,6 +431,7 @@ void Communicator::FinisherLoop() {
       to_finish_.pop_front();
     }
     absl::Status status = d.finish();
+    recorder_.Finish(d.item.record, status.ok());
     if (!status.ok()) status = Fail(d.item.fingerprint, status);
     d.item.work->Complete(status);
   }
@@ -440,10 +456,16 @@ class Communicator::Batch : public PointToPointSource {
       Item& item = pending_[handed_];
       PointToPointOp op = std::move(item.p2p);
       std::shared_ptr<CompletableWork> work = item.work;
+      FlightRecorder* recorder = &comm_.recorder_;
+      const uint64_t record = item.record = recorder->Start(RecordOf(item.fingerprint));
       if (op.send) {
-        op.done = [work](int) { work->Complete(absl::OkStatus()); };
+        op.done = [work, recorder, record](int) {
+          recorder->Finish(record, true);
+          work->Complete(absl::OkStatus());
+        };
       } else {
-        op.done = [work](int source) {
+        op.done = [work, recorder, record](int source) {
+          recorder->Finish(record, true);
           work->SetSourceRank(source);
           work->Complete(absl::OkStatus());
         };
@@ -456,6 +478,7 @@ class Communicator::Batch : public PointToPointSource {
   // Fails every operation of the batch that has not finished.
   void Fail(const absl::Status& status) {
     for (Item& item : pending_) {
+      comm_.recorder_.Finish(item.record, false);  // Ignored for those done.
       item.work->Complete(absl::Status(status.code(), absl::StrCat("rank ", comm_.rank_, ": ",
                                                                    Describe(item.fingerprint), " failed: ",
                                                                    status.message())));
@@ -486,7 +509,14 @@ void Communicator::RunPointToPointBatch(Item first) {
 }
 
 absl::Status Communicator::ShareFailure(absl::Status status) {
-  if (store_ == nullptr || size_ == 1) return status;
+  const std::string recorded = recorder_.ToJson(rank_, /*last=*/16);
+  if (store_ == nullptr || size_ == 1) {
+    if (!options_.dump_on_failure.empty()) DumpFlightRecorder({});
+    return status;
+  }
+  // Every failing rank posts its error and its flight recorder, and appends
+  // its rank to a log of failures; each reads the log in order, so it waits
+  // only for failures still to come, never on a rank that is not failing.
   // The store may hang with the rank that hosts it (a stopped process still
   // accepts connections): the exchange runs on a thread of its own, and this
   // rank takes whatever reports arrived within the window. The thread owns
@@ -496,23 +526,30 @@ absl::Status Communicator::ShareFailure(absl::Status status) {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<std::string> texts;
+    std::vector<std::string> recorders;  // Peers' flight recorders (JSON).
     bool done = false;
   };
   auto reports = std::make_shared<Reports>();
   const Deadline until = DeadlineIn(options_.failure_report_window);
-  std::thread([store = store_, reports, until, rank = rank_, size = size_,
+  std::thread([store = store_, reports, until, rank = rank_, size = size_, recorded,
                message = std::string(status.message())] {
-    if (store->Set(absl::StrCat("failure/", rank), message).ok()) {
-      for (int peer = 0; peer < size; ++peer) {
-        if (peer == rank) continue;
-        const auto left = std::chrono::duration_cast<Milliseconds>(until - SteadyClock::now());
-        if (left <= Milliseconds(0)) break;
-        absl::StatusOr<std::string> report = store->Get(absl::StrCat("failure/", peer), left);
-        if (report.ok()) {
-          std::lock_guard<std::mutex> lock(reports->mu);
-          reports->texts.push_back(*report);
-        }
-      }
+    const auto left = [until] {
+      return std::max(Milliseconds(0), std::chrono::duration_cast<Milliseconds>(until - SteadyClock::now()));
+    };
+    bool posted = store->Set(absl::StrCat("recorder/", rank), recorded).ok() &&
+                  store->Set(absl::StrCat("failure/", rank), message).ok();
+    absl::StatusOr<int64_t> index = posted ? store->Add("failure_count", 1) : absl::StatusOr<int64_t>(0);
+    posted = posted && index.ok() && store->Set(absl::StrCat("failure_log/", *index - 1), absl::StrCat(rank)).ok();
+    for (int i = 0; posted && i < size && left() > Milliseconds(0); ++i) {
+      absl::StatusOr<std::string> who = store->Get(absl::StrCat("failure_log/", i), left());
+      int peer = -1;
+      if (!who.ok() || !absl::SimpleAtoi(*who, &peer) || peer < 0 || peer >= size) break;
+      if (peer == rank) continue;
+      absl::StatusOr<std::string> text = store->Get(absl::StrCat("failure/", peer), left());
+      absl::StatusOr<std::string> peer_recorded = store->Get(absl::StrCat("recorder/", peer), left());
+      std::lock_guard<std::mutex> lock(reports->mu);
+      if (text.ok()) reports->texts.push_back(*text);
+      if (peer_recorded.ok()) reports->recorders.push_back(*peer_recorded);
     }
     std::lock_guard<std::mutex> lock(reports->mu);
     reports->done = true;
@@ -520,9 +557,64 @@ absl::Status Communicator::ShareFailure(absl::Status status) {
   }).detach();
   std::unique_lock<std::mutex> lock(reports->mu);
   reports->cv.wait_until(lock, until, [&] { return reports->done; });
-  if (reports->texts.empty()) return status;
-  return absl::Status(status.code(), absl::StrCat(status.message(), ". Other ranks reported: ",
-                                                  absl::StrJoin(reports->texts, " | ")));
+  const std::vector<std::string> texts = reports->texts, recorders = reports->recorders;
+  lock.unlock();
+  std::string message(status.message());
+  if (recorder_.capacity() > 0) {
+    // Every rank's place, this one's and those that reported; the others
+    // are in no failed operation of this group.
+    std::vector<RankReport> by_rank(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) by_rank[r].rank = r;
+    std::vector<std::string> all = recorders;
+    all.push_back(recorded);
+    for (const std::string& json : all) {
+      absl::StatusOr<RankReport> report = ParseRankReport(json);
+      if (report.ok() && report->rank >= 0 && report->rank < size_) by_rank[report->rank] = *std::move(report);
+    }
+    absl::StrAppend(&message, ". ", AnalyzeFlightRecords(by_rank));
+  }
+  if (!texts.empty()) absl::StrAppend(&message, ". Other ranks reported: ", absl::StrJoin(texts, " | "));
+  if (!options_.dump_on_failure.empty()) DumpFlightRecorder(recorders);
+  return absl::Status(status.code(), message);
+}
+
+void Communicator::DumpFlightRecorder(const std::vector<std::string>& reports) {
+  const std::string path = absl::StrCat(options_.dump_on_failure, "/flight_recorder_rank", rank_, ".json");
+  const std::string temp = path + ".tmp";
+  std::string json = absl::StrCat("{\"rank\": ", rank_, ", \"size\": ", size_,
+                                  ", \"recorder\": ", recorder_.ToJson(rank_), ", \"peers\": [",
+                                  absl::StrJoin(reports, ", "), "]}\n");
+  // Written aside and renamed: a reader never sees half a file.
+  FILE* f = std::fopen(temp.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "[lockstep] rank %d: could not write the flight recorder to %s: %s\n", rank_,
+                 temp.c_str(), std::strerror(errno));
+    return;
+  }
+  const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  if (std::fclose(f) != 0 || !written || std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "[lockstep] rank %d: could not write the flight recorder to %s\n", rank_, path.c_str());
+    std::remove(temp.c_str());
+    return;
+  }
+  std::fprintf(stderr, "[lockstep] rank %d: flight recorder written to %s\n", rank_, path.c_str());
+}
+
+FlightRecord Communicator::RecordOf(const Fingerprint& f) {
+  const auto is = [&f](OpType op) { return f.op == static_cast<uint8_t>(op); };
+  FlightRecord r;
+  r.seq = f.seq;
+  r.op = OpTypeName(f.op);
+  r.dtype = f.dtype;
+  r.count = f.count;
+  r.point_to_point = is(OpType::kSend) || is(OpType::kRecv) || is(OpType::kRecvAnySource);
+  r.peer = is(OpType::kRecvAnySource) ? -2 : f.root;
+  r.tag = f.tag;
+  if (is(OpType::kAllReduce) || is(OpType::kReduce) || is(OpType::kReduceScatter) || is(OpType::kReduceScatterV) ||
+      is(OpType::kAllReduceCoalesced)) {
+    r.reduce_op = f.reduce_op;
+  }
+  return r;
 }
 
 std::string Communicator::Describe(const Fingerprint& f) {

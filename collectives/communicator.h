@@ -81,6 +81,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/backend.h"
+#include "collectives/flight_recorder.h"
 #include "collectives/store/store.h"
 #include "collectives/work.h"
 #include "core/deadline.h"
@@ -119,6 +120,16 @@ struct CommunicatorOptions {
   // or hostile peer), fails the operation on every rank before anything is
   // allocated. 1..2^40.
   int64_t max_object_bytes = int64_t{1} << 30;
+  // The flight recorder (collectives/flight_recorder.h): how many of its
+  // newest operations this rank keeps (0: none). On a failure every rank
+  // publishes its newest ones through the store and each error says what
+  // every rank was doing and which rank is behind. 0..2^20.
+  int flight_recorder_entries = 64;
+  // When not empty, a failed rank also writes its whole flight recorder,
+  // and the reports of the ranks it heard from, as JSON to
+  // <dump_on_failure>/flight_recorder_rank<rank>.json (a directory that
+  // exists). LOCKSTEP_DUMP_ON_FAILURE sets it when it is empty.
+  std::string dump_on_failure;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -277,6 +288,7 @@ class Communicator {
     Fingerprint fingerprint;
     PointToPointOp p2p;  // Point to point (task and continuation empty).
     std::function<void()> continuation;  // A ThenWork step (work null).
+    uint64_t record = 0;  // Its flight recorder entry, once it runs.
   };
   class Batch;
   // An operation queued on a device, and how to wait for its end.
@@ -328,10 +340,15 @@ class Communicator {
   void HelpUntilDone(Work* awaited);
   std::shared_ptr<CompletableWork> NewWork();
   static std::string Describe(const Fingerprint& f);
+  // The flight recorder's view of an operation.
+  static FlightRecord RecordOf(const Fingerprint& f);
+  // Writes the flight recorder and `reports` to options_.dump_on_failure.
+  void DumpFlightRecorder(const std::vector<std::string>& reports);
 
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Store> store_;  // Prefixed; may be null.
   const CommunicatorOptions options_;
+  FlightRecorder recorder_;
   const int rank_, size_;
   // The backend's, asked once: checking every call's tensors against them
   // must not build a string per operation.

@@ -3,6 +3,9 @@
 // fingerprints, or by the message headers), and deadlines.
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <future>
 #include <string>
@@ -84,6 +87,70 @@ TEST(FaultTest, DebugModeCatchesUnevenLayoutsThatDiffer) {
     return absl::OkStatus();
   }, options);
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+// The flight recorder: rank 2 skips an all-reduce and goes on to a barrier.
+// Every rank's error names rank 2 and the operation it skipped, at once:
+// the timeout (two minutes) is far beyond the ranks' own deadline (60 s).
+TEST(FlightRecorderFaultTest, ARankThatSkipsAnOperationIsNamedByEveryRank) {
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.timeout = Milliseconds(120000);
+  const std::vector<absl::Status> results = RunProcesses(3, [](Communicator& comm) -> absl::Status {
+    for (int i = 0; i < 4; ++i) {
+      if (absl::Status s = comm.Barrier()->Wait(); !s.ok()) return s;  // #0-#3, in step.
+    }
+    Tensor t = *Tensor::Zeros({1000}, DType::kF32);
+    const absl::Status s = comm.rank() == 2 ? comm.Barrier()->Wait() : comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    if (s.ok()) return absl::InternalError("the skipped all-reduce went unnoticed");
+    for (const char* needle : {"Flight recorder: ", "Out of step: rank 2 ran Barrier #4 () where ranks 0, 1 ran "
+                                                   "AllReduce #4 (f32, count 1000, SUM)"}) {
+      if (!Contains(s, needle)) return absl::InternalError(absl::StrCat("missing '", needle, "' in ", s.ToString()));
+    }
+    return absl::OkStatus();
+  }, options, /*deadline_seconds=*/60);
+  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+// Rank 2 never comes to the all-reduce (it waits for the others to give
+// up): at the timeout, both waiting ranks name it and the operation it has
+// not reached.
+TEST(FlightRecorderFaultTest, ARankThatNeverComesIsNamedAtTheTimeout) {
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.timeout = Milliseconds(1500);
+  std::promise<void> first_done, second_done;
+  std::shared_future<void> a = first_done.get_future().share(), b = second_done.get_future().share();
+  const std::vector<absl::Status> results = RunThreads(3, [&](Communicator& comm) -> absl::Status {
+    if (absl::Status s = comm.Barrier()->Wait(); !s.ok()) return s;
+    if (comm.rank() == 2) {
+      a.wait();
+      b.wait();
+      return absl::OkStatus();
+    }
+    Tensor t = *Tensor::Zeros({10}, DType::kF32);
+    const absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    (comm.rank() == 0 ? first_done : second_done).set_value();
+    for (const char* needle : {"rank 2 sent no report", "rank 2 has not reached AllReduce #1 (f32, count 10, SUM)"}) {
+      if (!Contains(s, needle)) return absl::InternalError(absl::StrCat("missing '", needle, "' in ", s.ToString()));
+    }
+    return absl::OkStatus();
+  }, options);
+  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+TEST(FlightRecorderFaultTest, DumpOnFailureWritesEveryRanksRecorder) {
+  TcpCommunicatorOptions options = TestOptions();
+  options.communicator.dump_on_failure = std::getenv("TEST_TMPDIR");
+  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
+    Tensor t = *Tensor::Zeros({comm.rank() == 0 ? 8 : 9}, DType::kF32);  // A size mismatch.
+    (void)comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    return absl::OkStatus();
+  }, options);
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(absl::StrCat(std::getenv("TEST_TMPDIR"), "/flight_recorder_rank", r, ".json"));
+    std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(json.find("\"description\":\"AllReduce #0 (f32, count "), std::string::npos) << r << ": " << json;
+    EXPECT_NE(json.find("\"state\":\"failed\""), std::string::npos) << r << ": " << json;
+  }
 }
 
 TEST(FaultTest, DebugModeCatchesMismatchedOpsOnEveryRank) {

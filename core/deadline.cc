@@ -5,8 +5,9 @@
 
 namespace lockstep {
 
-Deadline DeadlineIn(std::chrono::milliseconds timeout) {
-  const Deadline now = SteadyClock::now();
+Deadline DeadlineIn(std::chrono::milliseconds timeout) { return DeadlineAfter(SteadyClock::now(), timeout); }
+
+Deadline DeadlineAfter(Deadline now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
   // Compare in milliseconds: converting `timeout` to the clock's nanoseconds
   // is itself what would overflow.

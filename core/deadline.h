@@ -26,6 +26,8 @@ inline constexpr Deadline kNoDeadline = Deadline::max();
 // milliseconds::max()) is kNoDeadline instead of signed overflow; a zero or
 // negative timeout is now (already due).
 Deadline DeadlineIn(std::chrono::milliseconds timeout);
+// The same from a clock reading the caller already took.
+Deadline DeadlineAfter(Deadline now, std::chrono::milliseconds timeout);
 
 // a + b without overflow (clamped to the range of milliseconds), for timeouts
 // built from parts (a wait plus a grace period).

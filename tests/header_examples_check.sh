@@ -54,6 +54,7 @@ CHECKED = {
     "collectives/bootstrap/tcp_communicator.h": "tests/header_examples/bootstrap_test.cc",
     "collectives/bucket_assignment.h": "tests/header_examples/collectives_test.cc",
     "collectives/communicator.h": "tests/header_examples/collectives_test.cc",
+    "collectives/flight_recorder.h": "tests/header_examples/collectives_test.cc",
     "collectives/fused_all_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/grad_bucket.h": "tests/header_examples/collectives_test.cc",
     "collectives/hierarchical_backend.h": "tests/header_examples/collectives_test.cc",

@@ -35,6 +35,9 @@ ABSL_FLAG(int, nproc, 2, "local ranks to start when no launcher set a rank envir
 ABSL_FLAG(std::string, bind_to, "core", "core (each local rank on its own CPU) or none");
 ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
 ABSL_FLAG(int, timeout, 300, "seconds the group's setup and each collective may take before they fail");
+ABSL_FLAG(std::string, dump_on_failure, "",
+          "a directory: when the group fails, each rank writes its flight recorder (its last operations and "
+          "what the other ranks reported) there as flight_recorder_rank<r>.json (empty: only the error says it)");
 ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
 ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf16_compress");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
@@ -84,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& grou
   if (!all_nccl) return std::unique_ptr<Communicator>();
   NcclCommunicatorOptions options;
   options.communicator.timeout = timeout;
+  options.communicator.dump_on_failure = absl::GetFlag(FLAGS_dump_on_failure);
   options.init_timeout = timeout;
   return CreateNcclCommunicator(group.store, group.env.rank, group.env.world_size, device, options);
 }
@@ -94,6 +98,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   const Milliseconds timeout(int64_t{absl::GetFlag(FLAGS_timeout)} * 1000);
   init.store_timeout = timeout;
   init.communicator.communicator.timeout = timeout;
+  init.communicator.communicator.dump_on_failure = absl::GetFlag(FLAGS_dump_on_failure);
   init.communicator.transport.timeout = timeout;
   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv(init));
   const int rank = group.env.rank;

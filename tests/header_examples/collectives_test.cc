@@ -24,6 +24,7 @@
 #include "collectives/algorithms/all_to_all.h"
 #include "collectives/bucket_assignment.h"
 #include "collectives/communicator.h"
+#include "collectives/flight_recorder.h"
 #include "collectives/fused_all_reduce.h"
 #include "collectives/grad_bucket.h"
 #include "collectives/hierarchical_backend.h"
@@ -222,6 +223,22 @@ TEST(CollectivesExamplesTest, TcpStoreServesOtherClients) {
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Set("k", "from the client").ok());
   EXPECT_EQ(*(*server)->Get("k"), "from the client");
+}
+
+// collectives/flight_recorder.h
+TEST(CollectivesExamplesTest, FlightRecorderKeepsTheLastOperations) {
+  FlightRecord record;
+  record.op = "AllReduce";
+  record.seq = 3;
+  record.count = 1000;
+  const absl::Status status = absl::OkStatus();
+  const int rank = 0;
+  FlightRecorder recorder(/*capacity=*/64);
+  const uint64_t id = recorder.Start(record);   // when an operation starts
+  recorder.Finish(id, status.ok());             // when it ends
+  std::string json = recorder.ToJson(rank);      // the whole ring
+  EXPECT_NE(json.find("\"description\":\"AllReduce #3 (f32, count 1000)\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\":\"done\""), std::string::npos) << json;
 }
 
 // collectives/store/file_store.h

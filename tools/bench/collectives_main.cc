@@ -92,6 +92,7 @@ ABSL_FLAG(std::string, bind_to, "core",
           "up to one rank per core; nothing is bound when there are more ranks than CPUs), none leaves "
           "placement to the scheduler");
 ABSL_FLAG(int, worker_spin_microseconds, -1, "CommunicatorOptions::worker_spin_microseconds");
+ABSL_FLAG(int, flight_recorder_entries, -1, "CommunicatorOptions::flight_recorder_entries (0: off)");
 ABSL_FLAG(int, wait_spin_microseconds, -1, "CommunicatorOptions::wait_spin_microseconds");
 ABSL_FLAG(int, transport_spin_microseconds, -1, "TcpTransportOptions::spin_microseconds");
 ABSL_FLAG(std::string, tcp_congestion_control, "cubic", "TcpTransportOptions::congestion_control (\"\": the system's)");
@@ -418,6 +419,9 @@ absl::Status RunRank(const RankEnvironment& env) {
   options.tcp.congestion_control = absl::GetFlag(FLAGS_tcp_congestion_control);
   if (absl::GetFlag(FLAGS_worker_spin_microseconds) >= 0) {
     options.communicator.worker_spin_microseconds = absl::GetFlag(FLAGS_worker_spin_microseconds);
+  }
+  if (absl::GetFlag(FLAGS_flight_recorder_entries) >= 0) {
+    options.communicator.flight_recorder_entries = absl::GetFlag(FLAGS_flight_recorder_entries);
   }
   if (absl::GetFlag(FLAGS_wait_spin_microseconds) >= 0) {
     options.communicator.wait_spin_microseconds = absl::GetFlag(FLAGS_wait_spin_microseconds);
