@@ -14,7 +14,7 @@
 // (collectives/communicator.h); AnalyzeFlightRecords turns those reports
 // into the lines of its error: what each rank waits in, and which rank has
 // not reached the operation the others are in, or ran another one in its
-// place. Recording costs a clock read and two uncontended spin-lock
+// place. Recording costs a coarse clock read and two uncontended spin-lock
 // acquisitions per operation (the start time is the Communicator's
 // deadline clock reading; docs/PERFORMANCE.md). Thread-safe.
 #ifndef LOCKSTEP_COLLECTIVES_FLIGHT_RECORDER_H_
@@ -46,6 +46,9 @@ struct FlightRecord {
   uint32_t tag = 0;        // Point to point.
   State state = State::kRunning;
   int64_t started_us = 0;  // Since the recorder began.
+  // -1 while running. Read from the kernel's coarse clock (to its tick, a
+  // few ms; never before started_us): the precise one would double the
+  // cost of recording.
   int64_t ended_us = -1;
 };
 
@@ -91,9 +94,13 @@ class FlightRecorder {
   };
 
   const std::chrono::steady_clock::time_point begin_;
-  mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+  const int64_t begin_ns_;  // begin_ in CLOCK_MONOTONIC nanoseconds (steady_clock's clock on Linux).
   std::vector<FlightRecord> ring_;  // [id % capacity]
+  // Written on every operation: a cache line of their own, apart from the
+  // owner's fields other threads poll.
+  alignas(64) mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   uint64_t next_id_ = 0;
+  char padding_[64 - sizeof(std::atomic_flag) - sizeof(uint64_t)];
 };
 
 // What one rank reported of itself when the group failed.
