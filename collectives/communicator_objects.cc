@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,7 +107,8 @@ int64_t Announced(const std::string& s, int64_t limit) {
 
 // OK when every announced size is within [0, limit]; else the error every
 // rank reports, naming the first bad rank.
-absl::Status CheckAnnounced(const int64_t* sizes, int n, int64_t limit, const char* op) {
+// The sizes the n ranks announced, once each is known to be within the limit.
+absl::StatusOr<std::vector<int64_t>> CheckedSizes(const int64_t* sizes, int n, int64_t limit, const char* op) {
   for (int r = 0; r < n; ++r) {
     if (sizes[r] == kOverLimit) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": rank ", r, "'s string is longer than ", limit,
@@ -120,7 +122,7 @@ absl::Status CheckAnnounced(const int64_t* sizes, int n, int64_t limit, const ch
                                               "nothing was allocated"));
     }
   }
-  return absl::OkStatus();
+  return std::vector<int64_t>(sizes, sizes + n);
 }
 
 absl::StatusOr<Tensor> BytesTensor(const std::string& s) {
@@ -196,11 +198,8 @@ std::shared_ptr<Work> Communicator::AllGatherBytes(std::string mine, std::vector
   // same second collective, or none) the payloads.
   return AllGather(*my_size, *sizes)->ThenWork(
       [this, sizes = *sizes, mine = std::move(mine), all, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
-        const int64_t* announced = sizes.data<int64_t>();
-        LOCKSTEP_RETURN_IF_ERROR(CheckAnnounced(announced, n, limit, kOp));
-        std::vector<int64_t> counts(announced, announced + n);
-        int64_t total = 0;
-        for (int64_t c : counts) total += c;
+        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
+        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kU8));
         return AllGatherV(payload, gathered, counts)->Then([gathered, counts, all] {
@@ -230,7 +229,7 @@ std::shared_ptr<Work> Communicator::BroadcastBytes(std::string* data, int root) 
         if (announced == kOverLimit || announced < 0 || announced > limit) {
           std::vector<int64_t> sizes(static_cast<size_t>(size_), 0);
           sizes[static_cast<size_t>(root)] = announced;
-          return CheckAnnounced(sizes.data(), size_, limit, kOp);
+          return CheckedSizes(sizes.data(), size_, limit, kOp).status();
         }
         absl::StatusOr<Tensor> payload =
             rank_ == root ? BytesTensor(*data) : Tensor::Empty({announced}, DType::kU8);
@@ -261,11 +260,8 @@ std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<st
   // decision about the payloads and the uneven gather's blocks.
   return AllGather(*my_size, *sizes)->ThenWork(
       [this, sizes = *sizes, mine = std::move(mine), all, root, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
-        const int64_t* announced = sizes.data<int64_t>();
-        LOCKSTEP_RETURN_IF_ERROR(CheckAnnounced(announced, n, limit, kOp));
-        std::vector<int64_t> counts(announced, announced + n);
-        int64_t total = 0;
-        for (int64_t c : counts) total += c;
+        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
+        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
         Tensor gathered;
         if (rank_ == root) {
@@ -306,9 +302,7 @@ std::shared_ptr<Work> Communicator::ScatterBytes(std::vector<std::string> parts,
   const int n = size_;
   return Broadcast(*sizes, root)->ThenWork(
       [this, sizes = *sizes, parts = std::move(parts), mine, root, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
-        const int64_t* announced = sizes.data<int64_t>();
-        LOCKSTEP_RETURN_IF_ERROR(CheckAnnounced(announced, n, limit, kOp));
-        std::vector<int64_t> counts(announced, announced + n);
+        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
         Tensor packed;
         if (rank_ == root) {
           std::string all;

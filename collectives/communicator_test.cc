@@ -134,29 +134,13 @@ absl::Status RunCase(Communicator& comm, Op op, ReduceOp rop, int64_t count) {
   return Compare(result, expected, what);
 }
 
-template <typename T>
-absl::Status RunAllCasesFor(Communicator& comm, const std::vector<int64_t>& counts) {
-  for (Op op : kOps) {
-    for (ReduceOp rop : kAllReduceOps) {
-      if (!Reduces(op) && rop != ReduceOp::kSum) continue;  // The op does not reduce.
-      if (Reduces(op) && !testing::ReduceOpApplies<T>(rop)) continue;
-      for (int64_t count : counts) {
-        if (auto s = RunCase<T>(comm, op, rop, count); !s.ok()) return s;
-      }
-    }
-  }
-  return comm.Barrier()->Wait();
-}
-
 absl::Status RunGrid(Communicator& comm, const std::vector<DType>& dtypes, const std::vector<int64_t>& counts) {
-  for (DType dtype : dtypes) {
-    absl::Status s = VisitDType(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      return RunAllCasesFor<T>(comm, counts);
-    });
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return testing::RunGridCases(
+      dtypes, kOps, counts, Reduces,
+      [&](auto tag, Op op, ReduceOp rop, int64_t count) {
+        return RunCase<typename decltype(tag)::type>(comm, op, rop, count);
+      },
+      [&] { return comm.Barrier()->Wait(); });
 }
 
 void ExpectAllOk(const std::vector<absl::Status>& results) {

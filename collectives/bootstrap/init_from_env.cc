@@ -21,27 +21,33 @@ namespace {
 // with `options` and the environment's overrides; `what` names the caller.
 absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
 
+// The group's TcpStore at env's master address; `serve`: this rank runs it.
+absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& env, bool serve,
+                                                       const InitOptions& options, const char* what) {
+  TcpStoreOptions store_options;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = serve;
+  store_options.num_workers = env.world_size;
+  store_options.timeout = options.store_timeout;
+  store_options.token = env.store_token;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat(what, ": rank ", env.rank, " (from ", env.source, ") could not ",
+                                     serve ? "serve" : "reach", " the store at ", env.master_addr, ":",
+                                     env.master_port, ": ", store.status().message()));
+  }
+  return store;
+}
+
 }  // namespace
 
 absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options) {
   ProcessGroup group;
   LOCKSTEP_ASSIGN_OR_RETURN(group.env, RankEnvironmentFromEnv(env));
-  TcpStoreOptions store_options;
-  store_options.host = group.env.master_addr;
-  store_options.port = group.env.master_port;
-  store_options.is_server = group.env.rank == 0 && !group.env.agent_store;
-  store_options.num_workers = group.env.world_size;
-  store_options.timeout = options.store_timeout;
-  store_options.token = group.env.store_token;
-  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("InitFromEnv: rank ", group.env.rank, " (from ", group.env.source,
-                                     "'s variables) could not ", store_options.is_server ? "serve" : "reach",
-                                     " the store at ", group.env.master_addr, ":", group.env.master_port, ": ",
-                                     store.status().message()));
-  }
-  group.store = std::move(*store);
+  LOCKSTEP_ASSIGN_OR_RETURN(
+      group.store, OpenTcpStore(group.env, group.env.rank == 0 && !group.env.agent_store, options, "InitFromEnv"));
   // A launcher's store outlives a restart: like torch's env:// rendezvous,
   // every key of this attempt, the caller's own included, lives under
   // /worker/attempt_<TORCHELASTIC_RESTART_COUNT>, so nothing of a failed
@@ -199,21 +205,8 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
   if (m.scheme == "tcp") {
     group.env.master_addr = m.host;
     group.env.master_port = m.port;
-    TcpStoreOptions store_options;
-    store_options.host = m.host;
-    store_options.port = m.port;
-    store_options.is_server = group.env.rank == 0;
-    store_options.num_workers = group.env.world_size;
-    store_options.timeout = options.store_timeout;
-    store_options.token = group.env.store_token;
-    absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
-    if (!store.ok()) {
-      return absl::Status(store.status().code(),
-                          absl::StrCat("InitProcessGroup: rank ", group.env.rank, " could not ",
-                                       store_options.is_server ? "serve" : "reach", " the store at ", m.host, ":",
-                                       m.port, ": ", store.status().message()));
-    }
-    group.store = std::move(*store);
+    LOCKSTEP_ASSIGN_OR_RETURN(group.store,
+                              OpenTcpStore(group.env, group.env.rank == 0, options, "InitProcessGroup"));
   } else {
     // Reached by no address: the ranks advertise this host's route to
     // loopback unless told otherwise (LOCKSTEP_SOCKET_ADDR / _IFNAME).

@@ -6,6 +6,7 @@
 #define LOCKSTEP_COLLECTIVES_TESTING_GRID_VALUES_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -131,6 +132,33 @@ absl::Status Compare(const Tensor& got, const std::vector<T>& expected, const st
       return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", ToDouble<T>(p[i]), ", expected ",
                                               ToDouble<T>(expected[i])));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Every grid case, in one order that is the same on every rank: for each
+// dtype, op, reduce op that applies to the dtype (only kSum for an op that
+// `reduces` says does not reduce) and count, run_case(tag, op, reduce_op,
+// count) with VisitDType's tag; after each dtype, after_dtype() (a
+// barrier). Stops at the first error.
+template <typename Op, size_t N, typename Reduces, typename RunCase, typename AfterDType>
+absl::Status RunGridCases(const std::vector<DType>& dtypes, const Op (&ops)[N], const std::vector<int64_t>& counts,
+                          Reduces reduces, RunCase run_case, AfterDType after_dtype) {
+  for (DType dtype : dtypes) {
+    absl::Status s = VisitDType(dtype, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      for (Op op : ops) {
+        for (ReduceOp rop : kAllReduceOps) {
+          if (!reduces(op) && rop != ReduceOp::kSum) continue;
+          if (reduces(op) && !ReduceOpApplies<T>(rop)) continue;
+          for (int64_t count : counts) {
+            if (absl::Status c = run_case(tag, op, rop, count); !c.ok()) return c;
+          }
+        }
+      }
+      return after_dtype();
+    });
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
