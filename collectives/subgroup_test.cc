@@ -5,9 +5,7 @@
 // subgroup and its parent, nested splits, lists that differ between ranks,
 // errors that stay in their group, and no descriptor, thread or mapping
 // left behind by many subgroups made and destroyed.
-#include <dirent.h>
 
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <set>
@@ -23,6 +21,7 @@
 #include "collectives/store/hash_store.h"
 #include "collectives/testing/fake_transport.h"
 #include "collectives/testing/group.h"
+#include "collectives/testing/process_resources.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -239,23 +238,6 @@ TEST(SplitProcessTest, SplitsOnRealProcesses) {
   }
 }
 
-// What a process holds: its descriptors, threads and shared-memory mappings.
-std::multiset<std::string> Entries(const char* dir) {
-  std::multiset<std::string> names;
-  if (DIR* d = ::opendir(dir)) {
-    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
-    ::closedir(d);
-  }
-  return names;
-}
-
-int CountMappings() {
-  std::ifstream maps("/proc/self/maps");
-  int n = 0;
-  for (std::string line; std::getline(maps, line);) n += absl::StrContains(line, "lockstep-shm") ? 1 : 0;
-  return n;
-}
-
 TEST(SplitLeakTest, ManySubgroupsLeaveNoDescriptorThreadOrMappingBehind) {
   for (int transport = 0; transport < 2; ++transport) {
     // The group's own resources exist from the start; only the subgroups'
@@ -266,9 +248,9 @@ TEST(SplitLeakTest, ManySubgroupsLeaveNoDescriptorThreadOrMappingBehind) {
       // Everyone's communicator exists before the count.
       LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
       if (comm.rank() == 0) {
-        fds_before = Entries("/proc/self/fd").size();
-        threads_before = Entries("/proc/self/task").size();
-        mappings_before = CountMappings();
+        fds_before = testing::Entries("/proc/self/fd").size();
+        threads_before = testing::Entries("/proc/self/task").size();
+        mappings_before = testing::CountMappingsOf("lockstep-shm");
       }
       LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
       for (int i = 0; i < 30; ++i) {
@@ -279,14 +261,14 @@ TEST(SplitLeakTest, ManySubgroupsLeaveNoDescriptorThreadOrMappingBehind) {
       // Every subgroup is gone on every rank before the count.
       LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
       if (comm.rank() == 0) {
-        LOCKSTEP_RETURN_IF_ERROR(Expect(Entries("/proc/self/fd").size() == fds_before,
+        LOCKSTEP_RETURN_IF_ERROR(Expect(testing::Entries("/proc/self/fd").size() == fds_before,
                                         absl::StrCat("descriptors: ", fds_before, " before, ",
-                                                     Entries("/proc/self/fd").size(), " after")));
-        LOCKSTEP_RETURN_IF_ERROR(Expect(Entries("/proc/self/task").size() == threads_before,
+                                                     testing::Entries("/proc/self/fd").size(), " after")));
+        LOCKSTEP_RETURN_IF_ERROR(Expect(testing::Entries("/proc/self/task").size() == threads_before,
                                         absl::StrCat("threads: ", threads_before, " before, ",
-                                                     Entries("/proc/self/task").size(), " after")));
-        LOCKSTEP_RETURN_IF_ERROR(Expect(CountMappings() == mappings_before,
-                                        absl::StrCat("mappings: ", mappings_before, " before, ", CountMappings(),
+                                                     testing::Entries("/proc/self/task").size(), " after")));
+        LOCKSTEP_RETURN_IF_ERROR(Expect(testing::CountMappingsOf("lockstep-shm") == mappings_before,
+                                        absl::StrCat("mappings: ", mappings_before, " before, ", testing::CountMappingsOf("lockstep-shm"),
                                                      " after")));
       }
       return comm.Barrier()->Wait();

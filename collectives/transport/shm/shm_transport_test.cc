@@ -4,14 +4,12 @@
 // descriptor, no mapping, nothing in /dev/shm.
 #include "collectives/transport/shm/shm_transport.h"
 
-#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/store/hash_store.h"
+#include "collectives/testing/process_resources.h"
 #include "collectives/testing/transport_conformance.h"
 #include "gtest/gtest.h"
 
@@ -78,6 +77,8 @@ ShmTransportOptions RingOnly() {
   return options;
 }
 
+using testing::CountMappingsOf;
+using testing::Entries;
 using testing::TransportConformanceTest;
 INSTANTIATE_TEST_SUITE_P(
     Shm, TransportConformanceTest,
@@ -394,23 +395,6 @@ TEST(ShmSingleCopyTest, HeadersAreCheckedAsOnTheRing) {
       << s;
 }
 
-std::multiset<std::string> Entries(const char* dir) {
-  std::multiset<std::string> names;
-  if (DIR* d = ::opendir(dir)) {
-    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
-    ::closedir(d);
-  }
-  return names;
-}
-
-int CountMappingsOf(absl::string_view name) {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find(std::string(name)) != std::string::npos) ++count;
-  }
-  return count;
-}
 
 TEST(ShmTransportTest, AGroupLeavesNoDescriptorMappingOrFileBehind) {
   const std::multiset<std::string> fds_before = Entries("/proc/self/fd");
