@@ -143,9 +143,7 @@ absl::Status RunGrid(Communicator& comm, const std::vector<DType>& dtypes, const
       [&] { return comm.Barrier()->Wait(); });
 }
 
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-}
+using testing::ExpectAllOk;
 
 const std::vector<DType> kEveryDType(std::begin(kAllDTypes), std::end(kAllDTypes));
 

@@ -34,9 +34,7 @@ Runner RunnerFor(int transport, int64_t max_object_bytes = int64_t{1} << 30) {
   };
 }
 
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-}
+using testing::ExpectAllOk;
 
 // Rank r's string: r * 37 % 5 == 0 gives an empty one, rank 2 a megabyte.
 std::string StringOf(int r) {

@@ -59,9 +59,7 @@ absl::Status CheckMessage(const Tensor& t, int from, const std::string& what) {
   return absl::OkStatus();
 }
 
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-}
+using testing::ExpectAllOk;
 
 TEST_P(RecvAnySourceTest, EachSenderIsNamedAndItsDataArrives) {
   for (int n : {2, 3, 5}) {

@@ -28,9 +28,7 @@
 namespace lockstep {
 namespace {
 
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-}
+using testing::ExpectAllOk;
 
 absl::Status Expect(bool ok, const std::string& what) { return ok ? absl::OkStatus() : absl::InternalError(what); }
 

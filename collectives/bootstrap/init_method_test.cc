@@ -66,9 +66,7 @@ std::string TempPath() {
   return tmpl;
 }
 
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-}
+using testing::ExpectAllOk;
 
 TEST(InitMethodTest, TcpWithRanksAsArgumentsOrInTheUrl) {
   const int port = FreePort();

@@ -220,5 +220,9 @@ std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommuni
       options.communicator.timeout, deadline_seconds);
 }
 
+void ExpectAllOk(const std::vector<absl::Status>& results) {
+  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
 }  // namespace testing
 }  // namespace lockstep

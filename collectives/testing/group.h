@@ -60,6 +60,9 @@ std::vector<absl::Status> RunThreadsWith(int size, const RankFn& fn, const Commu
 std::vector<absl::Status> RunFakeThreads(int size, const RankFn& fn, FakeNetworkOptions network = {},
                                          TcpCommunicatorOptions options = TestOptions());
 
+// A gtest failure for each rank whose result is not OK, naming the rank.
+void ExpectAllOk(const std::vector<absl::Status>& results);
+
 }  // namespace testing
 }  // namespace lockstep
 
