@@ -57,15 +57,22 @@ absl::StatusOr<ncclDataType_t> ToNccl(DType dtype) {
   return absl::InvalidArgumentError(absl::StrCat("NCCL has no type for dtype ", static_cast<int>(dtype)));
 }
 
-ncclRedOp_t ToNccl(ReduceOp op) {
+absl::StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kAvg: return ncclAvg;
     case ReduceOp::kProd: return ncclProd;
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
+    // The backend says it has no bitwise reductions
+    // (BackendCapabilities::bitwise_reductions), so the Communicator refuses
+    // them first; this is the last guard.
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor: break;
   }
-  return ncclSum;
+  return absl::InvalidArgumentError(absl::StrCat("NCCL has no reduction ", ReduceOpName(op),
+                                                 " (BAND, BOR and BXOR run on the host backend)"));
 }
 
 class CudaNcclEvent final : public NcclEvent {
@@ -113,7 +120,8 @@ class CudaNcclComm final : public NcclComm {
   absl::Status AllReduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclAllReduce"));
     LOCKSTEP_ASSIGN_OR_RETURN(ncclDataType_t type, ToNccl(dtype));
-    return Finish(ncclAllReduce(in, out, count, type, ToNccl(op), comm_, native()), "ncclAllReduce");
+    LOCKSTEP_ASSIGN_OR_RETURN(ncclRedOp_t reduction, ToNccl(op));
+    return Finish(ncclAllReduce(in, out, count, type, reduction, comm_, native()), "ncclAllReduce");
   }
   absl::Status Broadcast(const void* in, void* out, size_t count, DType dtype, int root) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclBroadcast"));
@@ -123,7 +131,8 @@ class CudaNcclComm final : public NcclComm {
   absl::Status Reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op, int root) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclReduce"));
     LOCKSTEP_ASSIGN_OR_RETURN(ncclDataType_t type, ToNccl(dtype));
-    return Finish(ncclReduce(in, out, count, type, ToNccl(op), root, comm_, native()), "ncclReduce");
+    LOCKSTEP_ASSIGN_OR_RETURN(ncclRedOp_t reduction, ToNccl(op));
+    return Finish(ncclReduce(in, out, count, type, reduction, root, comm_, native()), "ncclReduce");
   }
   absl::Status AllGather(const void* in, void* out, size_t count, DType dtype) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclAllGather"));
@@ -133,7 +142,8 @@ class CudaNcclComm final : public NcclComm {
   absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclReduceScatter"));
     LOCKSTEP_ASSIGN_OR_RETURN(ncclDataType_t type, ToNccl(dtype));
-    return Finish(ncclReduceScatter(in, out, count, type, ToNccl(op), comm_, native()), "ncclReduceScatter");
+    LOCKSTEP_ASSIGN_OR_RETURN(ncclRedOp_t reduction, ToNccl(op));
+    return Finish(ncclReduceScatter(in, out, count, type, reduction, comm_, native()), "ncclReduceScatter");
   }
   absl::Status Send(const void* buffer, size_t count, DType dtype, int peer) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclSend"));
