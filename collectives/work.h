@@ -69,6 +69,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -94,6 +95,11 @@ class Work : public std::enable_shared_from_this<Work> {
   std::shared_ptr<Work> Then(std::function<absl::Status()> fn);
   // See the contract above: fn's Work (or error) is the chained Work's.
   std::shared_ptr<Work> ThenWork(std::function<absl::StatusOr<std::shared_ptr<Work>>()> fn);
+  // Runs `fn` once with the final status, success or not: on the thread
+  // that completes this work, or at once on the caller if it already has.
+  // For bridges to other futures (interop/torch's c10d::Work completes its
+  // torch Future here); fn may do what Then's fn may, and must not throw.
+  void WhenDone(std::function<void(const absl::Status&)> fn) { OnComplete(std::move(fn)); }
 
   // What a waiting thread may run while it waits (SetHelper, below).
   using Helper = std::function<void(Work* awaited)>;

@@ -20,6 +20,8 @@ namespace {
 // The group's communicator over `group.store`, for `group.env`'s rank,
 // with `options` and the environment's overrides; `what` names the caller.
 absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
+absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what,
+                                ProcessGroup* out);
 
 // The group's TcpStore at env's master address; `serve`: this rank runs it.
 absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& env, bool serve,
@@ -104,6 +106,34 @@ absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const c
   LOCKSTEP_ASSIGN_OR_RETURN(group.comm,
                             CreateCommunicator(group.store, group.env.rank, group.env.world_size, factory));
   return absl::OkStatus();
+}
+
+// Only the rank and the world size are known: which ranks share this host
+// (so which address to advertise) comes from their host identities,
+// published in the group's store; then JoinGroup.
+absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what,
+                                ProcessGroup* out) {
+  ProcessGroup& group = *out;
+  std::string identity = options.host_id;
+  if (identity.empty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(identity, LocalHostIdentity(env));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(group.store->Set(absl::StrCat("init_method/host/", group.env.rank), identity));
+  group.env.local_rank = 0;
+  group.env.local_world_size = 0;
+  for (int peer = 0; peer < group.env.world_size; ++peer) {
+    absl::StatusOr<std::string> theirs = group.store->Get(absl::StrCat("init_method/host/", peer), options.store_timeout);
+    if (!theirs.ok()) {
+      return absl::Status(theirs.status().code(),
+                          absl::StrCat(what, ": rank ", group.env.rank, " waited for rank ", peer, " (",
+                                       group.env.source, "): ", theirs.status().message(),
+                                       "; is every rank started with the same init method and world size?"));
+    }
+    if (*theirs != identity) continue;
+    if (peer < group.env.rank) ++group.env.local_rank;
+    ++group.env.local_world_size;
+  }
+  return JoinGroup(env, options, what, &group);
 }
 
 // torch's init_method URL, taken apart.
@@ -221,28 +251,7 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
     }
     group.store = std::move(*store);
   }
-  // Only the rank and the world size are known: which ranks share this
-  // host (so which address to advertise) comes from their host identities.
-  std::string identity = options.host_id;
-  if (identity.empty()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(identity, LocalHostIdentity(env));
-  }
-  LOCKSTEP_RETURN_IF_ERROR(group.store->Set(absl::StrCat("init_method/host/", group.env.rank), identity));
-  group.env.local_rank = 0;
-  group.env.local_world_size = 0;
-  for (int peer = 0; peer < group.env.world_size; ++peer) {
-    absl::StatusOr<std::string> theirs = group.store->Get(absl::StrCat("init_method/host/", peer), options.store_timeout);
-    if (!theirs.ok()) {
-      return absl::Status(theirs.status().code(),
-                          absl::StrCat("InitProcessGroup: rank ", group.env.rank, " waited for rank ", peer, " at '",
-                                       init_method, "': ", theirs.status().message(),
-                                       "; is every rank started with the same init_method and world size?"));
-    }
-    if (*theirs != identity) continue;
-    if (peer < group.env.rank) ++group.env.local_rank;
-    ++group.env.local_world_size;
-  }
-  LOCKSTEP_RETURN_IF_ERROR(JoinGroup(env, options, "InitProcessGroup", &group));
+  LOCKSTEP_RETURN_IF_ERROR(JoinByHostIdentity(env, options, "InitProcessGroup", &group));
   return group;
 }
 
@@ -250,6 +259,26 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
                                               const InitOptions& options) {
   return InitProcessGroup(init_method, rank, world_size,
                           [](const char* name) -> const char* { return std::getenv(name); }, options);
+}
+
+absl::StatusOr<ProcessGroup> JoinGroupOnStore(std::shared_ptr<Store> store, int rank, int world_size,
+                                              absl::string_view source, const EnvLookup& env,
+                                              const InitOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("JoinGroupOnStore: no store");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("JoinGroupOnStore(", source, "): rank ", rank, " is not in [0, ",
+                                                   world_size, ")"));
+  }
+  ProcessGroup group;
+  group.env.rank = rank;
+  group.env.world_size = world_size;
+  group.env.source = std::string(source);
+  const char* master = env("MASTER_ADDR");
+  group.env.master_addr = master != nullptr && *master != '\0' ? master : "127.0.0.1";
+  if (const char* token = env("LOCKSTEP_STORE_TOKEN")) group.env.store_token = token;
+  group.store = std::move(store);
+  LOCKSTEP_RETURN_IF_ERROR(JoinByHostIdentity(env, options, "JoinGroupOnStore", &group));
+  return group;
 }
 
 }  // namespace lockstep

@@ -95,6 +95,17 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
 absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int rank, int world_size,
                                               const EnvLookup& env, const InitOptions& options);
 
+// For embedders that hold a store already (interop/torch's backend gets
+// PyTorch's): rank `rank` of `world_size` joins over `store`, as
+// InitProcessGroup does after opening its store: the ranks' host
+// identities, published in `store`, say which share a host; the address
+// advertised is chosen toward MASTER_ADDR when `env` has it (else
+// loopback: one host); LOCKSTEP_STORE_TOKEN is the handshake's secret
+// unless `options` has one. `source` names the caller in errors.
+absl::StatusOr<ProcessGroup> JoinGroupOnStore(std::shared_ptr<Store> store, int rank, int world_size,
+                                              absl::string_view source, const EnvLookup& env,
+                                              const InitOptions& options);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
