@@ -2,11 +2,13 @@
 
   lockstep-run --nproc_per_node 2 tests/testdata/torch_ddp_script.py
 
-Joins the group with init_process_group("gloo", init_method="env://"), checks
+Joins the group with init_process_group(BACKEND, init_method="env://")
+(TORCH_DDP_BACKEND: "gloo" by default; "lockstep" imports lockstep_torch,
+interop/torch), checks
 an all_reduce (sum of rank+1 over ranks), trains a tiny linear model for a few
 DDP steps on rank-dependent data, checks that the parameters are the same on
 every rank afterwards (DDP averaged the gradients), and prints one line per
-rank: "torch_ddp_script: rank R of W local L ... ok".
+rank: "torch_ddp_script: rank R of W local L backend B ... ok".
 """
 import os
 import sys
@@ -17,7 +19,10 @@ import torch.nn as nn
 
 
 def main() -> int:
-    dist.init_process_group("gloo", init_method="env://")
+    backend = os.environ.get("TORCH_DDP_BACKEND", "gloo")
+    if backend == "lockstep":
+        import lockstep_torch  # noqa: F401  registers the backend
+    dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])
     assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
@@ -45,7 +50,8 @@ def main() -> int:
     gathered = [torch.zeros_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
     same = all(torch.equal(gathered[0], other) for other in gathered)
-    print(f"torch_ddp_script: rank {rank} of {world} local {local_rank} all_reduce {t.item():g} "
+    print(f"torch_ddp_script: rank {rank} of {world} local {local_rank} backend {dist.get_backend()} "
+          f"all_reduce {t.item():g} "
           f"loss {loss.item():.4f} params {'identical' if same else 'DIFFER'} "
           f"{'ok' if same else 'FAILED'}", flush=True)
     dist.barrier()
