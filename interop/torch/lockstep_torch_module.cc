@@ -8,12 +8,12 @@
 // Built against the python3-torch it is loaded into (Debian's 1.13): the
 // module shares pybind11's type registry with torch._C, so the process
 // group it returns is a torch.distributed.ProcessGroup.
-#include <chrono>
-
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "interop/torch/process_group_lockstep.h"
 
@@ -22,7 +22,7 @@ namespace py = pybind11;
 namespace {
 
 c10::intrusive_ptr<::c10d::ProcessGroup> CreateProcessGroup(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
-                                                           int size, std::chrono::duration<double> timeout) {
+                                                            int size, std::chrono::duration<double> timeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   return lockstep::ProcessGroupLockstep::Create(store, rank, size, ms);
 }

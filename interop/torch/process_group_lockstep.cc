@@ -1,11 +1,10 @@
 #include "interop/torch/process_group_lockstep.h"
 
+#include <ATen/ATen.h>
 #include <sys/random.h>
 
 #include <cstdlib>
 #include <utility>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -74,16 +73,25 @@ std::pair<at::Tensor, Tensor> Flat(const at::Tensor& like, int64_t n) {
 
 ReduceOp ToReduceOp(const ::c10d::ReduceOp& op, const char* name) {
   switch (op.op_) {
-    case ::c10d::ReduceOp::SUM: return ReduceOp::kSum;
-    case ::c10d::ReduceOp::AVG: return ReduceOp::kAvg;
-    case ::c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
-    case ::c10d::ReduceOp::MIN: return ReduceOp::kMin;
-    case ::c10d::ReduceOp::MAX: return ReduceOp::kMax;
-    case ::c10d::ReduceOp::BAND: return ReduceOp::kBand;
-    case ::c10d::ReduceOp::BOR: return ReduceOp::kBor;
-    case ::c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
+    case ::c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case ::c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    case ::c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProd;
+    case ::c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case ::c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    case ::c10d::ReduceOp::BAND:
+      return ReduceOp::kBand;
+    case ::c10d::ReduceOp::BOR:
+      return ReduceOp::kBor;
+    case ::c10d::ReduceOp::BXOR:
+      return ReduceOp::kBxor;
     case ::c10d::ReduceOp::PREMUL_SUM:
-    case ::c10d::ReduceOp::UNUSED: break;
+    case ::c10d::ReduceOp::UNUSED:
+      break;
   }
   TORCH_CHECK(false, "lockstep ", name, ": reduce op ", static_cast<int>(op.op_),
               " (PREMUL_SUM or UNUSED) is not supported; use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or BXOR");
@@ -184,9 +192,9 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupLockstep>> ProcessGroupLockstep::C
   options.communicator.transport.timeout = timeout;
   absl::StatusOr<std::string> secret = GroupSecret(*lockstep_store, rank, env, timeout);
   if (!secret.ok()) {
-    return absl::Status(secret.status().code(), absl::StrCat("ProcessGroupLockstep: rank ", rank,
-                                                             " could not get the group's secret from the store: ",
-                                                             secret.status().message()));
+    return absl::Status(secret.status().code(),
+                        absl::StrCat("ProcessGroupLockstep: rank ", rank,
+                                     " could not get the group's secret from the store: ", secret.status().message()));
   }
   options.communicator.transport.secret = *secret;
   LOCKSTEP_ASSIGN_OR_RETURN(lockstep::ProcessGroup group,
@@ -197,9 +205,8 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupLockstep>> ProcessGroupLockstep::C
 c10::intrusive_ptr<ProcessGroupLockstep> ProcessGroupLockstep::Create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                                       int rank, int size,
                                                                       std::chrono::milliseconds timeout) {
-  return ValueOrThrow(Create(store, rank, size, timeout, [](const char* name) -> const char* {
-    return std::getenv(name);
-  }));
+  return ValueOrThrow(
+      Create(store, rank, size, timeout, [](const char* name) -> const char* { return std::getenv(name); }));
 }
 
 ProcessGroupLockstep::ProcessGroupLockstep(std::unique_ptr<Communicator> comm, std::shared_ptr<Store> store)
@@ -215,7 +222,7 @@ TorchWorkPtr ProcessGroupLockstep::broadcast(std::vector<at::Tensor>& tensors, c
   Staged s = Stage(tensors[0], kOp, "tensor");
   Count();
   std::shared_ptr<Work> work = comm_->Broadcast(s.view, static_cast<int>(opts.rootRank));
-  return TorchWork::Create(rank_, OpType::BROADCAST, work, {tensors}, WriteBackAll({s}));
+  return TorchWork::Create(rank_, OpType::BROADCAST, work, {tensors}, WriteBackAll({s}), "lockstep:broadcast", tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::allreduce(std::vector<at::Tensor>& tensors, const ::c10d::AllreduceOptions& opts) {
@@ -225,7 +232,8 @@ TorchWorkPtr ProcessGroupLockstep::allreduce(std::vector<at::Tensor>& tensors, c
   Staged s = Stage(tensors[0], kOp, "tensor");
   Count();
   std::shared_ptr<Work> work = comm_->AllReduce(s.view, op);
-  return TorchWork::Create(rank_, OpType::ALLREDUCE, work, {tensors}, WriteBackAll({s}));
+  return TorchWork::Create(rank_, OpType::ALLREDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:all_reduce",
+                           tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -243,7 +251,8 @@ TorchWorkPtr ProcessGroupLockstep::allreduce_coalesced(std::vector<at::Tensor>& 
   }
   Count();
   std::shared_ptr<Work> work = comm_->AllReduceCoalesced(std::move(views), op);
-  return TorchWork::Create(rank_, OpType::ALLREDUCE_COALESCED, work, {tensors}, WriteBackAll(std::move(staged)));
+  return TorchWork::Create(rank_, OpType::ALLREDUCE_COALESCED, work, {tensors}, WriteBackAll(std::move(staged)),
+                           "lockstep:allreduce_coalesced", tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::reduce(std::vector<at::Tensor>& tensors, const ::c10d::ReduceOptions& opts) {
@@ -255,7 +264,7 @@ TorchWorkPtr ProcessGroupLockstep::reduce(std::vector<at::Tensor>& tensors, cons
   Staged s = Stage(tensors[0], kOp, "tensor");
   Count();
   std::shared_ptr<Work> work = comm_->Reduce(s.view, s.view, op, static_cast<int>(opts.rootRank));
-  return TorchWork::Create(rank_, OpType::REDUCE, work, {tensors}, WriteBackAll({s}));
+  return TorchWork::Create(rank_, OpType::REDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:reduce", tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -271,23 +280,25 @@ TorchWorkPtr ProcessGroupLockstep::allgather(std::vector<std::vector<at::Tensor>
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, flat_view);
   std::vector<at::Tensor> targets = outputs[0];
-  return TorchWork::Create(rank_, OpType::ALLGATHER, work, outputs,
-                           [flat = flat, targets] { return Unpack(flat, targets); });
+  return TorchWork::Create(
+      rank_, OpType::ALLGATHER, work, outputs, [flat = flat, targets] { return Unpack(flat, targets); },
+      "lockstep:all_gather", inputs);
 }
 
 TorchWorkPtr ProcessGroupLockstep::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                    const ::c10d::AllgatherOptions&) {
   constexpr const char* kOp = "_allgather_base";
   CheckTensor(output, kOp, "output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "lockstep _allgather_base: output is ",
-              output.scalar_type(), " but input is ", input.scalar_type());
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "lockstep _allgather_base: output is ", output.scalar_type(),
+              " but input is ", input.scalar_type());
   TORCH_CHECK(output.numel() == input.numel() * size_, "lockstep _allgather_base: output has ", output.numel(),
               " elements; it must have world size (", size_, ") times the input's ", input.numel());
   Staged in = Stage(input, kOp, "input");
   Staged out = Stage(output, kOp, "output");
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, out.view);
-  return TorchWork::Create(rank_, OpType::_ALLGATHER_BASE, work, {{output}}, WriteBackAll({out}));
+  return TorchWork::Create(rank_, OpType::_ALLGATHER_BASE, work, {{output}}, WriteBackAll({out}),
+                           "lockstep:_all_gather_base", {input});
 }
 
 TorchWorkPtr ProcessGroupLockstep::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -314,8 +325,9 @@ TorchWorkPtr ProcessGroupLockstep::allgather_coalesced(std::vector<std::vector<a
   for (const auto& list : outputs) targets.insert(targets.end(), list.begin(), list.end());
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(packed_view, flat_view);
-  return TorchWork::Create(rank_, OpType::ALLGATHER_COALESCED, work, outputs,
-                           [flat = flat, targets, packed] { return Unpack(flat, targets); });
+  return TorchWork::Create(
+      rank_, OpType::ALLGATHER_COALESCED, work, outputs,
+      [flat = flat, targets, packed] { return Unpack(flat, targets); }, "lockstep:all_gather_coalesced", inputs);
 }
 
 TorchWorkPtr ProcessGroupLockstep::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -342,7 +354,7 @@ TorchWorkPtr ProcessGroupLockstep::gather(std::vector<std::vector<at::Tensor>>& 
   std::shared_ptr<Work> work = comm_->Gather(in.view, flat_view, root);
   std::function<absl::Status()> finish;
   if (rank_ == root) finish = [flat, targets] { return Unpack(flat, targets); };
-  return TorchWork::Create(rank_, OpType::GATHER, work, outputs, std::move(finish));
+  return TorchWork::Create(rank_, OpType::GATHER, work, outputs, std::move(finish), "lockstep:gather", inputs);
 }
 
 TorchWorkPtr ProcessGroupLockstep::scatter(std::vector<at::Tensor>& outputs,
@@ -367,7 +379,7 @@ TorchWorkPtr ProcessGroupLockstep::scatter(std::vector<at::Tensor>& outputs,
   }
   Count();
   std::shared_ptr<Work> work = comm_->Scatter(packed_view, out.view, root);
-  return TorchWork::Create(rank_, OpType::SCATTER, work, {outputs}, WriteBackAll({out}));
+  return TorchWork::Create(rank_, OpType::SCATTER, work, {outputs}, WriteBackAll({out}), "lockstep:scatter", outputs);
 }
 
 TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -376,8 +388,7 @@ TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outpu
   constexpr const char* kOp = "reduce_scatter";
   CheckOne(outputs, kOp);
   const ReduceOp op = ToReduceOp(opts.reduceOp, kOp);
-  TORCH_CHECK(inputs.size() == 1, "lockstep reduce_scatter: expects one input list per process, got ",
-              inputs.size());
+  TORCH_CHECK(inputs.size() == 1, "lockstep reduce_scatter: expects one input list per process, got ", inputs.size());
   TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "lockstep reduce_scatter: the input list has ",
               inputs[0].size(), " tensors; it needs one per rank (", size_, ")");
   for (const at::Tensor& t : inputs[0]) CheckLike(t, outputs[0], kOp, "an input tensor");
@@ -386,7 +397,8 @@ TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outpu
   Tensor packed_view = ValueOrThrow(FromTorch(packed));
   Count();
   std::shared_ptr<Work> work = comm_->ReduceScatter(packed_view, out.view, op);
-  return TorchWork::Create(rank_, OpType::REDUCE_SCATTER, work, {outputs}, WriteBackAll({out}));
+  return TorchWork::Create(rank_, OpType::REDUCE_SCATTER, work, {outputs}, WriteBackAll({out}),
+                           "lockstep:reduce_scatter", outputs);
 }
 
 TorchWorkPtr ProcessGroupLockstep::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -403,7 +415,8 @@ TorchWorkPtr ProcessGroupLockstep::_reduce_scatter_base(at::Tensor& output, at::
   Staged out = Stage(output, kOp, "output");
   Count();
   std::shared_ptr<Work> work = comm_->ReduceScatter(in.view, out.view, op);
-  return TorchWork::Create(rank_, OpType::_REDUCE_SCATTER_BASE, work, {{output}}, WriteBackAll({out}));
+  return TorchWork::Create(rank_, OpType::_REDUCE_SCATTER_BASE, work, {{output}}, WriteBackAll({out}),
+                           "lockstep:_reduce_scatter_base", {input});
 }
 
 TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -434,8 +447,8 @@ TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor&
       total += splits[i];
       out[i] = splits[i] * row;
     }
-    TORCH_CHECK(total == rows, "lockstep alltoall_base: the ", what, " split sizes add up to ", total,
-                " rows but the ", what, " has ", rows);
+    TORCH_CHECK(total == rows, "lockstep alltoall_base: the ", what, " split sizes add up to ", total, " rows but the ",
+                what, " has ", rows);
     return out;
   };
   const std::vector<int64_t> send = counts(input, input_split_sizes, "input");
@@ -446,7 +459,8 @@ TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor&
   std::shared_ptr<Work> work = output_split_sizes.empty() && input_split_sizes.empty()
                                    ? comm_->AllToAll(in.view, out.view)
                                    : comm_->AllToAllV(in.view, out.view, send, recv);
-  return TorchWork::Create(rank_, OpType::ALLTOALL_BASE, work, {{output}}, WriteBackAll({out}));
+  return TorchWork::Create(rank_, OpType::ALLTOALL_BASE, work, {{output}}, WriteBackAll({out}), "lockstep:all_to_all",
+                           {input});
 }
 
 TorchWorkPtr ProcessGroupLockstep::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -459,9 +473,9 @@ TorchWorkPtr ProcessGroupLockstep::alltoall(std::vector<at::Tensor>& outputs, st
   for (int r = 0; r < size_; ++r) {
     CheckTensor(inputs[r], kOp, "an input");
     CheckTensor(outputs[r], kOp, "an output");
-    TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
-                    outputs[r].scalar_type() == inputs[0].scalar_type(),
-                "lockstep alltoall: every tensor must have one dtype (", inputs[0].scalar_type(), ")");
+    TORCH_CHECK(
+        inputs[r].scalar_type() == inputs[0].scalar_type() && outputs[r].scalar_type() == inputs[0].scalar_type(),
+        "lockstep alltoall: every tensor must have one dtype (", inputs[0].scalar_type(), ")");
     send.push_back(inputs[r].numel());
     recv.push_back(outputs[r].numel());
   }
@@ -473,13 +487,18 @@ TorchWorkPtr ProcessGroupLockstep::alltoall(std::vector<at::Tensor>& outputs, st
   Count();
   std::shared_ptr<Work> work = comm_->AllToAllV(packed_view, flat_view, send, recv);
   std::vector<at::Tensor> targets = outputs;
-  return TorchWork::Create(rank_, OpType::ALLTOALL, work, {outputs},
-                           [flat = flat, targets, packed] { return Unpack(flat, targets); });
+  return TorchWork::Create(
+      rank_, OpType::ALLTOALL, work, {outputs}, [flat = flat, targets, packed] { return Unpack(flat, targets); },
+      "lockstep:all_to_all", inputs);
 }
 
 void ProcessGroupLockstep::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const std::chrono::milliseconds timeout =
       opts.timeout == ::c10d::kUnsetTimeout ? comm_->options().timeout : opts.timeout;
+  // gloo's answer to a timeout that leaves no time to wait (its wording).
+  TORCH_CHECK(timeout > std::chrono::milliseconds(0), "[Rank ", rank_, "]: Rank ", rank_,
+              " timed out in monitoredBarrier after ", timeout.count(), " ms: a timeout of ", timeout.count(),
+              " ms leaves no time to wait for any rank");
   ThrowIfError(MonitoredBarrier(*comm_, timeout, wait_all_ranks));
 }
 
@@ -494,7 +513,8 @@ TorchWorkPtr ProcessGroupLockstep::send(std::vector<at::Tensor>& tensors, int ds
   Staged s = Stage(tensors[0], kOp, "tensor");
   std::shared_ptr<Work> work = comm_->Send(s.view, dst_rank, Tag(tag, kOp));
   // Keeps the staged copy alive until sent.
-  return TorchWork::Create(rank_, OpType::SEND, work, {}, [s] { return absl::OkStatus(); });
+  return TorchWork::Create(
+      rank_, OpType::SEND, work, {}, [s] { return absl::OkStatus(); }, "lockstep:send", tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
@@ -503,7 +523,7 @@ TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int sr
   CheckRank(src_rank, size_, kOp, "source");
   Staged s = Stage(tensors[0], kOp, "tensor");
   std::shared_ptr<Work> work = comm_->Recv(s.view, src_rank, Tag(tag, kOp));
-  return TorchWork::Create(rank_, OpType::RECV, work, {tensors}, WriteBackAll({s}));
+  return TorchWork::Create(rank_, OpType::RECV, work, {tensors}, WriteBackAll({s}), "lockstep:recv", tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -511,12 +531,13 @@ TorchWorkPtr ProcessGroupLockstep::recvAnysource(std::vector<at::Tensor>& tensor
   CheckOne(tensors, kOp);
   Staged s = Stage(tensors[0], kOp, "tensor");
   std::shared_ptr<Work> work = comm_->RecvAnySource(s.view, Tag(tag, kOp));
-  return TorchWork::Create(rank_, OpType::RECVANYSOURCE, work, {tensors}, WriteBackAll({s}));
+  return TorchWork::Create(rank_, OpType::RECVANYSOURCE, work, {tensors}, WriteBackAll({s}), "lockstep:recvAnySource",
+                           tensors);
 }
 
 TorchWorkPtr ProcessGroupLockstep::barrier(const ::c10d::BarrierOptions&) {
   Count();
-  return TorchWork::Create(rank_, OpType::BARRIER, comm_->Barrier(), {}, nullptr);
+  return TorchWork::Create(rank_, OpType::BARRIER, comm_->Barrier(), {}, nullptr, "lockstep:barrier", {});
 }
 
 }  // namespace lockstep

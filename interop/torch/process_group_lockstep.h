@@ -48,15 +48,14 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "collectives/bootstrap/rank_environment.h"
 #include "collectives/communicator.h"
 #include "collectives/store/store.h"
-#include "collectives/bootstrap/rank_environment.h"
 
 namespace lockstep {
 
@@ -66,9 +65,10 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
   static c10::intrusive_ptr<ProcessGroupLockstep> Create(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                                          int size, std::chrono::milliseconds timeout);
   // The same, with an explicit environment (tests); a Status, no throw.
-  static absl::StatusOr<c10::intrusive_ptr<ProcessGroupLockstep>> Create(
-      const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
-      const EnvLookup& env);
+  static absl::StatusOr<c10::intrusive_ptr<ProcessGroupLockstep>> Create(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                                         int rank, int size,
+                                                                         std::chrono::milliseconds timeout,
+                                                                         const EnvLookup& env);
 
   ProcessGroupLockstep(std::unique_ptr<Communicator> comm, std::shared_ptr<Store> store);
   ~ProcessGroupLockstep() override;
@@ -95,7 +95,8 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
                                                        const ::c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                           std::vector<at::Tensor>& inputs, const ::c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
                                            const ::c10d::ScatterOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                   std::vector<std::vector<at::Tensor>>& inputs,

@@ -263,6 +263,15 @@ def run_op_cases(torch, dist, rank, world):
     check(fut.wait(), torch.full((8,), float(sum(range(world)) * 2)), "future.then")
     assert work.is_completed() and work.is_success()
 
+    # The profiler sees each operation as an async event named for the backend.
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(torch.ones(16))
+        dist.broadcast(torch.ones(4), src=0)
+    names = [e.name for e in prof.function_events]
+    for wanted in ("lockstep:all_reduce", "lockstep:broadcast"):
+        events = [e for e in prof.function_events if e.name == wanted]
+        assert len(events) == 1 and events[0].is_async, f"profiler events {names}: no async {wanted}"
+
     # Sequence numbers agree across ranks.
     seq = pg_seq = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
     seqs = [None] * world

@@ -1,9 +1,9 @@
 #include "interop/torch/torch_store.h"
 
+#include <torch/csrc/distributed/c10d/exception.h>
+
 #include <exception>
 #include <utility>
-
-#include <torch/csrc/distributed/c10d/exception.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

@@ -17,9 +17,8 @@
 #define LOCKSTEP_INTEROP_TORCH_TORCH_STORE_H_
 
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "collectives/store/store.h"
 

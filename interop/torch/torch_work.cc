@@ -1,10 +1,10 @@
 #include "interop/torch/torch_work.h"
 
+#include <ATen/core/jit_type.h>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
-
-#include <ATen/core/jit_type.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,8 +24,10 @@ std::exception_ptr ExceptionOf(const absl::Status& status) {
 }
 
 TorchWork::TorchWork(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Work> origin,
-                     std::shared_ptr<lockstep::Work> last, std::vector<std::vector<at::Tensor>> outputs)
-    : ::c10d::Work(rank, type),
+                     std::shared_ptr<lockstep::Work> last, std::vector<std::vector<at::Tensor>> outputs,
+                     const char* profiling_title, const std::vector<at::Tensor>& inputs)
+    : ::c10d::Work(rank, type, profiling_title,
+                   profiling_title == nullptr ? c10::optional<std::vector<at::Tensor>>() : inputs),
       origin_(std::move(origin)),
       work_(std::move(last)),
       outputs_(std::move(outputs)),
@@ -33,9 +35,11 @@ TorchWork::TorchWork(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Wo
 
 c10::intrusive_ptr<TorchWork> TorchWork::Create(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Work> work,
                                                 std::vector<std::vector<at::Tensor>> outputs,
-                                                std::function<absl::Status()> finish) {
+                                                std::function<absl::Status()> finish, const char* profiling_title,
+                                                const std::vector<at::Tensor>& inputs) {
   std::shared_ptr<lockstep::Work> last = finish ? work->Then(std::move(finish)) : work;
-  auto torch_work = c10::make_intrusive<TorchWork>(rank, type, std::move(work), last, std::move(outputs));
+  auto torch_work =
+      c10::make_intrusive<TorchWork>(rank, type, std::move(work), last, std::move(outputs), profiling_title, inputs);
   // The callback owns the Work until it ran: a caller that keeps only the
   // future (DDP's reducer) still gets it completed.
   last->WhenDone([self = torch_work](const absl::Status& status) { self->Done(status); });
@@ -76,8 +80,9 @@ int TorchWork::sourceRank() const {
 }
 
 void TorchWork::abort() {
-  TORCH_CHECK(false, "lockstep: a work cannot be aborted; it ends by the group's timeout (init_process_group's "
-                     "timeout), failing every rank that waits on it");
+  TORCH_CHECK(false,
+              "lockstep: a work cannot be aborted; it ends by the group's timeout (init_process_group's "
+              "timeout), failing every rank that waits on it");
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() { return future_; }

@@ -22,12 +22,12 @@
 #ifndef LOCKSTEP_INTEROP_TORCH_TORCH_WORK_H_
 #define LOCKSTEP_INTEROP_TORCH_TORCH_WORK_H_
 
+#include <ATen/core/ivalue.h>
+
 #include <functional>
 #include <memory>
-#include <vector>
-
-#include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "collectives/work.h"
@@ -36,9 +36,14 @@ namespace lockstep {
 
 class TorchWork final : public ::c10d::Work {
  public:
+  // `profiling_title` ("lockstep:all_reduce"; a static string): the
+  // operation shows in torch.profiler as an async event of that name, with
+  // `inputs`' shapes, from the call to completion (as gloo's do).
   static c10::intrusive_ptr<TorchWork> Create(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Work> work,
                                               std::vector<std::vector<at::Tensor>> outputs,
-                                              std::function<absl::Status()> finish);
+                                              std::function<absl::Status()> finish,
+                                              const char* profiling_title = nullptr,
+                                              const std::vector<at::Tensor>& inputs = {});
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
@@ -49,8 +54,9 @@ class TorchWork final : public ::c10d::Work {
   // Use Create: the Work must be owned before completion can reach it.
   // `origin`: the operation; `last`: what completes it (origin, or origin
   // chained with finish).
-  TorchWork(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Work> origin,
-            std::shared_ptr<lockstep::Work> last, std::vector<std::vector<at::Tensor>> outputs);
+  TorchWork(int rank, ::c10d::OpType type, std::shared_ptr<lockstep::Work> origin, std::shared_ptr<lockstep::Work> last,
+            std::vector<std::vector<at::Tensor>> outputs, const char* profiling_title,
+            const std::vector<at::Tensor>& inputs);
 
  private:
   void Done(const absl::Status& status);

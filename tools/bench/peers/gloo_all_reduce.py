@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """PyTorch 1.13 gloo peer for //tools/bench:collectives (all_reduce, f32, SUM).
 
+--backend lockstep times torch.distributed.all_reduce over lockstep's own
+torch.distributed backend instead (lockstep_torch on PYTHONPATH:
+bazel build //interop/torch:lockstep_torch), for the binding's cost.
+
     GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 /usr/bin/python3 tools/bench/peers/gloo_all_reduce.py \
         --nproc 2 --bytes 4096 --iters 500 --warmup 20
 
-Prints one line per size: `gloo <bytes> <time_us> <busbw_GBps>`, the time
+Prints one line per size: `<backend> <bytes> <time_us> <busbw_GBps>`, the time
 being the slowest rank's mean (as the C++ tool and nccl-tests report).
 
 With RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment (one
@@ -26,7 +30,9 @@ def run(rank, args, port):
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
+    if args.backend == "lockstep":
+        import lockstep_torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend, rank=rank, world_size=args.nproc)
     for nbytes in args.bytes:
         t = torch.zeros(nbytes // 4, dtype=torch.float32)
         for _ in range(args.warmup):
@@ -40,7 +46,7 @@ def run(rank, args, port):
         if rank == 0:
             n = args.nproc
             busbw = nbytes / elapsed.item() / 1e9 * 2 * (n - 1) / n
-            print(f"gloo {nbytes} {elapsed.item() * 1e6:.2f} {busbw:.4f}", flush=True)
+            print(f"{args.backend} {nbytes} {elapsed.item() * 1e6:.2f} {busbw:.4f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -50,6 +56,7 @@ def main():
     parser.add_argument("--bytes", type=int, nargs="+", required=True)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "lockstep"])
     args = parser.parse_args()
     if "RANK" in os.environ:
         args.nproc = int(os.environ["WORLD_SIZE"])

@@ -4,7 +4,8 @@
     GLOO_SOCKET_IFNAME=lo OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
         /usr/bin/python3 tools/bench/peers/torch_ddp_mlp.py --steps 200 --warmup 20
 
-2 ranks (torch.multiprocessing.spawn, gloo on 127.0.0.1, CPU), one BLAS
+2 ranks (torch.multiprocessing.spawn, gloo on 127.0.0.1, CPU; --backend
+lockstep: lockstep's torch.distributed backend), one BLAS
 thread per rank (the env vars above, set here too if absent, plus
 torch.set_num_threads(1)). Each rank trains the reference MLP (Flatten,
 Linear 784->512, ReLU, Linear 512->256, ReLU, Linear 256->10) wrapped in
@@ -49,7 +50,9 @@ def run(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=RANKS)
+    if args.backend == "lockstep":
+        import lockstep_torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend, rank=rank, world_size=RANKS)
     model = DDP(make_model(), gradient_as_bucket_view=args.gradient_as_bucket_view)
     step = make_step(model, PER_RANK_BATCH, 100 + rank)
 
@@ -69,7 +72,7 @@ def run(rank, args, port, queue):
         ms = sorted(t * 1e3 for t in times.tolist())
         median = statistics.median(ms)
         global_batch = RANKS * PER_RANK_BATCH
-        queue.put({"tool": "torch_ddp", "ranks": RANKS, "global_batch": global_batch,
+        queue.put({"tool": "torch_ddp", "backend": args.backend, "ranks": RANKS, "global_batch": global_batch,
                    "step_ms_median": round(median, 4),
                    "samples_per_s": round(global_batch / (median / 1e3), 1),
                    "step_ms_p10": round(ms[len(ms) // 10], 4),
@@ -89,6 +92,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "lockstep"],
+                        help="lockstep: lockstep's torch.distributed backend (lockstep_torch on PYTHONPATH)")
     parser.add_argument("--gradient_as_bucket_view", action="store_true",
                         help="DDP(gradient_as_bucket_view=True): gradients are views into the buckets")
     args = parser.parse_args()
