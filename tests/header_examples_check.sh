@@ -98,6 +98,9 @@ CHECKED = {
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
     "interop/torch/tensor_bridge.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/process_group_lockstep.h": ("tests/header_examples/interop_test.cc", 2),  # 1: Python
+    "interop/torch/torch_store.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/torch_work.h": "tests/header_examples/interop_test.cc",
     "dp/parallel_apply.h": "tests/header_examples/dp_test.cc",
     "dp/replicate.h": "tests/header_examples/dp_test.cc",
     "dp/scatter_gather.h": "tests/header_examples/dp_test.cc",

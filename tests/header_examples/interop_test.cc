@@ -4,8 +4,13 @@
 // //tests:header_examples_check); lines in between set up its inputs or
 // check its results. Needs libtorch-dev (skipped without it).
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/testing/group.h"
@@ -13,7 +18,10 @@
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "interop/torch/distributed_data_parallel.h"
+#include "interop/torch/process_group_lockstep.h"
 #include "interop/torch/tensor_bridge.h"
+#include "interop/torch/torch_store.h"
+#include "interop/torch/torch_work.h"
 
 namespace lockstep {
 namespace {
@@ -77,6 +85,81 @@ TEST(InteropHeaderExamplesTest, DdpTrainsTheSameModelOnEveryRank) {
   for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(trained[0].size(), 18u);
   EXPECT_EQ(trained[0], trained[1]);  // Different data, one model.
+}
+
+
+// interop/torch/torch_store.h: a c10d HashStore seen as lockstep's Store.
+absl::Status TorchStoreExample(std::string* got) {
+  c10::intrusive_ptr<c10d::Store> theirs = c10::make_intrusive<c10d::HashStore>();  // the backend creator's argument
+  theirs->set("key", std::vector<uint8_t>{'v', '1'});
+  auto store = std::make_shared<TorchStore>(theirs);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::string v, store->Get("key", std::chrono::seconds(30)));
+  *got = v;
+  return absl::OkStatus();
+}
+
+TEST(InteropHeaderExamplesTest, TorchStoreReadsTheC10dStore) {
+  std::string got;
+  const absl::Status s = TorchStoreExample(&got);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, "v1");
+}
+
+// interop/torch/torch_work.h: a lockstep all-reduce as a c10d::Work; the
+// result is in `sum`, the future's value in `future_value`.
+absl::Status TorchWorkExample(Communicator* comm, float* sum, float* future_value) {
+  const int rank = comm->rank();
+  at::Tensor tensor = torch::full({3}, static_cast<float>(rank + 1));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, FromTorch(tensor));
+  std::shared_ptr<Work> mine = comm->AllReduce(view, ReduceOp::kSum);
+  c10::intrusive_ptr<c10d::Work> theirs =
+      TorchWork::Create(rank, c10d::OpType::ALLREDUCE, mine, {{tensor}}, /*finish=*/nullptr);
+  theirs->wait();  // throws the lockstep error as a RuntimeError
+  *sum = tensor[2].item<float>();
+  *future_value = theirs->getFuture()->value().toTensorVector().at(0)[0].item<float>();
+  return absl::OkStatus();
+}
+
+TEST(InteropHeaderExamplesTest, TorchWorkCompletesWithTheResult) {
+  float sum[2] = {0, 0}, future_value[2] = {0, 0};
+  const std::vector<absl::Status> results = testing::RunThreads(
+      2, [&](Communicator& comm) { return TorchWorkExample(&comm, &sum[comm.rank()], &future_value[comm.rank()]); });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(sum[r], 3.0f);  // 1 + 2
+    EXPECT_EQ(future_value[r], 3.0f);
+  }
+}
+
+// interop/torch/process_group_lockstep.h: two ranks (threads) meet through
+// one c10d store and all-reduce; rank r's result goes to `out[r]`.
+void ProcessGroupExample(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, float* out) {
+  std::vector<at::Tensor> tensors = {torch::full({4}, static_cast<float>(rank + 1))};
+  c10::intrusive_ptr<c10d::ProcessGroup> pg =
+      ProcessGroupLockstep::Create(store, rank, size, std::chrono::minutes(30));
+  pg->allreduce(tensors)->wait();
+  *out = tensors[0][3].item<float>();
+}
+
+TEST(InteropHeaderExamplesTest, ProcessGroupAllReducesOverItsOwnGroup) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  float out[2] = {0, 0};
+  std::string errors[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    ranks[r] = std::thread([&, r] {
+      try {
+        ProcessGroupExample(store, r, 2, &out[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(out[r], 3.0f) << "rank " << r;
+  }
 }
 
 }  // namespace
