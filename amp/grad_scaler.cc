@@ -94,17 +94,28 @@ absl::Status GradScaler::Scale(const Tensor& t) const {
 
 float GradScaler::Scale(float loss) const { return enabled() ? loss * scale_ : loss; }
 
-absl::Status GradScaler::Unscale(absl::Span<const Tensor> grads) {
-  if (!enabled()) return absl::OkStatus();
-  if (stage_ == Stage::kUnscaled) {
-    return absl::FailedPreconditionError(
-        "GradScaler::Unscale: already called since the last Update() (PyTorch: \"unscale_() "
-        "has already been called on this optimizer since the last update().\"); call it at "
-        "most once per iteration: Step() uses the gradients it unscaled");
+GradScaler::PerOptimizer& GradScaler::StateOf(const void* optimizer) {
+  for (PerOptimizer& s : per_optimizer_) {
+    if (s.optimizer == optimizer) return s;
   }
-  if (stage_ == Stage::kStepped) {
+  per_optimizer_.push_back(PerOptimizer{optimizer});
+  return per_optimizer_.back();
+}
+
+absl::Status GradScaler::Unscale(absl::Span<const Tensor> grads) { return Unscale(nullptr, grads); }
+
+absl::Status GradScaler::Unscale(const void* optimizer, absl::Span<const Tensor> grads) {
+  if (!enabled()) return absl::OkStatus();
+  PerOptimizer& state = StateOf(optimizer);
+  if (state.stage == Stage::kUnscaled) {
     return absl::FailedPreconditionError(
-        "GradScaler::Unscale: called after Step() (PyTorch: \"unscale_() is being called "
+        "GradScaler::Unscale: already called for this optimizer since the last Update() (PyTorch: \"unscale_() "
+        "has already been called on this optimizer since the last update().\"); call it at "
+        "most once per optimizer per iteration: Step() uses the gradients it unscaled");
+  }
+  if (state.stage == Stage::kStepped) {
+    return absl::FailedPreconditionError(
+        "GradScaler::Unscale: called after Step() for this optimizer (PyTorch: \"unscale_() is being called "
         "after step().\"); Step() has already unscaled this iteration's gradients, call "
         "Update() first");
   }
@@ -143,25 +154,33 @@ absl::Status GradScaler::Unscale(absl::Span<const Tensor> grads) {
       if (g.defined()) LOCKSTEP_RETURN_IF_ERROR(::lockstep::Scale(g, inv_scale));
     }
   }
-  stage_ = Stage::kUnscaled;
-  found_inf_ = found_inf;
-  inf_checks_recorded_ = checked;
+  state.stage = Stage::kUnscaled;
+  state.found_inf = found_inf;
+  state.inf_checks_recorded = checked;
+  found_inf_ = false;
+  for (const PerOptimizer& s : per_optimizer_) found_inf_ = found_inf_ || s.found_inf;
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> GradScaler::Step(absl::Span<const Tensor> grads,
                                       absl::FunctionRef<absl::Status()> optimizer_step) {
+  return Step(nullptr, grads, optimizer_step);
+}
+
+absl::StatusOr<bool> GradScaler::Step(const void* optimizer, absl::Span<const Tensor> grads,
+                                      absl::FunctionRef<absl::Status()> optimizer_step) {
   if (!enabled()) {
     LOCKSTEP_RETURN_IF_ERROR(optimizer_step());
     return true;
   }
-  if (stage_ == Stage::kStepped) {
+  if (StateOf(optimizer).stage == Stage::kStepped) {
     return absl::FailedPreconditionError(
-        "GradScaler::Step: already called since the last Update() (PyTorch: \"step() has "
+        "GradScaler::Step: already called for this optimizer since the last Update() (PyTorch: \"step() has "
         "already been called since the last update().\"); call Update() once per iteration");
   }
-  if (stage_ == Stage::kReady) LOCKSTEP_RETURN_IF_ERROR(Unscale(grads));
-  if (!inf_checks_recorded_) {
+  if (StateOf(optimizer).stage == Stage::kReady) LOCKSTEP_RETURN_IF_ERROR(Unscale(optimizer, grads));
+  PerOptimizer& state = StateOf(optimizer);
+  if (!state.inf_checks_recorded) {
     return absl::FailedPreconditionError(absl::StrCat(
         "GradScaler::Step: no gradient was checked for inf/NaN (PyTorch: \"No inf checks "
         "were recorded for this optimizer.\"): all ",
@@ -169,18 +188,26 @@ absl::StatusOr<bool> GradScaler::Step(absl::Span<const Tensor> grads,
         " gradient tensors were undefined; pass the gradients of the parameters the "
         "optimizer updates"));
   }
-  if (found_inf_) {
-    stage_ = Stage::kStepped;
+  // The decision is this optimizer's own: another one may step or skip.
+  if (state.found_inf) {
+    state.stage = Stage::kStepped;
     return false;
   }
   LOCKSTEP_RETURN_IF_ERROR(optimizer_step());
-  stage_ = Stage::kStepped;
+  state.stage = Stage::kStepped;
   return true;
 }
 
 absl::Status GradScaler::Update() {
   if (!enabled()) return absl::OkStatus();
-  if (!inf_checks_recorded_) {
+  // PyTorch sums every optimizer's found_inf (each 0 or 1) and tests the sum
+  // for non-zero: any number of optimizers with an inf backs off once.
+  bool recorded = false, found_inf = false;
+  for (const PerOptimizer& s : per_optimizer_) {
+    recorded = recorded || s.inf_checks_recorded;
+    found_inf = found_inf || s.found_inf;
+  }
+  if (!recorded) {
     return absl::FailedPreconditionError(
         "GradScaler::Update: no inf checks were recorded since the last update (PyTorch: \"No "
         "inf checks were recorded prior to update.\"); call Step() (or Unscale()) with this "
@@ -188,7 +215,7 @@ absl::Status GradScaler::Update() {
   }
   // AmpKernels.cu's amp_update_scale_cuda_kernel: float * double in double,
   // rounded to float once.
-  if (found_inf_) {
+  if (found_inf) {
     scale_ = static_cast<float>(static_cast<double>(scale_) * options_.backoff_factor);
     growth_tracker_ = 0;
   } else {
@@ -202,8 +229,8 @@ absl::Status GradScaler::Update() {
       growth_tracker_ = successful;
     }
   }
-  stage_ = Stage::kReady;
-  inf_checks_recorded_ = false;
+  found_inf_ = found_inf;
+  per_optimizer_.clear();
   return absl::OkStatus();
 }
 
@@ -215,8 +242,7 @@ absl::Status GradScaler::Update(float new_scale) {
   }
   if (!enabled()) return absl::OkStatus();
   scale_ = new_scale;
-  stage_ = Stage::kReady;
-  inf_checks_recorded_ = false;
+  per_optimizer_.clear();
   return absl::OkStatus();
 }
 

@@ -36,6 +36,19 @@
 //                     tracker = 0; }
 //   * Per iteration: at most one Unscale, at most one Step, then Update; any
 //     other order is a FailedPrecondition error with PyTorch's message.
+//   * Several optimizers (PyTorch's per-optimizer state): the overloads that
+//     take an `optimizer` key (any address that identifies it, e.g. the
+//     Optimizer*) keep that protocol per optimizer. Each optimizer's Step
+//     skips or steps on its own gradients' check; Update backs off once if
+//     any optimizer found an inf/NaN (PyTorch tests the sum of the
+//     per-optimizer flags for non-zero), else counts one clean step, and
+//     resets every optimizer. The overloads without a key are the key
+//     nullptr.
+//
+//       LOCKSTEP_RETURN_IF_ERROR(scaler.Unscale(&encoder_opt, encoder_grads));  // e.g. to clip
+//       LOCKSTEP_ASSIGN_OR_RETURN(bool a, scaler.Step(&encoder_opt, encoder_grads, [&] { return encoder_opt.Step(); }));
+//       LOCKSTEP_ASSIGN_OR_RETURN(bool b, scaler.Step(&decoder_opt, decoder_grads, [&] { return decoder_opt.Step(); }));
+//       LOCKSTEP_RETURN_IF_ERROR(scaler.Update());
 //   * A disabled scaler (enabled = false) makes every method a no-op: Step
 //     just runs the optimizer step, scale() is 1.
 //
@@ -63,6 +76,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -109,6 +123,8 @@ class GradScaler {
   // not after Step. On an error nothing is recorded; a device failure midway
   // may leave some gradients unscaled.
   absl::Status Unscale(absl::Span<const Tensor> grads);
+  // The same for the optimizer identified by `optimizer` (see above).
+  absl::Status Unscale(const void* optimizer, absl::Span<const Tensor> grads);
 
   // Unscales `grads` unless Unscale already ran this iteration; then runs
   // `optimizer_step` and returns true, or skips it and returns false when a
@@ -117,9 +133,11 @@ class GradScaler {
   // When disabled, runs `optimizer_step` and returns true.
   absl::StatusOr<bool> Step(absl::Span<const Tensor> grads,
                             absl::FunctionRef<absl::Status()> optimizer_step);
+  absl::StatusOr<bool> Step(const void* optimizer, absl::Span<const Tensor> grads,
+                            absl::FunctionRef<absl::Status()> optimizer_step);
 
   // Grows or backs off the scale (rule above) and starts the next iteration.
-  // Needs an Unscale or Step since the last Update.
+  // Needs an Unscale or Step (of any optimizer) since the last Update.
   absl::Status Update();
   // Sets the scale (finite, > 0) and starts the next iteration; the growth
   // tracker is kept, as in PyTorch's update(new_scale).
@@ -129,7 +147,8 @@ class GradScaler {
   float scale() const { return enabled() ? scale_ : 1.0f; }
   int64_t growth_tracker() const { return enabled() ? growth_tracker_ : 0; }
   bool enabled() const { return options_.enabled; }
-  // Whether the last Unscale (or Step) found an inf/NaN; kept after Update.
+  // Whether this iteration's Unscale (or Step) of any optimizer found an
+  // inf/NaN; after Update, whether the iteration it ended did.
   bool found_inf() const { return found_inf_; }
 
   GradScalerState GetState() const;
@@ -158,13 +177,21 @@ class GradScaler {
   explicit GradScaler(const GradScalerOptions& options)
       : options_(options), scale_(static_cast<float>(options.init_scale)) {}
 
+  // One optimizer's iteration (PyTorch's _per_optimizer_states entry).
+  struct PerOptimizer {
+    const void* optimizer = nullptr;
+    Stage stage = Stage::kReady;
+    // Whether this iteration checked at least one gradient (PyTorch's
+    // non-empty found_inf_per_device).
+    bool inf_checks_recorded = false;
+    bool found_inf = false;
+  };
+  PerOptimizer& StateOf(const void* optimizer);
+
   GradScalerOptions options_;
   float scale_;
   int64_t growth_tracker_ = 0;
-  Stage stage_ = Stage::kReady;
-  // Whether this iteration checked at least one gradient (PyTorch's
-  // non-empty found_inf_per_device).
-  bool inf_checks_recorded_ = false;
+  std::vector<PerOptimizer> per_optimizer_;  // This iteration's, in first-use order.
   bool found_inf_ = false;
 };
 

@@ -94,8 +94,19 @@ struct GoldenValue {
   uint64_t in_bits, out_bits;
 };
 
+// Two optimizers over one scaler (the "multi" lines).
+struct GoldenMultiStep {
+  int64_t step;
+  std::string event_a, event_b;
+  bool unscaled_a, stepped_a, stepped_b;
+  uint32_t scale_bits;
+  int64_t tracker;
+};
+
 struct Golden {
   std::vector<GoldenSeries> series;
+  GradScalerOptions multi_options;
+  std::vector<GoldenMultiStep> multi;
   std::vector<GoldenValue> unscale, scale;
   std::vector<std::string> state_keys;
 };
@@ -129,6 +140,22 @@ Golden LoadGolden() {
       v.in_bits = ParseHex(in_bits);
       v.out_bits = ParseHex(out_bits);
       (kind == "unscale" ? g.unscale : g.scale).push_back(v);
+    } else if (kind == "multi_series") {
+      std::string init, growth, backoff;
+      s >> init >> growth >> backoff >> g.multi_options.growth_interval;
+      g.multi_options.init_scale = std::stod(init);
+      g.multi_options.growth_factor = std::stod(growth);
+      g.multi_options.backoff_factor = std::stod(backoff);
+    } else if (kind == "multi") {
+      GoldenMultiStep m;
+      int unscaled, a, b;
+      std::string scale_bits;
+      s >> m.step >> m.event_a >> m.event_b >> unscaled >> a >> b >> scale_bits >> m.tracker;
+      m.unscaled_a = unscaled;
+      m.stepped_a = a;
+      m.stepped_b = b;
+      m.scale_bits = static_cast<uint32_t>(ParseHex(scale_bits));
+      g.multi.push_back(m);
     } else if (kind == "state_keys") {
       std::string key;
       while (s >> key) g.state_keys.push_back(key);
@@ -218,6 +245,83 @@ TEST(GradScalerGoldenTest, SeriesMatchPyTorchBitwise) {
     }
   }
   EXPECT_EQ(total, 6046);  // Every step of every series.
+}
+
+// PyTorch's per-optimizer state: each optimizer steps or skips on its own
+// gradients; one update() backs off once if any of them found an inf/NaN.
+TEST(GradScalerGoldenTest, TwoOptimizersMatchPyTorch) {
+  const Golden& golden = GetGolden();
+  ASSERT_EQ(golden.multi.size(), 40u);
+  GradScaler scaler = MakeScaler(golden.multi_options);
+  int encoder = 0, decoder = 0;  // Their addresses are the keys.
+  Tensor a = *Tensor::Empty({4}, DType::kF32);
+  Tensor b = *Tensor::Empty({3}, DType::kF32);
+  const auto fill = [&](const Tensor& t, const std::string& event, int64_t step) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.25f * scaler.scale();
+    if (event == "inf") t.data<float>()[step % t.numel()] = std::numeric_limits<float>::infinity();
+    if (event == "nan") t.data<float>()[step % t.numel()] = std::numeric_limits<float>::quiet_NaN();
+  };
+  for (const GoldenMultiStep& st : golden.multi) {
+    const std::string where = "step " + std::to_string(st.step);
+    fill(a, st.event_a, st.step);
+    fill(b, st.event_b, st.step);
+    if (st.unscaled_a) ASSERT_TRUE(scaler.Unscale(&encoder, {a}).ok()) << where;
+    bool ran_a = false, ran_b = false;
+    absl::StatusOr<bool> ra = scaler.Step(&encoder, {a}, [&] {
+      ran_a = true;
+      return absl::OkStatus();
+    });
+    absl::StatusOr<bool> rb = scaler.Step(&decoder, {b}, [&] {
+      ran_b = true;
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(ra.ok() && rb.ok()) << where << ": " << ra.status() << " " << rb.status();
+    EXPECT_EQ(*ra, st.stepped_a) << where;
+    EXPECT_EQ(ran_a, st.stepped_a) << where;
+    EXPECT_EQ(*rb, st.stepped_b) << where;
+    EXPECT_EQ(ran_b, st.stepped_b) << where;
+    EXPECT_EQ(scaler.found_inf(), st.event_a != "ok" || st.event_b != "ok") << where;
+    ASSERT_TRUE(scaler.Update().ok()) << where;
+    ASSERT_EQ(Bits(scaler.scale()), st.scale_bits)
+        << where << ": got " << scaler.scale() << ", PyTorch " << FromBits(st.scale_bits);
+    ASSERT_EQ(scaler.growth_tracker(), st.tracker) << where;
+  }
+}
+
+// The per-optimizer protocol: order errors are per optimizer, Update needs a
+// check from any of them and resets all.
+TEST(GradScalerTest, SeveralOptimizersKeepTheirOwnProtocol) {
+  GradScaler scaler = MakeScaler({});
+  int first = 0, second = 0;
+  Tensor a = *Tensor::FromVector<float>(std::vector<float>{2.0f});
+  Tensor b = *Tensor::FromVector<float>(std::vector<float>{4.0f});
+  const auto ok = [] { return absl::OkStatus(); };
+  ASSERT_TRUE(scaler.Unscale(&first, {a}).ok());
+  absl::Status twice = scaler.Unscale(&first, {a});
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.message().find("unscale_() has already been called on this optimizer"), std::string::npos) << twice;
+  EXPECT_TRUE(scaler.Unscale(&second, {b}).ok());  // Another optimizer: fine.
+  EXPECT_TRUE(scaler.Step(&first, {a}, ok).ok());
+  absl::StatusOr<bool> again = scaler.Step(&first, {a}, ok);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("step() has already been called since the last update()"),
+            std::string::npos);
+  EXPECT_TRUE(scaler.Step(&second, {b}, ok).ok());
+  // Each gradient was unscaled once.
+  EXPECT_EQ(a.data<float>()[0], 2.0f / 65536.0f);
+  EXPECT_EQ(b.data<float>()[0], 4.0f / 65536.0f);
+  ASSERT_TRUE(scaler.Update().ok());
+  EXPECT_EQ(scaler.growth_tracker(), 1);  // One clean iteration, not two.
+  // After Update every optimizer starts afresh; without any check Update fails.
+  EXPECT_TRUE(scaler.Unscale(&first, {a}).ok());
+  ASSERT_TRUE(scaler.Update().ok());
+  absl::Status none = scaler.Update();
+  EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.message().find("No inf checks were recorded prior to update."), std::string::npos) << none;
+  // An optimizer whose gradients are all undefined has nothing to step on.
+  absl::StatusOr<bool> empty = scaler.Step(&second, {Tensor()}, ok);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(empty.status().message().find("No inf checks were recorded for this optimizer."), std::string::npos);
 }
 
 TEST(GradScalerGoldenTest, UnscaleMatchesPyTorchBitwise) {

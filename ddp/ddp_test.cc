@@ -519,5 +519,72 @@ TEST(DdpTest, AnUnusedParameterWithoutDetectionFailsTheNextForward) {
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
 
+// Frozen parameters (requires_grad false), as PyTorch's
+// _build_params_for_reducer: broadcast at construction, then no gradient,
+// no bucket, no update; the other parameters' averaged gradients are those
+// of the unfrozen model, bit for bit; still in the state dict.
+TEST(DdpTest, FrozenParametersAreBroadcastButNeitherReducedNorUpdated) {
+  std::vector<std::vector<float>> unfrozen_grads[kRanks], frozen_grads[kRanks], frozen_before[kRanks], after[kRanks];
+  std::vector<std::vector<size_t>> buckets[kRanks];
+  bool frozen_grad_defined[kRanks] = {true, true};
+  bool in_state_dict[kRanks] = {false, false};
+  for (bool freeze : {false, true}) {
+    const auto results = testing::RunThreads(kRanks, [&](Communicator& comm) -> absl::Status {
+      const int r = comm.rank();
+      std::unique_ptr<Module> model = MakeModel(ModelKind::kMlp);
+      if (freeze) {
+        LOCKSTEP_ASSIGN_OR_RETURN(int64_t n, model->SetRequiresGrad("0", false));
+        if (n != 2) return absl::InternalError(absl::StrCat("froze ", n, " parameters"));
+        // Rank 1 starts elsewhere: DDP's broadcast must cover frozen ones too.
+        if (r == 1) LOCKSTEP_RETURN_IF_ERROR(Scale(model->NamedParameters()[0].parameter->value, 3.0));
+      }
+      LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, comm, {}));
+      std::unique_ptr<Sgd> sgd = MakeSgd(*model);
+      Batch b = MakeBatch(0, 0, r);
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, ddp->Forward(b.x));
+      LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, b.y));
+      LOCKSTEP_RETURN_IF_ERROR(ddp->Backward(ce.grad_logits));
+      auto& grads = freeze ? frozen_grads[r] : unfrozen_grads[r];
+      std::vector<NamedParameter> named = model->NamedParameters();
+      for (size_t i = 2; i < named.size(); ++i) grads.push_back(*named[i].parameter->grad.ToVector<float>());
+      if (freeze) {
+        frozen_grad_defined[r] = named[0].parameter->grad.defined() || named[1].parameter->grad.defined();
+        frozen_before[r] = Snapshot(*model);
+        buckets[r] = ddp->bucket_indices();
+        LOCKSTEP_RETURN_IF_ERROR(sgd->Step());
+        after[r] = Snapshot(*model);
+        for (const NamedTensor& t : model->StateDict()) in_state_dict[r] = in_state_dict[r] || t.first == "0.weight";
+      }
+      return absl::OkStatus();
+    });
+    for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(frozen_grads[r], unfrozen_grads[r]) << "rank " << r;
+    EXPECT_FALSE(frozen_grad_defined[r]) << "rank " << r;
+    EXPECT_TRUE(in_state_dict[r]);
+    for (const auto& bucket : buckets[r]) {
+      for (size_t i : bucket) EXPECT_GE(i, 2u) << "frozen parameter " << i << " in a bucket";
+    }
+    EXPECT_EQ(frozen_before[r][0], frozen_before[0][0]) << "rank " << r << " was not broadcast";
+    EXPECT_EQ(after[r][0], frozen_before[r][0]) << "rank " << r << ": a frozen parameter changed";
+    EXPECT_EQ(after[r][1], frozen_before[r][1]);
+    EXPECT_NE(after[r][2], frozen_before[r][2]) << "the trainable ones moved";
+  }
+}
+
+TEST(DdpTest, AModuleWithNothingToTrainIsRefusedInPyTorchsWords) {
+  const auto results = testing::RunThreads(kRanks, [&](Communicator& comm) -> absl::Status {
+    std::unique_ptr<Module> model = MakeModel(ModelKind::kMlp);
+    for (Parameter* p : model->Parameters()) p->requires_grad = false;
+    return DistributedDataParallel::Create(*model, comm, {}).status();
+  });
+  for (const absl::Status& s : results) {
+    EXPECT_EQ(s.message(),
+              "DistributedDataParallel is not needed when a module doesn't have any parameter that requires a "
+              "gradient.");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -39,6 +39,15 @@
 //     Forward), a gradient marked ready twice.
 //   * NoSync(): inside the scope gradients accumulate locally, no
 //     communication; the first backward after it reduces the accumulated sum.
+//   * Buffers are broadcast from rank 0 before a forward that follows a
+//     synchronized backward (PyTorch's require_forward_param_sync: not
+//     right after a NoSync iteration).
+//   * Uneven inputs: ddp/join.h.
+//
+// Frozen parameters (requires_grad false when Create runs) are broadcast
+// with the others but left out of the buckets, as PyTorch's
+// _build_params_for_reducer: no gradient, no communication. A module with
+// no parameter that requires a gradient is refused, in PyTorch's words.
 //
 // State dicts: the plain module's names (no "module." prefix), loadable by
 // PyTorch into the un-wrapped model; LoadStateDict also accepts PyTorch's
@@ -62,6 +71,7 @@
 
 namespace lockstep {
 
+class Join;
 class Reducer;
 
 class DistributedDataParallel {
@@ -100,20 +110,49 @@ class DistributedDataParallel {
 
   Module& module() { return module_; }
   const DdpOptions& options() const { return options_; }
-  // The buckets as parameter indices (NamedParameters order), current order.
+  // The buckets as parameter indices (NamedParameters order; frozen ones in
+  // none), current order.
   std::vector<std::vector<size_t>> bucket_indices() const;
   // Called on the completing thread for every bucket reduction.
   void SetBucketObserver(std::function<void(const BucketTiming&)> observer);
 
  private:
+  friend class Join;
+  // Join's state while a Join (ddp/join.h) holds this DDP.
+  struct JoinConfig {
+    bool enable = false;
+    bool throw_on_early_termination = false;
+    bool divide_by_initial_world_size = true;
+  };
+
   DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options);
+  // The buffers' broadcast before a forward; with Join, from the
+  // authoritative rank (the largest that has not joined; a joined rank
+  // passes is_joined and sends -1).
+  absl::Status SyncBuffers(bool is_joined);
+  bool ShouldSyncBuffers() const;
 
   Module& module_;
   Communicator& comm_;
   const DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  // NamedParameters index -> the reducer's (kNotReduced: frozen), and back.
+  static constexpr size_t kNotReduced = ~size_t{0};
+  std::vector<size_t> reducer_index_;
+  std::vector<size_t> module_index_;
   bool sync_ = true;
   bool has_buffers_ = false;
+  // PyTorch's require_forward_param_sync: whether the last forward (or
+  // Join's shadow of one) was followed by a synchronized backward; the
+  // buffers are broadcast before a forward only then.
+  bool require_forward_param_sync_ = true;
+  JoinConfig join_;
+  // This iteration's count of ranks that have not joined (Join, sum of ones).
+  std::shared_ptr<Work> join_count_work_;
+  Tensor join_count_;
+  // The forward's "will backward be synchronized" vote (Join), kept alive.
+  std::shared_ptr<Work> join_sync_work_;
+  Tensor join_sync_;
 };
 
 }  // namespace lockstep

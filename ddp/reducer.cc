@@ -152,7 +152,7 @@ absl::Status Reducer::CopyGradIntoBucket(size_t index) {
   const Location loc = locations_[index];
   const Tensor& view = buckets_[loc.bucket].grad_bucket.views()[loc.member];
   if (!grad.defined()) return view.SetZero();  // Unused here: contributes zeros.
-  const int world = comm_.size();
+  const int world = divide_factor_ > 0 ? divide_factor_ : comm_.size();
   if (grad.raw_data() == view.raw_data()) {
     // gradient_as_bucket_view: the gradient already is the bucket's view.
     return hook_ == nullptr ? Divide(view, world) : absl::OkStatus();
@@ -210,6 +210,7 @@ absl::Status Reducer::ReduceUsedMap(std::vector<bool>* globally_used) {
 
 absl::Status Reducer::FinalizeBackward() {
   expect_hooks_ = false;
+  divide_factor_ = 0;
   const bool detect_unused = options_.find_unused_parameters || options_.static_graph;
   if (detect_unused) {
     // Parameters whose hook never fired: ready now, contributing zeros.
@@ -275,7 +276,11 @@ absl::Status Reducer::FinalizeBackward() {
 
 absl::Status Reducer::RebuildBucketsIfNeeded() {
   const bool should = !has_rebuilt_buckets_ && (options_.static_graph || !options_.find_unused_parameters);
-  if (!should || iteration_ == 0) return absl::OkStatus();
+  // As reducer.cpp's rebuild_buckets: once a backward (or Join's shadow of
+  // one) has recorded the ready order.
+  if (!should || ready_order_.empty() || (iteration_ == 0 && ready_order_.size() != params_->size())) {
+    return absl::OkStatus();
+  }
   has_rebuilt_buckets_ = true;
   // Every rank computes the assignment from its own ready order, then all
   // take rank 0's (reducer.cpp's sync_bucket_indices).
@@ -287,6 +292,7 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
     order.push_back(static_cast<int64_t>(i));
   }
   ready_order_.clear();
+  zero_buckets_.clear();
   if (order.size() != params_->size()) {
     return absl::InternalError(absl::StrCat("DistributedDataParallel: ", order.size(), " of ", params_->size(),
                                             " gradients were recorded in the first iteration"));
@@ -323,6 +329,40 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
     for (int64_t j = 0; j < w[b]; ++j) buckets[static_cast<size_t>(b)].push_back(static_cast<size_t>(w[k++]));
   }
   return InitializeBuckets(buckets);
+}
+
+absl::Status Reducer::ShadowBackward() {
+  if (zero_buckets_.size() != buckets_.size()) {
+    zero_buckets_.clear();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      std::vector<Tensor> members;
+      for (size_t index : buckets_[b].params) members.push_back(params_->value(index));
+      LOCKSTEP_ASSIGN_OR_RETURN(GradBucket zeros,
+                                GradBucket::Create(b, b + 1 == buckets_.size(), members, buckets_[b].params));
+      zero_buckets_.push_back(std::move(zeros));
+    }
+  }
+  std::vector<std::shared_ptr<Work>> works;
+  for (GradBucket& zeros : zero_buckets_) {
+    // A hook may have left its result in the buffer last time.
+    LOCKSTEP_RETURN_IF_ERROR(zeros.buffer().SetZero());
+    works.push_back(hook_ != nullptr ? hook_->Run(comm_, zeros) : comm_.AllReduce(zeros.buffer(), ReduceOp::kSum));
+  }
+  absl::Status first_error;
+  if (options_.find_unused_parameters && !options_.static_graph) {
+    std::vector<bool> ignored;
+    first_error = ReduceUsedMap(&ignored);
+  }
+  for (const std::shared_ptr<Work>& w : works) {
+    absl::Status s = w->Wait();
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  LOCKSTEP_RETURN_IF_ERROR(first_error);
+  const bool rebuilding = !has_rebuilt_buckets_ && (options_.static_graph || !options_.find_unused_parameters);
+  if (rebuilding && ready_order_.empty()) {
+    for (size_t i = 0; i < params_->size(); ++i) ready_order_.push_back(i);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -61,6 +61,21 @@ class Reducer {
 
   std::vector<std::vector<size_t>> bucket_indices() const;
 
+  // Join (ddp/join.h). The divisor of this iteration's gradients without a
+  // comm hook: the number of ranks that have not joined
+  // (divide_by_initial_world_size false); 0 is the group's size. Reset by
+  // FinalizeBackward. A comm hook divides by the group's size regardless,
+  // as PyTorch's do.
+  void SetDivideFactor(int divisor) { divide_factor_ = divisor; }
+  // On a rank that has joined: the collectives of one backward of the
+  // others, with zeros (PyTorch's _match_all_reduce_for_bwd_pass: each
+  // bucket's all-reduce, through the comm hook if there is one, in bucket
+  // order; _match_unused_params_allreduce: the used-parameter map as this
+  // rank last had it, with find_unused_parameters; and
+  // _push_all_rebuilt_params: the registration order as this rank's ready
+  // order when the buckets are still to be rebuilt). Waits for them all.
+  absl::Status ShadowBackward();
+
  private:
   struct Bucket {
     GradBucket grad_bucket;
@@ -104,6 +119,10 @@ class Reducer {
   int iteration_ = 0;
   // static_graph: the globally used parameters found in the first iteration.
   std::vector<bool> static_used_;
+  int divide_factor_ = 0;
+  // Join's zero buckets, made at the first ShadowBackward (and again after a
+  // rebuild changed the buckets).
+  std::vector<GradBucket> zero_buckets_;
 };
 
 }  // namespace lockstep

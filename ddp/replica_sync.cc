@@ -83,6 +83,10 @@ absl::Status VerifyShapesAcrossRanks(Communicator& comm, const std::vector<Tenso
 }
 
 absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors, size_t bucket_bytes) {
+  return BroadcastCoalesced(comm, tensors, 0, bucket_bytes);
+}
+
+absl::Status BroadcastCoalesced(Communicator& comm, const std::vector<Tensor>& tensors, int src, size_t bucket_bytes) {
   // Buckets as c10d's take_tensors forms them: per dtype, in order, a
   // bucket closed when the next tensor would overflow it.
   struct Bucket {
@@ -110,12 +114,12 @@ absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>
   // One flat tensor per bucket of several; a lone tensor is sent as it is.
   std::vector<Tensor> flats(buckets.size());
   std::vector<std::shared_ptr<Work>> works;
-  const bool root = comm.rank() == 0;
+  const bool root = comm.rank() == src;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Bucket& bucket = buckets[b];
     const Tensor& first = tensors[bucket.members[0]];
     if (bucket.members.size() == 1) {
-      works.push_back(comm.Broadcast(first, 0));
+      works.push_back(comm.Broadcast(first, src));
       continue;
     }
     const int64_t numel = static_cast<int64_t>(bucket.bytes / first.element_size());
@@ -129,7 +133,7 @@ absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>
         offset += tensors[i].numel();
       }
     }
-    works.push_back(comm.Broadcast(flats[b], 0));
+    works.push_back(comm.Broadcast(flats[b], src));
   }
   absl::Status first;
   for (auto& w : works) {

@@ -35,6 +35,10 @@ inline constexpr size_t kBroadcastBucketBytes = size_t{250} << 20;
 // per layer.
 absl::Status BroadcastFromRankZero(Communicator& comm, const std::vector<Tensor>& tensors,
                                    size_t bucket_bytes = kBroadcastBucketBytes);
+// The same from rank `src` (Join's final model sync and its buffer
+// broadcasts come from the authoritative rank).
+absl::Status BroadcastCoalesced(Communicator& comm, const std::vector<Tensor>& tensors, int src,
+                                size_t bucket_bytes = kBroadcastBucketBytes);
 
 }  // namespace lockstep
 

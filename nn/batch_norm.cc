@@ -1,5 +1,6 @@
 #include "nn/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -88,32 +89,46 @@ absl::Status BatchNorm::CheckInput(const Tensor& input) const {
 absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   LOCKSTEP_RETURN_IF_ERROR(CheckInput(input));
   const Planes p = PlanesOf(input.shape());
-  const int64_t count = p.count();
   const bool tracking = options_.track_running_stats;
   const bool batch_stats = is_training() || !tracking;
-  if (batch_stats && count <= 1) {
-    // PyTorch's _verify_batch_size, checked before any state changes.
-    return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), ".Forward: expected more than 1 value per channel when training, got input ",
-        ShapeToString(input.shape())));
-  }
+  // SyncBatchNorm's statistics are the group's, in training mode only (as
+  // PyTorch's need_sync; eval without running statistics stays local).
+  BatchNormSync* const sync = is_training() ? sync_.get() : nullptr;
   const float* x = input.data<float>();
-  std::vector<float> mean(static_cast<size_t>(p.c)), invstd(static_cast<size_t>(p.c));
+  // Per channel: the sum of the values, then (once the mean is known) of the
+  // squared f32 deviations; with a sync each summed over the group. The
+  // count rides along as the last element (exact in double below 2^53).
+  std::vector<double> sums(static_cast<size_t>(p.c) + 1, 0.0);
+  sums[static_cast<size_t>(p.c)] = static_cast<double>(p.count());
   if (batch_stats) {
-    double factor = 0.0;
-    if (is_training() && tracking) {
-      int64_t& tracked = num_batches_tracked_.data<int64_t>()[0];
-      ++tracked;
-      factor = options_.momentum ? *options_.momentum : 1.0 / static_cast<double>(tracked);
-    }
     for (int64_t c = 0; c < p.c; ++c) {
-      // As PyTorch's CPU kernel: the mean rounded to f32 first, then the sum
-      // of squared f32 deviations, both accumulated in double.
       double sum = 0.0;
       for (int64_t i = 0; i < p.n; ++i) {
         for (int64_t k = 0; k < p.s; ++k) sum += x[p.at(i, c, k)];
       }
-      const float m = static_cast<float>(sum / static_cast<double>(count));
+      sums[static_cast<size_t>(c)] = sum;
+    }
+    if (sync != nullptr) {
+      absl::Status s = sync->AllSum(sums);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
+    }
+  }
+  const double count_d = sums[static_cast<size_t>(p.c)];
+  const int64_t count = static_cast<int64_t>(count_d);
+  if (batch_stats && count <= 1) {
+    // PyTorch's _verify_batch_size, checked before any state changes (with
+    // a sync, over the group's batch: an empty batch on one rank is fine).
+    return absl::InvalidArgumentError(absl::StrCat(
+        type_name(), ".Forward: expected more than 1 value per channel when training, got input ",
+        ShapeToString(input.shape()), sync != nullptr ? absl::StrCat(" (", count, " over the group)") : ""));
+  }
+  std::vector<float> mean(static_cast<size_t>(p.c)), invstd(static_cast<size_t>(p.c));
+  if (batch_stats) {
+    // As PyTorch's CPU kernel: the mean rounded to f32 first, then the sum
+    // of squared f32 deviations, both accumulated in double.
+    std::vector<double> var_sums(static_cast<size_t>(p.c));
+    for (int64_t c = 0; c < p.c; ++c) {
+      const float m = static_cast<float>(sums[static_cast<size_t>(c)] / count_d);
       double var_sum = 0.0;
       for (int64_t i = 0; i < p.n; ++i) {
         for (int64_t k = 0; k < p.s; ++k) {
@@ -122,13 +137,26 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
         }
       }
       mean[c] = m;
-      invstd[c] = static_cast<float>(1.0 / std::sqrt(var_sum / static_cast<double>(count) + options_.eps));
+      var_sums[static_cast<size_t>(c)] = var_sum;
+    }
+    if (sync != nullptr) {
+      absl::Status s = sync->AllSum(var_sums);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
+    }
+    double factor = 0.0;
+    if (is_training() && tracking) {
+      int64_t& tracked = num_batches_tracked_.data<int64_t>()[0];
+      ++tracked;
+      factor = options_.momentum ? *options_.momentum : 1.0 / static_cast<double>(tracked);
+    }
+    for (int64_t c = 0; c < p.c; ++c) {
+      const double var_sum = var_sums[static_cast<size_t>(c)];
+      invstd[c] = static_cast<float>(1.0 / std::sqrt(var_sum / count_d + options_.eps));
       if (is_training() && tracking) {
         float& rm = running_mean_.data<float>()[c];
         float& rv = running_var_.data<float>()[c];
-        rm = static_cast<float>(factor * m + (1.0 - factor) * rm);
-        rv = static_cast<float>(factor * (var_sum / static_cast<double>(count - 1)) +
-                                (1.0 - factor) * rv);
+        rm = static_cast<float>(factor * mean[c] + (1.0 - factor) * rm);
+        rv = static_cast<float>(factor * (var_sum / (count_d - 1.0)) + (1.0 - factor) * rv);
       }
     }
   } else {
@@ -155,6 +183,8 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   saved_mean_ = std::move(mean);
   saved_invstd_ = std::move(invstd);
   saved_batch_stats_ = batch_stats;
+  saved_count_ = count_d;
+  saved_synced_ = sync != nullptr;
   return out;
 }
 
@@ -173,7 +203,7 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
         grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const Planes p = PlanesOf(input.shape());
-  const double count = static_cast<double>(p.count());
+  const double count = saved_count_;  // The group's with a sync.
   const float* x = input.data<float>();
   const float* dy = grad_output.data<float>();
   // Per channel: sum(dy) and sum((x - mean) dy).
@@ -203,6 +233,19 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
     LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
   }
   if (!input_grad) return Tensor();
+  if (saved_synced_ && saved_batch_stats_) {
+    // The input gradient needs the group's sums (PyTorch's SyncBatchNorm
+    // all-reduces sum_dy and sum_dy_xmu, and only when the input needs a
+    // gradient); the parameters' gradients above stay this rank's (DDP
+    // averages them).
+    std::vector<double> both(sum);
+    both.insert(both.end(), dotp.begin(), dotp.end());
+    absl::Status s = sync_ == nullptr ? absl::FailedPreconditionError("the sync was removed after Forward")
+                                      : sync_->AllSum(both);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Backward (synchronized statistics): ", s.message()));
+    std::copy(both.begin(), both.begin() + p.c, sum.begin());
+    std::copy(both.begin() + p.c, both.end(), dotp.begin());
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(input.shape(), DType::kF32, input.device()));
   float* dx = gx.data<float>();
   for (int64_t c = 0; c < p.c; ++c) {
@@ -229,6 +272,8 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
   }
   return gx;
 }
+
+void BatchNorm::SetSync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
 
 absl::StatusOr<std::unique_ptr<BatchNorm1d>> BatchNorm1d::Create(const BatchNormOptions& options) {
   std::unique_ptr<BatchNorm1d> bn(new BatchNorm1d(options));

@@ -24,7 +24,20 @@
 // the input gradient depend on the whole batch), fires the hook for bias
 // then weight, then computes the input gradient.
 //
-// Sums run in double, as PyTorch's CPU kernel accumulates them. On a CUDA
+// Sums run in double, as PyTorch's CPU kernel accumulates them.
+//
+// Synchronized statistics (SyncBatchNorm; ddp/sync_batch_norm.h converts a
+// model): with a BatchNormSync set, training mode normalizes with the
+// statistics of the whole group's batch. Each per-channel sum above (the
+// values with the count, then the squared deviations from the group's f32
+// mean) is summed over the group, in f64, before it is used, so the result
+// is that of this module on the concatenation of every rank's batch up to
+// the order of f64 additions; a rank's batch may be empty. The running
+// statistics use the group's count (unbiased over it). Backward sums
+// sum(dy) and sum((x - mean) dy) over the group for the input gradient
+// (only when it is asked for, as PyTorch's SyncBatchNorm), while the weight
+// and bias gradients stay this rank's own, for DDP to average. Every rank
+// must run the same forwards and backwards. Evaluation mode is local. On a CUDA
 // device the module can be created and cloned, but Forward is Unimplemented
 // (no CUDA kernels yet); keep batch-normalized models on the CPU.
 #ifndef LOCKSTEP_NN_BATCH_NORM_H_
@@ -39,6 +52,16 @@
 #include "nn/module.h"
 
 namespace lockstep {
+
+// Sums over a group of ranks for synchronized statistics.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  // Replaces every element by its sum over the group; every rank calls it
+  // in the same order with the same size. The result is the same on every
+  // rank.
+  virtual absl::Status AllSum(std::vector<double>& values) = 0;
+};
 
 struct BatchNormOptions {
   int64_t num_features = 0;  // C
@@ -62,6 +85,10 @@ class BatchNorm : public Module {
   const Tensor& running_var() const { return running_var_; }
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
   const BatchNormOptions& options() const { return options_; }
+
+  // Synchronizes the batch statistics through `sync` (null: local ones).
+  void SetSync(std::shared_ptr<BatchNormSync> sync);
+  bool synchronized() const { return sync_ != nullptr; }
 
  protected:
   // Accepts inputs of rank min_rank..max_rank.
@@ -90,6 +117,9 @@ class BatchNorm : public Module {
   std::vector<float> saved_mean_;
   std::vector<float> saved_invstd_;
   bool saved_batch_stats_ = false;
+  double saved_count_ = 0;     // Values per channel the statistics came from.
+  bool saved_synced_ = false;  // Whether they were the group's.
+  std::shared_ptr<BatchNormSync> sync_;
 };
 
 class BatchNorm1d final : public BatchNorm {

@@ -133,9 +133,11 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_ASSIGN_OR_RETURN(image, image.Reshape({options_.in_channels, h, w}));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor gi, grad_output.Slice(i, i + 1));
     LOCKSTEP_ASSIGN_OR_RETURN(gi, gi.Reshape({out, positions}));
-    LOCKSTEP_RETURN_IF_ERROR(Im2Col(image, window(), columns));
-    LOCKSTEP_RETURN_IF_ERROR(Gemm(gi, false, columns, true, gw, 1.0f, beta));
-    if (options_.bias) {
+    if (weight_.requires_grad) {  // Frozen: neither the columns nor the GEMM.
+      LOCKSTEP_RETURN_IF_ERROR(Im2Col(image, window(), columns));
+      LOCKSTEP_RETURN_IF_ERROR(Gemm(gi, false, columns, true, gw, 1.0f, beta));
+    }
+    if (options_.bias && bias_.requires_grad) {
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, Ones(positions, {positions, 1}));
       LOCKSTEP_RETURN_IF_ERROR(Gemm(gi, false, ones, false, gb, 1.0f, beta));
     }

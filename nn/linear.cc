@@ -144,13 +144,15 @@ absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool inpu
   const Device device = x.device();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, As(grad_output, dtype));
   // Reverse registration order: bias, then weight, then the input.
-  if (options_.bias) {
+  if (options_.bias && bias_.requires_grad) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, OnesColumn(rows));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({1, options_.out_features}, dtype, device));
     LOCKSTEP_RETURN_IF_ERROR(Gemm(ones, true, g, false, gb));
     LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
   }
-  if (dtype == DType::kF32 && weight_.grad.defined()) {
+  if (!weight_.requires_grad) {
+    // Frozen: no gradient to compute.
+  } else if (dtype == DType::kF32 && weight_.grad.defined()) {
     // Accumulate in the GEMM (beta = 1): no temporary, no extra pass.
     LOCKSTEP_RETURN_IF_ERROR(Gemm(g, true, x, false, weight_.grad, 1.0f, 1.0f));
     LOCKSTEP_RETURN_IF_ERROR(GradReady(weight_, ready));

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/kernels.h"
@@ -71,6 +72,7 @@ absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_o
 
 absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
                                     const ParameterReadyFn& ready) {
+  if (!parameter.requires_grad) return absl::OkStatus();  // Frozen: no gradient, no hook.
   const Tensor& value = parameter.value;
   if (!grad.defined() || grad.numel() != value.numel() || grad.device() != value.device()) {
     return absl::InternalError(absl::StrCat(
@@ -188,6 +190,37 @@ std::vector<NamedTensor> Module::NamedBuffers() {
   return out;
 }
 
+absl::StatusOr<int64_t> Module::SetRequiresGrad(absl::string_view name_prefix, bool requires_grad) {
+  std::vector<NamedParameter> named = NamedParameters();
+  const auto selected = [&](const std::string& name) {
+    if (name_prefix.empty() || !absl::StartsWith(name, name_prefix)) return false;
+    return name.size() == name_prefix.size() || name_prefix.back() == '.' || name[name_prefix.size()] == '.';
+  };
+  int64_t matched = 0;
+  for (const NamedParameter& p : named) matched += selected(p.name) ? 1 : 0;
+  if (matched == 0) {
+    std::vector<std::string> names;
+    for (const NamedParameter& p : named) names.push_back(p.name);
+    return absl::NotFoundError(absl::StrCat("SetRequiresGrad: no parameter of this ", type_name(), " is named '",
+                                            name_prefix, "' or below it; its parameters are: ",
+                                            absl::StrJoin(names, ", ")));
+  }
+  for (const NamedParameter& p : named) {
+    if (selected(p.name)) p.parameter->requires_grad = requires_grad;
+  }
+  return matched;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::NamedModules() {
+  std::vector<std::pair<std::string, Module*>> out = {{"", this}};
+  for (auto& [name, child] : children_) {
+    for (auto& [path, module] : child->NamedModules()) {
+      out.emplace_back(path.empty() ? name : name + "." + path, module);
+    }
+  }
+  return out;
+}
+
 std::vector<NamedTensor> Module::StateDict() {
   std::vector<NamedTensor> out;
   CollectState("", out);
@@ -261,6 +294,10 @@ absl::StatusOr<std::unique_ptr<Module>> Module::CloneTo(Device device) const {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> copy, NewLike(device));
   Module& self = const_cast<Module&>(*this);  // StateDict hands out handles only
   LOCKSTEP_RETURN_IF_ERROR(copy->LoadStateDict(self.StateDict()));
+  std::vector<NamedParameter> mine = self.NamedParameters(), theirs = copy->NamedParameters();
+  for (size_t i = 0; i < mine.size() && i < theirs.size(); ++i) {
+    theirs[i].parameter->requires_grad = mine[i].parameter->requires_grad;
+  }
   copy->Train(training_);
   return copy;
 }

@@ -61,9 +61,15 @@ namespace lockstep {
 
 // A trainable tensor and its accumulated gradient (undefined until the first
 // backward reaches it; same shape, dtype and device as `value` after that).
+// A frozen parameter (requires_grad false, torch's requires_grad_(False))
+// gets no gradient and fires no hook: backward leaves `grad` as it is
+// (undefined unless it was computed before the parameter was frozen),
+// optimizers skip it while `grad` is undefined, DDP leaves it out of its
+// buckets, and it stays in state dicts.
 struct Parameter {
   Tensor value;
   Tensor grad;
+  bool requires_grad = true;
 };
 
 // What the gradient-ready hook is told: the parameter, and its position and
@@ -134,6 +140,18 @@ class Module {
   // Buffers (non-trainable state such as running statistics).
   std::vector<NamedTensor> NamedBuffers();
 
+  // Sets requires_grad of every parameter whose name is `name_prefix` or
+  // starts with it followed by "." (or whose name starts with a prefix that
+  // ends in "."): "fc1" and "fc1." select "fc1.weight" and "fc1.bias", "1"
+  // selects "1.weight" but not "10.weight". Returns how many parameters
+  // matched; NotFound, listing the names, when none did (nothing changes).
+  absl::StatusOr<int64_t> SetRequiresGrad(absl::string_view name_prefix, bool requires_grad);
+
+  // This module and every module below it, depth first in registration
+  // order, with their paths ("" for this one, "0", "fc1", "0.bn"): torch's
+  // named_modules().
+  std::vector<std::pair<std::string, Module*>> NamedModules();
+
   // Parameters then buffers of each module, depth first: torch's state_dict
   // order. Handles, not copies: use the tensors' Clone for a snapshot.
   std::vector<NamedTensor> StateDict();
@@ -202,14 +220,15 @@ class Module {
   }
 
   // Reports a parameter whose gradient a layer accumulated itself; returns
-  // the hook's error.
+  // the hook's error. Nothing for a frozen parameter.
   static absl::Status GradReady(Parameter& parameter, const ParameterReadyFn& ready) {
-    return ready ? ready(parameter) : absl::OkStatus();
+    return ready && parameter.requires_grad ? ready(parameter) : absl::OkStatus();
   }
 
   // parameter.grad += grad (creating it as zeros of the parameter's dtype and
   // device on first use; `grad` may be of another floating dtype and is
-  // converted), then reports it (GradReady).
+  // converted), then reports it (GradReady). Nothing for a frozen parameter
+  // (layers may skip computing its gradient: see requires_grad).
   static absl::Status AccumulateGrad(Parameter& parameter, const Tensor& grad,
                                      const ParameterReadyFn& ready);
 

@@ -60,6 +60,46 @@ TEST(ModuleTest, NamesFollowPyTorch) {
   EXPECT_EQ(model->NumParameterElements(), 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
 }
 
+TEST(ModuleTest, SetRequiresGradSelectsByNameAndFrozenParametersGetNoGradient) {
+  std::unique_ptr<Sequential> model = Mlp();
+  // "1" selects 1.weight and 1.bias; "5.w" is no name and no prefix of one.
+  EXPECT_EQ(*model->SetRequiresGrad("1", false), 2);
+  EXPECT_EQ(*model->SetRequiresGrad("3.bias", false), 1);
+  absl::StatusOr<int64_t> none = model->SetRequiresGrad("5.w", false);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("1.weight, 1.bias, 3.weight"), std::string::npos) << none.status();
+  std::vector<std::string> fired;
+  model->SetGradReadyHook([&](const GradReadyEvent& e) {
+    fired.push_back(e.name);
+    return absl::OkStatus();
+  });
+  Step(*model, Batch(4, 6, 0.1f), Labels({0, 1, 2, 0}));
+  EXPECT_EQ(fired, (std::vector<std::string>{"5.bias", "5.weight", "3.weight"}));
+  std::vector<NamedParameter> p = model->NamedParameters();
+  EXPECT_FALSE(p[0].parameter->grad.defined());
+  EXPECT_FALSE(p[1].parameter->grad.defined());
+  EXPECT_TRUE(p[2].parameter->grad.defined());
+  EXPECT_FALSE(p[3].parameter->grad.defined());
+  // The trainable ones' gradients are those of the unfrozen model.
+  std::unique_ptr<Sequential> reference = Mlp();
+  Step(*reference, Batch(4, 6, 0.1f), Labels({0, 1, 2, 0}));
+  std::vector<NamedParameter> q = reference->NamedParameters();
+  for (size_t i : {2, 4, 5}) EXPECT_EQ(Values(p[i].parameter->grad), Values(q[i].parameter->grad)) << p[i].name;
+  // A deep copy keeps the flags; the state dict keeps frozen parameters.
+  std::unique_ptr<Module> copy = *model->CloneTo(Device::Cpu());
+  EXPECT_FALSE(copy->NamedParameters()[0].parameter->requires_grad);
+  EXPECT_TRUE(copy->NamedParameters()[2].parameter->requires_grad);
+  EXPECT_EQ(model->StateDict().size(), 6u);
+}
+
+TEST(ModuleTest, NamedModulesListsTheTreeDepthFirst) {
+  std::unique_ptr<Sequential> model = Mlp();
+  std::vector<std::string> paths;
+  for (const auto& [path, m] : model->NamedModules()) paths.push_back(absl::StrCat(path, ":", m->type_name()));
+  EXPECT_EQ(paths, (std::vector<std::string>{":Sequential", "0:Flatten", "1:Linear", "2:ReLU", "3:Linear", "4:ReLU",
+                                             "5:Linear"}));
+}
+
 TEST(ModuleTest, HooksFireOncePerParameterInReverseOrderWithFinalGradients) {
   std::unique_ptr<Sequential> model = Mlp();
   std::vector<std::string> order;

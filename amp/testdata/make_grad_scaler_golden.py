@@ -22,6 +22,12 @@ Line formats (floats as raw IEEE bits in hex, decimal only for reading):
     unscale DTYPE SCALE_BITS INV_SCALE_BITS IN_BITS OUT_BITS
     scale DTYPE SCALE_BITS IN_BITS OUT_BITS
     state_keys k1 k2 ...
+    multi_series init_scale growth_factor backoff_factor growth_interval
+    multi STEP EVENT_A EVENT_B UNSCALED_A STEPPED_A STEPPED_B SCALE_BITS TRACKER  # scale
+        two optimizers, A over a gradient of 4 elements, B over one of 3
+        (bad_grads' split); UNSCALED_A: unscale_(A) was called before the
+        steps (as to clip A's gradients); STEPPED_*: whether each stepped;
+        then one update(). EVENT_*: each optimizer's gradient (ok | inf | nan).
 """
 import inspect
 import math
@@ -264,6 +270,44 @@ series("odd_factors", 400, odd, init_scale=1000.0, growth_factor=1.7, backoff_fa
        growth_interval=2)
 series("odd_interval_7", 300, {i: "inf" for i in range(1, 301) if i % 23 == 0},
        init_scale=12345.678, growth_factor=1.0001, backoff_factor=0.999, growth_interval=7)
+
+# --- two optimizers, one scaler ---------------------------------------------
+
+def multi_series(steps, events_a, events_b, unscale_a_every, **options):
+    """Optimizer A and B each with their own parameter; A is unscale_()d
+    explicitly every `unscale_a_every`-th step, before both step()s."""
+    s = make_scaler(**options)
+    o = dict(DEFAULTS)
+    o.update(options)
+    print(f"multi_series {o['init_scale']!r} {o['growth_factor']!r} {o['backoff_factor']!r} "
+          f"{o['growth_interval']}")
+    pa, pb = torch.zeros(GRAD_SIZES[0]), torch.zeros(GRAD_SIZES[1])
+    oa, ob = FakeOptimizer([pa]), FakeOptimizer([pb])
+    for step in range(1, steps + 1):
+        ea, eb = events_a.get(step, "ok"), events_b.get(step, "ok")
+        ga = bad_grads(step, ea, s.get_scale())
+        gb = bad_grads(step, eb, s.get_scale())
+        pa.grad, pb.grad = ga[0], gb[1]
+        # bad_grads puts the bad value at (step * 5) % 7: make sure it lands
+        # in the part each optimizer owns.
+        if ea != "ok":
+            pa.grad[step % GRAD_SIZES[0]] = BAD[ea]
+        if eb != "ok":
+            pb.grad[step % GRAD_SIZES[1]] = BAD[eb]
+        unscaled = step % unscale_a_every == 0
+        if unscaled:
+            s.unscale_(oa)
+        before_a, before_b = oa.steps, ob.steps
+        s.step(oa)
+        s.step(ob)
+        s.update()
+        scale = s._scale.item()
+        print(f"multi {step} {ea} {eb} {int(unscaled)} {oa.steps - before_a} {ob.steps - before_b} "
+              f"{f32_bits(scale)} {s._get_growth_tracker()}  # {scale:.9g}")
+
+
+multi_series(40, {3: "inf", 10: "nan", 11: "inf", 30: "inf"}, {5: "nan", 10: "inf", 12: "inf", 31: "nan"},
+             unscale_a_every=3, init_scale=1024.0, growth_interval=4)
 
 # --- unscale and scale values ------------------------------------------------
 

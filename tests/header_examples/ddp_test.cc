@@ -17,6 +17,10 @@
 #include "core/tensor.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/join.h"
+#include "ddp/sync_batch_norm.h"
+#include "nn/batch_norm.h"
+#include "nn/linear.h"
 #include "gtest/gtest.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
@@ -129,6 +133,78 @@ void RunDdp(bool fp16_hook, float tolerance) {
 TEST(DdpExamplesTest, DdpAveragesGradientsOverRanks) { RunDdp(/*fp16_hook=*/false, 1e-6f); }
 
 TEST(DdpExamplesTest, Fp16CompressHookAveragesInHalfPrecision) { RunDdp(/*fp16_hook=*/true, 1e-3f); }
+
+
+// ddp/join.h: rank r has r + 1 batches; the model ends as the last
+// joiner's on every rank.
+absl::Status JoinExample(Communicator* comm, std::vector<float>* final_weight) {
+  struct Example {
+    Tensor x, y;
+  };
+  std::vector<Example> my_batches;
+  for (int i = 0; i <= comm->rank(); ++i) {
+    const Batch b = MakeBatch(comm->rank() + i);
+    my_batches.push_back({b.images, b.labels});
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeModel());
+  LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *comm));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(model->NamedParameters(), SgdOptions{0.1}));
+  using Batch = Example;
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Join> join, Join::Create(*ddp));   // `with Join([ddp]):`
+  for (const Batch& batch : my_batches) {              // a different count on each rank
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, ddp->Forward(batch.x));
+    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(out, batch.y));
+    const Tensor& grad = loss.grad_logits;
+    LOCKSTEP_RETURN_IF_ERROR(ddp->Backward(grad));
+    LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
+    LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad());
+  }
+  LOCKSTEP_RETURN_IF_ERROR(join->Finish());            // the end of the `with` block
+  *final_weight = Values(model->NamedParameters()[0].parameter->value);
+  return absl::OkStatus();
+}
+
+TEST(DdpExamplesTest, JoinLetsRanksWithFewerBatchesFinish) {
+  std::vector<float> weights[2];
+  const std::vector<absl::Status> results = testing::RunThreads(2, [&](Communicator& comm) {
+    return JoinExample(&comm, &weights[comm.rank()]);
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(weights[0], weights[1]);
+}
+
+// ddp/sync_batch_norm.h: the statistics of both ranks' batches together.
+absl::Status SyncBatchNormExample(Communicator* comm, float* normalized) {
+  auto model = std::make_unique<Sequential>();
+  LOCKSTEP_RETURN_IF_ERROR(model->Add("fc", *Linear::Create({2, 2})).status());
+  BatchNormOptions bn;
+  bn.num_features = 2;
+  LOCKSTEP_RETURN_IF_ERROR(model->Add("bn", *BatchNorm1d::Create(bn)).status());
+  for (Parameter* p : model->Parameters()) {  // fc: the identity.
+    if (p->value.dim() == 2) {
+      p->value.data<float>()[0] = p->value.data<float>()[3] = 1.0f;
+      p->value.data<float>()[1] = p->value.data<float>()[2] = 0.0f;
+    }
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(int converted, ConvertSyncBatchNorm(*model, *comm));  // before DDP
+  LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, *comm));
+  if (converted != 1) return absl::InternalError("expected one BatchNorm");
+  // One row per rank: channel 0 holds 0 on rank 0 and 2 on rank 1.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, Tensor::FromVector<float>({2.0f * comm->rank(), 1.0f}, {1, 2}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, ddp->Forward(x));
+  *normalized = y.data<float>()[0];
+  return absl::OkStatus();
+}
+
+TEST(DdpExamplesTest, SyncBatchNormUsesTheGroupsStatistics) {
+  float y[2] = {0, 0};
+  const std::vector<absl::Status> results =
+      testing::RunThreads(2, [&](Communicator& comm) { return SyncBatchNormExample(&comm, &y[comm.rank()]); });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  // Mean 1, biased variance 1: -1 and +1 (up to eps).
+  EXPECT_NEAR(y[0], -1.0f, 1e-4f);
+  EXPECT_NEAR(y[1], 1.0f, 1e-4f);
+}
 
 }  // namespace
 }  // namespace lockstep

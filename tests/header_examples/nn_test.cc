@@ -25,6 +25,7 @@
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "nn/checkpoint.h"
+#include "nn/clip_grad.h"
 #include "nn/conv2d.h"
 #include "nn/cross_entropy.h"
 #include "nn/dropout.h"
@@ -109,6 +110,34 @@ absl::Status ModuleExample(const Tensor& images, const Tensor& labels, std::vect
   LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
   LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad());
   return absl::OkStatus();
+}
+
+// nn/clip_grad.h, after a scaled backward.
+absl::StatusOr<double> ClipGradExample(const Tensor& images, const Tensor& labels) {
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {784, 16, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, GradScaler::Create({}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, model->Forward(images));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
+  LOCKSTEP_RETURN_IF_ERROR(scaler.Scale(loss.grad_logits));
+  LOCKSTEP_RETURN_IF_ERROR(model->Backward(loss.grad_logits).status());
+  std::vector<Tensor> grads;
+  for (Parameter* p : model->Parameters()) grads.push_back(p->grad);
+  LOCKSTEP_RETURN_IF_ERROR(scaler.Unscale(grads));
+  LOCKSTEP_ASSIGN_OR_RETURN(double norm, ClipGradNorm(model->Parameters(), /*max_norm=*/1.0));
+  LOCKSTEP_RETURN_IF_ERROR(ClipGradValue(model->Parameters(), /*clip_value=*/0.5));
+  LOCKSTEP_ASSIGN_OR_RETURN(double after, ClipGradNorm(model->Parameters(), 1e9));
+  if (!(after <= 1.0 + 1e-6)) return absl::InternalError(absl::StrCat("norm after clipping ", after));
+  return norm;
+}
+
+TEST(NnExamplesTest, ClipGradBoundsTheGradientNorm) {
+  const Batch b = MakeBatch();
+  absl::StatusOr<double> norm = ClipGradExample(b.images, b.labels);
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  EXPECT_GT(*norm, 0.0);
 }
 
 TEST(NnExamplesTest, ModuleStepFiresEveryGradReadyHook) {
