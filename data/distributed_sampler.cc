@@ -29,9 +29,17 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(
         "DistributedSampler: shuffling ", n, " samples is not supported (PyTorch switches to ",
         "another randperm algorithm at ", kMaxTorchRandpermSize, ")"));
   }
+  if (options.uneven && options.drop_last) {
+    return absl::InvalidArgumentError(
+        "DistributedSampler: uneven (no padding) and drop_last (cut to an even share) contradict each other; "
+        "choose one");
+  }
   // PyTorch: ceil((n - r) / r) with drop_last, else ceil(n / r). For n >= 1
   // the former is (n - 1) / r in integers, also when n < r (ceil(-0.25) = 0).
-  const int64_t num_samples = (options.drop_last && n % r != 0) ? (n - 1) / r : (n + r - 1) / r;
+  // Uneven: the indices rank, rank + r, ... below n.
+  const int64_t num_samples = options.uneven                      ? (n - options.rank + r - 1) / r
+                              : (options.drop_last && n % r != 0) ? (n - 1) / r
+                                                                  : (n + r - 1) / r;
   return DistributedSampler(n, options, num_samples);
 }
 

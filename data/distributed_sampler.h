@@ -20,6 +20,9 @@
 //   * Without drop_last the list is padded to total_size by repeating its
 //     start (as often as needed when N < R); with drop_last it is cut.
 //   * Rank r takes every R-th index starting at r.
+//   * uneven (lockstep's, for Join: ddp/join.h): no padding and no cut, so
+//     rank r takes the indices r, r + R, ... below N of the same order and
+//     the shares differ by at most one; size() is then this rank's share.
 // An empty dataset, num_replicas <= 0 and a rank outside [0, num_replicas)
 // are errors (PyTorch silently yields nothing for the first).
 #ifndef LOCKSTEP_DATA_DISTRIBUTED_SAMPLER_H_
@@ -39,6 +42,7 @@ struct DistributedSamplerOptions {
   bool shuffle = true;
   int64_t seed = 0;
   bool drop_last = false;
+  bool uneven = false;  // See above; not with drop_last.
 };
 
 class DistributedSampler : public Sampler {
@@ -48,7 +52,8 @@ class DistributedSampler : public Sampler {
 
   // Indices per rank (PyTorch's num_samples, len(sampler)).
   int64_t size() const override { return num_samples_; }
-  int64_t total_size() const { return num_samples_ * options_.num_replicas; }
+  // The padded (or cut) length over all ranks; with `uneven`, the dataset's size.
+  int64_t total_size() const { return options_.uneven ? dataset_size_ : num_samples_ * options_.num_replicas; }
   const DistributedSamplerOptions& options() const { return options_; }
 
   void SetEpoch(int64_t epoch) override { epoch_ = epoch; }

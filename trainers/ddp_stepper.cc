@@ -16,6 +16,19 @@ absl::StatusOr<std::unique_ptr<DdpStepper>> DdpStepper::Create(Module& module, C
   return std::unique_ptr<DdpStepper>(new DdpStepper(std::move(ddp)));
 }
 
+absl::Status DdpStepper::BeginShard() {
+  LOCKSTEP_ASSIGN_OR_RETURN(join_, Join::Create(*ddp_));
+  return absl::OkStatus();
+}
+
+absl::Status DdpStepper::EndShard() {
+  if (join_ == nullptr) return absl::FailedPreconditionError("DdpStepper::EndShard without BeginShard");
+  std::unique_ptr<Join> join = std::move(join_);
+  LOCKSTEP_RETURN_IF_ERROR(join->Finish());
+  shadowed_ = join->shadowed_iterations();
+  return absl::OkStatus();
+}
+
 void DdpStepper::AttachTrace(TraceRecorder* trace) {
   if (trace == nullptr) {
     ddp_->SetBucketObserver(nullptr);

@@ -16,6 +16,7 @@
 #include "collectives/communicator.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/join.h"
 #include "nn/module.h"
 #include "trainers/train_loop.h"
 
@@ -33,12 +34,20 @@ class DdpStepper : public ModelStepper {
   absl::StatusOr<Tensor> Forward(const Tensor& input) override { return ddp_->Forward(input); }
   absl::Status Backward(const Tensor& grad_output) override { return ddp_->Backward(grad_output); }
   void AttachTrace(TraceRecorder* trace) override;
+  // Uneven shards: the epoch runs under a Join (PyTorch's defaults:
+  // gradients divided by the world size, no early termination).
+  absl::Status BeginShard() override;
+  absl::Status EndShard() override;
 
   DistributedDataParallel& ddp() { return *ddp_; }
+  // Steps the last EndShard shadowed for ranks with more batches.
+  int64_t shadowed_steps() const { return shadowed_; }
 
  private:
   explicit DdpStepper(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<Join> join_;
+  int64_t shadowed_ = 0;
 };
 
 }  // namespace lockstep

@@ -26,6 +26,8 @@
 #include "core/status.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/sync_batch_norm.h"
+#include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
 #include "trainers/train_loop.h"
@@ -43,6 +45,13 @@ ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf1
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
 ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
+ABSL_FLAG(bool, uneven_shards, false,
+          "each rank reads its own share of the training set without DistributedSampler's padding (so ranks may "
+          "take different numbers of steps) and trains under Join: a rank that runs out shadows the others' "
+          "collectives, and every rank ends with the model of a rank that finished last");
+ABSL_FLAG(bool, sync_bn, false,
+          "SyncBatchNorm: BatchNorm layers normalize with the statistics of all ranks' batches "
+          "(torch.nn.SyncBatchNorm.convert_sync_batchnorm); needs a model with BatchNorm (--model=cnn)");
 ABSL_FLAG(std::string, backend, "auto",
           "gradient all-reduce backend: auto (NCCL for --device=cuda when each local rank has its own GPU, "
           "else the host backend), nccl or host; LOCKSTEP_BACKEND sets it when this flag is auto");
@@ -54,7 +63,8 @@ constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
     "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
     "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
-    "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n";
+    "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
+    "  --uneven_shards  --sync_bn\n";
 
 bool HasRankEnvironment() {
   for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
@@ -122,6 +132,12 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   // Every rank builds the same model (same seed); DDP broadcasts rank 0's anyway.
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
                             MakeModel(config.model, config.seed, config.precision.compute_dtype, device));
+  LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
+  if (absl::GetFlag(FLAGS_sync_bn)) {
+    // Over the gradients' group, before DDP wraps the model.
+    LOCKSTEP_ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(*model, grad_comm));
+    if (rank == 0) std::printf("%s: SyncBatchNorm: %d BatchNorm layers synchronized\n", kProgram, converted);
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakeCommHook(comm_hook));
@@ -140,6 +156,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
   loop.device = device;
+  loop.uneven_shards = absl::GetFlag(FLAGS_uneven_shards);
   TrainParts parts;
   parts.stepper = stepper.get();
   parts.optimizer = optimizer.get();
@@ -148,6 +165,18 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   parts.test = data.test;
   parts.comm = group.comm.get();
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
+  if (loop.uneven_shards) {
+    // Every rank's final model, as a checksum: Join leaves them identical.
+    double sum = 0;
+    for (Parameter* p : model->Parameters()) {
+      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> v, p->value.ToVector<float>());
+      for (float x : v) sum += x;
+    }
+    std::printf("%s: rank %d: %lld steps, the last epoch shadowed %lld steps of other ranks; parameter sum %.17g\n",
+                kProgram, rank, static_cast<long long>(result.steps), static_cast<long long>(stepper->shadowed_steps()),
+                sum);
+    std::fflush(stdout);
+  }
   if (rank == 0) PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
   return absl::OkStatus();
 }
@@ -177,6 +206,29 @@ int main(int argc, char** argv) {
   const std::string comm_hook = absl::GetFlag(FLAGS_comm_hook);
   if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
     return UsageError(kProgram, hook.status());
+  }
+  if (absl::GetFlag(FLAGS_sync_bn) && absl::GetFlag(FLAGS_uneven_shards)) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--sync_bn with --uneven_shards: a rank that has run out of data cannot shadow "
+                                    "SyncBatchNorm's collectives inside the forward and backward (PyTorch's Join "
+                                    "hangs there); use one of them"));
+  }
+  if (absl::GetFlag(FLAGS_sync_bn)) {
+    absl::StatusOr<std::unique_ptr<Module>> probe = MakeModel(config->model, config->seed, DType::kF32, Device::Cpu());
+    bool has_bn = false;
+    if (probe.ok()) {
+      for (auto& [path, m] : (*probe)->NamedModules()) has_bn = has_bn || dynamic_cast<BatchNorm*>(m) != nullptr;
+    }
+    if (!has_bn) {
+      return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                      "--sync_bn: --model=", config->model,
+                                      " has no BatchNorm layer to synchronize (--model=cnn has BatchNorm2d)")));
+    }
+  }
+  if (absl::GetFlag(FLAGS_uneven_shards) && config->checkpoint_every > 0) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--uneven_shards with --checkpoint_every: ranks end their shards at different "
+                                    "steps, so only epoch ends are checkpointed; drop --checkpoint_every"));
   }
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
   if (bind_to != "core" && bind_to != "none") {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ddp_trainer: bad flags exit with 2 and the usage; 2 local ranks train on
 # synthetic data, evaluate each of 1001 test examples once, trace every
-# bucket all-reduce on both ranks, and resume from a mid-epoch checkpoint.
+# bucket all-reduce on both ranks, and resume from a mid-epoch checkpoint;
+# the recipes' flags: --uneven_shards (ranks of 129 and 128 examples take 3
+# and 2 steps an epoch and end with the same parameters), --sync_bn,
+# --freeze, --clip_grad_norm, and the combinations PyTorch refuses.
 set -uo pipefail
 bin="${TEST_SRCDIR}/${TEST_WORKSPACE}/trainers/ddp_trainer"
 tmp="${TEST_TMPDIR:-/tmp}/ddp_trainer_test"
@@ -26,6 +29,33 @@ done
 "$bin" "${common[@]}" --resume >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "resumed from .*step-0000000020" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
 check '[[ $(grep -c "\"event\":\"epoch\"" "$tmp/m.jsonl") -eq 2 ]]'
+
+small=(--nproc=2 --dataset=synthetic --synthetic_train_size=257 --synthetic_test_size=64 --batch_size=64
+       --epochs=2 --num_workers=0)
+"$bin" "${small[@]}" --uneven_shards >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "final test accuracy .* 6 steps" "$tmp/out"'
+check 'grep -q "rank 0: 6 steps, the last epoch shadowed 0 steps" "$tmp/out" && grep -q "rank 1: 4 steps, the last epoch shadowed 1 steps" "$tmp/out"'
+check '[[ $(grep -o "parameter sum .*" "$tmp/out" | sort -u | wc -l) -eq 1 ]]'
+"$bin" "${small[@]}" --model=cnn --sync_bn --epochs=1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "SyncBatchNorm: 2 BatchNorm layers synchronized" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
+"$bin" "${small[@]}" --freeze=1 --clip_grad_norm=0.5 --amp=fp16 --uneven_shards >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "final test accuracy" "$tmp/out"'
+check '[[ $(grep -o "parameter sum .*" "$tmp/out" | sort -u | wc -l) -eq 1 ]]'
+# Refused, with the reason and the usage (exit 2).
+"$bin" "${small[@]}" --sync_bn >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "has no BatchNorm layer" "$tmp/out" && grep -q "usage: ddp_trainer" "$tmp/out"'
+"$bin" "${small[@]}" --model=cnn --sync_bn --uneven_shards >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "cannot shadow" "$tmp/out"'
+"$bin" "${small[@]}" --uneven_shards --checkpoint_every=2 --checkpoint_dir="$tmp/c2" >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "drop --checkpoint_every" "$tmp/out"'
+"$bin" "${small[@]}" --freeze=9 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "its parameters are: 1.weight, 1.bias" "$tmp/out"'
+"$bin" "${small[@]}" --freeze=1,3,5 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "nothing would train" "$tmp/out"'
+"$bin" "${small[@]}" --clip_grad_norm=-1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "clip_grad_norm" "$tmp/out"'
+"$bin" --help >"$tmp/out" 2>&1
+check 'grep -q -- "--uneven_shards  --sync_bn" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out"'
 
 [[ $fail -eq 0 ]] && echo "PASS"
 exit $fail

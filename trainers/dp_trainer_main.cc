@@ -85,6 +85,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
   const Device master = devices[0];
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
                             MakeModel(config.model, config.seed, config.precision.compute_dtype, master));
+  LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
   DataParallelOptions options;

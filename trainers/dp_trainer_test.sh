@@ -33,6 +33,9 @@ if ! "$bin" "${small[@]}" --resume >"$tmp/out" 2>&1; then echo "FAIL: resumed ru
 grep -q "resumed from .*step-0000000005.safetensors" "$tmp/out" || { echo "FAIL: did not resume"; cat "$tmp/out"; fail=1; }
 grep -q "final test accuracy .* on 2 devices" "$tmp/out" || { echo "FAIL: no final line"; cat "$tmp/out"; fail=1; }
 [[ $(grep -c '"event":"epoch"' "$tmp/m.jsonl") -eq 2 ]] || { echo "FAIL: metrics"; cat "$tmp/m.jsonl"; fail=1; }
+if ! "$bin" "${small[@]}" --checkpoint_dir="$tmp/frozen" --freeze=1 --clip_grad_norm=1 --epochs=1 >"$tmp/out" 2>&1; then
+  echo "FAIL: --freeze/--clip_grad_norm run"; cat "$tmp/out"; fail=1
+fi
 for phase in "dp scatter" "dp replicate" "dp apply" "dp gather" "dp scatter grad" "dp apply backward" "dp reduce"; do
   grep -q "\"name\":\"$phase\"" "$tmp/trace/trace_rank0.json" || { echo "FAIL: trace lacks $phase"; fail=1; }
 done

@@ -18,6 +18,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
                             MakeModel(config.model, config.seed, config.precision.compute_dtype,
                                       config.device));
+  LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
   std::printf("%s: model %s (%lld parameters), %s, optimizer %s, precision %s, device %s, BLAS kernels %s\n",

@@ -36,6 +36,15 @@ grep -q "resumed from .*step-0000000005.safetensors" "$tmp/out" || { echo "FAIL:
 grep -q "final test accuracy" "$tmp/out" || { echo "FAIL: no final line"; cat "$tmp/out"; fail=1; }
 [[ $(grep -c '"event":"epoch"' "$tmp/m.jsonl") -eq 2 ]] || { echo "FAIL: metrics"; cat "$tmp/m.jsonl"; fail=1; }
 grep -q '"name":"forward"' "$tmp/trace/trace_rank0.json" || { echo "FAIL: trace"; fail=1; }
+# A frozen first layer and clipped gradients train (frozen parameters'
+# behaviour is tested in nn and ddp; here the flags reach the loop).
+rm -rf "$tmp/frozen"
+if ! "$bin" "${small[@]}" --checkpoint_dir="$tmp/frozen" --freeze=1 --clip_grad_norm=1 >"$tmp/out" 2>&1; then
+  echo "FAIL: --freeze/--clip_grad_norm run"; cat "$tmp/out"; fail=1
+fi
+grep -q "final test accuracy" "$tmp/out" || { echo "FAIL: no final line with --freeze"; cat "$tmp/out"; fail=1; }
+expect_usage_error "no parameter of this Sequential is named '7'" --freeze=7
+expect_usage_error "clip_grad_norm" --clip_grad_norm=nan
 
 [[ $fail -eq 0 ]] && echo "PASS"
 exit $fail

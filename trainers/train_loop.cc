@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
+#include "nn/clip_grad.h"
 #include "nn/cross_entropy.h"
 #include "trainers/checkpoint_restore.h"
 #include "trainers/progress_display.h"
@@ -71,7 +72,9 @@ class Trainer {
  public:
   Trainer(const TrainLoopOptions& o, const TrainParts& p, GradScaler& scaler)
       : o_(o), p_(p), model_(p.stepper->module()), scaler_(scaler),
-        grads_(p.optimizer->parameters().size()) {}
+        grads_(p.optimizer->parameters().size()) {
+    for (const NamedParameter& np : p.optimizer->parameters()) params_.push_back(np.parameter);
+  }
   ~Trainer() {
     if (metrics_ != nullptr) std::fclose(metrics_);
   }
@@ -114,6 +117,7 @@ class Trainer {
   Module& model_;
   GradScaler& scaler_;
   std::vector<Tensor> grads_;  // The parameters' gradients, for the scaler.
+  std::vector<Parameter*> params_;  // The optimizer's parameters, for clipping.
   std::optional<train_loop_internal::ProgressDisplay> progress_;
   std::unique_ptr<TraceRecorder> trace_;
   std::FILE* metrics_ = nullptr;
@@ -139,6 +143,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> Trainer::MakeLoader() {
   sampler_options.num_replicas = o_.world_size;
   sampler_options.rank = o_.rank;
   sampler_options.seed = static_cast<int64_t>(o_.seed);
+  sampler_options.uneven = o_.uneven_shards;
   LOCKSTEP_ASSIGN_OR_RETURN(DistributedSampler sampler, DistributedSampler::Create(p_.train->size(), sampler_options));
   DataLoaderOptions loader_options;
   loader_options.batch_size = o_.batch_size;
@@ -223,9 +228,12 @@ absl::StatusOr<TrainResult> Trainer::Run() {
           "{\"event\":\"stopped\",\"epoch\":%d,\"batch\":%d,\"step\":%d,\"loss\":%s,"
           "\"accuracy\":%s,\"samples_per_s\":%s,\"checkpoint\":%s}",
           epoch, end.batch, step_, Num(m.train.loss()), Num(m.train.accuracy()), Num(m.samples_per_second),
-          checkpointing ? "true" : "false"));
+          checkpointing && !o_.uneven_shards ? "true" : "false"));
       progress_->Line(absl::StrFormat("stopped at --max_steps=%d (epoch %d, batch %d of %d)%s", o_.max_steps,
-                                      epoch + 1, end.batch, batches, checkpointing ? "; checkpoint saved" : ""));
+                                      epoch + 1, end.batch, batches,
+                                      !checkpointing       ? ""
+                                      : o_.uneven_shards ? "; no checkpoint (uneven shards: epoch ends only)"
+                                                         : "; checkpoint saved"));
       result.stopped_at_max_steps = true;
       break;
     }
@@ -248,6 +256,7 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
   const bool checkpointing = !o_.checkpoint_dir.empty();
   model_.Train();
   LOCKSTEP_RETURN_IF_ERROR(loader.StartEpoch(epoch, first));
+  if (o_.uneven_shards) LOCKSTEP_RETURN_IF_ERROR(p_.stepper->BeginShard());
   const Clock::time_point epoch_start = Clock::now();
   EpochEnd end;
   end.batch = first;
@@ -264,7 +273,8 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
                     local.count * o_.world_size / std::max(Seconds(Clock::now() - epoch_start), 1e-9));
     const bool epoch_done = end.batch >= batches;
     const bool at_max = o_.max_steps > 0 && step_ >= o_.max_steps;
-    if (checkpointing && !epoch_done && (at_max || (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0))) {
+    if (checkpointing && !epoch_done && !o_.uneven_shards &&
+        (at_max || (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0))) {
       // Every rank takes part in the reduction; rank 0 writes.
       LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts sums, SumOverRanks(local, p_.comm));
       LOCKSTEP_RETURN_IF_ERROR(Save(epoch, end.batch, Add(sums, carried)));
@@ -273,6 +283,12 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
       end.at_max_steps = true;
       break;
     }
+  }
+  if (o_.uneven_shards) {
+    // This rank's share is done: shadow the others' remaining steps.
+    const Clock::time_point joined = Clock::now();
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->EndShard());
+    if (trace_) trace_->Complete("join", "step", joined, Clock::now());
   }
   m.seconds = Seconds(Clock::now() - epoch_start);
   return end;
@@ -292,6 +308,12 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
   LOCKSTEP_RETURN_IF_ERROR(p_.stepper->Backward(ce.grad_logits));
   const Clock::time_point t3 = Clock::now();
   for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = p_.optimizer->parameters()[i].parameter->grad;
+  if (o_.clip_grad_norm > 0) {
+    // Clipping needs the true gradients: unscale first (Step then does not
+    // unscale again), as PyTorch's recipe does.
+    LOCKSTEP_RETURN_IF_ERROR(scaler_.Unscale(grads_));
+    LOCKSTEP_RETURN_IF_ERROR(ClipGradNorm(params_, o_.clip_grad_norm).status());
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, scaler_.Step(grads_, [&] { return p_.optimizer->Step(); }));
   LOCKSTEP_RETURN_IF_ERROR(scaler_.Update());
   LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
@@ -449,6 +471,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainPa
   if (p.comm == nullptr && o.world_size != 1) {
     return absl::InvalidArgumentError(
         "RunTraining: world_size > 1 needs a communicator (metrics are summed over ranks)");
+  }
+  if (o.uneven_shards && o.checkpoint_every > 0) {
+    return absl::InvalidArgumentError(
+        "RunTraining: uneven shards (--uneven_shards) with checkpoint_every: ranks stop their shards at different "
+        "steps, so a mid-epoch checkpoint has no position every rank shares; checkpoints are written at epoch "
+        "ends (drop --checkpoint_every)");
+  }
+  if (!(o.clip_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: clip_grad_norm ", o.clip_grad_norm,
+                                                   " must be >= 0 (0: no clipping)"));
   }
   std::optional<GradScaler> disabled;
   GradScaler* scaler = p.scaler;

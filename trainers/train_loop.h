@@ -92,6 +92,11 @@ class ModelStepper {
   // Called once before the first step with the rank's trace (null: no trace),
   // so that a stepper can record its own events (DDP: bucket all-reduces).
   virtual void AttachTrace(TraceRecorder* trace) {}
+  // With uneven shards: before an epoch's first batch and after this rank's
+  // last one. DdpStepper runs the epoch under a Join (ddp/join.h), EndShard
+  // shadowing the other ranks' remaining steps; one process has nothing to do.
+  virtual absl::Status BeginShard() { return absl::OkStatus(); }
+  virtual absl::Status EndShard() { return absl::OkStatus(); }
 };
 
 // One process: the module itself.
@@ -130,6 +135,16 @@ struct TrainLoopOptions {
   int64_t checkpoint_every = 0;  // Steps between checkpoints; 0: epoch ends only.
   bool resume = false;
   int64_t max_steps = 0;  // Stop after this many steps in all (resumed ones count); 0: no limit.
+
+  // Each rank reads its own share without DistributedSampler's padding
+  // (DistributedSamplerOptions::uneven), so ranks may take different numbers
+  // of steps; the stepper's BeginShard/EndShard bracket each epoch.
+  // checkpoint_every is refused with it (a mid-epoch position differs
+  // between ranks), and a stop at max_steps saves no checkpoint.
+  bool uneven_shards = false;
+  // > 0: after backward (and GradScaler::Unscale), the gradients are clipped
+  // to this global L2 norm (nn/clip_grad.h, PyTorch's clip_grad_norm_).
+  double clip_grad_norm = 0;
 
   std::string metrics_path;  // JSON lines (rank 0); empty: none.
   std::string trace_dir;     // trace_rank<r>.json per rank; empty: none.

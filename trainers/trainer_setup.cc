@@ -1,5 +1,6 @@
 #include "trainers/trainer_setup.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "data/idx_dataset.h"
@@ -52,6 +55,13 @@ ABSL_FLAG(std::string, metrics, "", "JSON-lines metrics file (empty: none)");
 ABSL_FLAG(std::string, trace, "", "directory for Chrome traces trace_rank<r>.json (empty: none)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (CUDA tensors; cuda:N for a given GPU)");
 ABSL_FLAG(int, num_workers, 2, "DataLoader threads per rank (0: load in the training thread)");
+ABSL_FLAG(std::string, freeze, "",
+          "comma-separated parameter names or prefixes to freeze (requires_grad false: no gradient, not updated, "
+          "left out of DDP's buckets), e.g. 0 or 0.weight; a prefix selects the names below it (\"1\": 1.weight, "
+          "1.bias, not 10.weight)");
+ABSL_FLAG(double, clip_grad_norm, 0,
+          "clip the gradients to this global L2 norm after backward (and after unscaling with --amp=fp16), as "
+          "torch.nn.utils.clip_grad_norm_; 0: off");
 
 namespace lockstep {
 namespace {
@@ -61,7 +71,8 @@ constexpr char kSharedUsage[] =
     "  --optimizer=sgd|adam|adamw  --dataset=auto|fashion-mnist|synthetic|DIR\n"
     "  --amp=off|fp16|bf16  --seed=0  --device=cpu|cuda  --num_workers=2\n"
     "  --checkpoint_dir=DIR  --checkpoint_every=N  --resume  --max_steps=N\n"
-    "  --metrics=FILE.jsonl  --trace=DIR  --synthetic_train_size=N  --synthetic_test_size=N\n";
+    "  --metrics=FILE.jsonl  --trace=DIR  --synthetic_train_size=N  --synthetic_test_size=N\n"
+    "  --freeze=NAME[,NAME...]  --clip_grad_norm=X\n";
 
 // absl keeps the usage message that ParseTrainerFlagsOrExit set.
 void PrintUsage() {
@@ -171,6 +182,9 @@ TrainerConfig StartTrainerOrExit(int argc, char** argv, const char* program, con
   ParseTrainerFlagsOrExit(argc, argv, program, extra_usage);
   absl::StatusOr<TrainerConfig> config = TrainerConfigFromFlags();
   if (!config.ok()) std::exit(UsageError(program, config.status()));
+  // Flags that name the model's parts, checked once here rather than on
+  // every rank.
+  if (absl::Status s = CheckModelFlags(*config); !s.ok()) std::exit(UsageError(program, s));
   return *std::move(config);
 }
 
@@ -237,6 +251,14 @@ absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda"));
   }
   c.device = *parsed;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_freeze), ',', absl::SkipEmpty())) {
+    c.freeze.emplace_back(name);
+  }
+  c.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  if (!(c.clip_grad_norm >= 0) || std::isinf(c.clip_grad_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--clip_grad_norm=", c.clip_grad_norm, ": expected a finite number >= 0 (0: off)"));
+  }
   c.num_workers = absl::GetFlag(FLAGS_num_workers);
   if (c.num_workers < 0 || c.num_workers > 64) {
     return absl::InvalidArgumentError("--num_workers must be in [0, 64]");
@@ -320,6 +342,28 @@ absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint6
   return std::unique_ptr<Module>(std::move(model));
 }
 
+absl::Status FreezeParameters(const TrainerConfig& c, Module& model) {
+  for (const std::string& name : c.freeze) {
+    absl::StatusOr<int64_t> n = model.SetRequiresGrad(name, false);
+    if (!n.ok()) return absl::InvalidArgumentError(absl::StrCat("--freeze=", name, ": ", n.status().message()));
+  }
+  if (!c.freeze.empty()) {
+    bool any = false;
+    for (Parameter* p : model.Parameters()) any = any || p->requires_grad;
+    if (!any) {
+      return absl::InvalidArgumentError(absl::StrCat("--freeze=", absl::StrJoin(c.freeze, ","),
+                                                     " freezes every parameter of --model=", c.model,
+                                                     ": nothing would train"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckModelFlags(const TrainerConfig& c) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model, MakeModel(c.model, c.seed, DType::kF32, Device::Cpu()));
+  return FreezeParameters(c, *model);
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& c, Module& model) {
   if (c.optimizer == "sgd") {
     SgdOptions options;
@@ -355,6 +399,7 @@ TrainLoopOptions MakeLoopOptions(const TrainerConfig& c, int rank, int world_siz
   o.max_steps = c.max_steps;
   o.metrics_path = c.metrics;
   o.trace_dir = c.trace;
+  o.clip_grad_norm = c.clip_grad_norm;
   return o;
 }
 

@@ -15,13 +15,14 @@
 // the four IDX files), --amp (off | fp16 | bf16), --seed (0), --checkpoint_dir,
 // --checkpoint_every, --resume, --max_steps, --metrics, --trace, --device
 // (cpu | cuda), --num_workers (2), --synthetic_train_size,
-// --synthetic_test_size.
+// --synthetic_test_size, --freeze, --clip_grad_norm (0: off).
 #ifndef LOCKSTEP_TRAINERS_TRAINER_SETUP_H_
 #define LOCKSTEP_TRAINERS_TRAINER_SETUP_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +57,8 @@ struct TrainerConfig {
   std::string trace;
   Device device = Device::Cpu();
   int num_workers = 2;
+  std::vector<std::string> freeze;  // --freeze: names or prefixes
+  double clip_grad_norm = 0;        // --clip_grad_norm; 0: off
 };
 
 // Checks argv against the registered flags (unknown names, values that do
@@ -94,6 +97,14 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& config)
 // BatchNorm has CPU kernels only, so "cnn" needs the CPU.
 absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
                                                   DType compute_dtype, Device device);
+
+// --freeze: requires_grad false for the parameters it names (Module::
+// SetRequiresGrad); InvalidArgument naming the flag when a name matches
+// nothing (with the model's names) or when nothing would be left to train.
+absl::Status FreezeParameters(const TrainerConfig& config, Module& model);
+// The same on a CPU copy of the model, before any rank starts
+// (StartTrainerOrExit calls it).
+absl::Status CheckModelFlags(const TrainerConfig& config);
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& config, Module& model);
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The data-parallel recipes' trainer flags under lockstep-run
+# (--nproc_per_node 2 --no_python ddp_trainer): --uneven_shards with
+# --freeze and --clip_grad_norm (ranks of 257 examples' shares take
+# different step counts, Join lets both finish, and both print the same
+# parameter sum), and --model=cnn --sync_bn. Each run bounded (timeout).
+set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
+lib_require_root "the launch tests (exclusive use of the machine's ports)"
+launcher="$runfiles/tools/launch/lockstep-run"
+trainer="$runfiles/trainers/ddp_trainer"
+tmp="${TEST_TMPDIR:-/tmp}/launch_recipes_test"
+rm -rf "$tmp" && mkdir -p "$tmp"
+agent=
+cleanup() { [[ -n "$agent" ]] && lib_kill_all "$agent"; }
+trap cleanup EXIT
+
+# run NAME TRAINER_FLAGS...: one launch of 2 local workers; rc = its exit code.
+run() {
+  local name=$1 port
+  shift
+  port=$(lib_free_port) || exit 1
+  timeout -k 5 120 "$launcher" --nproc_per_node 2 --master_port "$port" --max_restarts 0 --no_python "$trainer" \
+    --dataset=synthetic --synthetic_train_size=257 --synthetic_test_size=64 --batch_size=64 --epochs=2 \
+    --num_workers=0 --timeout=60 "$@" >"$tmp/$name.log" 2>&1 &
+  agent=$!
+  wait "$agent"; rc=$?
+  agent=
+}
+
+run uneven --uneven_shards --freeze=1 --clip_grad_norm=1
+lib_check '[[ $rc -eq 0 ]]' "$tmp/uneven.log"
+lib_check 'grep -q "ddp_trainer: 2 ranks (torchrun)" "$tmp/uneven.log"' "$tmp/uneven.log"
+lib_check 'grep -Eq "rank 0: 6 steps, the last epoch shadowed 0 steps" "$tmp/uneven.log"' "$tmp/uneven.log"
+lib_check 'grep -Eq "rank 1: 4 steps, the last epoch shadowed 1 steps" "$tmp/uneven.log"' "$tmp/uneven.log"
+lib_check '[[ $(grep -o "parameter sum .*" "$tmp/uneven.log" | sort -u | wc -l) -eq 1 ]]' "$tmp/uneven.log"
+
+run syncbn --model=cnn --sync_bn --epochs=1
+lib_check '[[ $rc -eq 0 ]]' "$tmp/syncbn.log"
+lib_check 'grep -q "SyncBatchNorm: 2 BatchNorm layers synchronized" "$tmp/syncbn.log"' "$tmp/syncbn.log"
+lib_check 'grep -q "final test accuracy" "$tmp/syncbn.log"' "$tmp/syncbn.log"
+lib_finish
