@@ -48,11 +48,23 @@ class Optimizer {
   const std::vector<NamedParameter>& parameters() const { return params_; }
 
   // The state tensors (handles), named "state.<index>.<key>".
-  std::vector<NamedTensor> StateTensors() const;
+  virtual std::vector<NamedTensor> StateTensors() const;
   // Replaces the state with copies of `state` (as written by StateTensors);
   // keys, shapes and dtypes are checked against the parameters and every
   // problem is listed. Nothing changes unless all checks pass.
-  absl::Status LoadStateTensors(const std::vector<NamedTensor>& state);
+  virtual absl::Status LoadStateTensors(const std::vector<NamedTensor>& state);
+  // For an optimizer whose state is spread over ranks
+  // (ddp/zero_redundancy_optimizer.h): gathers it so that StateTensors on
+  // rank `to` returns all of it. Every rank calls it before a checkpoint is
+  // written; a plain optimizer has nothing to do.
+  virtual absl::Status ConsolidateState(int to) { return absl::OkStatus(); }
+
+  // The state keys a parameter has once it has been stepped.
+  struct StateKey {
+    std::string key;
+    bool scalar;  // a 0-d f32 tensor (e.g. Adam's step), else like the parameter
+  };
+  std::vector<StateKey> state_keys() const { return StateKeys(); }
 
   // Hyperparameters as strings (for a checkpoint's metadata), e.g. "lr".
   virtual std::map<std::string, std::string> Hyperparameters() const = 0;
@@ -60,11 +72,6 @@ class Optimizer {
  protected:
   Optimizer(std::vector<NamedParameter> params, double lr) : params_(std::move(params)), lr_(lr) {}
 
-  // The state keys a parameter has once it has been stepped.
-  struct StateKey {
-    std::string key;
-    bool scalar;  // a 0-d f32 tensor (e.g. Adam's step), else like the parameter
-  };
   virtual std::vector<StateKey> StateKeys() const = 0;
 
   // The state of parameter `index` (created on first use by the subclass).
