@@ -97,13 +97,17 @@ absl::Status OtherRank(Communicator& comm, std::chrono::milliseconds timeout) {
     return absl::DeadlineExceededError(absl::StrCat("[Rank ", me, "]: MonitoredBarrier: this rank came after rank 0 ",
                                                     "stopped waiting for it (", timeout.count(), " ms)"));
   }
+  // A rank that came learns of the others' failure in gloo's words (which
+  // PyTorch's tests and users' log scrapers look for), then rank 0's report.
+  const std::string reached = absl::StrCat("[Rank ", me, "]: Rank ", me,
+                                           " successfully reached monitoredBarrier, but received errors while "
+                                           "waiting for send/recv from rank 0: ");
   if (v[me] == kNotWaitedFor) {
-    return absl::DeadlineExceededError(absl::StrCat("[Rank ", me, "]: MonitoredBarrier: rank 0 stopped at the first ",
-                                                    "missing rank before this rank's report came; rank 0 reports: ",
-                                                    Failed(missing, timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(reached, "rank 0 stopped at the first missing rank before this ",
+                                                    "rank's report came; rank 0 reports: ", Failed(missing, timeout)));
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat("[Rank ", me, "]: rank 0 reports: ", Failed(missing, timeout)));
+  return absl::DeadlineExceededError(absl::StrCat(reached, "rank 0 reports: ", Failed(missing, timeout)));
 }
 
 }  // namespace

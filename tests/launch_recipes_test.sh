@@ -3,7 +3,8 @@
 # (--nproc_per_node 2 --no_python ddp_trainer): --uneven_shards with
 # --freeze and --clip_grad_norm (ranks of 257 examples' shares take
 # different step counts, Join lets both finish, and both print the same
-# parameter sum), and --model=cnn --sync_bn. Each run bounded (timeout).
+# parameter sum), --model=cnn --sync_bn, --zero with --comm_hook=powersgd,
+# and --local_sgd_period. Each run bounded (timeout).
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
 lib_require_root "the launch tests (exclusive use of the machine's ports)"
@@ -39,4 +40,10 @@ run syncbn --model=cnn --sync_bn --epochs=1
 lib_check '[[ $rc -eq 0 ]]' "$tmp/syncbn.log"
 lib_check 'grep -q "SyncBatchNorm: 2 BatchNorm layers synchronized" "$tmp/syncbn.log"' "$tmp/syncbn.log"
 lib_check 'grep -q "final test accuracy" "$tmp/syncbn.log"' "$tmp/syncbn.log"
+run part2 --zero --optimizer=adam --lr=0.001 --comm_hook=powersgd --powersgd_rank=2 --powersgd_start_iter=2
+lib_check '[[ $rc -eq 0 ]]' "$tmp/part2.log"
+lib_check 'grep -q "ZeRO: 1 of 6 parameters" "$tmp/part2.log" && grep -q "PowerSGD: .* compressed to" "$tmp/part2.log"' "$tmp/part2.log"
+
+run localsgd --local_sgd_period=2 --local_sgd_start_iter=2 --local_sgd_group_size=1
+lib_check '[[ $rc -eq 0 ]] && grep -q "post-local SGD from iteration 2" "$tmp/localsgd.log"' "$tmp/localsgd.log"
 lib_finish

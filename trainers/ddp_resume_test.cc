@@ -1,7 +1,10 @@
 // DDP resume loses nothing: 2 local ranks trained for 2 epochs without a
 // break, and the same run stopped after 7 steps (mid-epoch) and resumed,
 // end with bit-identical model and optimizer state in their last
-// checkpoints.
+// checkpoints; the same with --zero (Adam's state sharded over the ranks,
+// consolidated on rank 0 for each checkpoint and re-sharded on resume),
+// whose checkpoint also equals the plain optimizer's, and resumed by a
+// plain run.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -28,15 +31,10 @@ void Train(const std::string& dir, const std::vector<std::string>& extra) {
   ASSERT_TRUE(status->success()) << status->ToString();
 }
 
-TEST(DdpResumeTest, StoppedAndResumedEqualsUninterrupted) {
-  const std::string tmp = std::getenv("TEST_TMPDIR");
-  Train(tmp + "/whole", {});
-  Train(tmp + "/parts", {"--max_steps=7"});
-  Train(tmp + "/parts", {"--resume"});
-  // 640 examples / 2 ranks / 32 = 10 steps per epoch: the last is step 20.
-  const std::string last = "/step-0000000020.safetensors";
-  absl::StatusOr<SafetensorsFile> whole = ReadSafetensorsFile(tmp + "/whole" + last);
-  absl::StatusOr<SafetensorsFile> parts = ReadSafetensorsFile(tmp + "/parts" + last);
+// Every tensor of the two checkpoints, in order, bit for bit.
+void ExpectSameCheckpoint(const std::string& a_path, const std::string& b_path) {
+  absl::StatusOr<SafetensorsFile> whole = ReadSafetensorsFile(a_path);
+  absl::StatusOr<SafetensorsFile> parts = ReadSafetensorsFile(b_path);
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_TRUE(parts.ok()) << parts.status();
   ASSERT_EQ(whole->tensors.size(), parts->tensors.size());
@@ -46,8 +44,37 @@ TEST(DdpResumeTest, StoppedAndResumedEqualsUninterrupted) {
     const auto& [other_name, b] = parts->tensors[i];
     ASSERT_EQ(name, other_name);
     ASSERT_EQ(a.nbytes(), b.nbytes()) << name;
-    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << name << " differs after the resume";
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << name << " differs (" << a_path << ")";
   }
+}
+
+// 640 examples / 2 ranks / 32 = 10 steps per epoch: the last is step 20.
+constexpr char kLast[] = "/step-0000000020.safetensors";
+
+TEST(DdpResumeTest, StoppedAndResumedEqualsUninterrupted) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  Train(tmp + "/whole", {});
+  Train(tmp + "/parts", {"--max_steps=7"});
+  Train(tmp + "/parts", {"--resume"});
+  ExpectSameCheckpoint(tmp + "/whole" + kLast, tmp + "/parts" + kLast);
+}
+
+TEST(DdpResumeTest, AZeroCheckpointResumesBitIdentically) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  const std::vector<std::string> adam = {"--optimizer=adam", "--lr=0.001"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), adam.begin(), adam.end());
+    return extra;
+  };
+  Train(tmp + "/plain", with({}));
+  Train(tmp + "/zero", with({"--zero"}));
+  Train(tmp + "/zero_parts", with({"--zero", "--max_steps=7"}));
+  Train(tmp + "/zero_parts", with({"--zero", "--resume"}));
+  Train(tmp + "/into_plain", with({"--zero", "--max_steps=7"}));
+  Train(tmp + "/into_plain", with({"--resume"}));
+  ExpectSameCheckpoint(tmp + "/plain" + kLast, tmp + "/zero" + kLast);
+  ExpectSameCheckpoint(tmp + "/zero" + kLast, tmp + "/zero_parts" + kLast);
+  ExpectSameCheckpoint(tmp + "/plain" + kLast, tmp + "/into_plain" + kLast);
 }
 
 }  // namespace

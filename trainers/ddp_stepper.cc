@@ -29,6 +29,14 @@ absl::Status DdpStepper::EndShard() {
   return absl::OkStatus();
 }
 
+absl::Status DdpStepper::AfterStep(int64_t steps_before) {
+  if (averager_ == nullptr) return absl::OkStatus();
+  // The step counter follows the loop's (so a resumed run averages at the
+  // same steps).
+  averager_->set_step(steps_before);
+  return averager_->AverageParameters(module().Parameters());
+}
+
 void DdpStepper::AttachTrace(TraceRecorder* trace) {
   if (trace == nullptr) {
     ddp_->SetBucketObserver(nullptr);

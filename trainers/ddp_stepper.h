@@ -17,6 +17,7 @@
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/join.h"
+#include "ddp/local_sgd.h"
 #include "nn/module.h"
 #include "trainers/train_loop.h"
 
@@ -38,6 +39,9 @@ class DdpStepper : public ModelStepper {
   // gradients divided by the world size, no early termination).
   absl::Status BeginShard() override;
   absl::Status EndShard() override;
+  // Post-local SGD's model averaging after each step (null: none).
+  void SetAverager(std::unique_ptr<PeriodicModelAverager> averager) { averager_ = std::move(averager); }
+  absl::Status AfterStep(int64_t steps_before) override;
 
   DistributedDataParallel& ddp() { return *ddp_; }
   // Steps the last EndShard shadowed for ranks with more batches.
@@ -47,6 +51,7 @@ class DdpStepper : public ModelStepper {
   explicit DdpStepper(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<Join> join_;
+  std::unique_ptr<PeriodicModelAverager> averager_;
   int64_t shadowed_ = 0;
 };
 

@@ -26,7 +26,10 @@
 #include "core/status.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/local_sgd.h"
+#include "ddp/powersgd_hook.h"
 #include "ddp/sync_batch_norm.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
@@ -41,7 +44,7 @@ ABSL_FLAG(std::string, dump_on_failure, "",
           "a directory: when the group fails, each rank writes its flight recorder (its last operations and "
           "what the other ranks reported) there as flight_recorder_rank<r>.json (empty: only the error says it)");
 ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
-ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress or bf16_compress");
+ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress, bf16_compress or powersgd");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
 ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
@@ -52,6 +55,20 @@ ABSL_FLAG(bool, uneven_shards, false,
 ABSL_FLAG(bool, sync_bn, false,
           "SyncBatchNorm: BatchNorm layers normalize with the statistics of all ranks' batches "
           "(torch.nn.SyncBatchNorm.convert_sync_batchnorm); needs a model with BatchNorm (--model=cnn)");
+ABSL_FLAG(bool, zero, false,
+          "ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share of the parameters only "
+          "(PyTorch's greedy partition), and the updated parameters are broadcast after each step");
+ABSL_FLAG(int, powersgd_rank, 1, "--comm_hook=powersgd: the approximation's rank (matrix_approximation_rank)");
+ABSL_FLAG(int64_t, powersgd_start_iter, 1000,
+          "--comm_hook=powersgd: plain all-reduce for this many iterations first (start_powerSGD_iter, > 1)");
+ABSL_FLAG(int64_t, local_sgd_period, 0,
+          "post-local SGD: after --local_sgd_start_iter iterations, gradients are averaged within groups of "
+          "--local_sgd_group_size ranks only and the parameters over all ranks every this many steps "
+          "(post_localSGD_hook and PeriodicModelAverager); 0: off");
+ABSL_FLAG(int64_t, local_sgd_start_iter, 100, "post-local SGD: iterations of ordinary DDP first");
+ABSL_FLAG(int, local_sgd_group_size, 0,
+          "post-local SGD: ranks per local group, in blocks of consecutive ranks (0: the ranks of one node, "
+          "LOCAL_WORLD_SIZE); must divide the world size");
 ABSL_FLAG(std::string, backend, "auto",
           "gradient all-reduce backend: auto (NCCL for --device=cuda when each local rank has its own GPU, "
           "else the host backend), nccl or host; LOCKSTEP_BACKEND sets it when this flag is auto");
@@ -62,9 +79,10 @@ namespace {
 constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
     "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
-    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress\n"
+    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd  --powersgd_rank=1  --powersgd_start_iter=1000\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
-    "  --uneven_shards  --sync_bn\n";
+    "  --uneven_shards  --sync_bn  --zero\n"
+    "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
 
 bool HasRankEnvironment() {
   for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
@@ -138,11 +156,56 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
     LOCKSTEP_ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(*model, grad_comm));
     if (rank == 0) std::printf("%s: SyncBatchNorm: %d BatchNorm layers synchronized\n", kProgram, converted);
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
+  std::unique_ptr<Optimizer> optimizer;
+  if (absl::GetFlag(FLAGS_zero)) {
+    // The parameter broadcasts go where the gradients go.
+    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, ZeroRedundancyOptimizer::Create(
+                                             model->NamedParameters(), grad_comm,
+                                             [&config](std::vector<NamedParameter> shard) {
+                                               return MakeOptimizerFor(config, std::move(shard));
+                                             }));
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, MakeOptimizer(config, *model));
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakeCommHook(comm_hook));
+  std::unique_ptr<CommHook> hook;
+  std::unique_ptr<Communicator> local_group;  // Post-local SGD's; outlives the hook.
+  std::unique_ptr<PeriodicModelAverager> averager;
+  const int64_t local_sgd_period = absl::GetFlag(FLAGS_local_sgd_period);
+  if (comm_hook == "powersgd") {
+    PowerSgdOptions options;
+    options.matrix_approximation_rank = absl::GetFlag(FLAGS_powersgd_rank);
+    options.start_powersgd_iter = absl::GetFlag(FLAGS_powersgd_start_iter);
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<PowerSgdHook> powersgd, PowerSgdHook::Create(options));
+    hook = std::move(powersgd);
+  } else if (local_sgd_period > 0) {
+    const int size = absl::GetFlag(FLAGS_local_sgd_group_size) > 0 ? absl::GetFlag(FLAGS_local_sgd_group_size)
+                                                                   : group.env.local_world_size;
+    if (size < 1 || world_size % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--local_sgd_group_size=", size,
+                                                     ": The world size must be divisible by 'group_size' (world size ",
+                                                     world_size, ")"));
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(local_group, grad_comm.Split(rank / size, rank));
+    LocalSgdOptions options;
+    options.start_local_sgd_iter = absl::GetFlag(FLAGS_local_sgd_start_iter);
+    LOCKSTEP_ASSIGN_OR_RETURN(hook, MakePostLocalSgdHook(options, local_group.get()));
+    LOCKSTEP_ASSIGN_OR_RETURN(PeriodicModelAverager a, PeriodicModelAverager::Create(
+                                                           local_sgd_period, options.start_local_sgd_iter, &grad_comm));
+    averager = std::make_unique<PeriodicModelAverager>(std::move(a));
+    if (rank == 0) {
+      std::printf("%s: post-local SGD from iteration %lld: gradients averaged in groups of %d ranks, parameters over "
+                  "all %d every %lld steps\n",
+                  kProgram, static_cast<long long>(options.start_local_sgd_iter), size, world_size,
+                  static_cast<long long>(local_sgd_period));
+    }
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(hook, MakeCommHook(comm_hook));
+  }
+  CommHook* const hook_view = hook.get();
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DdpStepper> stepper,
                             DdpStepper::Create(*model, grad_comm, ddp_options, std::move(hook)));
+  if (averager != nullptr) stepper->SetAverager(std::move(averager));
   if (rank == 0) {
     std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
                 "device %s, comm hook %s, %zu buckets, BLAS kernels %s\n",
@@ -177,6 +240,20 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                 sum);
     std::fflush(stdout);
   }
+  if (auto* powersgd = dynamic_cast<PowerSgdHook*>(hook_view); powersgd != nullptr && rank == 0) {
+    std::printf("%s: PowerSGD: %lld gradient elements compressed to %lld (%.1fx) over the compressed iterations\n",
+                kProgram, static_cast<long long>(powersgd->numel_before_compression()),
+                static_cast<long long>(powersgd->numel_after_compression()),
+                powersgd->numel_after_compression() > 0
+                    ? static_cast<double>(powersgd->numel_before_compression()) / powersgd->numel_after_compression()
+                    : 0.0);
+  }
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(optimizer.get()); zero != nullptr) {
+    int64_t mine = 0;
+    for (const NamedTensor& t : zero->local().StateTensors()) mine += t.second.numel();
+    std::printf("%s: rank %d: ZeRO: %zu of %zu parameters' optimizer state here (%lld elements)\n", kProgram, rank,
+                zero->owned().size(), zero->parameters().size(), static_cast<long long>(mine));
+  }
   if (rank == 0) PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
   return absl::OkStatus();
 }
@@ -204,8 +281,42 @@ int main(int argc, char** argv) {
     return UsageError(kProgram, absl::InvalidArgumentError("--bucket_cap_mb must be > 0"));
   }
   const std::string comm_hook = absl::GetFlag(FLAGS_comm_hook);
-  if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
-    return UsageError(kProgram, hook.status());
+  if (comm_hook == "powersgd") {
+    PowerSgdOptions options;
+    options.matrix_approximation_rank = absl::GetFlag(FLAGS_powersgd_rank);
+    options.start_powersgd_iter = absl::GetFlag(FLAGS_powersgd_start_iter);
+    if (absl::Status s = PowerSgdHook::Create(options).status(); !s.ok()) {
+      return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat("--comm_hook=powersgd: ", s.message())));
+    }
+  } else if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
+    return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                    "--comm_hook=", comm_hook,
+                                    ": expected none, allreduce, fp16_compress, bf16_compress or powersgd")));
+  } else if (absl::GetFlag(FLAGS_powersgd_rank) != 1 || absl::GetFlag(FLAGS_powersgd_start_iter) != 1000) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--powersgd_rank and --powersgd_start_iter need --comm_hook=powersgd"));
+  }
+  const int64_t local_sgd_period = absl::GetFlag(FLAGS_local_sgd_period);
+  if (local_sgd_period < 0 || absl::GetFlag(FLAGS_local_sgd_start_iter) < 0 ||
+      absl::GetFlag(FLAGS_local_sgd_group_size) < 0) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--local_sgd_period, --local_sgd_start_iter and --local_sgd_group_size must be >= 0"));
+  }
+  if (local_sgd_period > 0 && comm_hook != "none") {
+    return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                    "--local_sgd_period with --comm_hook=", comm_hook,
+                                    ": post-local SGD is DDP's comm hook itself (post_localSGD_hook); use one")));
+  }
+  if (local_sgd_period > 0 && absl::GetFlag(FLAGS_zero)) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--local_sgd_period with --zero: model averaging and a sharded optimizer do "
+                                    "not combine (PyTorch's PostLocalSGDOptimizer wraps a plain optimizer)"));
+  }
+  if (absl::GetFlag(FLAGS_zero) && absl::GetFlag(FLAGS_uneven_shards)) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--zero with --uneven_shards: a rank that has run out of data would have to "
+                                    "shadow ZeRO's parameter broadcasts too (PyTorch joins the optimizer as a second "
+                                    "joinable); use one of them"));
   }
   if (absl::GetFlag(FLAGS_sync_bn) && absl::GetFlag(FLAGS_uneven_shards)) {
     return UsageError(kProgram, absl::InvalidArgumentError(

@@ -4,7 +4,8 @@
 # bucket all-reduce on both ranks, and resume from a mid-epoch checkpoint;
 # the recipes' flags: --uneven_shards (ranks of 129 and 128 examples take 3
 # and 2 steps an epoch and end with the same parameters), --sync_bn,
-# --freeze, --clip_grad_norm, and the combinations PyTorch refuses.
+# --freeze, --clip_grad_norm, --zero, --comm_hook=powersgd,
+# --local_sgd_period, and the combinations PyTorch (or lockstep) refuses.
 set -uo pipefail
 bin="${TEST_SRCDIR}/${TEST_WORKSPACE}/trainers/ddp_trainer"
 tmp="${TEST_TMPDIR:-/tmp}/ddp_trainer_test"
@@ -54,8 +55,25 @@ check '[[ $rc -eq 2 ]] && grep -q "its parameters are: 1.weight, 1.bias" "$tmp/o
 check '[[ $rc -eq 2 ]] && grep -q "nothing would train" "$tmp/out"'
 "$bin" "${small[@]}" --clip_grad_norm=-1 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q "clip_grad_norm" "$tmp/out"'
+# Part 2 of the recipes: ZeRO, PowerSGD, post-local SGD.
+"$bin" "${small[@]}" --zero --optimizer=adam --lr=0.001 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "rank 0: ZeRO: 1 of 6 parameters" "$tmp/out" && grep -q "rank 1: ZeRO: 5 of 6 parameters" "$tmp/out"'
+"$bin" "${small[@]}" --comm_hook=powersgd --powersgd_rank=2 --powersgd_start_iter=3 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "PowerSGD: .* compressed to" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
+"$bin" "${small[@]}" --local_sgd_period=2 --local_sgd_start_iter=2 --local_sgd_group_size=1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "post-local SGD from iteration 2: gradients averaged in groups of 1 ranks" "$tmp/out"'
+"$bin" "${small[@]}" --comm_hook=powersgd --powersgd_start_iter=1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "Expect .start_powerSGD_iter. > 1" "$tmp/out"'
+"$bin" "${small[@]}" --powersgd_rank=4 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "need --comm_hook=powersgd" "$tmp/out"'
+"$bin" "${small[@]}" --local_sgd_period=2 --comm_hook=fp16_compress >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "post-local SGD is DDP.s comm hook itself" "$tmp/out"'
+"$bin" "${small[@]}" --local_sgd_period=2 --local_sgd_group_size=3 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -ne 0 ]] && grep -q "must be divisible by .group_size." "$tmp/out"'
+"$bin" "${small[@]}" --zero --uneven_shards >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "shadow ZeRO" "$tmp/out"'
 "$bin" --help >"$tmp/out" 2>&1
-check 'grep -q -- "--uneven_shards  --sync_bn" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out"'
+check 'grep -q -- "--uneven_shards  --sync_bn  --zero" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out" && grep -q -- "--local_sgd_period=N" "$tmp/out"'
 
 [[ $fail -eq 0 ]] && echo "PASS"
 exit $fail

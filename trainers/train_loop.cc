@@ -125,8 +125,10 @@ class Trainer {
 };
 
 absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums) {
-  if (o_.rank != 0) return absl::OkStatus();
   const Clock::time_point start = Clock::now();
+  // Every rank: a sharded optimizer's state gathers on rank 0.
+  LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ConsolidateState(0));
+  if (o_.rank != 0) return absl::OkStatus();
   LOCKSTEP_RETURN_IF_ERROR(train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_,
                                                                       *p_.optimizer, scaler_));
   if (trace_) trace_->Complete("checkpoint", "io", start, Clock::now());
@@ -316,6 +318,7 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
   }
   LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, scaler_.Step(grads_, [&] { return p_.optimizer->Step(); }));
   LOCKSTEP_RETURN_IF_ERROR(scaler_.Update());
+  LOCKSTEP_RETURN_IF_ERROR(p_.stepper->AfterStep(step_));
   LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
   const Clock::time_point t4 = Clock::now();
   local.loss_sum += ce.loss * ce.counted;

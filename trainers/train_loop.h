@@ -27,7 +27,9 @@
 // optimizer (GradScaler::Step + Update, ZeroGrad). Each is timed for the
 // metrics and recorded in the trace.
 //
-// Checkpoints (checkpoint_dir non-empty): rank 0 writes
+// Checkpoints (checkpoint_dir non-empty): every rank first lets the
+// optimizer gather its state (Optimizer::ConsolidateState: a sharded
+// ZeroRedundancyOptimizer's reaches rank 0), then rank 0 writes
 // "<dir>/step-<10-digit step>.safetensors" (nn/checkpoint.h, atomic) every
 // checkpoint_every steps and after each epoch's evaluation, and keeps the
 // two newest that look loadable (anything else named like a checkpoint, a
@@ -97,6 +99,10 @@ class ModelStepper {
   // shadowing the other ranks' remaining steps; one process has nothing to do.
   virtual absl::Status BeginShard() { return absl::OkStatus(); }
   virtual absl::Status EndShard() { return absl::OkStatus(); }
+  // After each optimizer step (and GradScaler update); `steps_before` is the
+  // number of steps done before this one, resumed ones included. DdpStepper
+  // runs its model averager here (post-local SGD).
+  virtual absl::Status AfterStep(int64_t steps_before) { return absl::OkStatus(); }
 };
 
 // One process: the module itself.

@@ -364,18 +364,23 @@ absl::Status CheckModelFlags(const TrainerConfig& c) {
   return FreezeParameters(c, *model);
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& c, Module& model) {
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizerFor(const TrainerConfig& c,
+                                                            std::vector<NamedParameter> params) {
   if (c.optimizer == "sgd") {
     SgdOptions options;
     options.lr = c.lr;
     options.momentum = c.momentum;
-    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> sgd, Sgd::Create(model.NamedParameters(), options));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> sgd, Sgd::Create(std::move(params), options));
     return std::unique_ptr<Optimizer>(std::move(sgd));
   }
   AdamOptions options = c.optimizer == "adamw" ? AdamWOptions() : AdamOptions();
   options.lr = c.lr;
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(model.NamedParameters(), options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(std::move(params), options));
   return std::unique_ptr<Optimizer>(std::move(adam));
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& c, Module& model) {
+  return MakeOptimizerFor(c, model.NamedParameters());
 }
 
 absl::StatusOr<GradScaler> MakeGradScaler(const TrainerConfig& c) {

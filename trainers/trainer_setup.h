@@ -107,6 +107,9 @@ absl::Status FreezeParameters(const TrainerConfig& config, Module& model);
 absl::Status CheckModelFlags(const TrainerConfig& config);
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const TrainerConfig& config, Module& model);
+// The same over given parameters (a ZeroRedundancyOptimizer's shard).
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizerFor(const TrainerConfig& config,
+                                                            std::vector<NamedParameter> params);
 
 // Enabled only for fp16 (bf16 has f32's range).
 absl::StatusOr<GradScaler> MakeGradScaler(const TrainerConfig& config);
