@@ -1,7 +1,7 @@
 """Compares PyTorch's distributed suite on gloo and on lockstep, and writes
 the comparison (docs/TORCH_SUITE.md).
 
-    python3 compare_suite.py RESULTS_DIR [--write docs/TORCH_SUITE.md]
+    python3 compare_suite.py RESULTS_DIR [--write docs/TORCH_SUITE.md] [--note TEXT ...]
 
 RESULTS_DIR holds run_distributed_suite.py's JSON files, named
 <run>_<world size>.json, where run is "gloo", "lockstep" (BACKEND=lockstep)
@@ -43,6 +43,12 @@ def first_line(detail):
     return (lines[-1] if lines else "").replace("|", "\\|")[:160]
 
 
+def error_line(detail):
+    """The detail's last "...Error: ..." line (the assertion), else its last line."""
+    lines = [l.strip() for l in detail.splitlines() if "Error:" in l]
+    return lines[-1].replace("|", "\\|")[:160] if lines else first_line(detail)
+
+
 def main():
     results = sys.argv[1]
     out_path = sys.argv[sys.argv.index("--write") + 1] if "--write" in sys.argv else None
@@ -58,6 +64,9 @@ def main():
           "sets for plugins, DDP and subgroups include it); **lockstep as gloo**",
           "(BACKEND=gloo LOCKSTEP_AS_GLOO=1: the suite's gates and branches see \"gloo\", every",
           "group is a lockstep group; this runs the tests that name gloo literally).", ""]
+    notes = [sys.argv[i + 1] for i in range(len(sys.argv) - 1) if sys.argv[i] == "--note"]
+    if notes:
+        md += ["Notes on this run:", ""] + [f"- {n}" for n in notes] + [""]
     broken, stale, used = [], [], set()
     for world in (2, 3):
         gloo, lockstep, asgloo = (load(results, run, world) for run in ("gloo", "lockstep", "asgloo"))
@@ -90,6 +99,13 @@ def main():
                 rows.append(f"| `{name}` | {g} | {l} | {a} | {why} |")
         md += [f"Tests whose results differ between gloo and lockstep, or that run only as gloo ({len(rows)}):", "",
                "| test | gloo | lockstep | lockstep as gloo | why |", "|---|---|---|---|---|"] + rows + [""]
+        # Passes as lockstep, fails only when the suite is made to see gloo.
+        as_gloo_only = [n for n in sorted(gloo) if asgloo and lockstep.get(n, {}).get("status") == "passed"
+                        and asgloo.get(n, {}).get("status") in ("failed", "error")]
+        if as_gloo_only:
+            md += ["Passed as lockstep, failed only as gloo (the group still names its own backend):", "",
+                   "| test | as gloo | why |", "|---|---|---|"]
+            md += [f"| `{n}` | {asgloo[n]['status']} | {error_line(asgloo[n]['detail'])} |" for n in as_gloo_only] + [""]
         # Skips on both, by reason.
         reasons = collections.Counter(gloo[n]["detail"] for n in gloo
                                       if gloo[n]["status"] == "skipped" and lockstep.get(n, {}).get("status") == "skipped"
