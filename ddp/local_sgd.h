@@ -5,14 +5,15 @@
 // (say, the ranks of one host: no traffic across hosts), and every `period`
 // steps the whole group averages the parameters.
 //
-//   std::unique_ptr<Communicator> local = comm->Split(host_index, comm->rank());  // this host's ranks
+//   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> local,
+//                             comm->Split(host_index, comm->rank()));  // this host's ranks
 //   LocalSgdOptions options;
 //   options.start_local_sgd_iter = 100;
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CommHook> hook, MakePostLocalSgdHook(options, local.get()));
 //   LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::move(hook)));
 //   LOCKSTEP_ASSIGN_OR_RETURN(PeriodicModelAverager averager,
-//                             PeriodicModelAverager::Create(/*period=*/4, /*warmup_steps=*/100, comm.get()));
-//   ... ddp->Backward(...); optimizer->Step();
+//                             PeriodicModelAverager::Create(/*period=*/4, /*warmup_steps=*/100, comm));
+//   ...
 //   LOCKSTEP_RETURN_IF_ERROR(averager.AverageParameters(model->Parameters()));
 //
 // The hook (PyTorch's rules): for the first start_local_sgd_iter backwards,

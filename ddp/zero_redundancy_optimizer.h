@@ -8,7 +8,7 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ZeroRedundancyOptimizer> zero,
 //       ZeroRedundancyOptimizer::Create(model->NamedParameters(), *comm,
 //           [](std::vector<NamedParameter> shard) { return Adam::Create(std::move(shard), AdamOptions()); }));
-//   ... ddp->Forward, ddp->Backward ...
+//   ...
 //   LOCKSTEP_RETURN_IF_ERROR(zero->Step());                 // every rank, every step
 //   LOCKSTEP_RETURN_IF_ERROR(zero->ConsolidateState(0));    // every rank, before a checkpoint
 //   std::vector<NamedTensor> full = zero->StateTensors();   // on rank 0: as a plain Adam's
