@@ -160,7 +160,8 @@ void ExpectZeroEqualsPlain(int world, Kind kind) {
   // Each rank holds exactly the state of the parameters PyTorch's partition
   // gives it.
   std::vector<int64_t> numels;
-  for (Parameter* p : Model()->Parameters()) numels.push_back(p->value.numel());
+  const std::unique_ptr<Sequential> shapes = Model();
+  for (Parameter* p : shapes->Parameters()) numels.push_back(p->value.numel());
   const std::vector<std::vector<size_t>> partition = ZeroRedundancyOptimizer::Partition(numels, world);
   std::map<size_t, int64_t> state_of;  // Parameter index -> its state's elements.
   for (const auto& [name, v] : plain[0].state) state_of[std::stoul(name.substr(6))] += static_cast<int64_t>(v.size());
