@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <numeric>
 #include <vector>
 
 #include "data/randperm.h"
@@ -127,6 +128,44 @@ TEST(DistributedSamplerTest, BadArgumentsAreClearErrors) {
   EXPECT_NE(replicas.status().message().find("num_replicas = 0"), absl::string_view::npos);
   const auto empty = DistributedSampler::Create(0, {2, 0, true, 0, false});
   EXPECT_NE(empty.status().message().find("0 samples"), absl::string_view::npos);
+}
+
+// Uneven shares (for Join): the same order as the padded sampler's, rank r
+// taking r, r + R, ... below N: disjoint, covering [0, N) once, sizes
+// differing by at most one; contradicting drop_last is refused.
+TEST(DistributedSamplerTest, UnevenSharesCoverTheDatasetOnceWithoutPadding) {
+  for (const int64_t n : {1, 7, 10, 257}) {
+    for (const int64_t replicas : {1, 2, 3, 4}) {
+      std::vector<int64_t> seen;
+      for (int64_t r = 0; r < replicas; ++r) {
+        DistributedSamplerOptions o;
+        o.num_replicas = replicas;
+        o.rank = r;
+        o.seed = 5;
+        o.uneven = true;
+        DistributedSampler uneven = *DistributedSampler::Create(n, o);
+        uneven.SetEpoch(2);
+        o.uneven = false;
+        DistributedSampler padded = *DistributedSampler::Create(n, o);
+        padded.SetEpoch(2);
+        const std::vector<int64_t> mine = uneven.Indices(), theirs = padded.Indices();
+        EXPECT_EQ(uneven.size(), static_cast<int64_t>(mine.size()));
+        EXPECT_EQ(static_cast<int64_t>(mine.size()), (n - r + replicas - 1) / replicas) << n << " " << replicas << " " << r;
+        // The padded share starts with the uneven one (padding only appends).
+        ASSERT_LE(mine.size(), theirs.size());
+        EXPECT_TRUE(std::equal(mine.begin(), mine.end(), theirs.begin()));
+        seen.insert(seen.end(), mine.begin(), mine.end());
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), int64_t{0});
+      EXPECT_EQ(seen, all) << n << " examples over " << replicas;
+    }
+  }
+  DistributedSamplerOptions both;
+  both.num_replicas = 2;
+  both.uneven = both.drop_last = true;
+  EXPECT_EQ(DistributedSampler::Create(10, both).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RandpermTest, SmallCasesAndLimits) {
