@@ -254,6 +254,10 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
     std::printf("%s: rank %d: ZeRO: %zu of %zu parameters' optimizer state here (%lld elements)\n", kProgram, rank,
                 zero->owned().size(), zero->parameters().size(), static_cast<long long>(mine));
   }
+  uint64_t sent = 0;
+  for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
+  std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, rank,
+              static_cast<unsigned long long>(sent));
   if (rank == 0) PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -33,7 +34,9 @@
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 
-ABSL_FLAG(std::string, model, "mlp", "mlp (784-512-256-10) or cnn (two conv blocks with BatchNorm2d)");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp (784-512-256-10), mlp:784,H1,...,10 (an MLP of these layer sizes, e.g. mlp:784,4096,2048,10 for "
+          "11.6M parameters) or cnn (two conv blocks with BatchNorm2d)");
 ABSL_FLAG(int64_t, epochs, 3, "epochs to train");
 ABSL_FLAG(int64_t, batch_size, 64, "examples per step per rank");
 ABSL_FLAG(double, lr, 0.1, "learning rate (use about 1e-3 for adam/adamw)");
@@ -64,10 +67,28 @@ ABSL_FLAG(double, clip_grad_norm, 0,
           "torch.nn.utils.clip_grad_norm_; 0: off");
 
 namespace lockstep {
+
+absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::string& model) {
+  std::vector<int64_t> sizes;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(model).substr(4), ',')) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > (int64_t{1} << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat("--model=", model, ": '", part,
+                                                     "' is not a layer size in [1, 2^20]"));
+    }
+    sizes.push_back(n);
+  }
+  if (sizes.size() < 2 || sizes.front() != 784 || sizes.back() != 10) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", model, ": an MLP for Fashion-MNIST starts at 784 inputs and ends at 10 classes (mlp:784,...,10)"));
+  }
+  return sizes;
+}
+
 namespace {
 
 constexpr char kSharedUsage[] =
-    "  --model=mlp|cnn  --epochs=3  --batch_size=64  --lr=0.1  --momentum=0.9\n"
+    "  --model=mlp|mlp:784,H,...,10|cnn  --epochs=3  --batch_size=64  --lr=0.1  --momentum=0.9\n"
     "  --optimizer=sgd|adam|adamw  --dataset=auto|fashion-mnist|synthetic|DIR\n"
     "  --amp=off|fp16|bf16  --seed=0  --device=cpu|cuda  --num_workers=2\n"
     "  --checkpoint_dir=DIR  --checkpoint_every=N  --resume  --max_steps=N\n"
@@ -199,9 +220,10 @@ void PrintFinalResult(const char* program, const TrainResult& result, const std:
 absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
   TrainerConfig c;
   c.model = absl::GetFlag(FLAGS_model);
-  if (c.model != "mlp" && c.model != "cnn") {
-    return absl::InvalidArgumentError(absl::StrCat("--model=", c.model, ": expected mlp or cnn"));
+  if (c.model != "mlp" && c.model != "cnn" && !absl::StartsWith(c.model, "mlp:")) {
+    return absl::InvalidArgumentError(absl::StrCat("--model=", c.model, ": expected mlp, mlp:784,...,10 or cnn"));
   }
+  if (absl::StartsWith(c.model, "mlp:")) LOCKSTEP_RETURN_IF_ERROR(MlpSizes(c.model).status());
   c.epochs = absl::GetFlag(FLAGS_epochs);
   if (c.epochs < 1) return absl::InvalidArgumentError("--epochs must be at least 1");
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -293,9 +315,10 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& c) {
 absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
                                                   DType compute_dtype, Device device) {
   Mt19937 gen(seed);  // torch.manual_seed(seed), then the constructors draw in order.
-  if (name == "mlp") {
+  if (name == "mlp" || absl::StartsWith(name, "mlp:")) {
     MlpOptions options;
     options.sizes = {784, 512, 256, 10};
+    if (name != "mlp") LOCKSTEP_ASSIGN_OR_RETURN(options.sizes, MlpSizes(name));
     options.compute_dtype = compute_dtype;
     options.device = device;
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> mlp, MakeMlp(options, gen));

@@ -89,12 +89,16 @@ struct TrainerDatasets {
 };
 absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& config);
 
-// "mlp": Flatten-Linear(784,512)-ReLU-Linear(512,256)-ReLU-Linear(256,10);
+// "mlp": Flatten-Linear(784,512)-ReLU-Linear(512,256)-ReLU-Linear(256,10)
+// ("mlp:784,A,B,10": those sizes);
 // "cnn": Conv(1,32,3,pad 1)-BatchNorm2d-ReLU-MaxPool(2)-Conv(32,64,3,pad 1)-
 // BatchNorm2d-ReLU-MaxPool(2)-Flatten-Linear(3136,128)-ReLU-Linear(128,10),
 // as nn.Sequential (names "0.weight", ...). Initialized as PyTorch after
 // torch.manual_seed(seed). Linear layers compute in `compute_dtype`.
 // BatchNorm has CPU kernels only, so "cnn" needs the CPU.
+// The layer sizes of --model=mlp:784,...,10.
+absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::string& model);
+
 absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
                                                   DType compute_dtype, Device device);
 

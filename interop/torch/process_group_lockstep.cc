@@ -11,6 +11,7 @@
 #include "collectives/bootstrap/init_from_env.h"
 #include "collectives/monitored_barrier.h"
 #include "core/status.h"
+#include "interop/torch/huge_pages.h"
 #include "interop/torch/tensor_bridge.h"
 #include "interop/torch/torch_store.h"
 #include "interop/torch/torch_work.h"
@@ -52,11 +53,12 @@ void CheckTensor(const at::Tensor& t, const char* op, const char* what) {
               "sparse all-reduce)");
 }
 
-Staged Stage(const at::Tensor& t, const char* op, const char* what) {
+Staged Stage(const at::Tensor& t, const char* op, const char* what, HugePageAdvisor* advisor) {
   CheckTensor(t, op, what);
   Staged s;
   s.original = t;
   s.dense = t.is_contiguous() ? t : t.contiguous();
+  if (advisor != nullptr && s.dense.device().is_cpu()) advisor->Advise(s.dense.data_ptr(), s.dense.nbytes());
   absl::StatusOr<Tensor> view = FromTorch(s.dense);
   if (!view.ok()) {
     TORCH_CHECK(false, "lockstep ", op, ": ", what, ": ", std::string(view.status().message()));
@@ -219,7 +221,7 @@ TorchWorkPtr ProcessGroupLockstep::broadcast(std::vector<at::Tensor>& tensors, c
   CheckOne(tensors, kOp);
   CheckRank(opts.rootRank, size_, kOp, "root rank");
   TORCH_CHECK(opts.rootTensor == 0, "lockstep broadcast: root tensor ", opts.rootTensor, " (one tensor per process)");
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->Broadcast(s.view, static_cast<int>(opts.rootRank));
   return TorchWork::Create(rank_, OpType::BROADCAST, work, {tensors}, WriteBackAll({s}), "lockstep:broadcast", tensors);
@@ -229,7 +231,7 @@ TorchWorkPtr ProcessGroupLockstep::allreduce(std::vector<at::Tensor>& tensors, c
   constexpr const char* kOp = "allreduce";
   CheckOne(tensors, kOp);
   const ReduceOp op = ToReduceOp(opts.reduceOp, kOp);
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->AllReduce(s.view, op);
   return TorchWork::Create(rank_, OpType::ALLREDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:all_reduce",
@@ -246,7 +248,7 @@ TorchWorkPtr ProcessGroupLockstep::allreduce_coalesced(std::vector<at::Tensor>& 
   for (const at::Tensor& t : tensors) {
     TORCH_CHECK(t.defined() && t.scalar_type() == tensors[0].scalar_type(),
                 "lockstep allreduce_coalesced: every tensor must have one dtype (", tensors[0].scalar_type(), ")");
-    staged.push_back(Stage(t, kOp, "tensor"));
+    staged.push_back(Stage(t, kOp, "tensor", &huge_pages_));
     views.push_back(staged.back().view);
   }
   Count();
@@ -261,7 +263,7 @@ TorchWorkPtr ProcessGroupLockstep::reduce(std::vector<at::Tensor>& tensors, cons
   CheckRank(opts.rootRank, size_, kOp, "root rank");
   TORCH_CHECK(opts.rootTensor == 0, "lockstep reduce: root tensor ", opts.rootTensor, " (one tensor per process)");
   const ReduceOp op = ToReduceOp(opts.reduceOp, kOp);
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->Reduce(s.view, s.view, op, static_cast<int>(opts.rootRank));
   return TorchWork::Create(rank_, OpType::REDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:reduce", tensors);
@@ -275,7 +277,7 @@ TorchWorkPtr ProcessGroupLockstep::allgather(std::vector<std::vector<at::Tensor>
   TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "lockstep allgather: the output list has ",
               outputs[0].size(), " tensors; it needs one per rank (", size_, ")");
   for (const at::Tensor& t : outputs[0]) CheckLike(t, inputs[0], kOp, "an output tensor");
-  Staged in = Stage(inputs[0], kOp, "input");
+  Staged in = Stage(inputs[0], kOp, "input", &huge_pages_);
   auto [flat, flat_view] = Flat(inputs[0], inputs[0].numel() * size_);
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, flat_view);
@@ -293,8 +295,8 @@ TorchWorkPtr ProcessGroupLockstep::_allgather_base(at::Tensor& output, at::Tenso
               " but input is ", input.scalar_type());
   TORCH_CHECK(output.numel() == input.numel() * size_, "lockstep _allgather_base: output has ", output.numel(),
               " elements; it must have world size (", size_, ") times the input's ", input.numel());
-  Staged in = Stage(input, kOp, "input");
-  Staged out = Stage(output, kOp, "output");
+  Staged in = Stage(input, kOp, "input", &huge_pages_);
+  Staged out = Stage(output, kOp, "output", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, out.view);
   return TorchWork::Create(rank_, OpType::_ALLGATHER_BASE, work, {{output}}, WriteBackAll({out}),
@@ -336,7 +338,7 @@ TorchWorkPtr ProcessGroupLockstep::gather(std::vector<std::vector<at::Tensor>>& 
   CheckOne(inputs, kOp);
   CheckRank(opts.rootRank, size_, kOp, "root rank");
   const int root = static_cast<int>(opts.rootRank);
-  Staged in = Stage(inputs[0], kOp, "input");
+  Staged in = Stage(inputs[0], kOp, "input", &huge_pages_);
   at::Tensor flat;
   Tensor flat_view;
   std::vector<at::Tensor> targets;
@@ -364,7 +366,7 @@ TorchWorkPtr ProcessGroupLockstep::scatter(std::vector<at::Tensor>& outputs,
   CheckOne(outputs, kOp);
   CheckRank(opts.rootRank, size_, kOp, "root rank");
   const int root = static_cast<int>(opts.rootRank);
-  Staged out = Stage(outputs[0], kOp, "output");
+  Staged out = Stage(outputs[0], kOp, "output", &huge_pages_);
   Tensor packed_view;
   at::Tensor packed;
   if (rank_ == root) {
@@ -392,7 +394,7 @@ TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outpu
   TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "lockstep reduce_scatter: the input list has ",
               inputs[0].size(), " tensors; it needs one per rank (", size_, ")");
   for (const at::Tensor& t : inputs[0]) CheckLike(t, outputs[0], kOp, "an input tensor");
-  Staged out = Stage(outputs[0], kOp, "output");
+  Staged out = Stage(outputs[0], kOp, "output", &huge_pages_);
   at::Tensor packed = Pack(inputs[0]);
   Tensor packed_view = ValueOrThrow(FromTorch(packed));
   Count();
@@ -411,8 +413,8 @@ TorchWorkPtr ProcessGroupLockstep::_reduce_scatter_base(at::Tensor& output, at::
               output.scalar_type(), " but input is ", input.scalar_type());
   TORCH_CHECK(input.numel() == output.numel() * size_, "lockstep _reduce_scatter_base: input has ", input.numel(),
               " elements; it must have world size (", size_, ") times the output's ", output.numel());
-  Staged in = Stage(input, kOp, "input");
-  Staged out = Stage(output, kOp, "output");
+  Staged in = Stage(input, kOp, "input", &huge_pages_);
+  Staged out = Stage(output, kOp, "output", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->ReduceScatter(in.view, out.view, op);
   return TorchWork::Create(rank_, OpType::_REDUCE_SCATTER_BASE, work, {{output}}, WriteBackAll({out}),
@@ -453,8 +455,8 @@ TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor&
   };
   const std::vector<int64_t> send = counts(input, input_split_sizes, "input");
   const std::vector<int64_t> recv = counts(output, output_split_sizes, "output");
-  Staged in = Stage(input, kOp, "input");
-  Staged out = Stage(output, kOp, "output");
+  Staged in = Stage(input, kOp, "input", &huge_pages_);
+  Staged out = Stage(output, kOp, "output", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = output_split_sizes.empty() && input_split_sizes.empty()
                                    ? comm_->AllToAll(in.view, out.view)
@@ -510,7 +512,7 @@ TorchWorkPtr ProcessGroupLockstep::send(std::vector<at::Tensor>& tensors, int ds
   constexpr const char* kOp = "send";
   CheckOne(tensors, kOp);
   CheckRank(dst_rank, size_, kOp, "destination");
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->Send(s.view, dst_rank, Tag(tag, kOp));
   // Keeps the staged copy alive until sent.
   return TorchWork::Create(
@@ -521,7 +523,7 @@ TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int sr
   constexpr const char* kOp = "recv";
   CheckOne(tensors, kOp);
   CheckRank(src_rank, size_, kOp, "source");
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->Recv(s.view, src_rank, Tag(tag, kOp));
   return TorchWork::Create(rank_, OpType::RECV, work, {tensors}, WriteBackAll({s}), "lockstep:recv", tensors);
 }
@@ -529,7 +531,7 @@ TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int sr
 TorchWorkPtr ProcessGroupLockstep::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   constexpr const char* kOp = "recvAnysource";
   CheckOne(tensors, kOp);
-  Staged s = Stage(tensors[0], kOp, "tensor");
+  Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->RecvAnySource(s.view, Tag(tag, kOp));
   return TorchWork::Create(rank_, OpType::RECVANYSOURCE, work, {tensors}, WriteBackAll({s}), "lockstep:recvAnySource",
                            tensors);
