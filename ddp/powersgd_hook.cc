@@ -145,6 +145,7 @@ std::shared_ptr<Work> PowerSgdHook::Run(Communicator& comm, GradBucket& bucket) 
         "; the compression runs on f32 CPU buckets so far (use the host backend, or the fp16/bf16 compression "
         "hooks on CUDA)")));
   }
+  if (options_.batched) return RunBatched(comm, bucket);
   const size_t index = bucket.index();
   std::shared_ptr<BucketState> state;
   bool have_q = false;
@@ -298,6 +299,91 @@ std::shared_ptr<Work> PowerSgdHook::Run(Communicator& comm, GradBucket& bucket) 
         // Without warm start the next iteration draws new ones (PyTorch
         // clears every bucket's; each bucket here drops its own, as only
         // its own chain may touch its state).
+        if (!warm_start) state->p = state->q = Tensor();
+        if (is_last) self->iteration_.fetch_add(1);
+        return absl::OkStatus();
+      });
+}
+
+// batched_powerSGD_hook: the whole bucket, zero-padded to side x side with
+// side = ceil(sqrt(numel)), as one matrix; two rounds (P, Q), no
+// uncompressed part.
+std::shared_ptr<Work> PowerSgdHook::RunBatched(Communicator& comm, GradBucket& bucket) {
+  const Tensor buffer = bucket.buffer();
+  const int world = comm.size();
+  const size_t index = bucket.index();
+  const int64_t total = buffer.numel();
+  const int64_t side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(total))));
+  const int64_t padded = side * side;
+  // PyTorch does not cap the rank; Gram-Schmidt needs rank <= side.
+  const int64_t r = std::min<int64_t>(options_.matrix_approximation_rank, std::max<int64_t>(side, 1));
+  before_.fetch_add(total);
+  after_.fetch_add(side * options_.matrix_approximation_rank * 2);
+  std::shared_ptr<BucketState> state;
+  bool have_q = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<BucketState>& slot = buckets_[index];
+    if (slot == nullptr) slot = std::make_shared<BucketState>();
+    state = slot;
+    have_q = state->p.defined() && state->q.defined() && state->q.numel() == side * r;
+  }
+  absl::StatusOr<Tensor> m_flat = Tensor::Zeros({padded}, DType::kF32);
+  if (!m_flat.ok()) return Failed(m_flat.status());
+  Tensor matrix_flat = *m_flat;
+  if (absl::Status s = matrix_flat.Flat(0, total)->CopyFrom(*buffer.Reshape({total})); !s.ok()) return Failed(s);
+  Tensor copy;
+  if (options_.use_error_feedback) {
+    if (state->error.defined() && state->error.numel() == padded) {
+      if (absl::Status s = ReduceInto(ReduceOp::kSum, state->error, matrix_flat); !s.ok()) return Failed(s);
+    } else {
+      absl::StatusOr<Tensor> zeros = Tensor::Zeros({padded}, DType::kF32);
+      if (!zeros.ok()) return Failed(zeros.status());
+      state->error = *zeros;
+    }
+    absl::StatusOr<Tensor> c = matrix_flat.Clone();
+    if (!c.ok()) return Failed(c.status());
+    copy = *c;
+  }
+  const Tensor matrix = *matrix_flat.Reshape({side, side});
+  if (!options_.warm_start || !have_q) {
+    absl::StatusOr<Tensor> p = Tensor::Empty({side, r}, DType::kF32), q = Tensor::Empty({side, r}, DType::kF32);
+    if (!p.ok() || !q.ok()) return Failed(p.ok() ? q.status() : p.status());
+    state->p = *p;
+    state->q = *q;
+    const uint32_t seed = NextSeed();
+    if (q_init_) {
+      if (absl::Status s = q_init_(index, 0, state->q.data<float>(), side * r); !s.ok()) return Failed(s);
+    } else {
+      FillNormal(seed, state->q.data<float>(), side * r);
+    }
+  }
+  const Tensor p = state->p.Reshape({side, r}).value(), q = state->q.Reshape({side, r}).value();
+  // PyTorch's batched hook orthogonalizes without epsilon.
+  Orthogonalize(q.data<float>(), side, r, 0.0);
+  if (absl::Status s = Gemm(matrix, false, q, false, p); !s.ok()) return Failed(s);
+  PowerSgdHook* self = this;
+  const bool warm_start = options_.warm_start;
+  const bool is_last = bucket.is_last();
+  Communicator* c = &comm;
+  return comm.AllReduce(p, ReduceOp::kSum)
+      ->ThenWork([c, matrix, p, q, side, r]() -> absl::StatusOr<std::shared_ptr<Work>> {
+        Orthogonalize(p.data<float>(), side, r, 0.0);
+        LOCKSTEP_RETURN_IF_ERROR(Gemm(matrix, true, p, false, q));
+        return c->AllReduce(q, ReduceOp::kSum);
+      })
+      ->Then([self, world, matrix, matrix_flat, p, q, state, buffer, copy, total, warm_start, is_last]() -> absl::Status {
+        LOCKSTEP_RETURN_IF_ERROR(Divide(q, world));
+        LOCKSTEP_RETURN_IF_ERROR(Gemm(p, false, q, true, matrix));
+        if (copy.defined()) {
+          const float* x = copy.data<float>();
+          const float* y = matrix_flat.data<float>();
+          float* e = state->error.data<float>();
+          for (int64_t i = 0; i < matrix_flat.numel(); ++i) e[i] = x[i] - y[i];
+        }
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor part, matrix_flat.Flat(0, total));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, buffer.Reshape({total}));
+        LOCKSTEP_RETURN_IF_ERROR(out.CopyFrom(part));
         if (!warm_start) state->p = state->q = Tensor();
         if (is_last) self->iteration_.fetch_add(1);
         return absl::OkStatus();

@@ -81,6 +81,13 @@ struct PowerSgdOptions {
   double orthogonalization_epsilon = 0;
   uint32_t random_seed = 0;
   bool batch_tensors_with_same_shape = false;
+  // batched_powerSGD_hook instead: the whole bucket, zero-padded to a
+  // side x side matrix (side = ceil(sqrt(numel))), compressed as one (two
+  // rounds, P and Q; no part goes uncompressed). PyTorch 1.13's own fails at
+  // its first compression (its _orthogonalize asserts a 3-d tensor and is
+  // given a 2-d one); this follows the algorithm its code spells out, with
+  // the rank capped at side.
+  bool batched = false;
 };
 
 // Fills one Q block (its element count is rows * rank, row-major) of bucket
@@ -121,6 +128,7 @@ class PowerSgdHook final : public CommHook {
   friend std::vector<uint32_t> PowerSgdSeedDraws(uint32_t seed, int count);
   explicit PowerSgdHook(PowerSgdOptions options);
   void MaybeIncreaseIteration(const GradBucket& bucket);
+  std::shared_ptr<Work> RunBatched(Communicator& comm, GradBucket& bucket);
   uint32_t NextSeed();
 
   const PowerSgdOptions options_;

@@ -291,6 +291,106 @@ void RunCase(const std::string& c) {
 TEST(PowerSgdGoldenTest, RankOneMatchesPyTorch) { RunCase("r1"); }
 TEST(PowerSgdGoldenTest, RankTwoMatchesPyTorch) { RunCase("r2"); }
 
+// batched_powerSGD_hook (PyTorch 1.13's own fails at its first compression,
+// so its algorithm, as its code spells it out, is the reference): a bucket
+// of 22 elements padded to 5 x 5, rank 2, on 2 ranks, two compressed
+// iterations (the second warm-started from the first's Q), each against
+// the derived radius of that definition.
+TEST(PowerSgdTest, BatchedCompressesTheWholeBucketAsOneSquareMatrix) {
+  constexpr int64_t kSide = 5, kRank = 2, kTotal = 22;
+  std::vector<float> inputs[2][2];  // [iteration][rank]
+  for (int it = 0; it < 2; ++it) {
+    for (int r = 0; r < 2; ++r) {
+      Mt19937 gen(static_cast<uint64_t>(50 + 10 * it + r));
+      for (int64_t i = 0; i < kTotal; ++i) inputs[it][r].push_back(static_cast<float>(gen.Next32() / 4294967296.0 - 0.5));
+    }
+  }
+  std::vector<float> qinit;
+  {
+    Mt19937 gen(77);
+    for (int64_t i = 0; i < kSide * kRank; ++i) qinit.push_back(static_cast<float>(gen.Next32() / 4294967296.0 - 0.5));
+  }
+  std::vector<float> out[2][2], error[2][2], q_after[2][2];
+  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    PowerSgdOptions o;
+    o.batched = true;
+    o.matrix_approximation_rank = kRank;
+    o.start_powersgd_iter = 2;
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<PowerSgdHook> hook, PowerSgdHook::Create(o));
+    hook->set_iteration(2);
+    hook->SetQInitializer([&](size_t, size_t block, float* q, int64_t count) -> absl::Status {
+      if (block != 0 || count != kSide * kRank) return absl::InternalError("unexpected Q block");
+      std::copy(qinit.begin(), qinit.end(), q);
+      return absl::OkStatus();
+    });
+    std::vector<Tensor> members = {*Tensor::Zeros({5, 3}, DType::kF32), *Tensor::Zeros({7}, DType::kF32)};
+    GradBucket bucket = *GradBucket::Create(0, true, members, {0, 1});
+    for (int it = 0; it < 2; ++it) {
+      std::copy(inputs[it][r].begin(), inputs[it][r].end(), bucket.buffer().data<float>());
+      LOCKSTEP_RETURN_IF_ERROR(hook->Run(comm, bucket)->Wait());
+      out[it][r] = Values(bucket.buffer());
+      const PowerSgdHook::BucketState st = hook->state(0);
+      error[it][r] = Values(st.error);
+      q_after[it][r] = Values(st.q);
+    }
+    return absl::OkStatus();
+  }));
+  // The definition, from exact inputs (the second iteration from the first's
+  // error and Q as the hook left them).
+  for (int it = 0; it < 2; ++it) {
+    SCOPED_TRACE(absl::StrCat("iteration ", it));
+    Vec m[2];
+    for (int r = 0; r < 2; ++r) {
+      for (int64_t i = 0; i < kSide * kSide; ++i) {
+        const eb::Bounded x = eb::Exact(i < kTotal ? inputs[it][r][i] : 0.0f);
+        m[r].push_back(it == 0 ? x : eb::Add(x, eb::Exact(error[0][r][i])));
+      }
+    }
+    Vec q0;
+    for (float v : it == 0 ? qinit : q_after[0][0]) q0.push_back(eb::Exact(v));
+    Orthogonalize(q0, kSide, kRank);
+    Vec p(kSide * kRank), q(kSide * kRank);
+    for (int64_t i = 0; i < kSide; ++i) {
+      for (int64_t c = 0; c < kRank; ++c) {
+        eb::Bounded sum;
+        for (int r = 0; r < 2; ++r) {
+          Vec row(m[r].begin() + i * kSide, m[r].begin() + (i + 1) * kSide), col;
+          for (int64_t j = 0; j < kSide; ++j) col.push_back(q0[j * kRank + c]);
+          sum = r == 0 ? eb::Dot(row, col) : eb::Add(sum, eb::Dot(row, col));
+        }
+        p[i * kRank + c] = sum;
+      }
+    }
+    Orthogonalize(p, kSide, kRank);
+    for (int64_t j = 0; j < kSide; ++j) {
+      for (int64_t c = 0; c < kRank; ++c) {
+        eb::Bounded sum;
+        for (int r = 0; r < 2; ++r) {
+          Vec colm, colp;
+          for (int64_t i = 0; i < kSide; ++i) colm.push_back(m[r][i * kSide + j]), colp.push_back(p[i * kRank + c]);
+          sum = r == 0 ? eb::Dot(colm, colp) : eb::Add(sum, eb::Dot(colm, colp));
+        }
+        q[j * kRank + c] = eb::Div(sum, eb::Exact(2.0));
+      }
+    }
+    Vec approx;
+    for (int64_t i = 0; i < kSide; ++i) {
+      for (int64_t j = 0; j < kSide; ++j) {
+        approx.push_back(eb::Dot(Vec(p.begin() + i * kRank, p.begin() + (i + 1) * kRank),
+                                 Vec(q.begin() + j * kRank, q.begin() + (j + 1) * kRank)));
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      ExpectWithin(out[it][r], Vec(approx.begin(), approx.begin() + kTotal), absl::StrCat("output, rank ", r));
+      ExpectWithin(q_after[it][r], q, absl::StrCat("Q, rank ", r));
+      Vec e;
+      for (int64_t i = 0; i < kSide * kSide; ++i) e.push_back(eb::Sub(m[r][i], approx[i]));
+      ExpectWithin(error[it][r], e, absl::StrCat("error, rank ", r));
+    }
+  }
+}
+
 TEST(PowerSgdTest, SeedsAreNumpysRandomStateDraws) {
   const std::vector<uint32_t> draws = PowerSgdSeedDraws(0, 4);
   EXPECT_EQ(draws[0], std::stoul(G().metadata.at("r1.seed_draw")));

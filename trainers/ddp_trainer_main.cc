@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, dump_on_failure, "",
           "a directory: when the group fails, each rank writes its flight recorder (its last operations and "
           "what the other ranks reported) there as flight_recorder_rank<r>.json (empty: only the error says it)");
 ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
-ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress, bf16_compress or powersgd");
+ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
 ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
@@ -79,7 +79,7 @@ namespace {
 constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
     "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
-    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd  --powersgd_rank=1  --powersgd_start_iter=1000\n"
+    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd|batched_powersgd  --powersgd_rank=1  --powersgd_start_iter=1000\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
     "  --uneven_shards  --sync_bn  --zero\n"
     "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
@@ -172,10 +172,11 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   std::unique_ptr<Communicator> local_group;  // Post-local SGD's; outlives the hook.
   std::unique_ptr<PeriodicModelAverager> averager;
   const int64_t local_sgd_period = absl::GetFlag(FLAGS_local_sgd_period);
-  if (comm_hook == "powersgd") {
+  if (comm_hook == "powersgd" || comm_hook == "batched_powersgd") {
     PowerSgdOptions options;
     options.matrix_approximation_rank = absl::GetFlag(FLAGS_powersgd_rank);
     options.start_powersgd_iter = absl::GetFlag(FLAGS_powersgd_start_iter);
+    options.batched = comm_hook == "batched_powersgd";
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<PowerSgdHook> powersgd, PowerSgdHook::Create(options));
     hook = std::move(powersgd);
   } else if (local_sgd_period > 0) {
@@ -285,7 +286,7 @@ int main(int argc, char** argv) {
     return UsageError(kProgram, absl::InvalidArgumentError("--bucket_cap_mb must be > 0"));
   }
   const std::string comm_hook = absl::GetFlag(FLAGS_comm_hook);
-  if (comm_hook == "powersgd") {
+  if (comm_hook == "powersgd" || comm_hook == "batched_powersgd") {
     PowerSgdOptions options;
     options.matrix_approximation_rank = absl::GetFlag(FLAGS_powersgd_rank);
     options.start_powersgd_iter = absl::GetFlag(FLAGS_powersgd_start_iter);
@@ -295,10 +296,10 @@ int main(int argc, char** argv) {
   } else if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
     return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
                                     "--comm_hook=", comm_hook,
-                                    ": expected none, allreduce, fp16_compress, bf16_compress or powersgd")));
+                                    ": expected none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd")));
   } else if (absl::GetFlag(FLAGS_powersgd_rank) != 1 || absl::GetFlag(FLAGS_powersgd_start_iter) != 1000) {
     return UsageError(kProgram, absl::InvalidArgumentError(
-                                    "--powersgd_rank and --powersgd_start_iter need --comm_hook=powersgd"));
+                                    "--powersgd_rank and --powersgd_start_iter need --comm_hook=powersgd or batched_powersgd"));
   }
   const int64_t local_sgd_period = absl::GetFlag(FLAGS_local_sgd_period);
   if (local_sgd_period < 0 || absl::GetFlag(FLAGS_local_sgd_start_iter) < 0 ||

@@ -42,6 +42,8 @@ check '[[ $rc -eq 0 ]] && grep -q "SyncBatchNorm: 2 BatchNorm layers synchronize
 "$bin" "${small[@]}" --freeze=1 --clip_grad_norm=0.5 --amp=fp16 --uneven_shards >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "final test accuracy" "$tmp/out"'
 check '[[ $(grep -o "parameter sum .*" "$tmp/out" | sort -u | wc -l) -eq 1 ]]'
+"$bin" "${small[@]}" --model=mlp:784,64,32,10 --epochs=1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "model mlp:784,64,32,10 (52650 parameters)" "$tmp/out" && grep -q "bytes sent to the other ranks" "$tmp/out"'
 # Refused, with the reason and the usage (exit 2).
 "$bin" "${small[@]}" --sync_bn >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q "has no BatchNorm layer" "$tmp/out" && grep -q "usage: ddp_trainer" "$tmp/out"'
@@ -60,6 +62,8 @@ check '[[ $rc -eq 2 ]] && grep -q "clip_grad_norm" "$tmp/out"'
 check '[[ $rc -eq 0 ]] && grep -q "rank 0: ZeRO: 1 of 6 parameters" "$tmp/out" && grep -q "rank 1: ZeRO: 5 of 6 parameters" "$tmp/out"'
 "$bin" "${small[@]}" --comm_hook=powersgd --powersgd_rank=2 --powersgd_start_iter=3 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "PowerSGD: .* compressed to" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
+"$bin" "${small[@]}" --comm_hook=batched_powersgd --powersgd_rank=2 --powersgd_start_iter=3 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "PowerSGD: .* compressed to" "$tmp/out"'
 "$bin" "${small[@]}" --local_sgd_period=2 --local_sgd_start_iter=2 --local_sgd_group_size=1 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "post-local SGD from iteration 2: gradients averaged in groups of 1 ranks" "$tmp/out"'
 "$bin" "${small[@]}" --comm_hook=powersgd --powersgd_start_iter=1 >"$tmp/out" 2>&1; rc=$?

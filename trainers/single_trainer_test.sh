@@ -20,7 +20,9 @@ expect_usage_error "unknown flag --bogus" --bogus=1
 expect_usage_error "--epochs=abc" --epochs=abc
 expect_usage_error "expected sgd, adam or adamw" --optimizer=rmsprop
 expect_usage_error "expected off, fp16 or bf16" --amp=fp8
-expect_usage_error "expected mlp or cnn" --model=resnet
+expect_usage_error "expected mlp, mlp:784,...,10 or cnn" --model=resnet
+expect_usage_error "starts at 784 inputs and ends at 10 classes" --model=mlp:784,100,5
+expect_usage_error "is not a layer size" --model=mlp:784,x,10
 expect_usage_error "--epochs must be at least 1" --epochs=0
 expect_usage_error "expected cpu or cuda" --device=tpu
 expect_usage_error "--resume needs --checkpoint_dir" --resume

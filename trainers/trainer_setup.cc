@@ -318,7 +318,9 @@ absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint6
   if (name == "mlp" || absl::StartsWith(name, "mlp:")) {
     MlpOptions options;
     options.sizes = {784, 512, 256, 10};
-    if (name != "mlp") LOCKSTEP_ASSIGN_OR_RETURN(options.sizes, MlpSizes(name));
+    if (name != "mlp") {
+      LOCKSTEP_ASSIGN_OR_RETURN(options.sizes, MlpSizes(name));
+    }
     options.compute_dtype = compute_dtype;
     options.device = device;
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> mlp, MakeMlp(options, gen));
