@@ -12,7 +12,13 @@
 #      share ZeRO saves each rank.
 #
 #   sudo bash tools/bench/compare_recipes.sh [EPOCHS]      (default 3)
+#   sudo RATE=10gbit bash tools/bench/compare_recipes.sh   (the veth pair shaped
+#                                                           to a 10 Gbit/s link, tc tbf)
 #
+# Unshaped, the pair is memory copies between two processes on the same
+# CPUs (several GB/s): a real link between hosts is slower, which is where
+# PowerSGD's trade of computation for bytes pays. RATE (a tc rate) shapes
+# both ends of the pair.
 # Needs dataset-fashion-mnist (tools/setup.sh). Removes its namespaces and
 # stops its ranks whatever happens. Prints a markdown report.
 set -euo pipefail
@@ -36,6 +42,10 @@ ip link set "ra$$" netns "$a"; ip link set "rb$$" netns "$b"
 ip -n "$a" addr add 10.79.0.1/24 dev "ra$$"; ip -n "$b" addr add 10.79.0.2/24 dev "rb$$"
 for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
 ip -n "$a" link set "ra$$" up; ip -n "$b" link set "rb$$" up
+if [[ -n ${RATE:-} ]]; then
+  ip netns exec "$a" tc qdisc add dev "ra$$" root tbf rate "$RATE" burst 4mb latency 50ms
+  ip netns exec "$b" tc qdisc add dev "rb$$" root tbf rate "$RATE" burst 4mb latency 50ms
+fi
 
 # train NAME PORT FLAGS...: both ranks, logs NAME.<rank>.log, metrics NAME.jsonl.
 train() {
@@ -60,15 +70,16 @@ train adam 29613 --dataset=synthetic --synthetic_train_size=6400 --synthetic_tes
 train zero 29614 --dataset=synthetic --synthetic_train_size=6400 --synthetic_test_size=64 --epochs=1 \
   --optimizer=adam --lr=0.001 --zero
 
-python3 - "$tmp" "$epochs" <<'PY'
+python3 - "$tmp" "$epochs" "${RATE:-unshaped}" <<'PY'
 import json, re, sys
-tmp, epochs = sys.argv[1], int(sys.argv[2])
+tmp, epochs, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def epochs_of(name):
     return [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if '"event":"epoch"' in l]
 def sent(name, r):
     m = re.search(r"rank %d: (\d+) bytes sent" % r, open(f"{tmp}/{name}.{r}.log").read())
     return int(m.group(1))
-print(f"### PowerSGD across two namespaces ({epochs} epochs of Fashion-MNIST, 2 ranks x 64, model mlp:784,4096,2048,10)\n")
+print(f"### PowerSGD across two namespaces, link {rate} ({epochs} epochs of Fashion-MNIST, 2 ranks x 64, "
+      "model mlp:784,4096,2048,10)\n")
 print("| run | bytes sent, rank 0 / rank 1 | seconds per epoch | samples/s per epoch | test accuracy per epoch |")
 print("|---|---|---|---|---|")
 rows = {}
