@@ -20,6 +20,13 @@ WorkPromise::~WorkPromise() {
 
 std::shared_ptr<Work> WorkPromise::work() const { return work_; }
 
+std::shared_ptr<Work> WorkPromise::Completed(absl::Status status) {
+  WorkPromise promise;
+  std::shared_ptr<Work> work = promise.work();
+  promise.Complete(std::move(status));
+  return work;
+}
+
 void WorkPromise::Complete(absl::Status status) {
   if (work_ != nullptr) work_->Complete(std::move(status));
 }

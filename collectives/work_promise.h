@@ -34,6 +34,10 @@ class WorkPromise {
   std::shared_ptr<Work> work() const;
   void Complete(absl::Status status);
 
+  // A Work already completed with `status` (a comm hook's error before any
+  // collective started, or its result when nothing needs sending).
+  static std::shared_ptr<Work> Completed(absl::Status status);
+
  private:
   class PromisedWork;
   std::shared_ptr<PromisedWork> work_;

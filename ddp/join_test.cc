@@ -23,40 +23,16 @@
 #include "nn/batch_norm.h"
 #include "nn/linear.h"
 #include "nn/relu.h"
-#include "nn/safetensors.h"
+#include "nn/testing/golden_file.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 
 namespace lockstep {
 namespace {
 
-struct GoldenFile {
-  std::map<std::string, Tensor> tensors;
-  std::map<std::string, std::string> metadata;
-};
+const GoldenFile& Golden() { return GoldenFile::Get("ddp/testdata/join_golden.safetensors"); }
 
-const GoldenFile& Golden() {
-  static const GoldenFile* golden = [] {
-    auto* g = new GoldenFile();
-    absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile("ddp/testdata/join_golden.safetensors");
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) {
-      for (auto& [k, t] : f->tensors) g->tensors[k] = t;
-      g->metadata = f->metadata;
-    }
-    return g;
-  }();
-  return *golden;
-}
-
-Tensor G(const std::string& key) {
-  auto it = Golden().tensors.find(key);
-  if (it == Golden().tensors.end()) {
-    ADD_FAILURE() << "golden tensor " << key << " missing";
-    return Tensor();
-  }
-  return it->second;
-}
+Tensor G(const std::string& key) { return Golden().at(key); }
 
 std::vector<float> Values(const Tensor& t) { return *t.ToVector<float>(); }
 
@@ -75,14 +51,14 @@ struct RankResult {
 };
 
 void RunGoldenCase(const std::string& c) {
-  const int world = std::stoi(Golden().metadata.at(c + ".world"));
-  const std::vector<int> batches = nlohmann::json::parse(Golden().metadata.at(c + ".batches")).get<std::vector<int>>();
+  const int world = std::stoi(Golden().meta(c + ".world"));
+  const std::vector<int> batches = nlohmann::json::parse(Golden().meta(c + ".batches")).get<std::vector<int>>();
   JoinOptions join_options;
   join_options.divide_by_initial_world_size =
-      nlohmann::json::parse(Golden().metadata.at(c + ".divide_by_initial_world_size")).get<bool>();
+      nlohmann::json::parse(Golden().meta(c + ".divide_by_initial_world_size")).get<bool>();
   DdpOptions ddp_options;
-  ddp_options.bucket_cap_mb = std::stod(Golden().metadata.at(c + ".bucket_cap_mb"));
-  ddp_options.first_bucket_bytes = std::stoull(Golden().metadata.at(c + ".first_bucket_bytes"));
+  ddp_options.bucket_cap_mb = std::stod(Golden().meta(c + ".bucket_cap_mb"));
+  ddp_options.first_bucket_bytes = std::stoull(Golden().meta(c + ".first_bucket_bytes"));
   std::vector<RankResult> got(world);
   const std::vector<absl::Status> results = testing::RunThreads(world, [&](Communicator& comm) -> absl::Status {
     const int r = comm.rank();

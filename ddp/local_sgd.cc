@@ -10,13 +10,6 @@
 namespace lockstep {
 namespace {
 
-std::shared_ptr<Work> Done(absl::Status status) {
-  WorkPromise promise;
-  std::shared_ptr<Work> work = promise.work();
-  promise.Complete(std::move(status));
-  return work;
-}
-
 class PostLocalSgdHook final : public CommHook {
  public:
   PostLocalSgdHook(LocalSgdOptions options, Communicator* subgroup) : options_(options), subgroup_(subgroup) {}
@@ -26,11 +19,11 @@ class PostLocalSgdHook final : public CommHook {
     const Tensor& buffer = bucket.buffer();
     if (iteration_.load() < options_.start_local_sgd_iter) {
       if (bucket.is_last()) iteration_.fetch_add(1);
-      if (absl::Status s = Divide(buffer, comm.size()); !s.ok()) return Done(s);
+      if (absl::Status s = Divide(buffer, comm.size()); !s.ok()) return WorkPromise::Completed(s);
       return comm.AllReduce(buffer, ReduceOp::kSum);
     }
-    if (!options_.post_local_gradient_allreduce) return Done(absl::OkStatus());  // Local gradients as they are.
-    if (absl::Status s = Divide(buffer, subgroup_->size()); !s.ok()) return Done(s);
+    if (!options_.post_local_gradient_allreduce) return WorkPromise::Completed(absl::OkStatus());  // Local gradients as they are.
+    if (absl::Status s = Divide(buffer, subgroup_->size()); !s.ok()) return WorkPromise::Completed(s);
     return subgroup_->AllReduce(buffer, ReduceOp::kSum);
   }
 

@@ -19,33 +19,15 @@
 #include "ddp/distributed_data_parallel.h"
 #include "gtest/gtest.h"
 #include "nn/linear.h"
-#include "nn/safetensors.h"
+#include "nn/testing/golden_file.h"
 #include "nn/sgd.h"
 
 namespace lockstep {
 namespace {
 
-const std::map<std::string, Tensor>& Golden() {
-  static const auto* golden = [] {
-    auto* m = new std::map<std::string, Tensor>();
-    absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile("ddp/testdata/local_sgd_golden.safetensors");
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) {
-      for (auto& [k, t] : f->tensors) (*m)[k] = t;
-    }
-    return m;
-  }();
-  return *golden;
-}
+const GoldenFile& Golden() { return GoldenFile::Get("ddp/testdata/local_sgd_golden.safetensors"); }
 
-Tensor G(const std::string& key) {
-  auto it = Golden().find(key);
-  if (it == Golden().end()) {
-    ADD_FAILURE() << "golden tensor " << key << " missing";
-    return Tensor();
-  }
-  return it->second;
-}
+Tensor G(const std::string& key) { return Golden().at(key); }
 
 std::vector<float> Values(const Tensor& t) { return *t.ToVector<float>(); }
 

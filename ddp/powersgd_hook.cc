@@ -40,12 +40,7 @@ std::vector<uint32_t> PowerSgdSeedDraws(uint32_t seed, int count) {
 namespace {
 
 // A Work that has already failed with `status`.
-std::shared_ptr<Work> Failed(absl::Status status) {
-  WorkPromise promise;
-  std::shared_ptr<Work> work = promise.work();
-  promise.Complete(std::move(status));
-  return work;
-}
+std::shared_ptr<Work> Failed(absl::Status status) { return WorkPromise::Completed(std::move(status)); }
 
 // Normal values from `seed` (MT19937, Box-Muller in f64).
 void FillNormal(uint32_t seed, float* out, int64_t count) {

@@ -29,7 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/safetensors.h"
+#include "nn/testing/golden_file.h"
 #include "nn/sgd.h"
 #include "nn/testing/error_bound.h"
 
@@ -39,38 +39,11 @@ namespace {
 namespace eb = error_bound;
 using Vec = std::vector<eb::Bounded>;
 
-struct Golden {
-  std::map<std::string, Tensor> tensors;
-  std::map<std::string, std::string> metadata;
-  bool has(const std::string& k) const { return tensors.count(k) > 0; }
-  const Tensor& at(const std::string& k) const {
-    static const Tensor* missing = new Tensor();
-    auto it = tensors.find(k);
-    if (it == tensors.end()) {
-      ADD_FAILURE() << "golden tensor " << k << " missing";
-      return *missing;
-    }
-    return it->second;
-  }
-};
-
-const Golden& G() {
-  static const Golden* g = [] {
-    auto* out = new Golden();
-    absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile("ddp/testdata/powersgd_golden.safetensors");
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) {
-      for (auto& [k, t] : f->tensors) out->tensors[k] = t;
-      out->metadata = f->metadata;
-    }
-    return out;
-  }();
-  return *g;
-}
+const GoldenFile& G() { return GoldenFile::Get("ddp/testdata/powersgd_golden.safetensors"); }
 
 std::vector<Shape> Shapes() {
   std::vector<Shape> out;
-  for (const auto& s : nlohmann::json::parse(G().metadata.at("shapes"))) out.push_back(s.get<std::vector<int64_t>>());
+  for (const auto& s : nlohmann::json::parse(G().meta("shapes"))) out.push_back(s.get<std::vector<int64_t>>());
   return out;
 }
 
@@ -219,9 +192,9 @@ struct RankResult {
 };
 
 void RunCase(const std::string& c) {
-  const int64_t rank = std::stoll(G().metadata.at(c + ".rank"));
-  const int iterations = std::stoi(G().metadata.at("iterations"));
-  const int start = std::stoi(G().metadata.at("start"));
+  const int64_t rank = std::stoll(G().meta(c + ".rank"));
+  const int iterations = std::stoi(G().meta("iterations"));
+  const int start = std::stoi(G().meta("start"));
   for (int it = 0; it < iterations; ++it) {
     SCOPED_TRACE(absl::StrCat(c, " iteration ", it));
     RankResult got[2];
@@ -393,7 +366,7 @@ TEST(PowerSgdTest, BatchedCompressesTheWholeBucketAsOneSquareMatrix) {
 
 TEST(PowerSgdTest, SeedsAreNumpysRandomStateDraws) {
   const std::vector<uint32_t> draws = PowerSgdSeedDraws(0, 4);
-  EXPECT_EQ(draws[0], std::stoul(G().metadata.at("r1.seed_draw")));
+  EXPECT_EQ(draws[0], std::stoul(G().meta("r1.seed_draw")));
   EXPECT_EQ(draws, (std::vector<uint32_t>{209652396, 398764591, 924231285, 404868288}));
 }
 

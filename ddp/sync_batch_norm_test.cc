@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "gtest/gtest.h"
 #include "nn/batch_norm.h"
-#include "nn/safetensors.h"
+#include "nn/testing/golden_file.h"
 #include "nn/testing/batch_norm_reference.h"
 #include "nn/testing/error_bound.h"
 
@@ -31,27 +31,9 @@ namespace {
 namespace eb = error_bound;
 constexpr int kRanks = 3;
 
-const std::map<std::string, Tensor>& Golden() {
-  static const auto* golden = [] {
-    auto* m = new std::map<std::string, Tensor>();
-    absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile("ddp/testdata/sync_batch_norm_golden.safetensors");
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) {
-      for (auto& [k, t] : f->tensors) (*m)[k] = t;
-    }
-    return m;
-  }();
-  return *golden;
-}
+const GoldenFile& Golden() { return GoldenFile::Get("ddp/testdata/sync_batch_norm_golden.safetensors"); }
 
-Tensor G(const std::string& key) {
-  auto it = Golden().find(key);
-  if (it == Golden().end()) {
-    ADD_FAILURE() << "golden tensor " << key << " missing";
-    return Tensor();
-  }
-  return it->second;
-}
+Tensor G(const std::string& key) { return Golden().at(key); }
 
 // The ranks' tensors one after another along dim 0.
 Tensor Concat(const std::vector<Tensor>& parts) {

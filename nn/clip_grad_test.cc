@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "nn/safetensors.h"
+#include "nn/testing/golden_file.h"
 #include "nn/testing/error_bound.h"
 
 namespace lockstep {
@@ -31,23 +31,9 @@ namespace eb = error_bound;
 constexpr char kGolden[] = "nn/testdata/clip_grad_golden.safetensors";
 constexpr int kGrads = 3;
 
-const SafetensorsFile& Golden() {
-  static const SafetensorsFile* file = [] {
-    absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile(kGolden);
-    EXPECT_TRUE(f.ok()) << f.status();
-    return new SafetensorsFile(f.ok() ? *std::move(f) : SafetensorsFile{});
-  }();
-  return *file;
-}
+const GoldenFile& Golden() { return GoldenFile::Get(kGolden); }
 
-const Tensor& At(const std::string& key) {
-  static const Tensor* missing = new Tensor();
-  for (const auto& [name, tensor] : Golden().tensors) {
-    if (name == key) return tensor;
-  }
-  ADD_FAILURE() << "golden tensor " << key << " missing";
-  return *missing;
-}
+const Tensor& At(const std::string& key) { return Golden().at(key); }
 
 // Three parameters with the golden gradients, and one without a gradient.
 struct Params {
@@ -98,8 +84,8 @@ class ClipGradNormGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ClipGradNormGoldenTest, MatchesPyTorchWithinTheDerivedBound) {
   const std::string c = GetParam();
-  const double p = ParseOrder(Golden().metadata.at(c + ".norm_type"));
-  const double max_norm = std::stod(Golden().metadata.at(c + ".max_norm"));
+  const double p = ParseOrder(Golden().meta(c + ".norm_type"));
+  const double max_norm = std::stod(Golden().meta(c + ".max_norm"));
   // The reference: per-tensor norms, then the norm of the norms.
   std::vector<eb::Bounded> norms;
   for (int i = 0; i < kGrads; ++i) norms.push_back(Norm(Elements(At(absl::StrCat("grad.", i))), p));
@@ -149,7 +135,7 @@ TEST(ClipGradNormTest, TheCoefficientIsClampedToOneAndStillApplied) {
 
 TEST(ClipGradValueTest, MatchesPyTorchBitForBit) {
   Params params;
-  ASSERT_TRUE(ClipGradValue(params.all, std::stod(Golden().metadata.at("value.clip_value"))).ok());
+  ASSERT_TRUE(ClipGradValue(params.all, std::stod(Golden().meta("value.clip_value"))).ok());
   for (int i = 0; i < kGrads; ++i) {
     const Tensor& theirs = At(absl::StrCat("value.grad.", i));
     for (int64_t k = 0; k < theirs.numel(); ++k) {
@@ -168,7 +154,7 @@ TEST(ClipGradNormTest, ANonFiniteNormIsRefusedInPyTorchsWordsAndNothingChanges) 
   options.error_if_nonfinite = true;
   absl::StatusOr<double> total = ClipGradNorm(params.all, 1.0, options);
   ASSERT_FALSE(total.ok());
-  EXPECT_EQ(total.status().message(), Golden().metadata.at("nonfinite.message"));
+  EXPECT_EQ(total.status().message(), Golden().meta("nonfinite.message"));
   EXPECT_EQ(*params.p[1].grad.ToVector<float>(), before);
   EXPECT_TRUE(std::isinf(params.p[0].grad.data<float>()[0]));
   // Without the check the gradients are scaled by the non-finite norm, as
