@@ -121,6 +121,13 @@ void PowerSgdHook::set_state(size_t index, BucketState state) {
   buckets_[index] = std::make_shared<BucketState>(std::move(state));
 }
 
+std::shared_ptr<PowerSgdHook::BucketState> PowerSgdHook::StateFor(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<BucketState>& slot = buckets_[index];
+  if (slot == nullptr) slot = std::make_shared<BucketState>();
+  return slot;
+}
+
 void PowerSgdHook::MaybeIncreaseIteration(const GradBucket& bucket) {
   if (bucket.is_last()) iteration_.fetch_add(1);
 }
@@ -142,15 +149,9 @@ std::shared_ptr<Work> PowerSgdHook::Run(Communicator& comm, GradBucket& bucket) 
   }
   if (options_.batched) return RunBatched(comm, bucket);
   const size_t index = bucket.index();
-  std::shared_ptr<BucketState> state;
-  bool have_q = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<BucketState>& slot = buckets_[index];
-    if (slot == nullptr) slot = std::make_shared<BucketState>();
-    state = slot;
-    have_q = state->p.defined() && state->q.defined();
-  }
+  // Only this bucket's chain touches its state, so it is read unlocked.
+  const std::shared_ptr<BucketState> state = StateFor(index);
+  const bool have_q = state->p.defined() && state->q.defined();
   // 1. Error feedback.
   Tensor copy;
   if (options_.use_error_feedback) {
@@ -314,15 +315,8 @@ std::shared_ptr<Work> PowerSgdHook::RunBatched(Communicator& comm, GradBucket& b
   const int64_t r = std::min<int64_t>(options_.matrix_approximation_rank, std::max<int64_t>(side, 1));
   before_.fetch_add(total);
   after_.fetch_add(side * options_.matrix_approximation_rank * 2);
-  std::shared_ptr<BucketState> state;
-  bool have_q = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<BucketState>& slot = buckets_[index];
-    if (slot == nullptr) slot = std::make_shared<BucketState>();
-    state = slot;
-    have_q = state->p.defined() && state->q.defined() && state->q.numel() == side * r;
-  }
+  const std::shared_ptr<BucketState> state = StateFor(index);
+  const bool have_q = state->p.defined() && state->q.defined() && state->q.numel() == side * r;
   absl::StatusOr<Tensor> m_flat = Tensor::Zeros({padded}, DType::kF32);
   if (!m_flat.ok()) return Failed(m_flat.status());
   Tensor matrix_flat = *m_flat;

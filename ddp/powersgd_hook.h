@@ -129,6 +129,8 @@ class PowerSgdHook final : public CommHook {
   explicit PowerSgdHook(PowerSgdOptions options);
   void MaybeIncreaseIteration(const GradBucket& bucket);
   std::shared_ptr<Work> RunBatched(Communicator& comm, GradBucket& bucket);
+  // Bucket `index`'s state, made empty the first time.
+  std::shared_ptr<BucketState> StateFor(size_t index);
   uint32_t NextSeed();
 
   const PowerSgdOptions options_;
