@@ -252,7 +252,9 @@ TEST_F(GoldenTest, ThreeStepsOfEachOptimizer) {
         }
       }
       ASSERT_TRUE(model->LoadStateDict(values).ok());
-      if (k > 0) ASSERT_TRUE((*opt)->LoadStateTensors(state).ok()) << (*opt)->LoadStateTensors(state);
+      if (k > 0) {
+        ASSERT_TRUE((*opt)->LoadStateTensors(state).ok()) << (*opt)->LoadStateTensors(state);
+      }
       const Tensor& x = G("batch" + std::to_string(k) + ".x");
       const Tensor& y = G("batch" + std::to_string(k) + ".y");
       const eb::MlpReference ref = MlpReference(start, x, y);
@@ -363,7 +365,9 @@ TEST_F(GoldenTest, ConvNetInitForwardBackwardAndSgd) {
       }
     }
     ASSERT_TRUE(model->LoadStateDict(values).ok());
-    if (k == 1) ASSERT_TRUE(sgd->LoadStateTensors(state).ok());
+    if (k == 1) {
+      ASSERT_TRUE(sgd->LoadStateTensors(state).ok());
+    }
     const CnnReference ref = CnnForwardBackward(start, G("conv.x"), G("conv.y"));
     ASSERT_TRUE(sgd->ZeroGrad().ok());
     absl::StatusOr<Tensor> logits = model->Forward(G("conv.x"));

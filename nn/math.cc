@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -328,13 +329,71 @@ absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Te
     return nn_cuda::MaxPool(in.device().index(), g, s[0], in.data<float>(), out.data<float>(),
                             indices.data<int32_t>());
   }
-  const int64_t per_image = g.channels * g.out_h * g.out_w;
-  const float* x = in.data<float>();
-  float* y = out.data<float>();
-  int32_t* idx = indices.data<int32_t>();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    y[i] = window_elementwise::MaxPoolAt(g, x + (i / per_image) * g.channels * g.height * g.width,
-                                         i % per_image, &idx[i]);
+  // Plane by plane with the window clipped once per position (the CUDA
+  // kernel's MaxPoolAt per element spends most of its time on / and %);
+  // the same comparisons in the same order, so the same winners.
+  const int64_t planes = s[0] * g.channels, in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* x = in.data<float>() + p * in_plane;
+    float* y = out.data<float>() + p * out_plane;
+    int32_t* idx = indices.data<int32_t>() + p * out_plane;
+    if (g.pad_h == 0 && g.pad_w == 0) {
+      // Every window lies inside the plane: a row of windows at a time, one
+      // kernel offset after another in MaxPoolAt's order, with no bounds
+      // and no data-dependent branch in the inner loop.
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        float* best = y + oh * g.out_w;
+        int32_t* best_index = idx + oh * g.out_w;
+        const int64_t top = oh * g.stride_h * g.width;
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          best[ow] = x[top + ow * g.stride_w];
+          best_index[ow] = static_cast<int32_t>(top + ow * g.stride_w);
+        }
+        for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+          for (int64_t kj = ki == 0 ? 1 : 0; kj < g.kernel_w; ++kj) {
+            const int64_t offset = top + ki * g.width + kj;
+            for (int64_t ow = 0; ow < g.out_w; ++ow) {
+              const int32_t at = static_cast<int32_t>(offset + ow * g.stride_w);
+              const float v = x[at], b = best[ow];
+              // A mask, not a branch (GCC turns ?: back into jumps here).
+              const uint32_t take = 0u - static_cast<uint32_t>((v > b) | (v != v));
+              uint32_t vb, bb;
+              std::memcpy(&vb, &v, sizeof vb);
+              std::memcpy(&bb, &b, sizeof bb);
+              const uint32_t out = (vb & take) | (bb & ~take);
+              std::memcpy(&best[ow], &out, sizeof out);
+              best_index[ow] = static_cast<int32_t>((static_cast<uint32_t>(at) & take) |
+                                                    (static_cast<uint32_t>(best_index[ow]) & ~take));
+            }
+          }
+        }
+      }
+      continue;
+    }
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      const int64_t h0 = std::max<int64_t>(oh * g.stride_h - g.pad_h, 0);
+      const int64_t h1 = std::min<int64_t>(oh * g.stride_h - g.pad_h + g.kernel_h, g.height);
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        const int64_t w0 = std::max<int64_t>(ow * g.stride_w - g.pad_w, 0);
+        const int64_t w1 = std::min<int64_t>(ow * g.stride_w - g.pad_w + g.kernel_w, g.width);
+        // The window's first element starts (padding <= kernel / 2, so
+        // every window holds one), then MaxPoolAt's rule.
+        float best = x[h0 * g.width + w0];
+        int64_t best_index = h0 * g.width + w0;
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = ih == h0 ? w0 + 1 : w0; iw < w1; ++iw) {
+            // Selects, not a branch: on real activations the comparison
+            // is a coin flip, and mispredictions would be most of the time.
+            const float v = x[ih * g.width + iw];
+            const bool take = (v > best) | (v != v);
+            best = take ? v : best;
+            best_index = take ? ih * g.width + iw : best_index;
+          }
+        }
+        y[oh * g.out_w + ow] = best;
+        idx[oh * g.out_w + ow] = static_cast<int32_t>(best_index);
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -352,14 +411,24 @@ absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
     return nn_cuda::MaxPoolBackward(grad_in.device().index(), g, s[0], grad_out.data<float>(),
                                     indices.data<int32_t>(), grad_in.data<float>());
   }
-  const int64_t per_image = g.channels * g.height * g.width;
-  const int64_t per_out = g.channels * g.out_h * g.out_w;
-  const float* gy = grad_out.data<float>();
-  const int32_t* idx = indices.data<int32_t>();
-  float* gx = grad_in.data<float>();
-  for (int64_t i = 0; i < grad_in.numel(); ++i) {
-    const int64_t n = i / per_image;
-    gx[i] = window_elementwise::MaxPoolBackwardAt(g, gy + n * per_out, idx + n * per_out, i % per_image);
+  // Scattered, as PyTorch's CPU kernel: each window's gradient added to its
+  // winner, windows in increasing order. A pixel that wins several windows
+  // gets their sum in the order MaxPoolBackwardAt gathers it (from 0.0f, in
+  // increasing window order), so both give the same bits.
+  const int64_t planes = s[0] * g.channels, in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  std::fill_n(grad_in.data<float>(), grad_in.numel(), 0.0f);
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* gy = grad_out.data<float>() + p * out_plane;
+    const int32_t* idx = indices.data<int32_t>() + p * out_plane;
+    float* gx = grad_in.data<float>() + p * in_plane;
+    for (int64_t o = 0; o < out_plane; ++o) {
+      if (idx[o] < 0 || idx[o] >= in_plane) {
+        return absl::InvalidArgumentError(absl::StrCat("MaxPool2d backward: index ", idx[o], " of window ", o,
+                                                       " of plane ", p, " is outside the ", g.height, "x", g.width,
+                                                       " input (indices from another Forward?)"));
+      }
+      gx[idx[o]] += gy[o];
+    }
   }
   return absl::OkStatus();
 }

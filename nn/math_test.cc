@@ -1,12 +1,14 @@
 #include "nn/math.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/half.h"
 #include "core/kernels.h"
 #include "gtest/gtest.h"
+#include "nn/internal/window_elementwise.h"
 
 namespace lockstep {
 namespace {
@@ -218,6 +220,59 @@ TEST(WindowTest, BadWindowsAreErrors) {
   EXPECT_NE(s.message().find("at most half of the kernel"), absl::string_view::npos) << s;
   s = MaxPool2dForward(x, Window2d{2, 2, 2, 2, 0, 0}, y, idx);
   EXPECT_NE(s.message().find("`out` must be f32[1, 1, 2, 2]"), absl::string_view::npos) << s;
+}
+
+// The CPU loops (clipped windows, scattered backward) give the same bits as
+// the per-element formulation the CUDA kernels use, on inputs full of ties
+// and NaNs, with overlapping, padded and strided windows.
+TEST(WindowTest, MaxPoolCpuLoopsMatchThePerElementFormulation) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(0, 4);
+  for (const Window2d& w : {Window2d{2, 2, 2, 2, 0, 0}, Window2d{3, 3, 2, 2, 1, 1}, Window2d{3, 3, 1, 1, 1, 1},
+                            Window2d{2, 3, 1, 2, 1, 1}, Window2d{4, 4, 3, 3, 2, 2}}) {
+    const int64_t n = 2, c = 3, h = 9, wd = 7;
+    std::vector<float> xv(n * c * h * wd);
+    for (float& v : xv) v = small(rng) == 0 && small(rng) == 0 ? NAN : static_cast<float>(small(rng));
+    Tensor x = *Tensor::FromVector<float>(xv, {n, c, h, wd});
+    const Shape out_hw = *WindowOutputSize(h, wd, w);
+    window_elementwise::Geometry g{c, h, wd, w.kernel_h, w.kernel_w, w.stride_h, w.stride_w,
+                                   w.pad_h, w.pad_w, out_hw[0], out_hw[1]};
+    Tensor y = *Tensor::Empty({n, c, out_hw[0], out_hw[1]}, DType::kF32);
+    Tensor idx = *Tensor::Empty({n, c, out_hw[0], out_hw[1]}, DType::kI32);
+    ASSERT_TRUE(MaxPool2dForward(x, w, y, idx).ok());
+    const int64_t per_out = c * out_hw[0] * out_hw[1], per_in = c * h * wd;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      int32_t want_index = 0;
+      const float want = window_elementwise::MaxPoolAt(g, xv.data() + (i / per_out) * per_in, i % per_out,
+                                                       &want_index);
+      ASSERT_EQ(idx.data<int32_t>()[i], want_index) << "window " << i;
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(y.data<float>()[i]));
+      } else {
+        ASSERT_EQ(y.data<float>()[i], want);
+      }
+    }
+    const std::vector<float> gyv = Random(static_cast<size_t>(y.numel()), 5);
+    Tensor gy = *Tensor::FromVector<float>(gyv, y.shape());
+    Tensor gx = *Tensor::Empty(x.shape(), DType::kF32);
+    ASSERT_TRUE(MaxPool2dBackward(gy, idx, w, gx).ok());
+    for (int64_t i = 0; i < gx.numel(); ++i) {
+      const int64_t image = i / per_in;
+      const float want = window_elementwise::MaxPoolBackwardAt(g, gyv.data() + image * per_out,
+                                                               idx.data<int32_t>() + image * per_out, i % per_in);
+      ASSERT_EQ(std::memcmp(&gx.data<float>()[i], &want, sizeof want), 0)
+          << "pixel " << i << ": " << gx.data<float>()[i] << " vs " << want;
+    }
+  }
+}
+
+TEST(WindowTest, MaxPoolBackwardRejectsForeignIndices) {
+  Tensor gy = *Tensor::Zeros({1, 1, 2, 2}, DType::kF32);
+  Tensor idx = *Tensor::FromVector<int32_t>({0, 1, 99, 2}, {1, 1, 2, 2});
+  Tensor gx = *Tensor::Empty({1, 1, 4, 4}, DType::kF32);
+  absl::Status s = MaxPool2dBackward(gy, idx, Window2d{2, 2, 2, 2, 0, 0}, gx);
+  EXPECT_NE(s.message().find("index 99 of window 2 of plane 0 is outside the 4x4 input"),
+            absl::string_view::npos) << s;
 }
 
 }  // namespace
