@@ -14,10 +14,13 @@ It sets up, each only if the workspace does not define it already:
   * @local_cuda: the CUDA toolkit (CUDA_PATH, else /usr/local/cuda), or
     placeholders that make CUDA-only targets incompatible when it is absent;
   * @local_libtorch: libtorch's C++ API (LIBTORCH_PATH, else Debian's
-    libtorch-dev under /usr), likewise.
+    libtorch-dev under /usr), likewise;
+  * @local_dnnl: oneDNN (DNNL_PATH, else Debian's libdnnl-dev under /usr),
+    for nn's convolutions; without it they run as im2col + BLAS.
 """
 
 load("//bazel:cuda_configure.bzl", "cuda_configure")
+load("//bazel:dnnl_configure.bzl", "dnnl_configure")
 load("//bazel:libtorch_configure.bzl", "libtorch_configure")
 load("//bazel:shims.bzl", "rules_cc_shim", "rules_java_shim", "coverage_tools_shim")
 load("//bazel:system_libs.bzl", "system_libs")
@@ -36,3 +39,5 @@ def lockstep_deps():
         cuda_configure(name = "local_cuda")
     if "local_libtorch" not in existing:
         libtorch_configure(name = "local_libtorch")
+    if "local_dnnl" not in existing:
+        dnnl_configure(name = "local_dnnl")

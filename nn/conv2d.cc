@@ -37,8 +37,18 @@ absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(const Conv2dOptions& o, M
     LOCKSTEP_RETURN_IF_ERROR(UniformFill(conv->bias_.value, -b, b, gen));
     conv->RegisterParameter("bias", &conv->bias_);
   }
+  if (o.device.is_cpu()) conv->kernels_ = nn_internal::ConvKernels::Create();
   return conv;
 }
+
+nn_internal::ConvShape Conv2d::ShapeFor(const Tensor& input, const Shape& out_hw) const {
+  return nn_internal::ConvShape{input.shape()[0], options_.in_channels, input.shape()[2], input.shape()[3],
+                                options_.out_channels, options_.kernel_h, options_.kernel_w, options_.stride_h,
+                                options_.stride_w, options_.pad_h, options_.pad_w, out_hw[0], out_hw[1],
+                                options_.bias};
+}
+
+std::string Conv2d::CpuKernels() { return nn_internal::ConvKernels::Description(); }
 
 Window2d Conv2d::window() const {
   return Window2d{options_.kernel_h, options_.kernel_w, options_.stride_h,
@@ -77,6 +87,14 @@ absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
   const int64_t ckk = options_.in_channels * options_.kernel_h * options_.kernel_w;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty({n, options_.out_channels, out_hw[0], out_hw[1]},
                                                     DType::kF32, device));
+  if (kernels_ != nullptr && n > 0) {
+    // The whole batch in one oneDNN primitive.
+    LOCKSTEP_RETURN_IF_ERROR(kernels_->Forward(ShapeFor(input, out_hw), input.data<float>(),
+                                               weight_.value.data<float>(),
+                                               options_.bias ? bias_.value.data<float>() : nullptr, y.data<float>()));
+    saved_input_ = input;
+    return y;
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor columns, Tensor::Empty({ckk, positions}, DType::kF32, device));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor w2d, weight_.value.Reshape({options_.out_channels, ckk}));
   for (int64_t i = 0; i < n; ++i) {
@@ -118,6 +136,23 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
   const int64_t positions = out_hw[0] * out_hw[1];
   const int64_t ckk = options_.in_channels * options_.kernel_h * options_.kernel_w;
   const int64_t out = options_.out_channels;
+  if (kernels_ != nullptr && n > 0) {
+    const nn_internal::ConvShape shape = ShapeFor(x, out_hw);
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty(weight_.value.shape(), DType::kF32, device));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({out}, DType::kF32, device));
+    // Reverse registration order: bias, then weight, then the input.
+    if (weight_.requires_grad || (options_.bias && bias_.requires_grad)) {
+      LOCKSTEP_RETURN_IF_ERROR(kernels_->BackwardWeights(shape, x.data<float>(), grad_output.data<float>(),
+                                                         gw.data<float>(), options_.bias ? gb.data<float>() : nullptr));
+    }
+    if (options_.bias) LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
+    if (!input_grad) return Tensor();
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(x.shape(), DType::kF32, device));
+    LOCKSTEP_RETURN_IF_ERROR(
+        kernels_->BackwardData(shape, grad_output.data<float>(), weight_.value.data<float>(), gx.data<float>()));
+    return gx;
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor columns, Tensor::Empty({ckk, positions}, DType::kF32, device));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty({out, ckk}, DType::kF32, device));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({out, 1}, DType::kF32, device));

@@ -1,6 +1,9 @@
 // Conv2d: 2-D convolution over [batch, channels, height, width] f32 tensors
-// (torch.nn.Conv2d with groups = 1, dilation = 1), as im2col + GEMM per
-// image on CPU (OpenBLAS) or CUDA (cuBLAS).
+// (torch.nn.Conv2d with groups = 1, dilation = 1). On the CPU the whole
+// batch goes through oneDNN's direct convolution when lockstep is built with
+// oneDNN (@local_dnnl: Debian's libdnnl-dev, the one PyTorch links); else,
+// and on CUDA, im2col + GEMM per image (OpenBLAS, cuBLAS). CpuKernels() says
+// which, for start-up lines.
 //
 //   Conv2dOptions options;
 //   options.in_channels = 1;
@@ -12,17 +15,21 @@
 // "weight" [out, in, kh, kw] and "bias" [out] are initialized as PyTorch's
 // (kaiming_uniform_(a=sqrt(5)) and uniform(+-1/sqrt(fan_in)), fan_in = in *
 // kh * kw, in that order, from `gen`). Forward keeps the input; backward
-// recomputes the columns (memory over time), computes the weight and bias
-// gradients over the whole batch, fires the gradient-ready hook (bias,
-// then weight) and returns the input gradient.
+// computes the weight and bias gradients over the whole batch (the
+// fallback recomputes the columns: memory over time), fires the
+// gradient-ready hook (bias, then weight) and returns the input gradient.
+// With oneDNN, the primitives of each input shape are made once and kept,
+// and the backward reuses the forward's reordered input and weights.
 #ifndef LOCKSTEP_NN_CONV2D_H_
 #define LOCKSTEP_NN_CONV2D_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 #include "core/mt19937.h"
+#include "nn/internal/conv_kernels.h"
 #include "nn/math.h"
 #include "nn/module.h"
 
@@ -49,6 +56,9 @@ class Conv2d : public Module {
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
 
+  // "oneDNN 2.6.3 (avx512_core)", or the fallback and how to get oneDNN.
+  static std::string CpuKernels();
+
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
                                       const ParameterReadyFn& ready) override;
@@ -60,12 +70,14 @@ class Conv2d : public Module {
   // `count` ones on the module's device as `shape` (a row or a column; one
   // cached vector, reshaped without a copy).
   absl::StatusOr<Tensor> Ones(int64_t count, Shape shape);
+  nn_internal::ConvShape ShapeFor(const Tensor& input, const Shape& out_hw) const;
 
   Conv2dOptions options_;
   Parameter weight_;
   Parameter bias_;
   Tensor saved_input_;
   Tensor ones_;
+  std::unique_ptr<nn_internal::ConvKernels> kernels_;  // CPU, with oneDNN.
 };
 
 }  // namespace lockstep

@@ -18,6 +18,7 @@ packages=(
   libgmock-dev
   libbenchmark-dev
   libopenblas-dev
+  libdnnl-dev       # oneDNN 2.6 (the one PyTorch links): nn's CPU convolutions (optional: without it, im2col + BLAS)
   zlib1g-dev
   libssl-dev        # libcrypto: HMAC-SHA256 of the rank handshake
   nlohmann-json3-dev  # header-only JSON, for golden-data tests

@@ -1,0 +1,152 @@
+// Conv2d's CPU kernels (oneDNN's primitives and the im2col + BLAS fallback)
+// against nn/testing/error_bound's f64 reference, over a matrix of shapes:
+// strides, paddings, 1x1 and kernel-sized inputs, odd sizes, with and
+// without bias, and a batch size that changes between steps (an epoch's
+// last batch) so cached primitives are re-made and reused.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/mt19937.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nn/conv2d.h"
+#include "nn/init.h"
+#include "nn/testing/error_bound.h"
+
+namespace lockstep {
+namespace {
+
+namespace eb = error_bound;
+
+struct Case {
+  eb::ConvShape s;
+  bool bias;
+};
+
+std::string Name(const Case& c) {
+  return "n" + std::to_string(c.s.n) + " c" + std::to_string(c.s.c) + " " + std::to_string(c.s.h) + "x" +
+         std::to_string(c.s.w) + " o" + std::to_string(c.s.o) + " k" + std::to_string(c.s.k) + " s" +
+         std::to_string(c.s.stride) + " p" + std::to_string(c.s.pad) + (c.bias ? " bias" : " no bias");
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (const eb::ConvShape& s : std::vector<eb::ConvShape>{
+           {2, 3, 8, 8, 4, 3, 1, 1},     // the CNN's first layer, small
+           {3, 2, 7, 9, 5, 3, 2, 1},     // stride 2, odd, non-square input
+           {1, 1, 5, 5, 2, 5, 1, 2},     // kernel as large as the input
+           {2, 16, 14, 14, 8, 3, 1, 1},  // the CNN's second layer's shape
+           {2, 4, 6, 6, 3, 1, 1, 0},     // 1x1
+           {2, 3, 9, 7, 4, 2, 2, 0},     // even kernel, no padding
+           {5, 2, 4, 4, 3, 3, 3, 1},     // stride larger than padding
+       }) {
+    cases.push_back({s, true});
+    cases.push_back({s, false});
+  }
+  return cases;
+}
+
+absl::StatusOr<Tensor> Random(const Shape& shape, Mt19937& gen) {
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(shape, DType::kF32, Device::Cpu()));
+  LOCKSTEP_RETURN_IF_ERROR(UniformFill(t, -1.0, 1.0, gen));
+  return t;
+}
+
+// One forward and backward of `conv` on a random input and output
+// gradient, checked against the reference.
+void CheckStep(Conv2d& conv, const Case& c, Mt19937& gen) {
+  SCOPED_TRACE(Name(c));
+  const eb::ConvShape& s = c.s;
+  absl::StatusOr<Tensor> x = Random({s.n, s.c, s.h, s.w}, gen);
+  absl::StatusOr<Tensor> dy = Random({s.n, s.o, s.out_h(), s.out_w()}, gen);
+  ASSERT_TRUE(x.ok() && dy.ok());
+  conv.weight().grad = Tensor();
+  conv.bias().grad = Tensor();
+  absl::StatusOr<Tensor> y = conv.Forward(*x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), (Shape{s.n, s.o, s.out_h(), s.out_w()}));
+  absl::StatusOr<Tensor> dx = conv.Backward(*dy);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+
+  const eb::Matrix mx = eb::FromTensor(*x);
+  const eb::Matrix mw = eb::FromTensor(conv.weight().value);
+  eb::Matrix mb(1, s.o);
+  if (c.bias) mb = eb::FromTensor(conv.bias().value);  // else exact zeros
+  const eb::Matrix want_y = eb::ConvForward(s, mx, mw, mb);
+  const eb::LinearGrads want = eb::ConvBackward(s, mx, mw, eb::FromTensor(*dy), /*input_grad=*/true);
+  EXPECT_TRUE(eb::ExpectWithin(*y, want_y, "output").ok()) << eb::ExpectWithin(*y, want_y, "output");
+  EXPECT_TRUE(eb::ExpectWithin(*dx, want.dx, "input grad").ok()) << eb::ExpectWithin(*dx, want.dx, "input grad");
+  EXPECT_TRUE(eb::ExpectWithin(conv.weight().grad, want.dw, "weight grad").ok())
+      << eb::ExpectWithin(conv.weight().grad, want.dw, "weight grad");
+  if (c.bias) {
+    EXPECT_TRUE(eb::ExpectWithin(conv.bias().grad, want.db, "bias grad").ok())
+        << eb::ExpectWithin(conv.bias().grad, want.db, "bias grad");
+  } else {
+    EXPECT_FALSE(conv.bias().grad.defined());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Conv2d>> Make(const Case& c, Mt19937& gen) {
+  Conv2dOptions o;
+  o.in_channels = c.s.c;
+  o.out_channels = c.s.o;
+  o.kernel_h = o.kernel_w = c.s.k;
+  o.stride_h = o.stride_w = c.s.stride;
+  o.pad_h = o.pad_w = c.s.pad;
+  o.bias = c.bias;
+  return Conv2d::Create(o, gen);
+}
+
+void CheckAllCases() {
+  Mt19937 gen(7);
+  for (const Case& c : Cases()) {
+    absl::StatusOr<std::unique_ptr<Conv2d>> conv = Make(c, gen);
+    ASSERT_TRUE(conv.ok()) << conv.status();
+    CheckStep(**conv, c, gen);
+    // The same shape again: the cached primitives, on new values.
+    CheckStep(**conv, c, gen);
+  }
+}
+
+TEST(Conv2dTest, DefaultKernelsMatchTheReference) { CheckAllCases(); }
+
+TEST(Conv2dTest, FallbackKernelsMatchTheReference) {
+  ASSERT_EQ(setenv("LOCKSTEP_NO_DNNL", "1", 1), 0);
+#ifdef LOCKSTEP_EXPECT_DNNL
+  EXPECT_EQ(Conv2d::CpuKernels(), "im2col + BLAS per image (LOCKSTEP_NO_DNNL=1)");
+#else
+  EXPECT_THAT(Conv2d::CpuKernels(), ::testing::StartsWith("im2col + BLAS per image (lockstep was built without"));
+#endif
+  CheckAllCases();
+  ASSERT_EQ(unsetenv("LOCKSTEP_NO_DNNL"), 0);
+}
+
+TEST(Conv2dTest, BatchSizeChangesBetweenSteps) {
+  // 4, 4, 3 (an epoch's last batch), 4, 1, 4: more shapes than the cache
+  // keeps, so some are evicted and made again.
+  Mt19937 gen(11);
+  Case c{{4, 3, 10, 10, 6, 3, 1, 1}, true};
+  absl::StatusOr<std::unique_ptr<Conv2d>> conv = Make(c, gen);
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  for (int64_t n : {4, 4, 3, 4, 1, 2, 5, 6, 4}) {
+    c.s.n = n;
+    CheckStep(**conv, c, gen);
+  }
+}
+
+TEST(Conv2dTest, SaysWhichKernelsRun) {
+  const std::string kernels = Conv2d::CpuKernels();
+#ifdef LOCKSTEP_EXPECT_DNNL
+  // Built with @local_dnnl: oneDNN must be what runs, not a silent fallback.
+  EXPECT_EQ(kernels.rfind("oneDNN ", 0), 0u) << kernels;
+#else
+  EXPECT_NE(kernels.find("built without oneDNN"), std::string::npos) << kernels;
+#endif
+}
+
+}  // namespace
+}  // namespace lockstep
