@@ -209,12 +209,12 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   if (averager != nullptr) stepper->SetAverager(std::move(averager));
   if (rank == 0) {
     std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
-                "device %s, comm hook %s, %zu buckets, BLAS kernels %s\n",
+                "device %s, comm hook %s, %zu buckets, BLAS kernels %s%s\n",
                 kProgram, world_size, group.env.source.c_str(), config.model.c_str(),
                 static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
                 config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
                 device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size(),
-                BlasCoreName().c_str());
+                BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
     std::printf("%s: gradient backend %s\n", kProgram, grad_comm.capabilities().name.c_str());
     std::fflush(stdout);
   }

@@ -94,11 +94,11 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
   std::vector<std::string> names;
   for (Device d : devices) names.push_back(d.ToString());
   std::printf("%s: devices %s, model %s (%lld parameters), %s, optimizer %s, precision %s, "
-              "global batch %lld, BLAS kernels %s\n",
+              "global batch %lld, BLAS kernels %s%s\n",
               kProgram, absl::StrJoin(names, ",").c_str(), config.model.c_str(),
               static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
               config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
-              static_cast<long long>(config.batch_size), BlasCoreName().c_str());
+              static_cast<long long>(config.batch_size), BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
   std::fflush(stdout);
   DpStepper stepper(std::move(dp));
   TrainParts parts;

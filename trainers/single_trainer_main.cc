@@ -21,10 +21,10 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
   LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
-  std::printf("%s: model %s (%lld parameters), %s, optimizer %s, precision %s, device %s, BLAS kernels %s\n",
+  std::printf("%s: model %s (%lld parameters), %s, optimizer %s, precision %s, device %s, BLAS kernels %s%s\n",
               kProgram, config.model.c_str(), static_cast<long long>(model->NumParameterElements()),
               data.description.c_str(), config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
-              config.device.ToString().c_str(), BlasCoreName().c_str());
+              config.device.ToString().c_str(), BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
   LocalStepper stepper(*model);
   TrainParts parts;
   parts.stepper = &stepper;

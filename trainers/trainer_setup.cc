@@ -384,6 +384,11 @@ absl::Status FreezeParameters(const TrainerConfig& c, Module& model) {
   return absl::OkStatus();
 }
 
+std::string ConvolutionKernelsNote(const TrainerConfig& c) {
+  if (c.model != "cnn") return "";
+  return ", convolutions " + (c.device.is_cpu() ? Conv2d::CpuKernels() : std::string("im2col + cuBLAS"));
+}
+
 absl::Status CheckModelFlags(const TrainerConfig& c) {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model, MakeModel(c.model, c.seed, DType::kF32, Device::Cpu()));
   return FreezeParameters(c, *model);

@@ -106,6 +106,10 @@ absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint6
 // SetRequiresGrad); InvalidArgument naming the flag when a name matches
 // nothing (with the model's names) or when nothing would be left to train.
 absl::Status FreezeParameters(const TrainerConfig& config, Module& model);
+// ", convolutions oneDNN 2.6.3 (avx512_core)" for a model with convolutions
+// (what runs them on its device), else "": for the start-up lines.
+std::string ConvolutionKernelsNote(const TrainerConfig& config);
+
 // The same on a CPU copy of the model, before any rank starts
 // (StartTrainerOrExit calls it).
 absl::Status CheckModelFlags(const TrainerConfig& config);

@@ -1,10 +1,18 @@
-"""What torch_single_mlp.py and torch_ddp_mlp.py share: the reference MLP
-(as lockstep's MakeMlp 784-512-256-10), SGD, in-memory batches and one step."""
+"""What torch_single_mlp.py and torch_ddp_mlp.py share: the reference models
+(as lockstep's trainers' --model=mlp, MakeMlp 784-512-256-10, and --model=cnn,
+2 x Conv 3x3 pad 1-BatchNorm2d-ReLU-MaxPool2d(2) with 32 and 64 channels,
+Linear 3136-128-10), SGD, in-memory batches and one step."""
 import torch
 
 
-def make_model():
+def make_model(name="mlp"):
     torch.manual_seed(0)
+    if name == "cnn":
+        nn = torch.nn
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+    assert name == "mlp", name
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
                                torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 

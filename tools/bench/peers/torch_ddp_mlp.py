@@ -53,7 +53,7 @@ def run(rank, args, port, queue):
     if args.backend == "lockstep":
         import lockstep_torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend, rank=rank, world_size=RANKS)
-    model = DDP(make_model(), gradient_as_bucket_view=args.gradient_as_bucket_view)
+    model = DDP(make_model(args.model), gradient_as_bucket_view=args.gradient_as_bucket_view)
     step = make_step(model, PER_RANK_BATCH, 100 + rank)
 
     for i in range(args.warmup):
@@ -78,7 +78,7 @@ def run(rank, args, port, queue):
                    "step_ms_p10": round(ms[len(ms) // 10], 4),
                    "step_ms_p90": round(ms[(len(ms) * 9) // 10], 4),
                    "wall_samples_per_s": round(args.steps * global_batch / wall.item(), 1),
-                   "steps": args.steps, "warmup": args.warmup,
+                   "model": args.model, "steps": args.steps, "warmup": args.warmup,
                    "gradient_as_bucket_view": args.gradient_as_bucket_view,
                    "torch": torch.__version__})
     dist.barrier()
@@ -92,6 +92,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"],
+                        help="cnn: the trainers' --model=cnn (mlp_peer.make_model)")
     parser.add_argument("--backend", default="gloo", choices=["gloo", "lockstep"],
                         help="lockstep: lockstep's torch.distributed backend (lockstep_torch on PYTHONPATH)")
     parser.add_argument("--gradient_as_bucket_view", action="store_true",

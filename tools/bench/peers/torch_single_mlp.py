@@ -35,10 +35,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"],
+                        help="cnn: the trainers' --model=cnn (mlp_peer.make_model)")
     args = parser.parse_args()
     load_before = float(open("/proc/loadavg").read().split()[0])
     torch.set_num_threads(1)
-    model = make_model()
+    model = make_model(args.model)
     step = make_step(model, BATCH, 100)
 
     for i in range(args.warmup):
@@ -58,7 +60,7 @@ def main():
                       "step_ms_p10": round(ms[len(ms) // 10], 4),
                       "step_ms_p90": round(ms[(len(ms) * 9) // 10], 4),
                       "wall_samples_per_s": round(args.steps * BATCH / wall, 1),
-                      "steps": args.steps, "warmup": args.warmup,
+                      "model": args.model, "steps": args.steps, "warmup": args.warmup,
                       "torch": torch.__version__, "loadavg_1m_before": load_before}),
           flush=True)
 
