@@ -202,13 +202,35 @@ class CudaNcclComm final : public NcclComm {
     LOCKSTEP_RETURN_IF_ERROR(Use("ncclCommSplit"));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = non_blocking_ ? 0 : 1;
-    ncclComm_t child = nullptr;
+    // Without blocking, NCCL from 2.28 writes the new communicator only once
+    // the split has finished, from its own thread (earlier versions wrote it
+    // at once): the slot lives in this object, so a split given up at its
+    // deadline cannot leave NCCL writing into a returned stack frame.
+    split_child_ = nullptr;
     const ncclResult_t result =
-        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
-    // Without blocking, the new communicator (or, for no color, the parent)
-    // says when the split has finished.
-    LOCKSTEP_RETURN_IF_ERROR(AwaitReady(child != nullptr ? child : comm_, result, deadline, "ncclCommSplit"));
-    if (child == nullptr) return std::unique_ptr<NcclComm>();
+        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &split_child_, &config);
+    if (color < 0) {
+      LOCKSTEP_RETURN_IF_ERROR(AwaitReady(comm_, result, deadline, "ncclCommSplit"));
+      return std::unique_ptr<NcclComm>();
+    }
+    if (result != ncclSuccess && result != ncclInProgress) return FromNccl(result, "ncclCommSplit", comm_);
+    ncclComm_t child = nullptr;
+    while ((child = __atomic_load_n(&split_child_, __ATOMIC_ACQUIRE)) == nullptr) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
+        return FromNccl(state, "ncclCommSplit", comm_);
+      }
+      if (SteadyClock::now() >= deadline) {
+        ncclCommAbort(comm_);
+        return absl::DeadlineExceededError(
+            "ncclCommSplit did not complete by its deadline: a rank of the group did not call Split. Check that "
+            "every rank of the group reaches the same Split (or NewGroup); or raise "
+            "NcclCommunicatorOptions.init_timeout");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // The child's own state says when its set-up has finished.
+    LOCKSTEP_RETURN_IF_ERROR(AwaitReady(child, ncclInProgress, deadline, "ncclCommSplit"));
     return Wrap(child, device_, non_blocking_);
   }
 
@@ -310,6 +332,7 @@ class CudaNcclComm final : public NcclComm {
   std::atomic<bool> aborted_{false};
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  ncclComm_t split_child_ = nullptr;  // where ncclCommSplit writes (Split)
 };
 
 class CudaNcclRuntime final : public NcclRuntime {

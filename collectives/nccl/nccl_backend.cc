@@ -271,7 +271,7 @@ absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, R
     const int out = stage.Add(output, false, true);
     LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
     LOCKSTEP_RETURN_IF_ERROR(
-        comm_->AllReduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : op));
+        comm_->AllReduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
     if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
     return stage.CopyOut();
   });
@@ -291,7 +291,7 @@ absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, Redu
                const int out = rank_ == root ? stage.Add(output, false, true) : in;
                LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
                LOCKSTEP_RETURN_IF_ERROR(
-                   comm_->Reduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : op, root));
+                   comm_->Reduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
                if (divide && rank_ == root) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
                return stage.CopyOut();
              });
@@ -333,7 +333,7 @@ absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
                const int out = stage.Add(output, false, true);
                LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
                LOCKSTEP_RETURN_IF_ERROR(
-                   comm_->ReduceScatter(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : op));
+                   comm_->ReduceScatter(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
                if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
                return stage.CopyOut();
              });
@@ -433,7 +433,7 @@ absl::Status NcclBackend::ReduceScatterV(const Tensor& input, const Tensor& outp
                for (int root = 0; root < size_; ++root) {
                  LOCKSTEP_RETURN_IF_ERROR(comm_->Reduce(stage.Ptr(in) + at[root], root == rank_ ? stage.Ptr(out) : nullptr,
                                                         static_cast<size_t>(counts[root]), dtype,
-                                                        divide ? ReduceOp::kSum : op, root));
+                                                        divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
                }
                LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
                if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), static_cast<size_t>(counts[rank_]), dtype, size_));

@@ -112,6 +112,12 @@ class NcclBackend final : public Backend {
 
   // Whether AVG runs as ncclAvg for `dtype` (else sum, then division).
   bool UsesNcclAvg(DType dtype) const;
+  // The op handed to NCCL: in a world of one, AVG as SUM (both are the
+  // input itself). NCCL before 2.29.7 runs a one-rank ncclAvg through a
+  // kernel that leaves a tail of the output unwritten (NCCL issue 1950:
+  // seen on 2.28.3 for bf16 reduce-scatter of 2^20 + 3 elements); SUM is a
+  // copy there.
+  ReduceOp OneRankAvgAsSum(ReduceOp op) const { return size_ == 1 && op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 
  private:
   NcclBackend(std::unique_ptr<NcclComm> comm, int rank, int size, Device device, int nccl_version,

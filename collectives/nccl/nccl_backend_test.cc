@@ -57,15 +57,30 @@ TEST(NcclVersionTest, CodesAndStrings) {
 
 TEST(NcclBackendTest, AllReduceAvgUsesNcclAvgOnlyForFloatsFrom2_10) {
   auto state = std::make_shared<FakeNcclState>();
-  auto backend = MakeBackend(state);
+  auto backend = MakeBackend(state, /*rank=*/0, /*size=*/2);
   Tensor f = *Tensor::FromVector<float>({1, 2, 3, 4});
   Tensor i = *Tensor::FromVector<int32_t>({1, 2, 3, 4});
   ASSERT_TRUE(backend->AllReduce(f, f, ReduceOp::kAvg, Op(1)).ok());
   ASSERT_TRUE(backend->AllReduce(i, i, ReduceOp::kAvg, Op(2)).ok());
   EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "AllReduce AVG f32 4", "Record",  //
-                                          "WaitFor", "AllReduce SUM i32 4", "Divide i32 4 by 1", "Record"));
+                                          "WaitFor", "AllReduce SUM i32 4", "Divide i32 4 by 2", "Record"));
   EXPECT_TRUE(backend->UsesNcclAvg(DType::kBF16));
   EXPECT_FALSE(backend->UsesNcclAvg(DType::kI64));
+}
+
+// NCCL before 2.29.7 leaves a tail unwritten in one-rank ncclAvg (its
+// issue 1950, seen on an H200 with 2.28.3): a world of one sends SUM, which
+// is the same input-for-output identity.
+TEST(NcclBackendTest, AWorldOfOneSendsAvgAsSum) {
+  auto state = std::make_shared<FakeNcclState>();
+  auto backend = MakeBackend(state);
+  Tensor in = *Tensor::FromVector<float>({1, 2, 3});
+  Tensor out = *Tensor::Zeros({3}, DType::kF32);
+  ASSERT_TRUE(backend->AllReduce(in, out, ReduceOp::kAvg, Op(1)).ok());
+  ASSERT_TRUE(backend->Reduce(in, out, ReduceOp::kAvg, 0, Op(2)).ok());
+  ASSERT_TRUE(backend->ReduceScatter(in, out, ReduceOp::kAvg, Op(3)).ok());
+  for (const std::string& call : state->Calls()) EXPECT_THAT(call, ::testing::Not(HasSubstr("AVG"))) << call;
+  EXPECT_EQ(*out.ToVector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
 TEST(NcclBackendTest, AvgBeforeNccl2_10IsSumThenDivide) {
