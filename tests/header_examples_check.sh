@@ -86,6 +86,7 @@ CHECKED = {
     "core/thread_pool.h": "tests/header_examples/core_test.cc",
     "data/data_loader.h": "tests/header_examples/data_test.cc",
     "data/dataset.h": "tests/header_examples/data_test.cc",
+    "data/char_corpus.h": "tests/header_examples/data_test.cc",
     "data/distributed_sampler.h": "tests/header_examples/data_test.cc",
     "data/idx.h": "tests/header_examples/data_test.cc",
     "data/idx_dataset.h": "tests/header_examples/data_test.cc",

@@ -25,6 +25,7 @@ packages=(
   iproute2          # ip netns for multi-node tests
   time              # /usr/bin/time: the agent's peak RSS in tools/launch/launcher_test.sh
   dataset-fashion-mnist
+  fortunes          # ~2.5 MB of text: data:char_corpus, the character-level corpus
   slurm-wlm         # slurmctld, slurmd, srun: tests/slurm_test (a one-node cluster of its own)
   munge             # Slurm's authentication (munged)
   openmpi-bin       # mpirun: tests/mpirun_test, the OpenMPI peer benchmark

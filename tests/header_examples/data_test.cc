@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "data/char_corpus.h"
 #include "data/data_loader.h"
 #include "data/dataset.h"
 #include "data/distributed_sampler.h"
@@ -127,6 +128,26 @@ TEST(DataExamplesTest, DatasetGetFillsOneExample) {
   ASSERT_TRUE(dataset->Get(17, absl::MakeSpan(again), &y2).ok());
   EXPECT_EQ(x, again);
   EXPECT_FALSE(SmallDataset(10)->Get(17, absl::MakeSpan(again), &y2).ok());  // out of range
+}
+
+// data/char_corpus.h
+absl::StatusOr<std::string> CharCorpusExample() {
+  CharCorpusOptions options;            // the fortunes folder, context 128
+  LOCKSTEP_ASSIGN_OR_RETURN(CharCorpus corpus, CharCorpus::Load(options));
+  std::vector<int64_t> input(options.context), target(options.context);
+  LOCKSTEP_RETURN_IF_ERROR(corpus.GetWindow(CorpusSplit::kTrain, 0, absl::MakeSpan(input),
+                                            absl::MakeSpan(target)));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::string text, corpus.vocabulary().Decode(input));
+  return text;
+}
+
+TEST(DataExamplesTest, CharCorpusReadsTheFortunes) {
+  struct stat st {};
+  if (::stat(kDefaultFortunesDir, &st) != 0) GTEST_SKIP() << kDefaultFortunesDir << " missing (apt-get install fortunes)";
+  absl::StatusOr<std::string> text = CharCorpusExample();
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->size(), 128u);
+  EXPECT_EQ(text->rfind("7:30, Channel 5: The Bionic Dog", 0), 0u) << *text;  // the first fortune of "art"
 }
 
 // data/distributed_sampler.h
