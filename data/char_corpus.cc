@@ -222,4 +222,34 @@ absl::Status CharCorpus::GetWindow(CorpusSplit split, int64_t index, absl::Span<
   return absl::OkStatus();
 }
 
+namespace {
+
+class CharWindowExamples final : public ExampleDataset {
+ public:
+  CharWindowExamples(std::shared_ptr<const CharCorpus> corpus, CorpusSplit split)
+      : corpus_(std::move(corpus)), split_(split) {}
+  int64_t size() const override { return corpus_->num_windows(split_); }
+  std::vector<ExampleField> fields() const override {
+    return {{"input", DType::kI64, {corpus_->context()}}, {"target", DType::kI64, {corpus_->context()}}};
+  }
+  absl::Status Get(int64_t index, absl::Span<const absl::Span<char>> out) const override {
+    if (absl::Status s = CheckExampleArgs(*this, "CharWindows", index, out); !s.ok()) return s;
+    // The DataLoader's rows are i64-aligned (rows of i64 tensors).
+    auto ids = [&](int f) {
+      return absl::MakeSpan(reinterpret_cast<int64_t*>(out[f].data()), static_cast<size_t>(corpus_->context()));
+    };
+    return corpus_->GetWindow(split_, index, ids(0), ids(1));
+  }
+
+ private:
+  std::shared_ptr<const CharCorpus> corpus_;
+  CorpusSplit split_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ExampleDataset> CharWindows(std::shared_ptr<const CharCorpus> corpus, CorpusSplit split) {
+  return std::make_shared<CharWindowExamples>(std::move(corpus), split);
+}
+
 }  // namespace lockstep

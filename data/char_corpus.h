@@ -29,12 +29,15 @@
 // context, the remainder unused. A sampler picks the windows' order.
 //
 // Load reads everything into memory (~2.5 MB); GetWindow is const and safe
-// to call from several threads.
+// to call from several threads. CharWindows views one split's windows as
+// examples for the DataLoader (data/example_dataset.h): fields "input" and
+// "target", i64 [context] each.
 #ifndef LOCKSTEP_DATA_CHAR_CORPUS_H_
 #define LOCKSTEP_DATA_CHAR_CORPUS_H_
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "data/example_dataset.h"
 
 namespace lockstep {
 
@@ -103,6 +107,9 @@ class CharCorpus {
   std::array<int64_t, 2> fortunes_{};
   std::array<std::vector<uint8_t>, 2> tokens_;  // ids (a vocabulary has at most 256)
 };
+
+// The windows of `split` as an ExampleDataset (see above).
+std::shared_ptr<const ExampleDataset> CharWindows(std::shared_ptr<const CharCorpus> corpus, CorpusSplit split);
 
 }  // namespace lockstep
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "data/data_loader.h"
+#include "data/distributed_sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -75,6 +77,45 @@ TEST(CharCorpusTest, ReadsFortuneFilesInNameOrderAndSplitsEveryKthFortune) {
   // The vocabulary: every byte of both splits, in increasing order.
   EXPECT_EQ(corpus->vocabulary(), CharVocabulary::FromText(train + test));
   EXPECT_EQ(corpus->vocabulary().size(), 15);  // \n % e f h i l n o r s t u v w
+}
+
+// The windows through a DataLoader with a DistributedSampler: each batch
+// row is the window GetWindow gives for its index.
+TEST(CharCorpusTest, CharWindowsFeedTheDataLoader) {
+  CharCorpusOptions options;
+  options.dir = SmallCorpus();
+  options.context = 2;
+  options.test_every = 2;
+  absl::StatusOr<CharCorpus> loaded = CharCorpus::Load(options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto corpus = std::make_shared<const CharCorpus>(*std::move(loaded));
+  std::shared_ptr<const ExampleDataset> windows = CharWindows(corpus, CorpusSplit::kTrain);
+  ASSERT_EQ(windows->size(), corpus->num_windows(CorpusSplit::kTrain));
+  DistributedSamplerOptions so;
+  so.num_replicas = 2;
+  so.rank = 1;
+  auto sampler = std::make_shared<DistributedSampler>(*DistributedSampler::Create(windows->size(), so));
+  DataLoaderOptions lo;
+  lo.batch_size = 3;
+  lo.num_workers = 2;
+  auto loader = *DataLoader::Create(windows, sampler, lo);
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  int64_t rows = 0;
+  while (true) {
+    absl::StatusOr<std::optional<Batch>> batch = loader->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    const Batch& b = **batch;
+    ASSERT_EQ(b.fields.size(), 2u);
+    for (size_t r = 0; r < b.indices.size(); ++r, ++rows) {
+      std::vector<int64_t> in(2), out(2);
+      ASSERT_TRUE(corpus->GetWindow(CorpusSplit::kTrain, b.indices[r], absl::MakeSpan(in), absl::MakeSpan(out)).ok());
+      EXPECT_EQ(b.fields[0].data<int64_t>()[2 * r], in[0]);
+      EXPECT_EQ(b.fields[0].data<int64_t>()[2 * r + 1], in[1]);
+      EXPECT_EQ(b.fields[1].data<int64_t>()[2 * r + 1], out[1]);
+    }
+  }
+  EXPECT_EQ(rows, sampler->size());
 }
 
 TEST(CharCorpusTest, VocabularyRoundTripsAndRefusesMalformedJson) {

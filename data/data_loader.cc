@@ -9,12 +9,38 @@
 
 namespace lockstep {
 
+namespace {
+
+absl::Status CheckOptions(const DataLoaderOptions& options);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
     const DataLoaderOptions& options) {
   if (dataset == nullptr || sampler == nullptr) {
     return absl::InvalidArgumentError("DataLoader: dataset and sampler are required");
   }
+  LOCKSTEP_RETURN_IF_ERROR(CheckOptions(options));
+  return std::unique_ptr<DataLoader>(
+      new DataLoader(AsExamples(std::move(dataset)), std::move(sampler), options, nullptr, true));
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const ExampleDataset> dataset,
+                                                               std::shared_ptr<Sampler> sampler,
+                                                               const DataLoaderOptions& options,
+                                                               CollateFn collate) {
+  if (dataset == nullptr || sampler == nullptr) {
+    return absl::InvalidArgumentError("DataLoader: dataset and sampler are required");
+  }
+  LOCKSTEP_RETURN_IF_ERROR(CheckOptions(options));
+  return std::unique_ptr<DataLoader>(
+      new DataLoader(std::move(dataset), std::move(sampler), options, std::move(collate), false));
+}
+
+namespace {
+
+absl::Status CheckOptions(const DataLoaderOptions& options) {
   if (options.batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("DataLoader: batch_size = ", options.batch_size, "; it must be at least 1"));
@@ -30,8 +56,10 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "DataLoader: prefetch_factor = ", options.prefetch_factor, "; it must be at least 1"));
   }
-  return std::unique_ptr<DataLoader>(new DataLoader(std::move(dataset), std::move(sampler), options));
+  return absl::OkStatus();
 }
+
+}  // namespace
 
 DataLoader::~DataLoader() { StopWorkers(); }
 
@@ -85,25 +113,21 @@ absl::Status DataLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
 absl::StatusOr<Batch> DataLoader::MakeBatch(int64_t batch_index) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order_.size()));
-  const int64_t b = end - begin;
-  std::vector<int64_t> shape = dataset_->example_shape();
-  const int64_t numel = dataset_->example_numel();
-  shape.insert(shape.begin(), b);
   Batch batch;
   batch.index = batch_index;
   batch.indices.assign(order_.begin() + begin, order_.begin() + end);
-  LOCKSTEP_ASSIGN_OR_RETURN(batch.features,
-                            Tensor::Empty(shape, DType::kF32, Device::Cpu(), options_.pin_memory));
-  LOCKSTEP_ASSIGN_OR_RETURN(batch.labels, Tensor::Empty({b}, DType::kI64));
-  float* features = batch.features.data<float>();
-  int64_t* labels = batch.labels.data<int64_t>();
-  for (int64_t i = 0; i < b; ++i) {
-    const absl::Status s = dataset_->Get(batch.indices[i], absl::MakeSpan(features + i * numel, numel),
-                                         labels + i);
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("DataLoader: batch ", batch_index, ", example ",
-                                                 batch.indices[i], ": ", s.message()));
-    }
+  absl::StatusOr<std::vector<Tensor>> fields =
+      collate_ ? collate_(*dataset_, batch.indices, options_.pin_memory)
+               : StackExamples(*dataset_, batch.indices, options_.pin_memory);
+  if (!fields.ok()) {
+    return absl::Status(fields.status().code(), absl::StrCat("DataLoader: batch ", batch_index, ", ",
+                                                             collate_ ? "collate: " : "",
+                                                             fields.status().message()));
+  }
+  batch.fields = *std::move(fields);
+  if (classification_) {
+    batch.features = batch.fields[0];
+    batch.labels = batch.fields[1];
   }
   return batch;
 }

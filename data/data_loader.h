@@ -21,7 +21,13 @@
 //   * At most num_workers * prefetch_factor batches are in flight (made but
 //     not yet returned): memory stays bounded however slow the consumer is.
 //   * features: f32 [B, example_shape...]; labels: i64 [B]. With pin_memory
-//     the features live in page-locked memory when a GPU is visible.
+//     the batch lives in page-locked memory when a GPU is visible.
+//   * Over an ExampleDataset (data/example_dataset.h: examples of several
+//     tensors of any dtype), batch.fields holds one tensor per field, made
+//     by the CollateFn given (default StackExamples: [B, shape...] each);
+//     features and labels are then empty. Over a Dataset, fields holds
+//     features and labels. The index order, workers and resume are the same
+//     for both.
 //   * An error inside a worker is returned by the Next() that would have
 //     returned that batch, naming the batch and the cause; the epoch then
 //     ends (StartEpoch begins a new one).
@@ -47,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "data/example_dataset.h"
 #include "data/sampler.h"
 
 namespace lockstep {
@@ -67,8 +74,9 @@ struct DataLoaderOptions {
 struct Batch {
   int64_t index = 0;             // Position of the batch in the epoch.
   std::vector<int64_t> indices;  // Dataset indices, in order.
-  Tensor features;               // f32 [B, example_shape...]
-  Tensor labels;                 // i64 [B]
+  Tensor features;               // f32 [B, example_shape...] (a Dataset's)
+  Tensor labels;                 // i64 [B] (a Dataset's)
+  std::vector<Tensor> fields;    // what the collate step made (a Dataset's: features, labels)
 };
 
 class DataLoader {
@@ -76,6 +84,11 @@ class DataLoader {
   static absl::StatusOr<std::unique_ptr<DataLoader>> Create(std::shared_ptr<const Dataset> dataset,
                                                             std::shared_ptr<Sampler> sampler,
                                                             const DataLoaderOptions& options);
+  // Over examples of any fields; `collate` null: StackExamples.
+  static absl::StatusOr<std::unique_ptr<DataLoader>> Create(std::shared_ptr<const ExampleDataset> dataset,
+                                                            std::shared_ptr<Sampler> sampler,
+                                                            const DataLoaderOptions& options,
+                                                            CollateFn collate = nullptr);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -91,17 +104,20 @@ class DataLoader {
   absl::StatusOr<std::optional<Batch>> Next();
 
  private:
-  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
-             const DataLoaderOptions& options)
-      : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {}
+  DataLoader(std::shared_ptr<const ExampleDataset> dataset, std::shared_ptr<Sampler> sampler,
+             const DataLoaderOptions& options, CollateFn collate, bool classification)
+      : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options),
+        collate_(std::move(collate)), classification_(classification) {}
 
   absl::StatusOr<Batch> MakeBatch(int64_t batch_index) const;
   void WorkerLoop();
   void StopWorkers();
 
-  const std::shared_ptr<const Dataset> dataset_;
+  const std::shared_ptr<const ExampleDataset> dataset_;
   const std::shared_ptr<Sampler> sampler_;
   const DataLoaderOptions options_;
+  const CollateFn collate_;   // null: StackExamples
+  const bool classification_;  // made from a Dataset: fill features and labels
 
   // The current epoch; written only while no worker runs.
   std::vector<int64_t> order_;

@@ -294,7 +294,7 @@ TEST(DataLoaderTest, BadUseIsAnError) {
   EXPECT_FALSE(DataLoader::Create(data, sampler, DataLoaderOptions{0, false, 0, 2, false}).ok());
   EXPECT_FALSE(DataLoader::Create(data, sampler, DataLoaderOptions{1, false, -1, 2, false}).ok());
   EXPECT_FALSE(DataLoader::Create(data, sampler, DataLoaderOptions{1, false, 2, 0, false}).ok());
-  EXPECT_FALSE(DataLoader::Create(nullptr, sampler, DataLoaderOptions{}).ok());
+  EXPECT_FALSE(DataLoader::Create(std::shared_ptr<const Dataset>(), sampler, DataLoaderOptions{}).ok());
   auto loader = *DataLoader::Create(data, sampler, DataLoaderOptions{});
   EXPECT_EQ(loader->Next().status().code(), absl::StatusCode::kFailedPrecondition);
   // A sampler for a larger dataset.

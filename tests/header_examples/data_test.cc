@@ -23,6 +23,7 @@
 #include "data/data_loader.h"
 #include "data/dataset.h"
 #include "data/distributed_sampler.h"
+#include "data/example_dataset.h"
 #include "data/idx.h"
 #include "data/idx_dataset.h"
 #include "data/normalize.h"
@@ -128,6 +129,28 @@ TEST(DataExamplesTest, DatasetGetFillsOneExample) {
   ASSERT_TRUE(dataset->Get(17, absl::MakeSpan(again), &y2).ok());
   EXPECT_EQ(x, again);
   EXPECT_FALSE(SmallDataset(10)->Get(17, absl::MakeSpan(again), &y2).ok());  // out of range
+}
+
+// data/example_dataset.h
+absl::StatusOr<int64_t> ExampleDatasetExample(std::shared_ptr<const Dataset> dataset,
+                                              std::shared_ptr<Sampler> sampler, const DataLoaderOptions& options) {
+  std::shared_ptr<const ExampleDataset> examples = AsExamples(dataset);  // features, label
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Tensor> batch, StackExamples(*examples, {4, 0, 7}, false));
+  // batch[0]: f32 [3, example_shape...], batch[1]: i64 [3]
+  LOCKSTEP_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(examples, sampler, options));
+  EXPECT_EQ(batch[0].shape(), (std::vector<int64_t>{3, 1, 4, 4}));
+  EXPECT_EQ(batch[1].shape(), (std::vector<int64_t>{3}));
+  return loader->num_batches();
+}
+
+TEST(DataExamplesTest, ExampleDatasetStacksFields) {
+  std::shared_ptr<SyntheticDataset> dataset = SmallDataset(10);
+  DataLoaderOptions options;
+  options.batch_size = 4;
+  absl::StatusOr<int64_t> batches =
+      ExampleDatasetExample(dataset, std::make_shared<SequentialSampler>(10), options);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(*batches, 3);
 }
 
 // data/char_corpus.h
