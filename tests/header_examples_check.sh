@@ -105,6 +105,8 @@ CHECKED = {
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
     "interop/torch/tensor_bridge.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/models/char_transformer.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/models/resnet18.h": "tests/header_examples/interop_test.cc",
     "interop/torch/process_group_lockstep.h": ("tests/header_examples/interop_test.cc", 2),  # 1: Python
     "interop/torch/torch_store.h": "tests/header_examples/interop_test.cc",
     "interop/torch/torch_work.h": "tests/header_examples/interop_test.cc",

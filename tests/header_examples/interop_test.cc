@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +19,8 @@
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "interop/torch/distributed_data_parallel.h"
+#include "interop/torch/models/char_transformer.h"
+#include "interop/torch/models/resnet18.h"
 #include "interop/torch/process_group_lockstep.h"
 #include "interop/torch/tensor_bridge.h"
 #include "interop/torch/torch_store.h"
@@ -25,6 +28,31 @@
 
 namespace lockstep {
 namespace {
+
+// interop/torch/models/resnet18.h
+TEST(InteropExamplesTest, ResNet18ClassifiesFashionMnistShapes) {
+  using interop::ResNet18;
+  using interop::ResNet18Options;
+  ResNet18Options options;                      // 1 channel, 10 classes
+  ResNet18 model(options);
+  torch::Tensor logits = model->forward(torch::zeros({8, 1, 28, 28}));  // [8, 10]
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{8, 10}));
+}
+
+// interop/torch/models/char_transformer.h
+TEST(InteropExamplesTest, CharTransformerPredictsEveryPosition) {
+  using interop::CharTransformer;
+  using interop::CharTransformerLoss;
+  using interop::CharTransformerOptions;
+  CharTransformerOptions options;
+  options.vocab_size = 114;             // a CharCorpus's vocabulary().size()
+  CharTransformer model(options);
+  torch::Tensor logits = model->forward(torch::zeros({4, 128}, torch::kLong));  // [4, 128, vocab]
+  torch::Tensor loss = CharTransformerLoss(logits, torch::zeros({4, 128}, torch::kLong));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{4, 128, 114}));
+  // Untrained, near-uniform: about log(114).
+  EXPECT_NEAR(loss.item<double>(), std::log(114.0), 1.0);
+}
 
 // interop/torch/tensor_bridge.h
 absl::Status TensorBridgeExample() {
