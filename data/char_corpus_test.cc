@@ -51,12 +51,17 @@ std::string Window(const CharCorpus& corpus, CorpusSplit split, int64_t i, bool 
   return *corpus.vocabulary().Decode(target ? out : in);
 }
 
-TEST(CharCorpusTest, ReadsFortuneFilesInNameOrderAndSplitsEveryKthFortune) {
+// SmallCorpus with every second fortune a test one.
+absl::StatusOr<CharCorpus> LoadSmall(int64_t context) {
   CharCorpusOptions options;
   options.dir = SmallCorpus();
-  options.context = 4;
+  options.context = context;
   options.test_every = 2;
-  absl::StatusOr<CharCorpus> corpus = CharCorpus::Load(options);
+  return CharCorpus::Load(options);
+}
+
+TEST(CharCorpusTest, ReadsFortuneFilesInNameOrderAndSplitsEveryKthFortune) {
+  absl::StatusOr<CharCorpus> corpus = LoadSmall(4);
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   // Fortunes in order: one (train), two lines (test), three (train), four
   // (test), five (train); the empty one between "%" lines is none.
@@ -82,11 +87,7 @@ TEST(CharCorpusTest, ReadsFortuneFilesInNameOrderAndSplitsEveryKthFortune) {
 // The windows through a DataLoader with a DistributedSampler: each batch
 // row is the window GetWindow gives for its index.
 TEST(CharCorpusTest, CharWindowsFeedTheDataLoader) {
-  CharCorpusOptions options;
-  options.dir = SmallCorpus();
-  options.context = 2;
-  options.test_every = 2;
-  absl::StatusOr<CharCorpus> loaded = CharCorpus::Load(options);
+  absl::StatusOr<CharCorpus> loaded = LoadSmall(2);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto corpus = std::make_shared<const CharCorpus>(*std::move(loaded));
   std::shared_ptr<const ExampleDataset> windows = CharWindows(corpus, CorpusSplit::kTrain);
