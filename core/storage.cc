@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_caching_allocator.h"
 #include "core/cuda_runtime.h"
-#include "core/internal/host_block_cache.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -44,16 +43,10 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
   // copies) go 512x less often. In THP's "madvise" mode only advised
   // memory gets them; "never" simply ignores the advice.
   const bool huge = rounded >= kHugePageThreshold && std::getenv("LOCKSTEP_NO_HUGE_PAGES") == nullptr;
-  size_t block_bytes = 0;
   if (huge) {
-    block_bytes = (rounded + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    // A block of this size freed earlier (its pages already faulted in), or
-    // a new one.
-    data = core_internal::HostBlockCache::Default().Take(block_bytes);
-    if (data == nullptr) {
-      data = std::aligned_alloc(kHugePageBytes, block_bytes);
-      if (data != nullptr) (void)::madvise(data, block_bytes, MADV_HUGEPAGE);
-    }
+    const size_t huge_rounded = (rounded + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    data = std::aligned_alloc(kHugePageBytes, huge_rounded);
+    if (data != nullptr) (void)::madvise(data, huge_rounded, MADV_HUGEPAGE);
   } else {
     data = std::aligned_alloc(kHostAlignment, rounded);
   }
@@ -62,9 +55,7 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
         "Storage::Allocate: could not allocate ", nbytes, " bytes of host memory on ",
         device.ToString(), "; reduce the batch or bucket size"));
   }
-  std::shared_ptr<Storage> storage(new Storage(data, nbytes, device, false));
-  storage->block_bytes_ = block_bytes;
-  return storage;
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> Storage::Wrap(void* data, size_t nbytes, Device device,
@@ -87,8 +78,6 @@ Storage::~Storage() {
     DefaultCudaAllocator().Free(data_).IgnoreError();
   } else if (pinned_) {
     DefaultPinnedHostAllocator().Free(data_).IgnoreError();
-  } else if (block_bytes_ != 0) {
-    core_internal::HostBlockCache::Default().Give(data_, block_bytes_);
   } else {
     std::free(data_);
   }

@@ -7,11 +7,7 @@
 // (MADV_HUGEPAGE; the kernel's THP mode decides), because copies through
 // large buffers (collectives, process_vm_readv between ranks) ran 15-30 %
 // faster on them (docs/PERFORMANCE.md); LOCKSTEP_NO_HUGE_PAGES=1 turns the
-// advice off. Those large blocks, when freed, are kept for the next
-// allocation of the same size (core/internal/host_block_cache.h: at most
-// LOCKSTEP_HOST_CACHE_BYTES, default 512 MiB; 0 turns it off), so the
-// activations a training step allocates again each step cost no page
-// faults. With
+// advice off. With
 // `pinned = true` and a CUDA device visible, host memory is page-locked
 // (cudaHostAlloc) so copies to the GPU run at full speed and asynchronously;
 // otherwise it silently falls back to ordinary memory and `pinned()` says so.
@@ -88,7 +84,6 @@ class Storage {
   Device device_;
   bool pinned_;
   std::shared_ptr<const void> keep_alive_;  // Wrap: the memory's owner.
-  size_t block_bytes_ = 0;  // a huge-page block: goes back to the host block cache
 };
 
 }  // namespace lockstep
