@@ -31,6 +31,7 @@ constexpr char kWorldSizeKey[] = "trainer.world_size";
 constexpr char kLossSumKey[] = "trainer.epoch_loss_sum";
 constexpr char kCorrectKey[] = "trainer.epoch_correct";
 constexpr char kSeenKey[] = "trainer.epoch_seen";
+constexpr char kExamplesKey[] = "trainer.epoch_examples";  // Absent before sequence models: = seen.
 constexpr char kScalerPrefix[] = "scaler.";
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -73,6 +74,19 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   }
   LOCKSTEP_ASSIGN_OR_RETURN(at.carried.correct, ParseInt(md, kCorrectKey, path));
   LOCKSTEP_ASSIGN_OR_RETURN(at.carried.count, ParseInt(md, kSeenKey, path));
+  at.carried.examples = at.carried.count;
+  if (md.count(kExamplesKey) > 0) {
+    LOCKSTEP_ASSIGN_OR_RETURN(at.carried.examples, ParseInt(md, kExamplesKey, path));
+  }
+  for (const auto& [key, value] : o.checkpoint_metadata) {
+    auto it = md.find(key);
+    if (it == md.end() || it->second != value) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": its '", key, "' ", it == md.end() ? "is missing" : absl::StrCat("is ", it->second),
+          " but this run's is ", value, ". Resume with the settings it was written with, or use another "
+          "--checkpoint_dir"));
+    }
+  }
   auto loss = md.find(kLossSumKey);
   if (loss == md.end() || !absl::SimpleAtod(loss->second, &at.carried.loss_sum)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": metadata '", kLossSumKey, "' is bad"));
@@ -173,6 +187,14 @@ absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at
   metadata[kLossSumKey] = absl::StrFormat("%.17g", at.carried.loss_sum);
   metadata[kCorrectKey] = absl::StrCat(at.carried.correct);
   metadata[kSeenKey] = absl::StrCat(at.carried.count);
+  metadata[kExamplesKey] = absl::StrCat(at.carried.examples);
+  for (const auto& [key, value] : o.checkpoint_metadata) {
+    if (metadata.count(key) > 0 || absl::StartsWith(key, "trainer.") || absl::StartsWith(key, kScalerPrefix)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint_metadata key '", key,
+                                                     "' is one of the training loop's own; choose another name"));
+    }
+    metadata[key] = value;
+  }
   LOCKSTEP_RETURN_IF_ERROR(
       SaveCheckpoint(CheckpointPath(o.checkpoint_dir, at.step), model, &optimizer, progress, metadata));
   // Older files only after the new one is durable: a crash leaves one.

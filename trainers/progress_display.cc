@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 
@@ -41,12 +42,13 @@ void ProgressDisplay::Line(const std::string& line) {
   std::fflush(stream_);
 }
 
-std::string EpochLine(const EpochMetrics& m, int64_t epochs, bool has_test) {
-  std::string line = absl::StrFormat("epoch %d/%d  train loss %.4f acc %.2f%%", m.epoch + 1, epochs, m.train.loss(),
-                                     100 * m.train.accuracy());
+std::string EpochLine(const EpochMetrics& m, int64_t epochs, bool has_test, bool perplexity) {
+  auto ppl = [perplexity](double loss) { return perplexity ? absl::StrFormat(" ppl %.2f", std::exp(loss)) : ""; };
+  std::string line = absl::StrFormat("epoch %d/%d  train loss %.4f%s acc %.2f%%", m.epoch + 1, epochs, m.train.loss(),
+                                     ppl(m.train.loss()), 100 * m.train.accuracy());
   if (has_test) {
-    absl::StrAppendFormat(&line, "  test loss %.4f acc %.2f%% (%d examples)", m.test.loss(), 100 * m.test.accuracy(),
-                          m.test.count);
+    absl::StrAppendFormat(&line, "  test loss %.4f%s acc %.2f%% (%d examples)", m.test.loss(), ppl(m.test.loss()),
+                          100 * m.test.accuracy(), m.test.examples);
   }
   absl::StrAppendFormat(&line, "  %.0f samples/s  %.2f s  step %d", m.samples_per_second, m.seconds, m.step);
   return line;

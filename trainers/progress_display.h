@@ -34,7 +34,8 @@ class ProgressDisplay {
 };
 
 // "epoch 2/3  train loss 0.3123 acc 91.20%  test loss ... samples/s ... step 1876".
-std::string EpochLine(const EpochMetrics& m, int64_t epochs, bool has_test);
+// With perplexity, "ppl 12.3" follows each loss.
+std::string EpochLine(const EpochMetrics& m, int64_t epochs, bool has_test, bool perplexity = false);
 
 }  // namespace train_loop_internal
 }  // namespace lockstep

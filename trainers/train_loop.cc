@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 EvalCounts Add(const EvalCounts& a, const EvalCounts& b) {
-  return {a.loss_sum + b.loss_sum, a.correct + b.correct, a.count + b.count};
+  return {a.loss_sum + b.loss_sum, a.correct + b.correct, a.count + b.count, a.examples + b.examples};
 }
 
 // JSON numbers must be finite.
@@ -44,10 +44,18 @@ std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has
       "{\"event\":\"epoch\",\"epoch\":%d,\"epochs\":%d,\"step\":%d,\"world_size\":%d,"
       "\"batch_size\":%d,\"loss\":%s,\"accuracy\":%s,\"train_examples\":%d",
       m.epoch, o.epochs, m.step, o.world_size, o.batch_size, Num(m.train.loss()),
-      Num(m.train.accuracy()), m.train.count);
+      Num(m.train.accuracy()), m.train.examples);
+  if (o.report_perplexity) {
+    absl::StrAppendFormat(&s, ",\"perplexity\":%s,\"train_predictions\":%d", Num(std::exp(m.train.loss())),
+                          m.train.count);
+  }
   if (has_test) {
     absl::StrAppendFormat(&s, ",\"test_loss\":%s,\"test_accuracy\":%s,\"test_examples\":%d",
-                          Num(m.test.loss()), Num(m.test.accuracy()), m.test.count);
+                          Num(m.test.loss()), Num(m.test.accuracy()), m.test.examples);
+    if (o.report_perplexity) {
+      absl::StrAppendFormat(&s, ",\"test_perplexity\":%s,\"test_predictions\":%d", Num(std::exp(m.test.loss())),
+                            m.test.count);
+    }
   }
   absl::StrAppendFormat(&s,
                         ",\"seconds\":%s,\"samples_per_s\":%s,\"data_wait_s\":%s,\"forward_s\":%s,"
@@ -72,6 +80,8 @@ class Trainer {
  public:
   Trainer(const TrainLoopOptions& o, const TrainParts& p, GradScaler& scaler)
       : o_(o), p_(p), model_(p.stepper->module()), scaler_(scaler),
+        train_(p.train_examples != nullptr ? p.train_examples : AsExamples(p.train)),
+        test_(p.test_examples != nullptr ? p.test_examples : p.test != nullptr ? AsExamples(p.test) : nullptr),
         grads_(p.optimizer->parameters().size()) {
     for (const NamedParameter& np : p.optimizer->parameters()) params_.push_back(np.parameter);
   }
@@ -106,6 +116,8 @@ class Trainer {
   absl::Status GatherPeakMemory(EpochMetrics& m);
   absl::Status Save(int64_t epoch, int64_t batch, const EvalCounts& sums);
   absl::Status WriteTrace();
+  // --log_every: the "step" line of the steps since the last one (all ranks).
+  absl::Status LogSteps(const EvalCounts& local);
   void WriteMetrics(const std::string& line) {
     if (metrics_ == nullptr) return;
     std::fprintf(metrics_, "%s\n", line.c_str());
@@ -116,12 +128,16 @@ class Trainer {
   const TrainParts& p_;
   Module& model_;
   GradScaler& scaler_;
+  const std::shared_ptr<const ExampleDataset> train_, test_;
   std::vector<Tensor> grads_;  // The parameters' gradients, for the scaler.
   std::vector<Parameter*> params_;  // The optimizer's parameters, for clipping.
   std::optional<train_loop_internal::ProgressDisplay> progress_;
   std::unique_ptr<TraceRecorder> trace_;
   std::FILE* metrics_ = nullptr;
   int64_t step_ = 0;
+  // --log_every: this rank's sums since the last "step" line, and when it was.
+  EvalCounts window_;
+  Clock::time_point window_start_;
 };
 
 absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums) {
@@ -132,6 +148,20 @@ absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums)
   LOCKSTEP_RETURN_IF_ERROR(train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_,
                                                                       *p_.optimizer, scaler_));
   if (trace_) trace_->Complete("checkpoint", "io", start, Clock::now());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LogSteps(const EvalCounts& local) {
+  const Clock::time_point now = Clock::now();
+  LOCKSTEP_ASSIGN_OR_RETURN(const EvalCounts sums, SumOverRanks(window_, p_.comm));
+  const double seconds = Seconds(now - window_start_);
+  std::string line = absl::StrFormat("{\"event\":\"step\",\"step\":%d,\"loss\":%s,\"accuracy\":%s", step_,
+                                     Num(sums.loss()), Num(sums.accuracy()));
+  if (o_.report_perplexity) absl::StrAppend(&line, ",\"perplexity\":", Num(std::exp(sums.loss())));
+  absl::StrAppend(&line, ",\"samples_per_s\":", Num(seconds > 0 ? sums.examples / seconds : 0), "}");
+  WriteMetrics(line);
+  window_ = {};
+  window_start_ = Clock::now();
   return absl::OkStatus();
 }
 
@@ -146,13 +176,13 @@ absl::StatusOr<std::unique_ptr<DataLoader>> Trainer::MakeLoader() {
   sampler_options.rank = o_.rank;
   sampler_options.seed = static_cast<int64_t>(o_.seed);
   sampler_options.uneven = o_.uneven_shards;
-  LOCKSTEP_ASSIGN_OR_RETURN(DistributedSampler sampler, DistributedSampler::Create(p_.train->size(), sampler_options));
+  LOCKSTEP_ASSIGN_OR_RETURN(DistributedSampler sampler, DistributedSampler::Create(train_->size(), sampler_options));
   DataLoaderOptions loader_options;
   loader_options.batch_size = o_.batch_size;
   loader_options.num_workers = o_.num_workers;
   loader_options.prefetch_factor = o_.prefetch_factor;
   loader_options.pin_memory = o_.device.is_cuda();
-  return DataLoader::Create(p_.train, std::make_shared<DistributedSampler>(sampler), loader_options);
+  return DataLoader::Create(train_, std::make_shared<DistributedSampler>(sampler), loader_options);
 }
 
 absl::StatusOr<train_loop_internal::Position> Trainer::Start(int64_t batches, TrainResult& result) {
@@ -223,7 +253,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     LOCKSTEP_ASSIGN_OR_RETURN(const EpochEnd end, TrainEpoch(*loader, epoch, first, batches, carried, m, local));
     m.step = step_;
     LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts part, SumOverRanks(local, p_.comm));
-    m.samples_per_second = m.seconds > 0 ? part.count / m.seconds : 0;
+    m.samples_per_second = m.seconds > 0 ? part.examples / m.seconds : 0;
     m.train = Add(part, carried);
     if (end.at_max_steps) {
       WriteMetrics(absl::StrFormat(
@@ -260,6 +290,8 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
   LOCKSTEP_RETURN_IF_ERROR(loader.StartEpoch(epoch, first));
   if (o_.uneven_shards) LOCKSTEP_RETURN_IF_ERROR(p_.stepper->BeginShard());
   const Clock::time_point epoch_start = Clock::now();
+  window_ = {};
+  window_start_ = epoch_start;
   EpochEnd end;
   end.batch = first;
   while (true) {
@@ -272,7 +304,8 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
     ++end.batch;
     if (!stepped) ++m.skipped_steps;
     progress_->Step(epoch, end.batch, local,
-                    local.count * o_.world_size / std::max(Seconds(Clock::now() - epoch_start), 1e-9));
+                    local.examples * o_.world_size / std::max(Seconds(Clock::now() - epoch_start), 1e-9));
+    if (o_.log_every > 0 && step_ % o_.log_every == 0) LOCKSTEP_RETURN_IF_ERROR(LogSteps(local));
     const bool epoch_done = end.batch >= batches;
     const bool at_max = o_.max_steps > 0 && step_ >= o_.max_steps;
     if (checkpointing && !epoch_done && !o_.uneven_shards &&
@@ -298,12 +331,16 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
 
 absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local,
                                          Clock::time_point t0, Clock::time_point t1) {
-  Tensor features = batch.features;
+  if (batch.fields.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: a batch has ", batch.fields.size(),
+                                                   " fields; the training set needs the input and the targets"));
+  }
+  Tensor features = batch.fields[0];
   if (!o_.device.is_cpu()) {
     LOCKSTEP_ASSIGN_OR_RETURN(features, features.To(o_.device));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, p_.stepper->Forward(features));
-  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, batch.labels));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, TargetsCrossEntropy(logits, batch.fields[1]));
   const Clock::time_point t2 = Clock::now();
   // No autograd: scaling the loss's gradient scales every gradient.
   LOCKSTEP_RETURN_IF_ERROR(scaler_.Scale(ce.grad_logits));
@@ -321,9 +358,10 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
   LOCKSTEP_RETURN_IF_ERROR(p_.stepper->AfterStep(step_));
   LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
   const Clock::time_point t4 = Clock::now();
-  local.loss_sum += ce.loss * ce.counted;
-  local.correct += ce.correct;
-  local.count += ce.counted;
+  const EvalCounts counts{ce.loss * ce.counted, ce.correct, ce.counted, batch.fields[1].dim() > 0
+                                                                            ? batch.fields[1].shape()[0] : 0};
+  local = Add(local, counts);
+  window_ = Add(window_, counts);
   m.data_wait_s += Seconds(t1 - t0);
   m.forward_s += Seconds(t2 - t1);
   m.backward_s += Seconds(t3 - t2);
@@ -338,17 +376,17 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
 }
 
 absl::Status Trainer::FinishEpoch(EpochMetrics& m) {
-  const bool has_test = p_.test != nullptr;
+  const bool has_test = test_ != nullptr;
   if (has_test) {
     const Clock::time_point start = Clock::now();
-    LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(model_, p_.test, o_.rank, o_.world_size, o_.batch_size,
+    LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(model_, test_, o_.rank, o_.world_size, o_.batch_size,
                                                              o_.num_workers, o_.device));
     LOCKSTEP_ASSIGN_OR_RETURN(m.test, SumOverRanks(mine, p_.comm));
     if (trace_) trace_->Complete("evaluate", "eval", start, Clock::now());
   }
   LOCKSTEP_RETURN_IF_ERROR(GatherPeakMemory(m));
   WriteMetrics(EpochJson(m, o_, has_test, scaler_.scale()));
-  progress_->Line(train_loop_internal::EpochLine(m, o_.epochs, has_test));
+  progress_->Line(train_loop_internal::EpochLine(m, o_.epochs, has_test, o_.report_perplexity));
   if (!o_.checkpoint_dir.empty()) LOCKSTEP_RETURN_IF_ERROR(Save(m.epoch + 1, 0, EvalCounts{}));
   return WriteTrace();
 }
@@ -398,6 +436,30 @@ std::vector<int64_t> StridedSampler::Indices() const {
 absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
                                          int rank, int world_size, int64_t batch_size,
                                          int num_workers, Device device) {
+  return EvaluateShard(module, AsExamples(std::move(dataset)), rank, world_size, batch_size, num_workers, device);
+}
+
+absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets) {
+  if (logits.dim() == 2 && targets.dim() == 1) return CrossEntropy(logits, targets);
+  const Shape& shape = logits.shape();
+  Shape expected(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+  if (shape.size() < 2 || targets.shape() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cross-entropy: the model's output has shape [", absl::StrJoin(shape, ", "), "] and the targets [",
+        absl::StrJoin(targets.shape(), ", "), "]; expected targets of the output's shape without its last "
+        "dimension (the classes)"));
+  }
+  const int64_t classes = shape.back();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_logits, logits.Reshape({targets.numel(), classes}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_targets, targets.Reshape({targets.numel()}));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(flat_logits, flat_targets));
+  LOCKSTEP_ASSIGN_OR_RETURN(ce.grad_logits, ce.grad_logits.Reshape(shape));
+  return ce;
+}
+
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
+                                         int rank, int world_size, int64_t batch_size,
+                                         int num_workers, Device device) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("EvaluateShard: rank ", rank, " of world size ", world_size));
@@ -422,15 +484,20 @@ absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const D
   while (true) {
     LOCKSTEP_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader->Next());
     if (!batch) break;
-    Tensor features = batch->features;
+    if (batch->fields.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat("EvaluateShard: a batch has ", batch->fields.size(),
+                                                     " fields; the test set needs the input and the targets"));
+    }
+    Tensor features = batch->fields[0];
     if (!device.is_cpu()) {
       LOCKSTEP_ASSIGN_OR_RETURN(features, features.To(device));
     }
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, module.Forward(features));
-    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, batch->labels));
+    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, TargetsCrossEntropy(logits, batch->fields[1]));
     counts.loss_sum += ce.loss * ce.counted;
     counts.correct += ce.correct;
     counts.count += ce.counted;
+    counts.examples += batch->fields[1].dim() > 0 ? batch->fields[1].shape()[0] : 0;
   }
   return counts;
 }
@@ -439,11 +506,11 @@ absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* 
   if (comm == nullptr) return counts;
   // f64 holds counts exactly up to 2^53.
   const std::vector<double> values = {counts.loss_sum, static_cast<double>(counts.correct),
-                                      static_cast<double>(counts.count)};
+                                      static_cast<double>(counts.count), static_cast<double>(counts.examples)};
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<double>(values));
   LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kSum)->Wait());
   const double* v = t.data<double>();
-  return EvalCounts{v[0], static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2])};
+  return EvalCounts{v[0], static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3])};
 }
 
 int64_t PeakRssBytes() {
@@ -453,8 +520,15 @@ int64_t PeakRssBytes() {
 }
 
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainParts& p) {
-  if (p.stepper == nullptr || p.optimizer == nullptr || p.train == nullptr) {
-    return absl::InvalidArgumentError("RunTraining: stepper, optimizer and train set are required");
+  if (p.stepper == nullptr || p.optimizer == nullptr || (p.train == nullptr) == (p.train_examples == nullptr)) {
+    return absl::InvalidArgumentError(
+        "RunTraining: stepper, optimizer and one train set (train or train_examples) are required");
+  }
+  if (p.test != nullptr && p.test_examples != nullptr) {
+    return absl::InvalidArgumentError("RunTraining: set test or test_examples, not both");
+  }
+  if (o.log_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: log_every (", o.log_every, ") must be >= 0"));
   }
   if (o.epochs < 1 || o.batch_size < 1 || o.checkpoint_every < 0 || o.max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -51,6 +51,22 @@
 // "cuda_peak_allocated_bytes" and "cuda_peak_reserved_bytes" when `device`
 // is CUDA, each an array over ranks), "resumed" and "stopped".
 //
+// Data: a classification Dataset (train, test), or any ExampleDataset
+// (train_examples, test_examples) whose field 0 is the model's input and
+// field 1 its integer targets. The loss is cross-entropy over the last
+// dimension of the model's output: logits [N, C] with targets [N], or, for a
+// sequence model, logits [B, T, C] with targets [B, T] (every position is a
+// prediction, as torch's cross_entropy over logits.view(-1, C)). Loss and
+// accuracy are per prediction; samples/s counts examples.
+//
+// With log_every = N > 0, a "step" line (step, loss and accuracy of the last
+// N steps over all ranks, samples/s of those steps) is written every N steps;
+// every rank takes part in its reduction. With report_perplexity, the epoch
+// lines and metrics carry exp(loss) too ("perplexity", "test_perplexity").
+// checkpoint_metadata is written into every checkpoint (a vocabulary, a model
+// configuration); a resume refuses a checkpoint whose value of one of these
+// keys differs from this run's.
+//
 // Evaluation counts every test example exactly once: rank r evaluates
 // indices r, r+W, r+2W, ... < N (no padding, unlike DistributedSampler), on
 // the plain module in eval mode (not through DDP, whose forward would issue
@@ -61,6 +77,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,7 +89,9 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "data/example_dataset.h"
 #include "data/sampler.h"
+#include "nn/cross_entropy.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
 #include "trainers/trace.h"
@@ -153,6 +172,11 @@ struct TrainLoopOptions {
   double clip_grad_norm = 0;
 
   std::string metrics_path;  // JSON lines (rank 0); empty: none.
+  int64_t log_every = 0;     // A "step" metrics line every this many steps; 0: none.
+  bool report_perplexity = false;  // Language models: exp(loss) in lines and metrics.
+  // Written into every checkpoint; must match on resume (keys must not use
+  // nn/checkpoint.h's reserved prefixes, nor "trainer." or "scaler.").
+  std::map<std::string, std::string> checkpoint_metadata;
   std::string trace_dir;     // trace_rank<r>.json per rank; empty: none.
   ProgressMode progress = ProgressMode::kAuto;
   std::FILE* progress_stream = stdout;  // Rank 0 only.
@@ -166,6 +190,10 @@ struct TrainParts {
   GradScaler* scaler = nullptr;
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> test;  // Null: no evaluation.
+  // Instead of train / test: examples of any fields (field 0 the input,
+  // field 1 the targets; see above). Set one of each pair.
+  std::shared_ptr<const ExampleDataset> train_examples;
+  std::shared_ptr<const ExampleDataset> test_examples;
   // Null in a single process; with DDP, the group's communicator (metrics
   // and evaluation counts are summed over it).
   Communicator* comm = nullptr;
@@ -173,9 +201,10 @@ struct TrainParts {
 
 // Loss, accuracy and counts; sums so that ranks can add them up.
 struct EvalCounts {
-  double loss_sum = 0;  // Sum over examples of the per-example loss.
+  double loss_sum = 0;  // Sum over predictions of the per-prediction loss.
   int64_t correct = 0;
-  int64_t count = 0;
+  int64_t count = 0;     // Predictions (examples, or tokens of a sequence model).
+  int64_t examples = 0;  // Examples they came from.
   double loss() const { return count ? loss_sum / count : 0.0; }
   double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
 };
@@ -228,6 +257,15 @@ class StridedSampler : public Sampler {
 absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
                                          int rank, int world_size, int64_t batch_size,
                                          int num_workers, Device device);
+
+// The same over examples of any fields (field 0 input, field 1 targets).
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
+                                         int rank, int world_size, int64_t batch_size,
+                                         int num_workers, Device device);
+
+// Cross-entropy of `logits` [..., C] against integer `targets` whose shape
+// is logits' without the last dimension; grad_logits has logits' shape.
+absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets);
 
 // Sums `counts` over the ranks of `comm` (a no-op when comm is null).
 absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* comm);

@@ -1,5 +1,6 @@
 #include "trainers/train_loop.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "data/distributed_sampler.h"
+#include "data/example_dataset.h"
 #include "data/synthetic_dataset.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -284,6 +286,112 @@ TEST(TrainLoopTest, BadOptionsAreErrors) {
   o = Quiet();
   o.metrics_path = "/nonexistent-dir/metrics.jsonl";
   EXPECT_EQ(run.Train(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A sequence model's logits [B, T, C] against targets [B, T]: the same loss,
+// counts and gradient as the flattened [B*T, C] against [B*T], the gradient
+// in the logits' shape.
+TEST(TrainLoopTest, TargetsCrossEntropyFlattensPositions) {
+  std::vector<float> values(2 * 3 * 5);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7) % 11) / 4.0f - 1.0f;
+  Tensor logits = *Tensor::FromVector<float>(values);
+  logits = *logits.Reshape({2, 3, 5});
+  Tensor targets = *Tensor::FromVector<int64_t>({0, 4, 2, 1, 3, 3});
+  targets = *targets.Reshape({2, 3});
+  absl::StatusOr<CrossEntropyResult> seq = TargetsCrossEntropy(logits, targets);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  absl::StatusOr<CrossEntropyResult> flat = CrossEntropy(*logits.Reshape({6, 5}), *targets.Reshape({6}));
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(seq->loss, flat->loss);
+  EXPECT_EQ(seq->counted, 6);
+  EXPECT_EQ(seq->correct, flat->correct);
+  EXPECT_EQ(seq->grad_logits.shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(*seq->grad_logits.ToVector<float>(), *flat->grad_logits.ToVector<float>());
+  // Targets that do not match the positions are an error naming both shapes.
+  absl::StatusOr<CrossEntropyResult> bad = TargetsCrossEntropy(logits, *targets.Reshape({3, 2}));
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("[2, 3, 5]"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("[3, 2]"), std::string::npos) << bad.status();
+}
+
+// --log_every: a "step" line every N steps with the loss and accuracy of
+// those steps, their mean over the epoch's lines weighted by their steps
+// being the epoch's loss when N divides the epoch.
+TEST(TrainLoopTest, LogEveryWritesStepLines) {
+  TrainLoopOptions o = Quiet();
+  o.epochs = 1;
+  o.batch_size = 20;  // 100 / 20 = 5 full steps: equal weights
+  o.log_every = 1;
+  o.report_perplexity = true;
+  o.metrics_path = TempPath("log_every.jsonl");
+  Trainee run;
+  TrainParts parts;
+  parts.stepper = &run.stepper;
+  parts.optimizer = run.sgd.get();
+  parts.train_examples = AsExamples(Data(100));
+  parts.test_examples = AsExamples(Data(37, 4));
+  absl::StatusOr<TrainResult> r = RunTraining(o, parts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::ifstream in(o.metrics_path);
+  std::string line;
+  std::vector<nlohmann::json> steps;
+  nlohmann::json epoch;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    if (j["event"] == "step") steps.push_back(j);
+    if (j["event"] == "epoch") epoch = j;
+  }
+  ASSERT_EQ(steps.size(), 5u);
+  double mean = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["step"], static_cast<int>(i) + 1);
+    EXPECT_GT(steps[i]["samples_per_s"].get<double>(), 0);
+    // Both printed with 9 significant digits (relative error <= 5e-9 each);
+    // exp turns the loss's absolute error loss * 5e-9 into a relative one.
+    const double loss = steps[i]["loss"].get<double>();
+    EXPECT_NEAR(steps[i]["perplexity"].get<double>(), std::exp(loss), std::exp(loss) * (loss + 1) * 5.01e-9);
+    mean += steps[i]["loss"].get<double>() / 5;
+  }
+  EXPECT_NEAR(epoch["loss"].get<double>(), mean, 1e-6);
+  EXPECT_EQ(epoch["train_examples"], 100);
+  EXPECT_EQ(epoch["test_examples"], 37);
+  EXPECT_TRUE(epoch.contains("test_perplexity"));
+}
+
+// checkpoint_metadata travels with every checkpoint, and a resume with
+// another value is refused, naming the key and both values.
+TEST(TrainLoopTest, CheckpointMetadataMustMatchOnResume) {
+  TrainLoopOptions o = Quiet();
+  o.epochs = 1;
+  o.checkpoint_dir = TempPath("ckpt_metadata");
+  o.checkpoint_metadata["model.config"] = "{\"width\":16}";
+  {
+    Trainee run;
+    absl::StatusOr<TrainResult> r = run.Train(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  o.resume = true;
+  o.epochs = 2;
+  {
+    Trainee run;
+    absl::StatusOr<TrainResult> r = run.Train(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->resumed);
+  }
+  o.checkpoint_metadata["model.config"] = "{\"width\":32}";
+  o.epochs = 3;
+  Trainee run;
+  absl::StatusOr<TrainResult> r = run.Train(o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("model.config"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("{\"width\":16}"), std::string::npos) << r.status();
+  // A key of the loop's own is refused when saving.
+  o.resume = false;
+  o.checkpoint_dir = TempPath("ckpt_reserved");
+  o.checkpoint_metadata = {{"trainer.batch", "3"}};
+  Trainee other;
+  EXPECT_EQ(other.Train(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
