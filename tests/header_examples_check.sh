@@ -110,6 +110,8 @@ CHECKED = {
     "interop/torch/process_group_lockstep.h": ("tests/header_examples/interop_test.cc", 2),  # 1: Python
     "interop/torch/torch_store.h": "tests/header_examples/interop_test.cc",
     "interop/torch/torch_work.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/torch_module.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/trainers/torch_ddp_stepper.h": "tests/header_examples/interop_test.cc",
     "dp/parallel_apply.h": "tests/header_examples/dp_test.cc",
     "dp/replicate.h": "tests/header_examples/dp_test.cc",
     "dp/scatter_gather.h": "tests/header_examples/dp_test.cc",

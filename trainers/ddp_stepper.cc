@@ -37,18 +37,17 @@ absl::Status DdpStepper::AfterStep(int64_t steps_before) {
   return averager_->AverageParameters(module().Parameters());
 }
 
-void DdpStepper::AttachTrace(TraceRecorder* trace) {
-  if (trace == nullptr) {
-    ddp_->SetBucketObserver(nullptr);
-    return;
-  }
+std::function<void(const BucketTiming&)> BucketTraceObserver(TraceRecorder* trace) {
+  if (trace == nullptr) return nullptr;
   // Runs on the thread that completed the bucket; the recorder is thread-safe.
-  ddp_->SetBucketObserver([trace](const BucketTiming& t) {
+  return [trace](const BucketTiming& t) {
     trace->Complete(absl::StrCat("allreduce bucket ", t.bucket_index), "ddp", t.launched,
                     t.completed, TraceRecorder::kCommThread,
                     {{"bucket", static_cast<int64_t>(t.bucket_index)},
                      {"bytes", static_cast<int64_t>(t.bytes)}});
-  });
+  };
 }
+
+void DdpStepper::AttachTrace(TraceRecorder* trace) { ddp_->SetBucketObserver(BucketTraceObserver(trace)); }
 
 }  // namespace lockstep

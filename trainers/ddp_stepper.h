@@ -10,10 +10,12 @@
 #ifndef LOCKSTEP_TRAINERS_DDP_STEPPER_H_
 #define LOCKSTEP_TRAINERS_DDP_STEPPER_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/join.h"
@@ -22,6 +24,11 @@
 #include "trainers/train_loop.h"
 
 namespace lockstep {
+
+// The observer that puts each bucket's reduction on `trace`'s communication
+// row as "allreduce bucket <i>" (bucket index and bytes as arguments); any
+// DDP front end with bucket timings uses it.
+std::function<void(const BucketTiming&)> BucketTraceObserver(TraceRecorder* trace);
 
 class DdpStepper : public ModelStepper {
  public:

@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/bootstrap/backend_choice.h"
 #include "collectives/bootstrap/init_from_env.h"
-#include "collectives/bootstrap/local_launch.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "core/cuda_runtime.h"
 #include "core/status.h"
@@ -83,13 +82,6 @@ constexpr char kDdpUsage[] =
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
     "  --uneven_shards  --sync_bn  --zero\n"
     "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
-
-bool HasRankEnvironment() {
-  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
 
 // NCCL for the gradients when collectives/bootstrap/backend_choice.h picks it on every
 // rank (all ranks must use the same backend, so they agree through the host
@@ -362,18 +354,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     data = absl::StatusOr<TrainerDatasets>();  // The ranks load their own copies.
-    LocalLaunchOptions launch;
-    launch.nproc = nproc;
-    launch.bind_to_core = bind_to == "core";
-    launch.name = kProgram;
-    launch.argv = {"/proc/self/exe"};
-    for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
-    const absl::Status s = RunLocalRanks(launch);
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-    return 0;
+    return RunLocalRanksOfSelf(kProgram, argc, argv, nproc, bind_to == "core");
   }
   absl::Status s = data.status();
   if (s.ok()) s = RunRank(*config, *data, ddp_options, comm_hook);

@@ -255,6 +255,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts part, SumOverRanks(local, p_.comm));
     m.samples_per_second = m.seconds > 0 ? part.examples / m.seconds : 0;
     m.train = Add(part, carried);
+    result.samples_per_second = m.samples_per_second;
     if (end.at_max_steps) {
       WriteMetrics(absl::StrFormat(
           "{\"event\":\"stopped\",\"epoch\":%d,\"batch\":%d,\"step\":%d,\"loss\":%s,"

@@ -235,6 +235,9 @@ struct TrainResult {
   int64_t resumed_from_step = 0;
   bool stopped_at_max_steps = false;
   std::vector<EpochMetrics> epochs;  // Epochs completed by this process.
+  // Training samples/s (all ranks) of the last epoch this process trained
+  // in, whole or stopped by max_steps; 0 when it trained none.
+  double samples_per_second = 0;
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& options, const TrainParts& parts);

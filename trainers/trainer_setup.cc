@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "collectives/bootstrap/local_launch.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "data/idx_dataset.h"
@@ -436,6 +437,29 @@ TrainLoopOptions MakeLoopOptions(const TrainerConfig& c, int rank, int world_siz
   o.trace_dir = c.trace;
   o.clip_grad_norm = c.clip_grad_norm;
   return o;
+}
+
+bool HasRankEnvironment() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+int RunLocalRanksOfSelf(const char* program, int argc, char** argv, int nproc, bool bind_to_core) {
+  if (nproc < 1) return UsageError(program, absl::InvalidArgumentError("--nproc must be >= 1"));
+  LocalLaunchOptions launch;
+  launch.nproc = nproc;
+  launch.bind_to_core = bind_to_core;
+  launch.name = program;
+  launch.argv = {"/proc/self/exe"};
+  for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
+  const absl::Status s = RunLocalRanks(launch);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace lockstep

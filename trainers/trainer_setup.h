@@ -124,6 +124,17 @@ absl::StatusOr<GradScaler> MakeGradScaler(const TrainerConfig& config);
 
 TrainLoopOptions MakeLoopOptions(const TrainerConfig& config, int rank, int world_size);
 
+// Whether a launcher set this process's rank: RANK (torchrun, tools/launch),
+// OMPI_COMM_WORLD_RANK (mpirun) or SLURM_PROCID (srun).
+bool HasRankEnvironment();
+
+// A DDP trainer's start without a rank environment: runs `nproc` ranks of
+// this binary with the same arguments on this machine under a store this
+// process holds (collectives/bootstrap/local_launch.h), each on its own CPU
+// with bind_to_core, and stops them all when one fails. Returns main's exit
+// status: 0, 1 when a rank failed (the error printed), 2 for nproc < 1.
+int RunLocalRanksOfSelf(const char* program, int argc, char** argv, int nproc, bool bind_to_core);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_TRAINERS_TRAINER_SETUP_H_

@@ -213,6 +213,11 @@ absl::Status TorchDdp::RegisterCommHook(std::unique_ptr<CommHook> hook) {
   return state_->reducer->SetCommHook(std::move(hook));
 }
 
+void TorchDdp::SetBucketObserver(std::function<void(const BucketTiming&)> observer) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->reducer->SetObserver(std::move(observer));
+}
+
 std::vector<std::vector<size_t>> TorchDdp::bucket_indices() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->reducer->bucket_indices();

@@ -51,6 +51,7 @@
 #include <torch/nn/module.h>
 
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
 #include "core/status.h"
+#include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
 #include "ddp/ddp_options.h"
 
@@ -80,6 +82,9 @@ class TorchDdp {
   absl::Status ForwardFailed(const std::exception& e) const;
 
   absl::Status RegisterCommHook(std::unique_ptr<CommHook> hook);
+  // Told of each bucket's reduction, launch to completion (traces); called
+  // on the thread that completed it. Null: none.
+  void SetBucketObserver(std::function<void(const BucketTiming&)> observer);
   std::vector<std::vector<size_t>> bucket_indices() const;
   // The averaged parameters' names, in bucket-index order.
   const std::vector<std::string>& parameter_names() const { return names_; }
@@ -135,6 +140,9 @@ class DistributedDataParallel {
 
   // Before the first backward (as PyTorch).
   absl::Status RegisterCommHook(std::unique_ptr<CommHook> hook) { return core_->RegisterCommHook(std::move(hook)); }
+  void SetBucketObserver(std::function<void(const BucketTiming&)> observer) {
+    core_->SetBucketObserver(std::move(observer));
+  }
   // Parameter indices per bucket (parameter_names() order).
   std::vector<std::vector<size_t>> bucket_indices() const { return core_->bucket_indices(); }
   const std::vector<std::string>& parameter_names() const { return core_->parameter_names(); }

@@ -53,6 +53,7 @@ class CharTransformerImpl : public torch::nn::Module {
   explicit CharTransformerImpl(const CharTransformerOptions& options = {});
   // ids [B, T] (i64, T <= context) -> logits [B, T, vocab_size].
   torch::Tensor forward(torch::Tensor ids);
+  const CharTransformerOptions& options() const { return options_; }
 
  private:
   CharTransformerOptions options_;
