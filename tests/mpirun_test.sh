@@ -6,7 +6,9 @@
 # source "openmpi" and 2 ranks, each rank writes its own trace labelled with
 # its rank, the sampler split the 256 training examples over 2 ranks and the
 # test examples were counted once. Needs openmpi-bin (tools/setup.sh) and root
-# (mpirun refuses root without --allow-run-as-root; CI runs as root).
+# (mpirun refuses root without --allow-run-as-root; CI runs as root). Then
+# the libtorch trainers (resnet18_trainer, char_transformer_trainer), small,
+# the same way.
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
 lib_require_root "mpirun --allow-run-as-root"
@@ -49,4 +51,24 @@ for r in 0 1; do
 done
 lib_check '[[ $(ls "$tmp/trace" | wc -l) -eq 2 ]]' "$log"
 [[ $fail -eq 0 ]] && grep "final test accuracy" "$log"
+
+# The libtorch trainers, small (interop/torch/trainers), as ranks 0 and 1 of 2.
+resnet="$runfiles/interop/torch/trainers/resnet18_trainer"
+transformer="$runfiles/interop/torch/trainers/char_transformer_trainer"
+for t in resnet transformer; do
+  port=$(lib_free_port) || exit 1
+  if [[ $t == resnet ]]; then
+    args=("$resnet" --dataset=synthetic --synthetic_train_size=256 --synthetic_test_size=64 --batch_size=32 --width=8)
+  else
+    args=("$transformer" --layers=1 --dim=32 --heads=2 --context=32 --batch_size=8 --max_steps=4 --sample_length=10)
+  fi
+  timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_PORT="$port" "${args[@]}" \
+    --num_workers=0 --timeout=60 >"$tmp/$t.log" 2>&1 &
+  mpi_pid=$!
+  wait "$mpi_pid"; rc=$?
+  mpi_pid=
+  lib_check '[[ $rc -eq 0 ]]' "$tmp/$t.log"
+  lib_check 'grep -q "_trainer: 2 ranks (openmpi)" "$tmp/$t.log"' "$tmp/$t.log"
+  lib_check 'grep -q "_trainer: final test loss .* over 2 ranks, 4 steps" "$tmp/$t.log"' "$tmp/$t.log"
+done
 lib_finish

@@ -147,4 +147,24 @@ for r in 0 1; do
   lib_check 'grep -q "\"args\":{\"name\":\"rank '$r'\"}" "$dir/trace/trace_rank'$r'.json"' "$log"
 done
 [[ $fail -eq 0 ]] && grep "final test accuracy" "$log"
+
+# The libtorch trainers, small (interop/torch/trainers), as Slurm's 2 tasks.
+resnet="$runfiles/interop/torch/trainers/resnet18_trainer"
+transformer="$runfiles/interop/torch/trainers/char_transformer_trainer"
+for t in resnet transformer; do
+  MASTER_PORT=$(lib_free_port) || exit 1
+  if [[ $t == resnet ]]; then
+    args=("$resnet" --dataset=synthetic --synthetic_train_size=256 --synthetic_test_size=64 --batch_size=32 --width=8)
+  else
+    args=("$transformer" --layers=1 --dim=32 --heads=2 --context=32 --batch_size=8 --max_steps=4 --sample_length=10)
+  fi
+  timeout -k 5 180 srun -n 2 -t 3 "${args[@]}" --num_workers=0 --timeout=60 >"$dir/$t.log" 2>&1 &
+  srun_pid=$!
+  wait "$srun_pid"; rc=$?
+  srun_pid=
+  cp "$dir/$t.log" "$out/" 2>/dev/null
+  lib_check '[[ $rc -eq 0 ]]' "$dir/$t.log"
+  lib_check 'grep -q "_trainer: 2 ranks (slurm)" "$dir/$t.log"' "$dir/$t.log"
+  lib_check 'grep -q "_trainer: final test loss .* over 2 ranks, 4 steps" "$dir/$t.log"' "$dir/$t.log"
+done
 lib_finish

@@ -1,6 +1,9 @@
-// Training throughput of the reference MLP (784-512-256-10, SGD lr 0.1
-// momentum 0.9) written as a libtorch module, 2 ranks x 64, one thread each,
-// data already in memory, in the shape of tools/bench/peers/torch_ddp_mlp.py:
+// Training throughput of a libtorch model, 2 ranks, one thread each, data
+// already in memory, in the shape of tools/bench/peers/torch_ddp_mlp.py:
+// --model=mlp (default; the reference MLP 784-512-256-10, SGD lr 0.1
+// momentum 0.9, 64 per rank), resnet18 or char_transformer
+// (interop/torch/models, SGD lr 0.1 / 0.01 momentum 0.9, --batch per rank;
+// tools/bench/peers/torch_ddp_models.py is their Python peer):
 //
 //   ddp_bench --nproc=2 --mode=lockstep       lockstep's DDP for libtorch
 //   ddp_bench --nproc=2 --mode=c10d_recipe    what C++ users write today
@@ -12,8 +15,10 @@
 //
 // A step is zero_grad + forward + backward (+ the reduction) + SGD step.
 // Prints one JSON line: {"tool", "ranks", "global_batch", "step_ms_median",
-// "samples_per_s", "wall_samples_per_s"} with the slowest rank's times, as
-// the Python peer does. tools/bench/compare_libtorch_ddp.sh runs all three.
+// "samples_per_s", "wall_samples_per_s", "peak_rss_mb" (per rank)} with the
+// slowest rank's times, as the Python peer does.
+// tools/bench/compare_libtorch_ddp.sh runs all three for the MLP,
+// tools/bench/compare_torch_models.sh for the two models.
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -33,6 +38,10 @@
 #include "collectives/bootstrap/local_launch.h"
 #include "core/status.h"
 #include "interop/torch/distributed_data_parallel.h"
+#include "interop/torch/models/char_transformer.h"
+#include "interop/torch/models/resnet18.h"
+
+#include <sys/resource.h>
 
 ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the environment)");
 ABSL_FLAG(std::string, mode, "lockstep", "lockstep, c10d_recipe or local (no communication)");
@@ -40,11 +49,11 @@ ABSL_FLAG(int, steps, 300, "timed steps");
 ABSL_FLAG(int, warmup, 30, "untimed steps first");
 ABSL_FLAG(double, bucket_cap_mb, 25, "--mode=lockstep: DdpOptions::bucket_cap_mb");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "--mode=lockstep: DdpOptions::gradient_as_bucket_view");
+ABSL_FLAG(std::string, model, "mlp", "mlp, resnet18 or char_transformer");
+ABSL_FLAG(int64_t, batch, 64, "examples per rank per step");
 
 namespace lockstep {
 namespace {
-
-constexpr int64_t kBatch = 64;
 
 struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1{register_module("fc1", torch::nn::Linear(784, 512))};
@@ -53,6 +62,30 @@ struct Mlp : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1))))));
   }
+};
+
+// One of the models behind a uniform forward and loss.
+struct Model : torch::nn::Module {
+  explicit Model(const std::string& name) {
+    if (name == "resnet18") {
+      resnet = register_module("m", interop::ResNet18(interop::ResNet18Options{}));
+    } else if (name == "char_transformer") {
+      transformer = register_module("m", interop::CharTransformer(interop::CharTransformerOptions{}));
+    } else {
+      mlp = register_module("m", std::make_shared<Mlp>());
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    if (resnet) return resnet->forward(x);
+    if (transformer) return transformer->forward(x);
+    return mlp->forward(x);
+  }
+  torch::Tensor Loss(const torch::Tensor& out, const torch::Tensor& y) const {
+    return transformer ? interop::CharTransformerLoss(out, y) : torch::nn::functional::cross_entropy(out, y);
+  }
+  std::shared_ptr<Mlp> mlp;
+  interop::ResNet18 resnet{nullptr};
+  interop::CharTransformer transformer{nullptr};
 };
 
 absl::Status Run() {
@@ -64,22 +97,34 @@ absl::Status Run() {
   if (mode != "lockstep" && mode != "c10d_recipe" && mode != "local") {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": expected lockstep, c10d_recipe or local"));
   }
+  const std::string name = absl::GetFlag(FLAGS_model);
+  if (name != "mlp" && name != "resnet18" && name != "char_transformer") {
+    return absl::InvalidArgumentError(absl::StrCat("--model=", name, ": expected mlp, resnet18 or char_transformer"));
+  }
+  const int64_t batch = absl::GetFlag(FLAGS_batch);
+  if (batch < 1) return absl::InvalidArgumentError("--batch must be >= 1");
   torch::manual_seed(0);
-  auto model = std::make_shared<Mlp>();
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto model = std::make_shared<Model>(name);
+  const double lr = name == "char_transformer" ? 0.01 : 0.1;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   torch::manual_seed(100 + rank);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
   for (int i = 0; i < 4; ++i) {
-    batches.emplace_back(torch::rand({kBatch, 1, 28, 28}) * 2 - 1, torch::randint(0, 10, {kBatch}, torch::kLong));
+    if (name == "char_transformer") {
+      batches.emplace_back(torch::randint(0, 114, {batch, 128}, torch::kLong),
+                           torch::randint(0, 114, {batch, 128}, torch::kLong));
+    } else {
+      batches.emplace_back(torch::rand({batch, 1, 28, 28}) * 2 - 1, torch::randint(0, 10, {batch}, torch::kLong));
+    }
   }
 
-  std::unique_ptr<interop::DistributedDataParallel<Mlp>> ddp;
+  std::unique_ptr<interop::DistributedDataParallel<Model>> ddp;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
   if (mode == "lockstep") {
     DdpOptions options;
     options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
     options.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
-    LOCKSTEP_ASSIGN_OR_RETURN(ddp, interop::DistributedDataParallel<Mlp>::Create(model, comm, options));
+    LOCKSTEP_ASSIGN_OR_RETURN(ddp, interop::DistributedDataParallel<Model>::Create(model, comm, options));
   } else if (mode == "c10d_recipe") {
     // A FileStore whose path rank 0 chooses and shares through lockstep's store.
     const std::string key = "ddp_bench/c10d_file_store";
@@ -112,7 +157,7 @@ absl::Status Run() {
     } else {
       out = model->forward(x);
     }
-    torch::nn::functional::cross_entropy(out, y).backward();
+    model->Loss(out, y).backward();
     if (gloo) {
       // dist-mnist.cpp: every gradient on its own, after backward.
       for (auto& p : model->parameters()) {
@@ -138,17 +183,26 @@ absl::Status Run() {
     }
     times.data<double>()[steps] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(times, ReduceOp::kMax)->Wait());
+    // Every rank's peak resident set, in its own slot of a sum.
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor rss, Tensor::Zeros({world}, DType::kF64));
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    rss.data<double>()[rank] = usage.ru_maxrss / 1024.0;  // KiB -> MiB
+    LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(rss, ReduceOp::kSum)->Wait());
     if (rank == 0) {
+      std::string peaks;
+      for (int r = 0; r < world; ++r) absl::StrAppend(&peaks, r ? ", " : "", static_cast<int64_t>(rss.data<double>()[r]));
       std::vector<double> ms(times.data<double>(), times.data<double>() + steps);
       for (double& v : ms) v *= 1e3;
       std::sort(ms.begin(), ms.end());
       const double median = ms[ms.size() / 2];
-      const int64_t global = kBatch * world;
-      std::printf("{\"tool\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, \"step_ms_median\": %.4f, "
-                  "\"samples_per_s\": %.1f, \"wall_samples_per_s\": %.1f}\n",
-                  mode == "lockstep" ? "lockstep_libtorch_ddp" : mode.c_str(), world,
+      const int64_t global = batch * world;
+      std::printf("{\"tool\": \"%s\", \"model\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, "
+                  "\"step_ms_median\": %.4f, \"samples_per_s\": %.1f, \"wall_samples_per_s\": %.1f, "
+                  "\"peak_rss_mb\": [%s]}\n",
+                  mode == "lockstep" ? "lockstep_libtorch_ddp" : mode.c_str(), name.c_str(), world,
                   static_cast<long long>(global), median, global / (median / 1e3),
-                  steps * global / times.data<double>()[steps]);
+                  steps * global / times.data<double>()[steps], peaks.c_str());
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch raised: ", e.what()));

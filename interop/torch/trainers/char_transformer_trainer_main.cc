@@ -9,7 +9,7 @@
 // Flags: interop/torch/trainers/torch_trainer.h's, and --fortunes (the
 // corpus folder), --context, --layers, --dim, --heads, --sample_length,
 // --temperature. Defaults here: AdamW with lr 1e-3, batch 16 per rank,
-// --max_steps=150 (a full epoch is 18078 windows), --log_every=10. The
+// --max_steps=100 (a full epoch is 18078 windows), --log_every=10. The
 // vocabulary and the model's sizes are saved with every checkpoint and
 // checked on resume.
 #include <torch/nn/functional/activation.h>
@@ -152,9 +152,9 @@ int main(int argc, char** argv) {
   info.extra_usage =
       "  --fortunes=/usr/share/games/fortunes  --context=128  --layers=6  --dim=384  --heads=6\n"
       "  --sample_length=200  --temperature=0.8\n"
-      "  (defaults here: --optimizer=adamw --lr=0.001 --batch_size=16 --max_steps=150 --log_every=10;\n"
+      "  (defaults here: --optimizer=adamw --lr=0.001 --batch_size=16 --max_steps=100 --log_every=10;\n"
       "   --dataset and --synthetic_* do not apply)\n";
-  info.defaults = {{"optimizer", "adamw"}, {"lr", "0.001"}, {"batch_size", "16"}, {"max_steps", "150"},
+  info.defaults = {{"optimizer", "adamw"}, {"lr", "0.001"}, {"batch_size", "16"}, {"max_steps", "100"},
                    {"log_every", "10"}};
   info.unused_flags = {"model", "amp", "device", "freeze", "dataset", "synthetic_train_size", "synthetic_test_size"};
   return TorchTrainerMain(argc, argv, info, MakeSpec);
