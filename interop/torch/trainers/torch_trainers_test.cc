@@ -53,10 +53,11 @@ std::vector<std::string> Transformer(std::vector<std::string> extra) {
   return argv;
 }
 
-// Runs to the end; returns its stdout.
-std::string RunTrainer(const std::vector<std::string>& argv) {
+// Starts `argv` in its own process group (the launcher and its ranks),
+// its stdout on a pipe whose read end goes to *read_fd; a 240 s alarm.
+absl::StatusOr<Subprocess> SpawnPiped(const std::vector<std::string>& argv, int* read_fd) {
   int fds[2];
-  EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
   SubprocessOptions options;
   options.argv = argv;
   options.stdout_fd = fds[1];
@@ -64,6 +65,14 @@ std::string RunTrainer(const std::vector<std::string>& argv) {
   options.alarm_seconds = 240;
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   close(fds[1]);
+  *read_fd = fds[0];
+  return child;
+}
+
+// Runs to the end; returns its stdout.
+std::string RunTrainer(const std::vector<std::string>& argv) {
+  int fds[1] = {-1};
+  absl::StatusOr<Subprocess> child = SpawnPiped(argv, &fds[0]);
   EXPECT_TRUE(child.ok()) << child.status();
   std::string out;
   char buf[4096];
@@ -137,16 +146,9 @@ void ExpectSameCheckpoint(const std::string& a_path, const std::string& b_path) 
 // Starts `argv` with its metrics on a pipe, reads them until the "step" line
 // of `step`, then SIGKILLs the launcher and its ranks.
 void KillAfterStep(std::vector<std::string> argv, int step) {
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  int fds[1] = {-1};
   argv.insert(argv.end(), {"--log_every=1", "--metrics=/dev/stdout"});
-  SubprocessOptions options;
-  options.argv = argv;
-  options.stdout_fd = fds[1];
-  options.new_process_group = true;
-  options.alarm_seconds = 240;
-  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
-  close(fds[1]);
+  absl::StatusOr<Subprocess> child = SpawnPiped(argv, &fds[0]);
   ASSERT_TRUE(child.ok()) << child.status();
   const std::string wanted = absl::StrCat("{\"event\":\"step\",\"step\":", step, ",");
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(200);
