@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "nn/internal/batch_norm_elementwise.h"
+#include "nn/internal/cuda_math.h"
 
 namespace lockstep {
 namespace {
@@ -31,23 +34,134 @@ Planes PlanesOf(const Shape& shape) {
   return Planes{shape[0], shape[1], s};
 }
 
-// Sums over one contiguous plane, in double, in 8 independent lanes: a
-// single accumulator is one dependent add per value (latency-bound); lanes
-// let the compiler vectorize. Any order of a double sum of f32 values is
-// far inside the f32 result's rounding (the golden tests' bounds allow any).
-constexpr int kLanes = 8;
+namespace bn = ::lockstep::batch_norm_elementwise;
 
-template <typename Term>
-double LaneSum(int64_t n, Term term) {
-  double acc[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += term(k + j);
+// The device side of BatchNorm: per-plane sums (plane = image * c + channel)
+// and the elementwise passes, as loops here on the CPU or as CUDA kernels
+// (nn/internal/cuda_math.h) with the same arithmetic
+// (nn/internal/batch_norm_elementwise.h), so both devices give the same bits.
+// Per-channel arrays are on the host.
+
+// out[plane] = sum x, or sum (x - mean[channel])^2 when `mean` is non-null.
+absl::Status PlaneSums(const Tensor& input, const Planes& p, const float* mean, std::vector<double>& out) {
+  out.assign(static_cast<size_t>(p.n * p.c), 0.0);
+  if (input.device().is_cuda()) {
+    return nn_cuda::BatchNormPlaneSums(input.device().index(), p.n, p.c, p.s, input.data<float>(), mean,
+                                       out.data());
   }
-  double total = 0.0;
-  for (int j = 0; j < kLanes; ++j) total += acc[j];
-  for (; k < n; ++k) total += term(k);
-  return total;
+  const float* x = input.data<float>();
+  for (int64_t i = 0; i < p.n; ++i) {
+    for (int64_t c = 0; c < p.c; ++c) {
+      const float* plane = x + p.at(i, c, 0);
+      out[static_cast<size_t>(i * p.c + c)] =
+          mean == nullptr ? bn::PlaneSum(plane, p.s) : bn::PlaneSquaredDeviations(plane, p.s, mean[c]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// sum[plane] = sum dy, dot[plane] = sum (x - mean[channel]) dy.
+absl::Status PlaneGradSums(const Tensor& input, const Tensor& grad, const Planes& p, const float* mean,
+                           std::vector<double>& sum, std::vector<double>& dot) {
+  sum.assign(static_cast<size_t>(p.n * p.c), 0.0);
+  dot.assign(static_cast<size_t>(p.n * p.c), 0.0);
+  if (input.device().is_cuda()) {
+    return nn_cuda::BatchNormPlaneGradSums(input.device().index(), p.n, p.c, p.s, input.data<float>(),
+                                           grad.data<float>(), mean, sum.data(), dot.data());
+  }
+  const float* x = input.data<float>();
+  const float* dy = grad.data<float>();
+  for (int64_t i = 0; i < p.n; ++i) {
+    for (int64_t c = 0; c < p.c; ++c) {
+      const size_t plane = static_cast<size_t>(i * p.c + c);
+      sum[plane] = bn::PlaneSum(dy + p.at(i, c, 0), p.s);
+      dot[plane] = bn::PlaneDot(x + p.at(i, c, 0), dy + p.at(i, c, 0), p.s, mean[c]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Per channel, the planes' sums added in image order.
+std::vector<double> ChannelSums(const std::vector<double>& planes, const Planes& p) {
+  std::vector<double> sums(static_cast<size_t>(p.c), 0.0);
+  for (int64_t i = 0; i < p.n; ++i) {
+    for (int64_t c = 0; c < p.c; ++c) sums[static_cast<size_t>(c)] += planes[static_cast<size_t>(i * p.c + c)];
+  }
+  return sums;
+}
+
+// y = x alpha[channel] + beta[channel], as PyTorch's transform.
+absl::Status Transform(const Tensor& input, const Planes& p, const std::vector<float>& alpha,
+                       const std::vector<float>& beta, const Tensor& out) {
+  if (input.device().is_cuda()) {
+    return nn_cuda::BatchNormTransform(input.device().index(), p.n, p.c, p.s, input.data<float>(), alpha.data(),
+                                       beta.data(), out.data<float>());
+  }
+  const float* x = input.data<float>();
+  float* y = out.data<float>();
+  for (int64_t c = 0; c < p.c; ++c) {
+    const float a = alpha[static_cast<size_t>(c)], b = beta[static_cast<size_t>(c)];
+    for (int64_t i = 0; i < p.n; ++i) {
+      for (int64_t k = 0; k < p.s; ++k) y[p.at(i, c, k)] = x[p.at(i, c, k)] * a + b;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// dx with batch statistics (k and grad_mean non-null), else dy (invstd w):
+// the running statistics are constants.
+absl::Status InputGrad(const Tensor& input, const Tensor& grad, const Planes& p, const float* mean,
+                       const float* invstd, const float* w, const double* k, const double* grad_mean,
+                       const Tensor& out) {
+  if (input.device().is_cuda()) {
+    return nn_cuda::BatchNormInputGrad(input.device().index(), p.n, p.c, p.s, input.data<float>(),
+                                       grad.data<float>(), mean, invstd, w, k, grad_mean, out.data<float>());
+  }
+  const float* x = input.data<float>();
+  const float* dy = grad.data<float>();
+  float* dx = out.data<float>();
+  for (int64_t c = 0; c < p.c; ++c) {
+    if (k != nullptr) {
+      for (int64_t i = 0; i < p.n; ++i) {
+        for (int64_t j = 0; j < p.s; ++j) {
+          const int64_t at = p.at(i, c, j);
+          dx[at] = bn::InputGradBatch(x[at], dy[at], mean[c], k[c], grad_mean[c], invstd[c], w[c]);
+        }
+      }
+    } else {
+      const float scale = invstd[c] * w[c];
+      for (int64_t i = 0; i < p.n; ++i) {
+        for (int64_t j = 0; j < p.s; ++j) dx[p.at(i, c, j)] = dy[p.at(i, c, j)] * scale;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A tensor's values on the host (a copy for CUDA tensors).
+template <typename T>
+absl::StatusOr<std::vector<T>> HostValues(const Tensor& t) {
+  return t.ToVector<T>();
+}
+
+// Writes host values into `dst` (on any device).
+template <typename T>
+absl::Status StoreValues(const Tensor& dst, const std::vector<T>& values) {
+  if (dst.device().is_cpu()) {
+    std::copy(values.begin(), values.end(), dst.data<T>());
+    return absl::OkStatus();
+  }
+  // Empty + copy rather than FromVector, which makes [count] of a 0-d shape.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(dst.shape(), dst.dtype(), Device::Cpu()));
+  std::copy(values.begin(), values.end(), host.data<T>());
+  return dst.CopyFrom(host);
+}
+
+// A new tensor on `device` holding host values.
+absl::StatusOr<Tensor> FromHost(const std::vector<float>& values, Device device) {
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<float>(values));
+  if (t.device() == device) return t;
+  return t.To(device);
 }
 
 }  // namespace
@@ -97,43 +211,34 @@ absl::Status BatchNorm::CheckInput(const Tensor& input) const {
         " f32 input with ", options_.num_features, " channels in dim 1 on ", device.ToString(),
         ", got ", input.defined() ? input.DebugString() : "undefined"));
   }
-  if (!device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        type_name(), " on ", device.ToString(),
-        " is not implemented (CPU only so far); keep this module and its inputs on the CPU"));
-  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   LOCKSTEP_RETURN_IF_ERROR(CheckInput(input));
   const Planes p = PlanesOf(input.shape());
+  const size_t channels = static_cast<size_t>(p.c);
   const bool tracking = options_.track_running_stats;
   const bool batch_stats = is_training() || !tracking;
   // SyncBatchNorm's statistics are the group's, in training mode only (as
   // PyTorch's need_sync; eval without running statistics stays local).
   BatchNormSync* const sync = is_training() ? sync_.get() : nullptr;
-  const float* x = input.data<float>();
   // Per channel: the sum of the values, then (once the mean is known) of the
   // squared f32 deviations; with a sync each summed over the group. The
   // count rides along as the last element (exact in double below 2^53).
-  std::vector<double> sums(static_cast<size_t>(p.c) + 1, 0.0);
-  sums[static_cast<size_t>(p.c)] = static_cast<double>(p.count());
+  std::vector<double> sums(channels + 1, 0.0);
+  sums[channels] = static_cast<double>(p.count());
+  std::vector<double> planes;
   if (batch_stats) {
-    for (int64_t c = 0; c < p.c; ++c) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < p.n; ++i) {
-        const float* plane = x + p.at(i, c, 0);
-        sum += LaneSum(p.s, [plane](int64_t k) { return static_cast<double>(plane[k]); });
-      }
-      sums[static_cast<size_t>(c)] = sum;
-    }
+    LOCKSTEP_RETURN_IF_ERROR(PlaneSums(input, p, nullptr, planes));
+    const std::vector<double> channel = ChannelSums(planes, p);
+    std::copy(channel.begin(), channel.end(), sums.begin());
     if (sync != nullptr) {
       absl::Status s = sync->AllSum(sums);
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
     }
   }
-  const double count_d = sums[static_cast<size_t>(p.c)];
+  const double count_d = sums[channels];
   const int64_t count = static_cast<int64_t>(count_d);
   if (batch_stats && count <= 1) {
     // PyTorch's _verify_batch_size, checked before any state changes (with
@@ -142,64 +247,61 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
         type_name(), ".Forward: expected more than 1 value per channel when training, got input ",
         ShapeToString(input.shape()), sync != nullptr ? absl::StrCat(" (", count, " over the group)") : ""));
   }
-  std::vector<float> mean(static_cast<size_t>(p.c)), invstd(static_cast<size_t>(p.c));
+  std::vector<float> mean(channels), invstd(channels);
   if (batch_stats) {
     // As PyTorch's CPU kernel: the mean rounded to f32 first, then the sum
     // of squared f32 deviations, both accumulated in double.
-    std::vector<double> var_sums(static_cast<size_t>(p.c));
-    for (int64_t c = 0; c < p.c; ++c) {
-      const float m = static_cast<float>(sums[static_cast<size_t>(c)] / count_d);
-      double var_sum = 0.0;
-      for (int64_t i = 0; i < p.n; ++i) {
-        const float* plane = x + p.at(i, c, 0);
-        var_sum += LaneSum(p.s, [plane, m](int64_t k) {
-          const float d = plane[k] - m;
-          return static_cast<double>(d * d);
-        });
-      }
-      mean[c] = m;
-      var_sums[static_cast<size_t>(c)] = var_sum;
-    }
+    for (size_t c = 0; c < channels; ++c) mean[c] = static_cast<float>(sums[c] / count_d);
+    LOCKSTEP_RETURN_IF_ERROR(PlaneSums(input, p, mean.data(), planes));
+    std::vector<double> var_sums = ChannelSums(planes, p);
     if (sync != nullptr) {
       absl::Status s = sync->AllSum(var_sums);
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
     }
     double factor = 0.0;
+    std::vector<float> rm, rv;
     if (is_training() && tracking) {
-      int64_t& tracked = num_batches_tracked_.data<int64_t>()[0];
-      ++tracked;
-      factor = options_.momentum ? *options_.momentum : 1.0 / static_cast<double>(tracked);
+      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> tracked, HostValues<int64_t>(num_batches_tracked_));
+      ++tracked[0];
+      LOCKSTEP_RETURN_IF_ERROR(StoreValues(num_batches_tracked_, tracked));
+      factor = options_.momentum ? *options_.momentum : 1.0 / static_cast<double>(tracked[0]);
+      LOCKSTEP_ASSIGN_OR_RETURN(rm, HostValues<float>(running_mean_));
+      LOCKSTEP_ASSIGN_OR_RETURN(rv, HostValues<float>(running_var_));
     }
-    for (int64_t c = 0; c < p.c; ++c) {
-      const double var_sum = var_sums[static_cast<size_t>(c)];
+    for (size_t c = 0; c < channels; ++c) {
+      const double var_sum = var_sums[c];
       invstd[c] = static_cast<float>(1.0 / std::sqrt(var_sum / count_d + options_.eps));
       if (is_training() && tracking) {
-        float& rm = running_mean_.data<float>()[c];
-        float& rv = running_var_.data<float>()[c];
-        rm = static_cast<float>(factor * mean[c] + (1.0 - factor) * rm);
-        rv = static_cast<float>(factor * (var_sum / (count_d - 1.0)) + (1.0 - factor) * rv);
+        rm[c] = static_cast<float>(factor * mean[c] + (1.0 - factor) * rm[c]);
+        rv[c] = static_cast<float>(factor * (var_sum / (count_d - 1.0)) + (1.0 - factor) * rv[c]);
       }
     }
+    if (is_training() && tracking) {
+      LOCKSTEP_RETURN_IF_ERROR(StoreValues(running_mean_, rm));
+      LOCKSTEP_RETURN_IF_ERROR(StoreValues(running_var_, rv));
+    }
   } else {
-    for (int64_t c = 0; c < p.c; ++c) {
-      mean[c] = running_mean_.data<float>()[c];
-      invstd[c] =
-          static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var_.data<float>()[c]) +
-                                             options_.eps));
+    LOCKSTEP_ASSIGN_OR_RETURN(mean, HostValues<float>(running_mean_));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> rv, HostValues<float>(running_var_));
+    for (size_t c = 0; c < channels; ++c) {
+      invstd[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(rv[c]) + options_.eps));
+    }
+  }
+  std::vector<float> alpha(channels), beta(channels);
+  {
+    std::vector<float> w(channels, 1.0f), b(channels, 0.0f);
+    if (options_.affine) {
+      LOCKSTEP_ASSIGN_OR_RETURN(w, HostValues<float>(weight_.value));
+      LOCKSTEP_ASSIGN_OR_RETURN(b, HostValues<float>(bias_.value));
+    }
+    for (size_t c = 0; c < channels; ++c) {
+      // y = x * alpha + beta, as PyTorch's transform.
+      alpha[c] = invstd[c] * w[c];
+      beta[c] = b[c] - mean[c] * alpha[c];
     }
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(input.shape(), DType::kF32, input.device()));
-  float* y = out.data<float>();
-  for (int64_t c = 0; c < p.c; ++c) {
-    // y = x * alpha + beta, as PyTorch's transform.
-    const float w = options_.affine ? weight_.value.data<float>()[c] : 1.0f;
-    const float b = options_.affine ? bias_.value.data<float>()[c] : 0.0f;
-    const float alpha = invstd[c] * w;
-    const float beta = b - mean[c] * alpha;
-    for (int64_t i = 0; i < p.n; ++i) {
-      for (int64_t k = 0; k < p.s; ++k) y[p.at(i, c, k)] = x[p.at(i, c, k)] * alpha + beta;
-    }
-  }
+  LOCKSTEP_RETURN_IF_ERROR(Transform(input, p, alpha, beta, out));
   saved_input_ = input;
   saved_mean_ = std::move(mean);
   saved_invstd_ = std::move(invstd);
@@ -224,34 +326,24 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
         grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const Planes p = PlanesOf(input.shape());
+  const size_t channels = static_cast<size_t>(p.c);
   const double count = saved_count_;  // The group's with a sync.
-  const float* x = input.data<float>();
-  const float* dy = grad_output.data<float>();
   // Per channel: sum(dy) and sum((x - mean) dy).
-  std::vector<double> sum(static_cast<size_t>(p.c)), dotp(static_cast<size_t>(p.c));
-  for (int64_t c = 0; c < p.c; ++c) {
-    double s = 0.0, d = 0.0;
-    const float m = saved_mean_[c];
-    for (int64_t i = 0; i < p.n; ++i) {
-      const float* xp = x + p.at(i, c, 0);
-      const float* dyp = dy + p.at(i, c, 0);
-      s += LaneSum(p.s, [dyp](int64_t k) { return static_cast<double>(dyp[k]); });
-      d += LaneSum(p.s, [xp, dyp, m](int64_t k) { return static_cast<double>(xp[k] - m) * dyp[k]; });
-    }
-    sum[c] = s;
-    dotp[c] = d;
-  }
+  std::vector<double> plane_sum, plane_dot;
+  LOCKSTEP_RETURN_IF_ERROR(PlaneGradSums(input, grad_output, p, saved_mean_.data(), plane_sum, plane_dot));
+  std::vector<double> sum = ChannelSums(plane_sum, p), dotp = ChannelSums(plane_dot, p);
   if (options_.affine) {
     // Reverse registration order: bias, then weight; both before the input
     // gradient, so a reducer can start on them.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, Tensor::Empty({p.c}, DType::kF32, input.device()));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty({p.c}, DType::kF32, input.device()));
-    for (int64_t c = 0; c < p.c; ++c) {
-      gb.data<float>()[c] = static_cast<float>(sum[c]);
-      gw.data<float>()[c] = static_cast<float>(dotp[c] * saved_invstd_[c]);
+    std::vector<float> gb(channels), gw(channels);
+    for (size_t c = 0; c < channels; ++c) {
+      gb[c] = static_cast<float>(sum[c]);
+      gw[c] = static_cast<float>(dotp[c] * saved_invstd_[c]);
     }
-    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
-    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb_t, FromHost(gb, input.device()));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw_t, FromHost(gw, input.device()));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb_t, ready));
+    LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw_t, ready));
   }
   if (!input_grad) return Tensor();
   if (saved_synced_ && saved_batch_stats_) {
@@ -267,30 +359,24 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
     std::copy(both.begin(), both.begin() + p.c, sum.begin());
     std::copy(both.begin() + p.c, both.end(), dotp.begin());
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(input.shape(), DType::kF32, input.device()));
-  float* dx = gx.data<float>();
-  for (int64_t c = 0; c < p.c; ++c) {
-    const float invstd = saved_invstd_[c];
-    const float w = options_.affine ? weight_.value.data<float>()[c] : 1.0f;
-    if (saved_batch_stats_) {
-      // dx = (dy - mean(dy) - (x - mean) * sum((x - mean) dy) invstd^2 / n) * invstd * w
-      const double k = dotp[c] * invstd * invstd / count;
-      const double grad_mean = sum[c] / count;
-      for (int64_t i = 0; i < p.n; ++i) {
-        for (int64_t j = 0; j < p.s; ++j) {
-          const int64_t at = p.at(i, c, j);
-          const double centered = static_cast<double>(x[at] - saved_mean_[c]) * k;
-          dx[at] = static_cast<float>((dy[at] - grad_mean - centered) * invstd * w);
-        }
-      }
-    } else {
-      // The running statistics are constants: dx = dy * invstd * w.
-      const float scale = invstd * w;
-      for (int64_t i = 0; i < p.n; ++i) {
-        for (int64_t j = 0; j < p.s; ++j) dx[p.at(i, c, j)] = dy[p.at(i, c, j)] * scale;
-      }
+  std::vector<float> w(channels, 1.0f);
+  if (options_.affine) {
+    LOCKSTEP_ASSIGN_OR_RETURN(w, HostValues<float>(weight_.value));
+  }
+  std::vector<double> k, grad_mean;
+  if (saved_batch_stats_) {
+    k.resize(channels);
+    grad_mean.resize(channels);
+    for (size_t c = 0; c < channels; ++c) {
+      const float invstd = saved_invstd_[c];
+      k[c] = dotp[c] * invstd * invstd / count;
+      grad_mean[c] = sum[c] / count;
     }
   }
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(input.shape(), DType::kF32, input.device()));
+  LOCKSTEP_RETURN_IF_ERROR(InputGrad(input, grad_output, p, saved_mean_.data(), saved_invstd_.data(), w.data(),
+                                     saved_batch_stats_ ? k.data() : nullptr,
+                                     saved_batch_stats_ ? grad_mean.data() : nullptr, gx));
   return gx;
 }
 

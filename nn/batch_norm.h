@@ -7,10 +7,10 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<BatchNorm2d> bn, BatchNorm2d::Create(options));
 //
 // BatchNorm1d takes [N, C] or [N, C, L], BatchNorm2d [N, C, H, W]; f32,
-// contiguous, CPU. State, in torch's state_dict order: parameters "weight"
-// (ones) and "bias" (zeros) [C] when affine; buffers "running_mean" (zeros)
-// and "running_var" (ones) f32 [C] and "num_batches_tracked" i64 0-d when
-// track_running_stats.
+// contiguous, on the CPU or a CUDA device. State, in torch's state_dict
+// order: parameters "weight" (ones) and "bias" (zeros) [C] when affine;
+// buffers "running_mean" (zeros) and "running_var" (ones) f32 [C] and
+// "num_batches_tracked" i64 0-d when track_running_stats.
 //
 // Training mode (or no running statistics) normalizes with the batch's
 // statistics over N and the spatial dimensions, the biased variance:
@@ -37,9 +37,14 @@
 // sum(dy) and sum((x - mean) dy) over the group for the input gradient
 // (only when it is asked for, as PyTorch's SyncBatchNorm), while the weight
 // and bias gradients stay this rank's own, for DDP to average. Every rank
-// must run the same forwards and backwards. Evaluation mode is local. On a CUDA
-// device the module can be created and cloned, but Forward is Unimplemented
-// (no CUDA kernels yet); keep batch-normalized models on the CPU.
+// must run the same forwards and backwards. Evaluation mode is local.
+//
+// On CUDA (a module created on or moved to cuda:N, inputs there too) the
+// per-plane sums and the elementwise passes run as kernels with the CPU's
+// arithmetic and summation order (nn/internal/batch_norm_elementwise.h):
+// the two devices give the same bits. The per-channel statistics and the
+// running buffers' update are computed on the host from [N x C] plane sums
+// copied back, a few small copies per call.
 #ifndef LOCKSTEP_NN_BATCH_NORM_H_
 #define LOCKSTEP_NN_BATCH_NORM_H_
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "nn/init.h"
+#include "nn/internal/cudnn_conv_kernels.h"
 
 namespace lockstep {
 
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(const Conv2dOptions& o, M
     conv->RegisterParameter("bias", &conv->bias_);
   }
   if (o.device.is_cpu()) conv->kernels_ = nn_internal::ConvKernels::Create();
+  if (o.device.is_cuda()) conv->kernels_ = nn_internal::CreateCudnnConvKernels(o.device.index());
   return conv;
 }
 
@@ -49,6 +51,8 @@ nn_internal::ConvShape Conv2d::ShapeFor(const Tensor& input, const Shape& out_hw
 }
 
 std::string Conv2d::CpuKernels() { return nn_internal::ConvKernels::Description(); }
+
+std::string Conv2d::CudaKernels() { return nn_internal::CudnnConvDescription(); }
 
 Window2d Conv2d::window() const {
   return Window2d{options_.kernel_h, options_.kernel_w, options_.stride_h,

@@ -1,9 +1,11 @@
 // Conv2d: 2-D convolution over [batch, channels, height, width] f32 tensors
 // (torch.nn.Conv2d with groups = 1, dilation = 1). On the CPU the whole
 // batch goes through oneDNN's direct convolution when lockstep is built with
-// oneDNN (@local_dnnl: Debian's libdnnl-dev, the one PyTorch links); else,
-// and on CUDA, im2col + GEMM per image (OpenBLAS, cuBLAS). CpuKernels() says
-// which, for start-up lines.
+// oneDNN (@local_dnnl: Debian's libdnnl-dev, the one PyTorch links), and on
+// CUDA through cuDNN when the toolkit has it (full f32, no FFT or Winograd:
+// nn/internal/cudnn_conv_kernels.h); else im2col + GEMM per image
+// (OpenBLAS, cuBLAS). CpuKernels() and CudaKernels() say which, for
+// start-up lines.
 //
 //   Conv2dOptions options;
 //   options.in_channels = 1;
@@ -58,6 +60,8 @@ class Conv2d : public Module {
 
   // "oneDNN 2.6.3 (avx512_core)", or the fallback and how to get oneDNN.
   static std::string CpuKernels();
+  // "cuDNN 9.19.0 (full f32)", or the fallback and why.
+  static std::string CudaKernels();
 
  protected:
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& grad_output, bool input_grad,
@@ -77,7 +81,7 @@ class Conv2d : public Module {
   Parameter bias_;
   Tensor saved_input_;
   Tensor ones_;
-  std::unique_ptr<nn_internal::ConvKernels> kernels_;  // CPU, with oneDNN.
+  std::unique_ptr<nn_internal::ConvKernels> kernels_;  // oneDNN (CPU) or cuDNN (CUDA); null: im2col.
 };
 
 }  // namespace lockstep

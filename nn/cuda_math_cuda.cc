@@ -2,10 +2,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "nn/internal/cuda_math.h"
 #include "nn/internal/nn_cuda_launch.h"
 
@@ -62,6 +68,79 @@ class ThreadHandles {
 absl::StatusOr<cublasHandle_t> HandleFor(int device) {
   thread_local ThreadHandles handles;
   return handles.Get(device);
+}
+
+// A device buffer per device and thread for the small per-channel and
+// per-plane arrays of BatchNorm, grown on demand and freed when the thread
+// exits (no cudaMalloc per call).
+class ThreadScratch {
+ public:
+  ~ThreadScratch() {
+    for (auto& [device, buffer] : buffers_) {
+      cudaSetDevice(device);
+      cudaFree(buffer.first);
+    }
+  }
+  absl::StatusOr<char*> Get(int device, size_t bytes) {
+    auto& [ptr, size] = buffers_[device];
+    if (size >= bytes) return static_cast<char*>(ptr);
+    if (ptr != nullptr) cudaFree(ptr);
+    ptr = nullptr;
+    size = 0;
+    absl::Status s = FromCuda(static_cast<int>(cudaMalloc(&ptr, bytes)), "BatchNorm scratch cudaMalloc", device);
+    if (!s.ok()) return s;
+    size = bytes;
+    return static_cast<char*>(ptr);
+  }
+
+ private:
+  std::map<int, std::pair<void*, size_t>> buffers_;
+};
+
+// Host arrays copied into one scratch buffer (8-byte aligned pieces, one
+// cudaMemcpy), followed by room for `out_bytes` of results.
+struct Staged {
+  std::vector<char*> in;  // device copies, in the order given
+  char* out = nullptr;
+};
+
+struct HostArray {
+  const void* data;  // null: passed on as null
+  size_t bytes;
+};
+
+size_t Align8(size_t n) { return (n + 7) / 8 * 8; }
+
+absl::StatusOr<Staged> Stage(int device, std::initializer_list<HostArray> arrays, size_t out_bytes) {
+  thread_local ThreadScratch scratch;
+  size_t total = 0;
+  for (const HostArray& a : arrays) total += a.data == nullptr ? 0 : Align8(a.bytes);
+  absl::StatusOr<char*> base = scratch.Get(device, std::max<size_t>(total + out_bytes, 8));
+  if (!base.ok()) return base.status();
+  std::vector<char> host(total);
+  Staged staged;
+  size_t at = 0;
+  for (const HostArray& a : arrays) {
+    if (a.data == nullptr) {
+      staged.in.push_back(nullptr);
+      continue;
+    }
+    std::memcpy(host.data() + at, a.data, a.bytes);
+    staged.in.push_back(*base + at);
+    at += Align8(a.bytes);
+  }
+  if (total > 0) {
+    absl::Status s = FromCuda(static_cast<int>(cudaMemcpy(*base, host.data(), total, cudaMemcpyHostToDevice)),
+                              "BatchNorm cudaMemcpy", device);
+    if (!s.ok()) return s;
+  }
+  staged.out = *base + total;
+  return staged;
+}
+
+absl::Status CopyOut(int device, void* host, const void* dev, size_t bytes, const char* operation) {
+  if (bytes == 0) return absl::OkStatus();
+  return FromCuda(static_cast<int>(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)), operation, device);
 }
 
 }  // namespace
@@ -173,6 +252,64 @@ absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, 
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchMaxPoolBackward(g, images, grad_out, indices, grad_in),
                 "MaxPool2d backward", device);
+}
+
+absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* mean, double* out) {
+  const char* op = "BatchNorm forward sums";
+  LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
+  const int64_t planes = n * c;
+  const size_t out_bytes = static_cast<size_t>(planes) * sizeof(double);
+  absl::StatusOr<Staged> st = Stage(device, {{mean, static_cast<size_t>(c) * sizeof(float)}}, out_bytes);
+  if (!st.ok()) return st.status();
+  double* dev_out = reinterpret_cast<double*>(st->out);
+  LOCKSTEP_RETURN_IF_ERROR(Finish(nn_cuda_internal::LaunchBatchNormPlaneSums(
+      planes, c, s, x, reinterpret_cast<const float*>(st->in[0]), dev_out), op, device));
+  return CopyOut(device, out, dev_out, out_bytes, op);
+}
+
+absl::Status BatchNormPlaneGradSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                    const float* dy, const float* mean, double* sum, double* dot) {
+  const char* op = "BatchNorm backward sums";
+  LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
+  const int64_t planes = n * c;
+  const size_t out_bytes = static_cast<size_t>(planes) * sizeof(double);
+  absl::StatusOr<Staged> st = Stage(device, {{mean, static_cast<size_t>(c) * sizeof(float)}}, 2 * out_bytes);
+  if (!st.ok()) return st.status();
+  double* dev_sum = reinterpret_cast<double*>(st->out);
+  double* dev_dot = dev_sum + planes;
+  LOCKSTEP_RETURN_IF_ERROR(Finish(nn_cuda_internal::LaunchBatchNormPlaneGradSums(
+      planes, c, s, x, dy, reinterpret_cast<const float*>(st->in[0]), dev_sum, dev_dot), op, device));
+  LOCKSTEP_RETURN_IF_ERROR(CopyOut(device, sum, dev_sum, out_bytes, op));
+  return CopyOut(device, dot, dev_dot, out_bytes, op);
+}
+
+absl::Status BatchNormTransform(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* alpha, const float* beta, float* y) {
+  const char* op = "BatchNorm forward";
+  LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
+  const size_t bytes = static_cast<size_t>(c) * sizeof(float);
+  absl::StatusOr<Staged> st = Stage(device, {{alpha, bytes}, {beta, bytes}}, 0);
+  if (!st.ok()) return st.status();
+  return Finish(nn_cuda_internal::LaunchBatchNormTransform(n * c * s, c, s, x,
+                                                           reinterpret_cast<const float*>(st->in[0]),
+                                                           reinterpret_cast<const float*>(st->in[1]), y),
+                op, device);
+}
+
+absl::Status BatchNormInputGrad(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* dy, const float* mean, const float* invstd,
+                                const float* w, const double* k, const double* grad_mean, float* dx) {
+  const char* op = "BatchNorm backward";
+  LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
+  const size_t f = static_cast<size_t>(c) * sizeof(float), d = static_cast<size_t>(c) * sizeof(double);
+  absl::StatusOr<Staged> st = Stage(device, {{mean, f}, {invstd, f}, {w, f}, {k, d}, {grad_mean, d}}, 0);
+  if (!st.ok()) return st.status();
+  return Finish(nn_cuda_internal::LaunchBatchNormInputGrad(
+                    n * c * s, c, s, x, dy, reinterpret_cast<const float*>(st->in[0]),
+                    reinterpret_cast<const float*>(st->in[1]), reinterpret_cast<const float*>(st->in[2]),
+                    reinterpret_cast<const double*>(st->in[3]), reinterpret_cast<const double*>(st->in[4]), dx),
+                op, device);
 }
 
 }  // namespace nn_cuda

@@ -49,5 +49,22 @@ absl::Status MaxPoolBackward(int, const window_elementwise::Geometry&, int64_t, 
   return NoCuda("MaxPool2d backward");
 }
 
+absl::Status BatchNormPlaneSums(int, int64_t, int64_t, int64_t, const float*, const float*, double*) {
+  return NoCuda("BatchNorm");
+}
+absl::Status BatchNormPlaneGradSums(int, int64_t, int64_t, int64_t, const float*, const float*,
+                                    const float*, double*, double*) {
+  return NoCuda("BatchNorm backward");
+}
+absl::Status BatchNormTransform(int, int64_t, int64_t, int64_t, const float*, const float*,
+                                const float*, float*) {
+  return NoCuda("BatchNorm");
+}
+absl::Status BatchNormInputGrad(int, int64_t, int64_t, int64_t, const float*, const float*,
+                                const float*, const float*, const float*, const double*,
+                                const double*, float*) {
+  return NoCuda("BatchNorm backward");
+}
+
 }  // namespace nn_cuda
 }  // namespace lockstep

@@ -7,6 +7,7 @@
 
 #include "core/internal/cuda_grid.h"
 #include "core/internal/elementwise.h"
+#include "nn/internal/batch_norm_elementwise.h"
 #include "nn/internal/nn_cuda_launch.h"
 #include "nn/internal/nn_elementwise.h"
 #include "nn/internal/window_elementwise.h"
@@ -17,6 +18,7 @@ namespace {
 
 namespace ew = ::lockstep::elementwise;
 namespace nw = ::lockstep::nn_elementwise;
+namespace bn = ::lockstep::batch_norm_elementwise;
 
 using cuda_grid::Blocks;
 using cuda_grid::kThreads;
@@ -88,6 +90,49 @@ __global__ void MaxPoolBackwardKernel(we::Geometry g, const float* grad_out, con
   LOCKSTEP_GRID_LOOP(i, count) {
     const int64_t n = i / per_image;
     grad_in[i] = we::MaxPoolBackwardAt(g, grad_out + n * per_out, indices + n * per_out, i % per_image);
+  }
+}
+
+// One thread per plane (plane p = image * c + channel): the plane's sums in
+// batch_norm_elementwise's lane order, so the CPU and the GPU add the same
+// values in the same order.
+__global__ void BatchNormPlaneSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x,
+                                         const float* mean, double* out) {
+  LOCKSTEP_GRID_LOOP(p, planes) {
+    const float* plane = x + p * s;
+    out[p] = mean == nullptr ? bn::PlaneSum(plane, s) : bn::PlaneSquaredDeviations(plane, s, mean[p % c]);
+  }
+}
+
+__global__ void BatchNormPlaneGradSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x,
+                                             const float* dy, const float* mean, double* sum,
+                                             double* dot) {
+  LOCKSTEP_GRID_LOOP(p, planes) {
+    sum[p] = bn::PlaneSum(dy + p * s, s);
+    dot[p] = bn::PlaneDot(x + p * s, dy + p * s, s, mean[p % c]);
+  }
+}
+
+__global__ void BatchNormTransformKernel(int64_t count, int64_t c, int64_t s, const float* x,
+                                         const float* alpha, const float* beta, float* y) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const int64_t ch = (i / s) % c;
+    y[i] = x[i] * alpha[ch] + beta[ch];
+  }
+}
+
+__global__ void BatchNormInputGradKernel(int64_t count, int64_t c, int64_t s, const float* x,
+                                         const float* dy, const float* mean, const float* invstd,
+                                         const float* w, const double* k, const double* grad_mean,
+                                         float* dx) {
+  LOCKSTEP_GRID_LOOP(i, count) {
+    const int64_t ch = (i / s) % c;
+    if (k != nullptr) {
+      dx[i] = bn::InputGradBatch(x[i], dy[i], mean[ch], k[ch], grad_mean[ch], invstd[ch], w[ch]);
+    } else {
+      const float scale = invstd[ch] * w[ch];
+      dx[i] = dy[i] * scale;
+    }
   }
 }
 
@@ -167,6 +212,36 @@ int LaunchMaxPoolBackward(const we::Geometry& g, int64_t images, const float* gr
   const int64_t count = images * g.channels * g.height * g.width;
   if (count == 0) return 0;
   MaxPoolBackwardKernel<<<Blocks(count), kThreads>>>(g, grad_out, indices, grad_in, count);
+  return LastError();
+}
+
+int LaunchBatchNormPlaneSums(int64_t planes, int64_t c, int64_t s, const float* x, const float* mean,
+                             double* out) {
+  if (planes == 0) return 0;
+  BatchNormPlaneSumsKernel<<<Blocks(planes), kThreads>>>(planes, c, s, x, mean, out);
+  return LastError();
+}
+
+int LaunchBatchNormPlaneGradSums(int64_t planes, int64_t c, int64_t s, const float* x,
+                                 const float* dy, const float* mean, double* sum, double* dot) {
+  if (planes == 0) return 0;
+  BatchNormPlaneGradSumsKernel<<<Blocks(planes), kThreads>>>(planes, c, s, x, dy, mean, sum, dot);
+  return LastError();
+}
+
+int LaunchBatchNormTransform(int64_t count, int64_t c, int64_t s, const float* x, const float* alpha,
+                             const float* beta, float* y) {
+  if (count == 0) return 0;
+  BatchNormTransformKernel<<<Blocks(count), kThreads>>>(count, c, s, x, alpha, beta, y);
+  return LastError();
+}
+
+int LaunchBatchNormInputGrad(int64_t count, int64_t c, int64_t s, const float* x, const float* dy,
+                             const float* mean, const float* invstd, const float* w, const double* k,
+                             const double* grad_mean, float* dx) {
+  if (count == 0) return 0;
+  BatchNormInputGradKernel<<<Blocks(count), kThreads>>>(count, c, s, x, dy, mean, invstd, w, k,
+                                                        grad_mean, dx);
   return LastError();
 }
 

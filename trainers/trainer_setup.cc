@@ -330,10 +330,6 @@ absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint6
   if (name != "cnn") {
     return absl::InvalidArgumentError(absl::StrCat("model '", name, "': expected mlp or cnn"));
   }
-  if (!device.is_cpu()) {
-    return absl::UnimplementedError(
-        "--model=cnn needs --device=cpu: BatchNorm2d has no CUDA kernels yet");
-  }
   auto model = std::make_unique<Sequential>();
   int64_t in_channels = 1;
   for (int64_t out_channels : {32, 64}) {
@@ -387,7 +383,7 @@ absl::Status FreezeParameters(const TrainerConfig& c, Module& model) {
 
 std::string ConvolutionKernelsNote(const TrainerConfig& c) {
   if (c.model != "cnn") return "";
-  return ", convolutions " + (c.device.is_cpu() ? Conv2d::CpuKernels() : std::string("im2col + cuBLAS"));
+  return ", convolutions " + (c.device.is_cpu() ? Conv2d::CpuKernels() : Conv2d::CudaKernels());
 }
 
 absl::Status CheckModelFlags(const TrainerConfig& c) {

@@ -95,7 +95,6 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& config)
 // BatchNorm2d-ReLU-MaxPool(2)-Flatten-Linear(3136,128)-ReLU-Linear(128,10),
 // as nn.Sequential (names "0.weight", ...). Initialized as PyTorch after
 // torch.manual_seed(seed). Linear layers compute in `compute_dtype`.
-// BatchNorm has CPU kernels only, so "cnn" needs the CPU.
 // The layer sizes of --model=mlp:784,...,10.
 absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::string& model);
 

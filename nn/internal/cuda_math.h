@@ -43,6 +43,24 @@ absl::Status MaxPool(int device, const window_elementwise::Geometry& g, int64_t 
 absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, int64_t images,
                              const float* grad_out, const int32_t* indices, float* grad_in);
 
+// BatchNorm over [n, c, s] f32 data on the device (x, dy, y, dx); the
+// per-channel arrays ([c]: mean, alpha, ...) and per-plane results ([n * c],
+// plane = image * c + channel) are on the host and copied here. The
+// arithmetic is nn/internal/batch_norm_elementwise.h's, as on the CPU.
+// out[plane] = sum x (mean null) or sum (x - mean[channel])^2.
+absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* mean, double* out);
+// sum[plane] = sum dy, dot[plane] = sum (x - mean[channel]) dy.
+absl::Status BatchNormPlaneGradSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                    const float* dy, const float* mean, double* sum, double* dot);
+// y = x alpha[channel] + beta[channel].
+absl::Status BatchNormTransform(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* alpha, const float* beta, float* y);
+// dx with batch statistics (k and grad_mean non-null), else dy (invstd w).
+absl::Status BatchNormInputGrad(int device, int64_t n, int64_t c, int64_t s, const float* x,
+                                const float* dy, const float* mean, const float* invstd,
+                                const float* w, const double* k, const double* grad_mean, float* dx);
+
 }  // namespace nn_cuda
 }  // namespace lockstep
 

@@ -30,6 +30,22 @@ int LaunchMaxPool(const window_elementwise::Geometry& g, int64_t images, const f
 int LaunchMaxPoolBackward(const window_elementwise::Geometry& g, int64_t images,
                           const float* grad_out, const int32_t* indices, float* grad_in);
 
+// BatchNorm over [n, c, s] f32 data, planes = n * c; every pointer is on the
+// device, per-channel arrays [c], per-plane ones [planes].
+// out[p] = sum x (mean null) or sum (x - mean[channel])^2 over plane p.
+int LaunchBatchNormPlaneSums(int64_t planes, int64_t c, int64_t s, const float* x, const float* mean,
+                             double* out);
+// sum[p] = sum dy, dot[p] = sum (x - mean[channel]) dy over plane p.
+int LaunchBatchNormPlaneGradSums(int64_t planes, int64_t c, int64_t s, const float* x,
+                                 const float* dy, const float* mean, double* sum, double* dot);
+// y = x alpha[channel] + beta[channel]; count = planes * s.
+int LaunchBatchNormTransform(int64_t count, int64_t c, int64_t s, const float* x, const float* alpha,
+                             const float* beta, float* y);
+// dx with batch statistics (k and grad_mean non-null), or dy invstd w.
+int LaunchBatchNormInputGrad(int64_t count, int64_t c, int64_t s, const float* x, const float* dy,
+                             const float* mean, const float* invstd, const float* w, const double* k,
+                             const double* grad_mean, float* dx);
+
 }  // namespace nn_cuda_internal
 }  // namespace lockstep
 
