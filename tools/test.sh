@@ -56,7 +56,12 @@ run_step() {
 run_step main bazel test //...
 run_step asan bazel test --config=asan //core/... //data/... //collectives/... //nn/... //amp/... //ddp/... \
   //dp/... //trainers/... //tests/... //tools/... //interop/... -- -//collectives:communicator_test \
-  -//interop/torch:pytorch_suite_test
+  -//interop/torch:pytorch_suite_test -//interop/torch/trainers:torch_trainers_test
+# The libtorch trainers under ASan without the full-width ResNet-18 resume
+# (3 minutes alone under ASan on a quiet machine; it runs in the plain step,
+# and the Transformer's resume covers the same code under ASan).
+run_step asan-trainers bazel test --config=asan //interop/torch/trainers:torch_trainers_test \
+  "--test_arg=--gtest_filter=-*ResNet18Resumes*"
 # PyTorch's suite subset runs plain only (3 minutes under ASan; the backend's
 # own Python tests run under ASan above). The communicator grids (TCP and
 # shared memory) without their 1M-element cases: ASan makes them several
