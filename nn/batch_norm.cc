@@ -102,7 +102,9 @@ absl::Status Transform(const Tensor& input, const Planes& p, const std::vector<f
   for (int64_t c = 0; c < p.c; ++c) {
     const float a = alpha[static_cast<size_t>(c)], b = beta[static_cast<size_t>(c)];
     for (int64_t i = 0; i < p.n; ++i) {
-      for (int64_t k = 0; k < p.s; ++k) y[p.at(i, c, k)] = x[p.at(i, c, k)] * a + b;
+      const float* __restrict xp = x + p.at(i, c, 0);
+      float* __restrict yp = y + p.at(i, c, 0);
+      for (int64_t k = 0; k < p.s; ++k) yp[k] = xp[k] * a + b;
     }
   }
   return absl::OkStatus();
@@ -122,26 +124,26 @@ absl::Status InputGrad(const Tensor& input, const Tensor& grad, const Planes& p,
   float* dx = out.data<float>();
   for (int64_t c = 0; c < p.c; ++c) {
     if (k != nullptr) {
+      // The channel's constants in locals: dx's stores could alias the
+      // arrays, which would reload them per element and stop vectorization.
+      const float m = mean[c], is = invstd[c], wc = w[c];
+      const double kc = k[c], gm = grad_mean[c];
       for (int64_t i = 0; i < p.n; ++i) {
-        for (int64_t j = 0; j < p.s; ++j) {
-          const int64_t at = p.at(i, c, j);
-          dx[at] = bn::InputGradBatch(x[at], dy[at], mean[c], k[c], grad_mean[c], invstd[c], w[c]);
-        }
+        const float* __restrict xp = x + p.at(i, c, 0);
+        const float* __restrict dyp = dy + p.at(i, c, 0);
+        float* __restrict dxp = dx + p.at(i, c, 0);
+        for (int64_t j = 0; j < p.s; ++j) dxp[j] = bn::InputGradBatch(xp[j], dyp[j], m, kc, gm, is, wc);
       }
     } else {
       const float scale = invstd[c] * w[c];
       for (int64_t i = 0; i < p.n; ++i) {
-        for (int64_t j = 0; j < p.s; ++j) dx[p.at(i, c, j)] = dy[p.at(i, c, j)] * scale;
+        const float* __restrict dyp = dy + p.at(i, c, 0);
+        float* __restrict dxp = dx + p.at(i, c, 0);
+        for (int64_t j = 0; j < p.s; ++j) dxp[j] = dyp[j] * scale;
       }
     }
   }
   return absl::OkStatus();
-}
-
-// A tensor's values on the host (a copy for CUDA tensors).
-template <typename T>
-absl::StatusOr<std::vector<T>> HostValues(const Tensor& t) {
-  return t.ToVector<T>();
 }
 
 // Writes host values into `dst` (on any device).
@@ -261,12 +263,12 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
     double factor = 0.0;
     std::vector<float> rm, rv;
     if (is_training() && tracking) {
-      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> tracked, HostValues<int64_t>(num_batches_tracked_));
+      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> tracked, num_batches_tracked_.ToVector<int64_t>());
       ++tracked[0];
       LOCKSTEP_RETURN_IF_ERROR(StoreValues(num_batches_tracked_, tracked));
       factor = options_.momentum ? *options_.momentum : 1.0 / static_cast<double>(tracked[0]);
-      LOCKSTEP_ASSIGN_OR_RETURN(rm, HostValues<float>(running_mean_));
-      LOCKSTEP_ASSIGN_OR_RETURN(rv, HostValues<float>(running_var_));
+      LOCKSTEP_ASSIGN_OR_RETURN(rm, running_mean_.ToVector<float>());
+      LOCKSTEP_ASSIGN_OR_RETURN(rv, running_var_.ToVector<float>());
     }
     for (size_t c = 0; c < channels; ++c) {
       const double var_sum = var_sums[c];
@@ -281,8 +283,8 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
       LOCKSTEP_RETURN_IF_ERROR(StoreValues(running_var_, rv));
     }
   } else {
-    LOCKSTEP_ASSIGN_OR_RETURN(mean, HostValues<float>(running_mean_));
-    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> rv, HostValues<float>(running_var_));
+    LOCKSTEP_ASSIGN_OR_RETURN(mean, running_mean_.ToVector<float>());
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> rv, running_var_.ToVector<float>());
     for (size_t c = 0; c < channels; ++c) {
       invstd[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(rv[c]) + options_.eps));
     }
@@ -291,8 +293,8 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   {
     std::vector<float> w(channels, 1.0f), b(channels, 0.0f);
     if (options_.affine) {
-      LOCKSTEP_ASSIGN_OR_RETURN(w, HostValues<float>(weight_.value));
-      LOCKSTEP_ASSIGN_OR_RETURN(b, HostValues<float>(bias_.value));
+      LOCKSTEP_ASSIGN_OR_RETURN(w, weight_.value.ToVector<float>());
+      LOCKSTEP_ASSIGN_OR_RETURN(b, bias_.value.ToVector<float>());
     }
     for (size_t c = 0; c < channels; ++c) {
       // y = x * alpha + beta, as PyTorch's transform.
@@ -361,7 +363,7 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
   }
   std::vector<float> w(channels, 1.0f);
   if (options_.affine) {
-    LOCKSTEP_ASSIGN_OR_RETURN(w, HostValues<float>(weight_.value));
+    LOCKSTEP_ASSIGN_OR_RETURN(w, weight_.value.ToVector<float>());
   }
   std::vector<double> k, grad_mean;
   if (saved_batch_stats_) {
