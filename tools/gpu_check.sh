@@ -6,8 +6,8 @@
 #
 # `build` compiles every test tagged `gpu` and every benchmark tagged `gpu`
 # with --config=gpu_bundle (optimized, fully static except the CUDA driver,
-# cuBLAS, NCCL and Google Benchmark, whose Debian package has no static
-# archive and is copied in), and gathers them with this script into the
+# cuBLAS, NCCL and cuDNN, found on the GPU machine, and Google Benchmark,
+# whose Debian package has no static archive and is copied in), and gathers them with this script into the
 # git-ignored folder gpu_bundle/ (checked to stay under 64 MiB).
 #
 # `build` also bundles the trainers (bin/ddp_trainer, bin/dp_trainer) and the
