@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels.h"
 #include "core/status.h"
 #include "nn/internal/batch_norm_elementwise.h"
 #include "nn/internal/cuda_math.h"
@@ -203,14 +204,15 @@ absl::Status BatchNorm::Init() {
 absl::Status BatchNorm::CheckInput(const Tensor& input) const {
   const Device device = options_.device;
   const bool rank_ok = input.defined() && input.dim() >= min_rank_ && input.dim() <= max_rank_;
-  if (!rank_ok || input.shape()[1] != options_.num_features || input.dtype() != DType::kF32 ||
-      input.device() != device) {
+  const bool dtype_ok =
+      input.defined() && (input.dtype() == DType::kF32 || input.dtype() == DType::kBF16 || input.dtype() == DType::kF16);
+  if (!rank_ok || !dtype_ok || input.shape()[1] != options_.num_features || input.device() != device) {
     const std::string ranks = min_rank_ == max_rank_
                                   ? absl::StrCat(min_rank_, "D")
                                   : absl::StrCat(min_rank_, "D or ", max_rank_, "D");
     return absl::InvalidArgumentError(absl::StrCat(
         type_name(), "(", options_.num_features, ").Forward: expected ", ranks,
-        " f32 input with ", options_.num_features, " channels in dim 1 on ", device.ToString(),
+        " f32, bf16 or f16 input with ", options_.num_features, " channels in dim 1 on ", device.ToString(),
         ", got ", input.defined() ? input.DebugString() : "undefined"));
   }
   return absl::OkStatus();
@@ -218,6 +220,23 @@ absl::Status BatchNorm::CheckInput(const Tensor& input) const {
 
 absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   LOCKSTEP_RETURN_IF_ERROR(CheckInput(input));
+  if (input.dtype() == DType::kF32) {
+    saved_input_dtype_ = DType::kF32;
+    return ForwardF32(input);
+  }
+  // Autocast's bf16/f16 activations with f32 parameters, as PyTorch's
+  // mixed-type batch_norm: the values widen exactly, everything is computed
+  // as for f32 input, and the output is rounded once to the input's dtype.
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, Tensor::Empty(input.shape(), DType::kF32, input.device()));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(input, x32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor y32, ForwardF32(x32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(input.shape(), input.dtype(), input.device()));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(y32, y));
+  saved_input_dtype_ = input.dtype();
+  return y;
+}
+
+absl::StatusOr<Tensor> BatchNorm::ForwardF32(const Tensor& input) {
   const Planes p = PlanesOf(input.shape());
   const size_t channels = static_cast<size_t>(p.c);
   const bool tracking = options_.track_running_stats;
@@ -320,19 +339,29 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
         type_name(), ".Backward: no pending Forward (each Backward consumes the last Forward)"));
   }
   const Tensor input = std::exchange(saved_input_, Tensor());
+  const DType input_dtype = saved_input_dtype_;
   if (!grad_output.defined() || grad_output.shape() != input.shape() ||
-      grad_output.dtype() != DType::kF32 || grad_output.device() != input.device()) {
+      !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
+        grad_output.dtype() == DType::kF16) ||
+      grad_output.device() != input.device()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), ".Backward: expected an f32 gradient of shape ", ShapeToString(input.shape()),
+        type_name(), ".Backward: expected an f32, bf16 or f16 gradient of shape ", ShapeToString(input.shape()),
         " on ", input.device().ToString(), ", got ",
         grad_output.defined() ? grad_output.DebugString() : "undefined"));
+  }
+  // A bf16/f16 gradient widens exactly; the input gradient is rounded once
+  // to the forward input's dtype (see Forward).
+  Tensor g = grad_output;
+  if (g.dtype() != DType::kF32) {
+    LOCKSTEP_ASSIGN_OR_RETURN(g, Tensor::Empty(grad_output.shape(), DType::kF32, grad_output.device()));
+    LOCKSTEP_RETURN_IF_ERROR(Cast(grad_output, g));
   }
   const Planes p = PlanesOf(input.shape());
   const size_t channels = static_cast<size_t>(p.c);
   const double count = saved_count_;  // The group's with a sync.
   // Per channel: sum(dy) and sum((x - mean) dy).
   std::vector<double> plane_sum, plane_dot;
-  LOCKSTEP_RETURN_IF_ERROR(PlaneGradSums(input, grad_output, p, saved_mean_.data(), plane_sum, plane_dot));
+  LOCKSTEP_RETURN_IF_ERROR(PlaneGradSums(input, g, p, saved_mean_.data(), plane_sum, plane_dot));
   std::vector<double> sum = ChannelSums(plane_sum, p), dotp = ChannelSums(plane_dot, p);
   if (options_.affine) {
     // Reverse registration order: bias, then weight; both before the input
@@ -376,10 +405,13 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
     }
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(input.shape(), DType::kF32, input.device()));
-  LOCKSTEP_RETURN_IF_ERROR(InputGrad(input, grad_output, p, saved_mean_.data(), saved_invstd_.data(), w.data(),
+  LOCKSTEP_RETURN_IF_ERROR(InputGrad(input, g, p, saved_mean_.data(), saved_invstd_.data(), w.data(),
                                      saved_batch_stats_ ? k.data() : nullptr,
                                      saved_batch_stats_ ? grad_mean.data() : nullptr, gx));
-  return gx;
+  if (input_dtype == DType::kF32) return gx;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx_rounded, Tensor::Empty(gx.shape(), input_dtype, gx.device()));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(gx, gx_rounded));
+  return gx_rounded;
 }
 
 void BatchNorm::SetSync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }

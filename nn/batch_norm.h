@@ -7,7 +7,10 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<BatchNorm2d> bn, BatchNorm2d::Create(options));
 //
 // BatchNorm1d takes [N, C] or [N, C, L], BatchNorm2d [N, C, H, W]; f32,
-// contiguous, on the CPU or a CUDA device. State, in torch's state_dict
+// contiguous, on the CPU or a CUDA device. A bf16 or f16 input (autocast's
+// convolution output) is normalized as PyTorch's mixed-type batch_norm does
+// it: widened exactly to f32, computed as above with the f32 parameters and
+// statistics, the output (and the input gradient) rounded once to its dtype. State, in torch's state_dict
 // order: parameters "weight" (ones) and "bias" (zeros) [C] when affine;
 // buffers "running_mean" (zeros) and "running_var" (ones) f32 [C] and
 // "num_batches_tracked" i64 0-d when track_running_stats.
@@ -54,6 +57,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "nn/module.h"
 
 namespace lockstep {
@@ -107,6 +111,7 @@ class BatchNorm : public Module {
 
  private:
   absl::Status CheckInput(const Tensor& input) const;
+  absl::StatusOr<Tensor> ForwardF32(const Tensor& input);
 
   BatchNormOptions options_;
   int min_rank_;
@@ -118,7 +123,8 @@ class BatchNorm : public Module {
   Tensor num_batches_tracked_;
   // Saved by Forward for Backward: the input and, per channel, the mean and
   // 1 / sqrt(var + eps) it normalized with.
-  Tensor saved_input_;
+  Tensor saved_input_;  // f32 (a bf16/f16 input's widened copy)
+  DType saved_input_dtype_ = DType::kF32;
   std::vector<float> saved_mean_;
   std::vector<float> saved_invstd_;
   bool saved_batch_stats_ = false;

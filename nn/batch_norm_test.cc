@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "core/kernels.h"
 #include "nn/linear.h"
+#include "nn/max_pool2d.h"
 #include "nn/relu.h"
 #include "nn/safetensors.h"
 #include "nn/sequential.h"
@@ -207,6 +209,84 @@ TEST(BatchNormTest, OptionsWithoutAffineOrRunningStats) {
   EXPECT_NEAR(y[4], 2.0f * s, 1e-6);
   absl::StatusOr<Tensor> gx = bn->Backward(*Tensor::Zeros({3, 2}, DType::kF32));
   ASSERT_TRUE(gx.ok()) << gx.status();
+}
+
+// `t` in `dtype`.
+Tensor As(const Tensor& t, DType dtype) {
+  Tensor out = *Tensor::Empty(t.shape(), dtype, t.device());
+  EXPECT_TRUE(Cast(t, out).ok());
+  return out;
+}
+
+// Autocast's bf16 activations: PyTorch 1.13's mixed-type batch_norm (bf16
+// input, f32 parameters and buffers) returns exactly the f32 computation on
+// the widened input, rounded once (checked against torch when this was
+// written: every forward value equal). So: a bf16 module step equals an f32
+// twin's step on the widened values, output and input gradient rounded,
+// weight/bias gradients and running statistics f32 and identical.
+TEST(BatchNormTest, Bf16InputIsTheF32ComputationRoundedOnce) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    BatchNormOptions o;
+    o.num_features = 5;
+    std::unique_ptr<BatchNorm2d> narrow = *BatchNorm2d::Create(o);
+    std::unique_ptr<BatchNorm2d> wide = *BatchNorm2d::Create(o);
+    std::vector<float> xs(3 * 5 * 7 * 6), gs(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      xs[i] = 2.5f * std::sin(0.37f * static_cast<float>(i)) + 0.5f;
+      gs[i] = std::cos(0.91f * static_cast<float>(i));
+    }
+    // Values already in dtype, so both modules see the same numbers.
+    const Tensor x = As(*Tensor::FromVector<float>(xs, {3, 5, 7, 6}), dtype);
+    const Tensor g = As(*Tensor::FromVector<float>(gs, {3, 5, 7, 6}), dtype);
+    for (int step = 0; step < 2; ++step) {
+      absl::StatusOr<Tensor> y = narrow->Forward(x);
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_EQ(y->dtype(), dtype);
+      absl::StatusOr<Tensor> y32 = wide->Forward(As(x, DType::kF32));
+      ASSERT_TRUE(y32.ok()) << y32.status();
+      EXPECT_EQ(*As(*y, DType::kF32).ToVector<float>(), *As(As(*y32, dtype), DType::kF32).ToVector<float>());
+      absl::StatusOr<Tensor> dx = narrow->Backward(g);
+      ASSERT_TRUE(dx.ok()) << dx.status();
+      ASSERT_EQ(dx->dtype(), dtype);
+      absl::StatusOr<Tensor> dx32 = wide->Backward(As(g, DType::kF32));
+      ASSERT_TRUE(dx32.ok()) << dx32.status();
+      EXPECT_EQ(*As(*dx, DType::kF32).ToVector<float>(), *As(As(*dx32, dtype), DType::kF32).ToVector<float>());
+      EXPECT_EQ(narrow->weight().grad.dtype(), DType::kF32);
+      EXPECT_EQ(*narrow->weight().grad.ToVector<float>(), *wide->weight().grad.ToVector<float>());
+      EXPECT_EQ(*narrow->bias().grad.ToVector<float>(), *wide->bias().grad.ToVector<float>());
+      EXPECT_EQ(*narrow->running_mean().ToVector<float>(), *wide->running_mean().ToVector<float>());
+      EXPECT_EQ(*narrow->running_var().ToVector<float>(), *wide->running_var().ToVector<float>());
+    }
+    narrow->Eval();
+    wide->Eval();
+    EXPECT_EQ(*As(*narrow->Forward(x), DType::kF32).ToVector<float>(),
+              *As(As(*wide->Forward(As(x, DType::kF32)), dtype), DType::kF32).ToVector<float>());
+  }
+}
+
+// MaxPool2d keeps bf16: the maxima are input values, and a pixel's
+// gradient from overlapping windows is summed in f32 and rounded once.
+TEST(MaxPool2dTest, Bf16InAndOut) {
+  std::vector<float> xs(2 * 3 * 7 * 7);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(1.3f * static_cast<float>(i));
+  const Tensor x = As(*Tensor::FromVector<float>(xs, {2, 3, 7, 7}), DType::kBF16);
+  MaxPool2d narrow(3, 2, 1), wide(3, 2, 1);  // overlapping windows
+  absl::StatusOr<Tensor> y = narrow.Forward(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->dtype(), DType::kBF16);
+  absl::StatusOr<Tensor> y32 = wide.Forward(As(x, DType::kF32));
+  ASSERT_TRUE(y32.ok()) << y32.status();
+  EXPECT_EQ(*As(*y, DType::kF32).ToVector<float>(), *y32->ToVector<float>());
+  std::vector<float> gs(static_cast<size_t>(y->numel()));
+  for (size_t i = 0; i < gs.size(); ++i) gs[i] = std::cos(0.7f * static_cast<float>(i));
+  const Tensor g = As(*Tensor::FromVector<float>(gs, y->shape()), DType::kBF16);
+  absl::StatusOr<Tensor> dx = narrow.Backward(g);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  ASSERT_EQ(dx->dtype(), DType::kBF16);
+  absl::StatusOr<Tensor> dx32 = wide.Backward(As(g, DType::kF32));
+  ASSERT_TRUE(dx32.ok()) << dx32.status();
+  EXPECT_EQ(*As(*dx, DType::kF32).ToVector<float>(), *As(As(*dx32, DType::kBF16), DType::kF32).ToVector<float>());
+  EXPECT_FALSE(narrow.Forward(*Tensor::Zeros({1, 1, 4, 4}, DType::kI32)).ok());
 }
 
 TEST(BatchNormTest, Errors) {

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "core/kernels.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -18,6 +20,8 @@
 #include "nn/batch_norm.h"
 #include "nn/conv2d.h"
 #include "nn/init.h"
+#include "nn/max_pool2d.h"
+#include "nn/relu.h"
 #include "nn/testing/error_bound.h"
 
 namespace lockstep {
@@ -255,6 +259,111 @@ TEST_F(CnnCudaTest, Conv2dFallbackOnCudaMatchesTheReference) {
   EXPECT_EQ(Conv2d::CudaKernels().rfind("im2col + cuBLAS", 0), 0u) << Conv2d::CudaKernels();
   CheckAllConvCases(4);
   ASSERT_EQ(unsetenv("LOCKSTEP_NO_CUDNN"), 0);
+}
+
+// `t` (f32, on the CPU) rounded to `dtype`, as an f32 tensor.
+Tensor RoundedCopy(const Tensor& t, DType dtype) {
+  Tensor narrow = *Tensor::Empty(t.shape(), dtype, Device::Cpu());
+  Tensor wide = *Tensor::Empty(t.shape(), DType::kF32, Device::Cpu());
+  EXPECT_TRUE(Cast(t, narrow).ok());
+  EXPECT_TRUE(Cast(narrow, wide).ok());
+  return wide;
+}
+
+// `m` with its f32 radius widened `factor` times: tensor cores may truncate
+// their f32 additions rather than round them (a relative error of 2u per
+// addition instead of u); 4 leaves room and stays far below one bf16 or f16
+// step, which dominates these bounds.
+eb::Matrix Widened(eb::Matrix m, double factor) {
+  for (eb::Bounded& b : m.x) b.e *= factor;
+  return m;
+}
+
+// Autocast on cuda:0: cuDNN's bf16/f16 convolution (f32 accumulation on
+// tensor cores) against the f32 reference on the rounded operands. The
+// output is rounded twice (the convolution's, then the bias add's, as
+// PyTorch's cuDNN path adds the bias as a separate op), each gradient once.
+void CheckRoundedStepOnCuda(ConvPair& pair, const ConvCase& c, DType dtype, Mt19937& gen) {
+  SCOPED_TRACE(Name(c) + " " + std::string(DTypeName(dtype)));
+  const eb::ConvShape& s = c.s;
+  Conv2d& conv = pair.on_gpu();
+  ASSERT_TRUE(conv.set_compute_dtype(dtype).ok());
+  Tensor x = Random({s.n, s.c, s.h, s.w}, gen), dy = Random({s.n, s.o, s.out_h(), s.out_w()}, gen);
+  ASSERT_TRUE(conv.ZeroGrad().ok());
+  absl::StatusOr<Tensor> y = conv.Forward(OnGpu(x));
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->dtype(), dtype);
+  absl::StatusOr<Tensor> dx = conv.Backward(OnGpu(dy));
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  ASSERT_EQ(dx->dtype(), DType::kF32);
+  const eb::Matrix mx = eb::FromTensor(RoundedCopy(x, dtype));
+  const eb::Matrix mw = eb::FromTensor(RoundedCopy(pair.cpu->weight().value, dtype));
+  eb::Matrix mb(1, s.o);
+  if (c.bias) mb = eb::FromTensor(RoundedCopy(pair.cpu->bias().value, dtype));
+  const eb::Matrix magnitude = eb::ConvForward(s, eb::Abs(mx), eb::Abs(mw), eb::Abs(mb));
+  const eb::Matrix want_y =
+      eb::RoundedTo(dtype, Widened(eb::ConvForward(s, mx, mw, mb), 4), c.bias ? 2 : 1, &magnitude);
+  const eb::LinearGrads want =
+      eb::ConvBackward(s, mx, mw, eb::FromTensor(RoundedCopy(dy, dtype)), /*input_grad=*/true);
+  absl::Status st = eb::ExpectWithin(eb::WidenedToF32(OnCpu(*y)), want_y, "output");
+  EXPECT_TRUE(st.ok()) << st;
+  st = eb::ExpectWithin(OnCpu(*dx), eb::RoundedTo(dtype, Widened(want.dx, 4)), "input grad");
+  EXPECT_TRUE(st.ok()) << st;
+  st = eb::ExpectWithin(OnCpu(conv.weight().grad), eb::RoundedTo(dtype, Widened(want.dw, 4)), "weight grad");
+  EXPECT_TRUE(st.ok()) << st;
+  if (c.bias) {
+    st = eb::ExpectWithin(OnCpu(conv.bias().grad), eb::RoundedTo(dtype, Widened(want.db, 4)), "bias grad");
+    EXPECT_TRUE(st.ok()) << st;
+  }
+}
+
+TEST_F(CnnCudaTest, Conv2dAutocastOnCudaMatchesTheRoundedReference) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    Mt19937 gen(dtype == DType::kBF16 ? 5 : 6);
+    for (const ConvCase& c : ConvCases()) {
+      absl::StatusOr<ConvPair> pair = MakeConvPair(c, gen);
+      ASSERT_TRUE(pair.ok()) << pair.status();
+      CheckRoundedStepOnCuda(*pair, c, dtype, gen);
+      CheckRoundedStepOnCuda(*pair, c, dtype, gen);
+    }
+  }
+}
+
+// BatchNorm2d, ReLU and MaxPool2d on bf16 activations on cuda:0 give the
+// CPU's bits (both widen to f32, compute as for f32 and round once).
+TEST_F(CnnCudaTest, Bf16ActivationsOnCudaEqualTheCpu) {
+  Mt19937 gen(8);
+  BatchNormOptions o;
+  o.num_features = 6;
+  std::unique_ptr<BatchNorm2d> bn_cpu = *BatchNorm2d::Create(o);
+  absl::StatusOr<std::unique_ptr<Module>> bn_gpu = bn_cpu->CloneTo(Device::Cuda(0));
+  ASSERT_TRUE(bn_gpu.ok()) << bn_gpu.status();
+  MaxPool2d pool_cpu(2), pool_gpu(2);
+  ReLU relu_cpu, relu_gpu;
+  Tensor x32 = Random({4, 6, 10, 10}, gen), g32 = Random({4, 6, 5, 5}, gen);
+  Tensor x = *Tensor::Empty(x32.shape(), DType::kBF16, Device::Cpu());
+  Tensor g = *Tensor::Empty(g32.shape(), DType::kBF16, Device::Cpu());
+  ASSERT_TRUE(Cast(x32, x).ok() && Cast(g32, g).ok());
+  auto run = [](Module& bn, Module& relu, Module& pool, const Tensor& in,
+                const Tensor& grad) -> absl::StatusOr<std::pair<Tensor, Tensor>> {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor a, bn.Forward(in));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor b, relu.Forward(a));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, pool.Forward(b));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gb, pool.Backward(grad));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor ga, relu.Backward(gb));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, bn.Backward(ga));
+    return std::make_pair(y, gx);
+  };
+  absl::StatusOr<std::pair<Tensor, Tensor>> cpu = run(*bn_cpu, relu_cpu, pool_cpu, x, g);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::pair<Tensor, Tensor>> gpu = run(**bn_gpu, relu_gpu, pool_gpu, OnGpu(x), OnGpu(g));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->first.dtype(), DType::kBF16);
+  EXPECT_EQ(gpu->second.dtype(), DType::kBF16);
+  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->first)).ToVector<float>(),
+            *eb::WidenedToF32(cpu->first).ToVector<float>());
+  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->second)).ToVector<float>(),
+            *eb::WidenedToF32(cpu->second).ToVector<float>());
 }
 
 TEST_F(CnnCudaTest, Conv2dOnCudaTakesChangingBatchSizes) {

@@ -1,4 +1,4 @@
-// Conv2d: 2-D convolution over [batch, channels, height, width] f32 tensors
+// Conv2d: 2-D convolution over [batch, channels, height, width] tensors
 // (torch.nn.Conv2d with groups = 1, dilation = 1). On the CPU the whole
 // batch goes through oneDNN's direct convolution when lockstep is built with
 // oneDNN (@local_dnnl: Debian's libdnnl-dev, the one PyTorch links), and on
@@ -22,6 +22,16 @@
 // gradient-ready hook (bias, then weight) and returns the input gradient.
 // With oneDNN, the primitives of each input shape are made once and kept,
 // and the backward reuses the forward's reordered input and weights.
+//
+// With compute_dtype bf16 or f16 (autocast, as torch.autocast runs
+// conv2d): forward rounds the input, weight and bias to that dtype,
+// accumulates in f32 and returns the output in that dtype; backward computes
+// the gradients in that dtype too and accumulates the weight and bias ones
+// into the f32 `grad`s; the input gradient comes back in the input's dtype.
+// bf16 runs on oneDNN (CPU) and cuDNN (CUDA), f16 on cuDNN; elsewhere the
+// im2col fallback gives the same numbers (the rounded operands widened to
+// f32 exactly, f32 GEMMs, the results rounded once). Input: f32, bf16 or
+// f16.
 #ifndef LOCKSTEP_NN_CONV2D_H_
 #define LOCKSTEP_NN_CONV2D_H_
 
@@ -30,6 +40,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/mt19937.h"
 #include "nn/internal/conv_kernels.h"
 #include "nn/math.h"
@@ -44,6 +55,7 @@ struct Conv2dOptions {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
   bool bias = true;
+  DType compute_dtype = DType::kF32;  // f32, bf16 or f16
   Device device = Device::Cpu();
 };
 
@@ -57,6 +69,9 @@ class Conv2d : public Module {
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
+  const Conv2dOptions& options() const { return options_; }
+  // f32, bf16 or f16 (the next Forward on).
+  absl::Status set_compute_dtype(DType dtype);
 
   // "oneDNN 2.6.3 (avx512_core)", or the fallback and how to get oneDNN.
   static std::string CpuKernels();
@@ -75,11 +90,20 @@ class Conv2d : public Module {
   // cached vector, reshaped without a copy).
   absl::StatusOr<Tensor> Ones(int64_t count, Shape shape);
   nn_internal::ConvShape ShapeFor(const Tensor& input, const Shape& out_hw) const;
+  // The im2col + GEMM fallback on f32 tensors: y from input, weight and
+  // bias (undefined without); the weight and bias gradients (written) and
+  // gx (undefined: not asked) from x, weight and grad_output.
+  absl::Status Im2ColForward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& y);
+  absl::Status Im2ColBackward(const Tensor& x, const Tensor& weight, const Tensor& grad_output, const Tensor& gw,
+                              const Tensor& gb, const Tensor& gx);
 
   Conv2dOptions options_;
   Parameter weight_;
   Parameter bias_;
+  // Saved by Forward for Backward: the input and weight in the compute dtype.
   Tensor saved_input_;
+  Tensor saved_weight_;
+  DType saved_input_dtype_ = DType::kF32;
   Tensor ones_;
   std::unique_ptr<nn_internal::ConvKernels> kernels_;  // oneDNN (CPU) or cuDNN (CUDA); null: im2col.
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -123,6 +124,96 @@ TEST(Conv2dTest, FallbackKernelsMatchTheReference) {
 #endif
   CheckAllCases();
   ASSERT_EQ(unsetenv("LOCKSTEP_NO_DNNL"), 0);
+}
+
+// `t` (f32) rounded to `dtype`, as an f32 tensor.
+Tensor RoundedCopy(const Tensor& t, DType dtype) {
+  Tensor narrow = *Tensor::Empty(t.shape(), dtype, Device::Cpu());
+  Tensor wide = *Tensor::Empty(t.shape(), DType::kF32, Device::Cpu());
+  EXPECT_TRUE(Cast(t, narrow).ok());
+  EXPECT_TRUE(Cast(narrow, wide).ok());
+  return wide;
+}
+
+// Autocast: one step of a Conv2d computing in `dtype` on f32 input and
+// output gradient, against the f32 reference on the operands rounded to
+// `dtype` (what autocast's copies hold), each result rounded once more.
+void CheckRoundedStep(Conv2d& conv, const Case& c, DType dtype, Mt19937& gen) {
+  SCOPED_TRACE(Name(c) + " " + std::string(DTypeName(dtype)));
+  const eb::ConvShape& s = c.s;
+  absl::StatusOr<Tensor> x = Random({s.n, s.c, s.h, s.w}, gen);
+  absl::StatusOr<Tensor> dy = Random({s.n, s.o, s.out_h(), s.out_w()}, gen);
+  ASSERT_TRUE(x.ok() && dy.ok());
+  conv.weight().grad = Tensor();
+  conv.bias().grad = Tensor();
+  absl::StatusOr<Tensor> y = conv.Forward(*x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->dtype(), dtype);
+  absl::StatusOr<Tensor> dx = conv.Backward(*dy);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  ASSERT_EQ(dx->dtype(), DType::kF32);  // the input's dtype
+  ASSERT_EQ(conv.weight().grad.dtype(), DType::kF32);
+
+  const eb::Matrix mx = eb::FromTensor(RoundedCopy(*x, dtype));
+  const eb::Matrix mw = eb::FromTensor(RoundedCopy(conv.weight().value, dtype));
+  eb::Matrix mb(1, s.o);
+  if (c.bias) mb = eb::FromTensor(RoundedCopy(conv.bias().value, dtype));
+  const eb::Matrix want_y = eb::RoundedTo(dtype, eb::ConvForward(s, mx, mw, mb));
+  const eb::LinearGrads want =
+      eb::ConvBackward(s, mx, mw, eb::FromTensor(RoundedCopy(*dy, dtype)), /*input_grad=*/true);
+  const Tensor y32 = eb::WidenedToF32(*y);
+  EXPECT_TRUE(eb::ExpectWithin(y32, want_y, "output").ok()) << eb::ExpectWithin(y32, want_y, "output");
+  const eb::Matrix want_dx = eb::RoundedTo(dtype, want.dx), want_dw = eb::RoundedTo(dtype, want.dw);
+  EXPECT_TRUE(eb::ExpectWithin(*dx, want_dx, "input grad").ok()) << eb::ExpectWithin(*dx, want_dx, "input grad");
+  EXPECT_TRUE(eb::ExpectWithin(conv.weight().grad, want_dw, "weight grad").ok())
+      << eb::ExpectWithin(conv.weight().grad, want_dw, "weight grad");
+  if (c.bias) {
+    const eb::Matrix want_db = eb::RoundedTo(dtype, want.db);
+    EXPECT_TRUE(eb::ExpectWithin(conv.bias().grad, want_db, "bias grad").ok())
+        << eb::ExpectWithin(conv.bias().grad, want_db, "bias grad");
+  }
+  // Rounded results, not f32 ones passed through: the values are dtype's.
+  const Tensor again = RoundedCopy(y32, dtype);
+  EXPECT_EQ(*again.ToVector<float>(), *y32.ToVector<float>());
+}
+
+void CheckAllCasesIn(DType dtype) {
+  Mt19937 gen(13);
+  for (const Case& c : Cases()) {
+    absl::StatusOr<std::unique_ptr<Conv2d>> conv = Make(c, gen);
+    ASSERT_TRUE(conv.ok()) << conv.status();
+    ASSERT_TRUE((*conv)->set_compute_dtype(dtype).ok());
+    CheckRoundedStep(**conv, c, dtype, gen);
+    CheckRoundedStep(**conv, c, dtype, gen);
+  }
+}
+
+TEST(Conv2dTest, Bf16MatchesTheRoundedReference) { CheckAllCasesIn(DType::kBF16); }
+
+// f16 has no oneDNN CPU convolution: the fallback runs it.
+TEST(Conv2dTest, F16MatchesTheRoundedReference) { CheckAllCasesIn(DType::kF16); }
+
+TEST(Conv2dTest, Bf16FallbackMatchesTheRoundedReference) {
+  ASSERT_EQ(setenv("LOCKSTEP_NO_DNNL", "1", 1), 0);
+  CheckAllCasesIn(DType::kBF16);
+  ASSERT_EQ(unsetenv("LOCKSTEP_NO_DNNL"), 0);
+}
+
+TEST(Conv2dTest, Bf16InputGivesABf16InputGradient) {
+  Mt19937 gen(17);
+  Case c{{2, 3, 6, 6, 4, 3, 1, 1}, true};
+  std::unique_ptr<Conv2d> conv = *Make(c, gen);
+  ASSERT_TRUE(conv->set_compute_dtype(DType::kBF16).ok());
+  Tensor x = RoundedCopy(*Random({2, 3, 6, 6}, gen), DType::kBF16);
+  Tensor xb = *Tensor::Empty(x.shape(), DType::kBF16, Device::Cpu());
+  ASSERT_TRUE(Cast(x, xb).ok());
+  absl::StatusOr<Tensor> y = conv->Forward(xb);
+  ASSERT_TRUE(y.ok()) << y.status();
+  absl::StatusOr<Tensor> dx = conv->Backward(*y);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  EXPECT_EQ(dx->dtype(), DType::kBF16);
+  EXPECT_EQ(dx->shape(), x.shape());
+  EXPECT_FALSE(conv->set_compute_dtype(DType::kF64).ok());
 }
 
 TEST(Conv2dTest, BatchSizeChangesBetweenSteps) {

@@ -15,14 +15,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
 #include "nn/internal/cudnn_conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {
 namespace {
 
+cudnnDataType_t DataType(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
+    case DType::kF16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
 std::string ShapeString(const ConvShape& s) {
-  return absl::StrCat("x [", s.n, ", ", s.c, ", ", s.h, ", ", s.w, "], w [", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw,
+  return absl::StrCat(DTypeName(s.dtype), " x [", s.n, ", ", s.c, ", ", s.h, ", ", s.w, "], w [", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw,
                       "], stride ", s.sh, "x", s.sw, ", padding ", s.ph, "x", s.pw);
 }
 
@@ -137,24 +146,27 @@ bool SumsOnly(cudnnConvolutionBwdFilterAlgo_t a) {
 }
 
 // From cuDNN's heuristic ranking (cudnnGet*Algorithm_v7, what PyTorch uses
-// without cudnn.benchmark): the first full-f32, sums-only, deterministic
-// algorithm, else the first full-f32 sums-only one.
+// without cudnn.benchmark): the first sums-only, deterministic algorithm in
+// the dtype's math (full f32 for f32 data), else the first sums-only one.
 template <typename Perf>
 absl::StatusOr<Perf> Pick(const std::vector<Perf>& ranked, int returned, const char* what, int device,
                           const ConvShape& s) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < returned; ++i) {
     const Perf& p = ranked[static_cast<size_t>(i)];
-    // The descriptor asks for CUDNN_FMA_MATH; an entry that says it needs
-    // tensor-op math (TF32 for f32 data) is left out all the same.
+    // f32: the descriptor asks for CUDNN_FMA_MATH; an entry that says it
+    // needs tensor-op math (TF32 for f32 data) is left out all the same.
+    // bf16/f16 operands multiply exactly into the f32 accumulators on tensor
+    // cores, as PyTorch's autocast convolutions.
     const bool tensor_ops = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    if (p.status != CUDNN_STATUS_SUCCESS || tensor_ops || !SumsOnly(p.algo)) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS || (tensor_ops && s.dtype == DType::kF32) || !SumsOnly(p.algo)) continue;
     if (p.determinism == CUDNN_DETERMINISTIC) return p;
     if (fallback == nullptr) fallback = &p;
   }
   if (fallback != nullptr) return *fallback;
   return absl::UnimplementedError(absl::StrCat("Conv2d on cuda:", device, " (", ShapeString(s), "): cuDNN offers no ",
-                                               what, " algorithm in full f32 without FFT or Winograd; "
+                                               what, " algorithm", s.dtype == DType::kF32 ? " in full f32" : "",
+                                               " without FFT or Winograd; "
                                                "LOCKSTEP_NO_CUDNN=1 runs im2col + cuBLAS instead"));
 }
 
@@ -162,6 +174,7 @@ absl::StatusOr<Perf> Pick(const std::vector<Perf>& ranked, int returned, const c
 struct Plan {
   ConvShape shape;
   TensorDesc x, y, bias;
+  TensorDesc y32, bias32;  // f32 twins: the bias gradient of bf16/f16 data
   FilterDesc w;
   ConvDesc conv;
   cudnnConvolutionFwdAlgo_t fwd{};
@@ -179,24 +192,34 @@ absl::Status MakePlan(cudnnHandle_t handle, int device, Plan& p) {
     }
   }
   const auto i = [](int64_t v) { return static_cast<int>(v); };
+  // Data in the shape's dtype, accumulation (the convolution's compute
+  // type) in f32 always.
+  const cudnnDataType_t data = DataType(s.dtype);
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetTensor4dDescriptor(p.x.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)),
+      cudnnSetTensor4dDescriptor(p.x.d, CUDNN_TENSOR_NCHW, data, i(s.n), i(s.c), i(s.h), i(s.w)),
       "input descriptor", device, &s));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetTensor4dDescriptor(p.y.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.o), i(s.oh), i(s.ow)),
+      cudnnSetTensor4dDescriptor(p.y.d, CUDNN_TENSOR_NCHW, data, i(s.n), i(s.o), i(s.oh), i(s.ow)),
       "output descriptor", device, &s));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-      FromCudnn(cudnnSetTensor4dDescriptor(p.bias.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(s.o), 1, 1),
+      FromCudnn(cudnnSetTensor4dDescriptor(p.bias.d, CUDNN_TENSOR_NCHW, data, 1, i(s.o), 1, 1),
                 "bias descriptor", device, &s));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetFilter4dDescriptor(p.w.d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.kh), i(s.kw)),
+      cudnnSetTensor4dDescriptor(p.y32.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.o), i(s.oh), i(s.ow)),
+      "output descriptor", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+      FromCudnn(cudnnSetTensor4dDescriptor(p.bias32.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(s.o), 1, 1),
+                "bias descriptor", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
+      cudnnSetFilter4dDescriptor(p.w.d, data, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.kh), i(s.kw)),
       "weight descriptor", device, &s));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
       cudnnSetConvolution2dDescriptor(p.conv.d, i(s.ph), i(s.pw), i(s.sh), i(s.sw), 1, 1, CUDNN_CROSS_CORRELATION,
                                       CUDNN_DATA_FLOAT),
       "convolution descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-      FromCudnn(cudnnSetConvolutionMathType(p.conv.d, CUDNN_FMA_MATH), "math type", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
+      cudnnSetConvolutionMathType(p.conv.d, s.dtype == DType::kF32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
+      "math type", device, &s));
   int n = 0, c = 0, h = 0, w = 0;
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
       cudnnGetConvolution2dForwardOutputDim(p.conv.d, p.x.d, p.w.d, &n, &c, &h, &w), "output size", device, &s));
@@ -251,9 +274,13 @@ absl::Status MakePlan(cudnnHandle_t handle, int device, Plan& p) {
 
 class CudnnConvKernels final : public ConvKernels {
  public:
-  explicit CudnnConvKernels(int device) : device_(device), workspace_(device) {}
+  explicit CudnnConvKernels(int device) : device_(device), workspace_(device), scratch_(device) {}
 
-  absl::Status Forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y) override {
+  bool Supports(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
+
+  absl::Status Forward(const ConvShape& s, const void* x, const void* w, const void* b, void* y) override {
     absl::StatusOr<Call> call = Begin(s, "forward");
     if (!call.ok()) return call.status();
     absl::StatusOr<void*> ws = workspace_.Get(call->plan->fwd_bytes);
@@ -270,7 +297,7 @@ class CudnnConvKernels final : public ConvKernels {
     return Finish("forward");
   }
 
-  absl::Status BackwardData(const ConvShape& s, const float* dy, const float* w, float* dx) override {
+  absl::Status BackwardData(const ConvShape& s, const void* dy, const void* w, void* dx) override {
     absl::StatusOr<Call> call = Begin(s, "backward (input)");
     if (!call.ok()) return call.status();
     Plan& p = *call->plan;
@@ -284,7 +311,7 @@ class CudnnConvKernels final : public ConvKernels {
     return Finish("backward (input)");
   }
 
-  absl::Status BackwardWeights(const ConvShape& s, const float* x, const float* dy, float* dw, float* db) override {
+  absl::Status BackwardWeights(const ConvShape& s, const void* x, const void* dy, void* dw, void* db) override {
     absl::StatusOr<Call> call = Begin(s, "backward (weights)");
     if (!call.ok()) return call.status();
     Plan& p = *call->plan;
@@ -295,10 +322,26 @@ class CudnnConvKernels final : public ConvKernels {
         FromCudnn(cudnnConvolutionBackwardFilter(call->handle, &one, p.x.d, x, p.y.d, dy, p.conv.d, p.bwd_filter,
                                                  *ws, p.bwd_filter_bytes, &zero, p.w.d, dw),
                   "backward (weights)", device_, &s));
-    if (db != nullptr) {
+    if (db != nullptr && s.dtype == DType::kF32) {
       LOCKSTEP_CUDNN_RETURN_IF_ERROR(
           FromCudnn(cudnnConvolutionBackwardBias(call->handle, &one, p.y.d, dy, &zero, p.bias.d, db),
                     "backward (bias)", device_, &s));
+    } else if (db != nullptr) {
+      // cuDNN 9 has no bf16 bias gradient (CUDNN_STATUS_NOT_SUPPORTED on an
+      // H200): dy widened to f32 (exactly), summed in f32 and the sums
+      // rounded once, as a bf16 reduction with f32 accumulation. Its own
+      // scratch: the filter algorithm may still be using the workspace.
+      const int64_t count = s.n * s.o * s.oh * s.ow;
+      absl::StatusOr<void*> scratch = scratch_.Get(static_cast<size_t>(count + s.o) * sizeof(float));
+      if (!scratch.ok()) return scratch.status();
+      float* dy32 = static_cast<float*>(*scratch);
+      float* db32 = dy32 + count;
+      LOCKSTEP_CUDNN_RETURN_IF_ERROR(cuda::Cast(s.dtype, dy, DType::kF32, dy32, count, device_, nullptr));
+      LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+          FromCudnn(cudnnConvolutionBackwardBias(call->handle, &one, p.y32.d, dy32, &zero, p.bias32.d, db32),
+                    "backward (bias)", device_, &s));
+      LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(nullptr), "backward (bias)", device_));
+      LOCKSTEP_CUDNN_RETURN_IF_ERROR(cuda::Cast(DType::kF32, db32, s.dtype, db, s.o, device_, nullptr));
     }
     return Finish("backward (weights)");
   }
@@ -338,6 +381,7 @@ class CudnnConvKernels final : public ConvKernels {
   static constexpr size_t kPlans = 4;
   int device_;
   Workspace workspace_;
+  Workspace scratch_;  // the bias gradient's f32 copies (bf16/f16 data)
   std::vector<std::unique_ptr<Plan>> plans_;
 };
 

@@ -18,7 +18,10 @@ namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-constexpr memory::data_type kF32 = memory::data_type::f32;
+
+memory::data_type DataType(DType dtype) {
+  return dtype == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
 
 std::string IsaName(dnnl::cpu_isa isa) {
   switch (isa) {
@@ -78,14 +81,18 @@ struct Primitives {
 // pointer it copies (so a later call on the same tensor reuses it).
 struct Staged {
   memory buffer;
-  const float* source = nullptr;
+  const void* source = nullptr;
 };
 
 class DnnlConvKernels final : public ConvKernels {
  public:
   DnnlConvKernels() : threads_(DefaultThreads()), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
-  absl::Status Forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y) override {
+  // f32 and bf16 (oneDNN 2.6 runs bf16 convolutions on every AVX-512 CPU,
+  // natively with avx512_core_bf16; it has no f16 CPU convolution).
+  bool Supports(DType dtype) const override { return dtype == DType::kF32 || dtype == DType::kBF16; }
+
+  absl::Status Forward(const ConvShape& s, const void* x, const void* w, const void* b, void* y) override {
     return Run("Forward", s, [&](Primitives& p) {
       // A new forward: what the last one staged is stale.
       src_ = Staged();
@@ -102,7 +109,7 @@ class DnnlConvKernels final : public ConvKernels {
     });
   }
 
-  absl::Status BackwardData(const ConvShape& s, const float* dy, const float* w, float* dx) override {
+  absl::Status BackwardData(const ConvShape& s, const void* dy, const void* w, void* dx) override {
     return Run("BackwardData", s, [&](Primitives& p) {
       Staged out;
       const memory diff_src = Out(p.bwd_data_pd.diff_src_desc(), p.src, dx, out);
@@ -114,7 +121,7 @@ class DnnlConvKernels final : public ConvKernels {
     });
   }
 
-  absl::Status BackwardWeights(const ConvShape& s, const float* x, const float* dy, float* dw, float* db) override {
+  absl::Status BackwardWeights(const ConvShape& s, const void* x, const void* dy, void* dw, void* db) override {
     return Run("BackwardWeights", s, [&](Primitives& p) {
       Staged out;
       const memory diff_weights = Out(p.bwd_weights_pd.diff_weights_desc(), p.weights, dw, out);
@@ -129,15 +136,15 @@ class DnnlConvKernels final : public ConvKernels {
   }
 
  private:
-  memory Wrap(const memory::desc& md, const float* data) {
-    return memory(md, engine_, const_cast<float*>(data));
+  memory Wrap(const memory::desc& md, const void* data) {
+    return memory(md, engine_, const_cast<void*>(data));
   }
 
   // `data` (in `user` layout) as the primitive wants it (`want`): itself,
   // or `staged`'s copy, reordered now unless it already holds this tensor
   // in that layout (the forward's input and weights, reused by both
   // backward passes; the output gradient, by the second).
-  memory In(const memory::desc& want, const memory::desc& user, const float* data, Staged& staged) {
+  memory In(const memory::desc& want, const memory::desc& user, const void* data, Staged& staged) {
     if (want == user) return Wrap(user, data);
     if (staged.source == data && staged.buffer && staged.buffer.get_desc() == want) return staged.buffer;
     if (!staged.buffer || staged.buffer.get_desc() != want) staged.buffer = memory(want, engine_);
@@ -149,14 +156,14 @@ class DnnlConvKernels final : public ConvKernels {
 
   // Where the primitive writes `data`: itself, or a buffer that Finish
   // reorders into it.
-  memory Out(const memory::desc& want, const memory::desc& user, float* data, Staged& staged) {
+  memory Out(const memory::desc& want, const memory::desc& user, void* data, Staged& staged) {
     if (want == user) return Wrap(user, data);
     staged.buffer = memory(want, engine_);
     staged.source = data;
     return staged.buffer;
   }
 
-  void Finish(Staged& staged, const memory::desc& user, float* data) {
+  void Finish(Staged& staged, const memory::desc& user, void* data) {
     if (!staged.buffer) return;
     memory to = Wrap(user, data);
     dnnl::reorder(staged.buffer, to).execute(stream_, staged.buffer, to);
@@ -171,10 +178,14 @@ class DnnlConvKernels final : public ConvKernels {
     const memory::dims strides = {s.sh, s.sw}, padding = {s.ph, s.pw};
     const memory::dims src_dims = {s.n, s.c, s.h, s.w}, weight_dims = {s.o, s.c, s.kh, s.kw},
                        dst_dims = {s.n, s.o, s.oh, s.ow};
-    memory::desc src(src_dims, kF32, Tag::nchw), weights(weight_dims, kF32, Tag::oihw), bias({s.o}, kF32, Tag::x),
-        dst(dst_dims, kF32, Tag::nchw);
-    memory::desc any_src(src_dims, kF32, Tag::any), any_weights(weight_dims, kF32, Tag::any),
-        any_dst(dst_dims, kF32, Tag::any);
+    // Every operand and result in the shape's dtype: bf16 ones are rounded
+    // once from oneDNN's f32 accumulators, as PyTorch's autocast convolution
+    // (whose weight and bias are bf16 copies, so their gradients are bf16).
+    const memory::data_type type = DataType(s.dtype);
+    memory::desc src(src_dims, type, Tag::nchw), weights(weight_dims, type, Tag::oihw), bias({s.o}, type, Tag::x),
+        dst(dst_dims, type, Tag::nchw);
+    memory::desc any_src(src_dims, type, Tag::any), any_weights(weight_dims, type, Tag::any),
+        any_dst(dst_dims, type, Tag::any);
     const auto algorithm = dnnl::algorithm::convolution_direct;
     const auto fwd_desc =
         s.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any_src, any_weights,
@@ -206,7 +217,7 @@ class DnnlConvKernels final : public ConvKernels {
       stream_.wait();
       return absl::OkStatus();
     } catch (const dnnl::error& e) {
-      return absl::InternalError(absl::StrCat("Conv2d.", what, " (oneDNN, input [", s.n, ", ", s.c, ", ", s.h, ", ",
+      return absl::InternalError(absl::StrCat("Conv2d.", what, " (oneDNN, ", DTypeName(s.dtype), " input [", s.n, ", ", s.c, ", ", s.h, ", ",
                                               s.w, "], weight [", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw,
                                               "]): ", e.what(), " (status ", static_cast<int>(e.status), ")"));
     }

@@ -81,6 +81,19 @@ void ThresholdF32(const float* ref, const float* src, float* out, int64_t n) {
   }
 }
 
+// The same on bf16/f16 bits (`inf` the format's +infinity), branch-free on
+// integers: ref <= 0 is a zero magnitude, or the sign bit with a magnitude
+// up to infinity (a NaN's is above it). No conversion to f32 at all.
+void Threshold16(const uint16_t* ref, const uint16_t* src, uint16_t* out, int64_t n, uint16_t inf) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t magnitude = ref[i] & 0x7fff;
+    const bool not_positive = magnitude == 0 || ((ref[i] & 0x8000) != 0 && magnitude <= inf);
+    out[i] = static_cast<uint16_t>(src[i] & (not_positive ? 0u : 0xffffu));
+  }
+}
+
+uint16_t InfinityBits(DType dtype) { return dtype == DType::kBF16 ? 0x7f80 : 0x7c00; }
+
 absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
                      int64_t m, int64_t n, int64_t k, float alpha, float beta) {
   ApplyDefaultThreads();
@@ -169,6 +182,11 @@ absl::Status Relu(const Tensor& in, const Tensor& out) {
     ThresholdF32(in.data<float>(), in.data<float>(), out.data<float>(), in.numel());
     return absl::OkStatus();
   }
+  if (in.dtype() == DType::kBF16 || in.dtype() == DType::kF16) {
+    const auto* x = static_cast<const uint16_t*>(in.raw_data());
+    Threshold16(x, x, static_cast<uint16_t*>(out.raw_data()), in.numel(), InfinityBits(in.dtype()));
+    return absl::OkStatus();
+  }
   ForFloat(in.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = in.data<T>();
@@ -191,6 +209,11 @@ absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tenso
   }
   if (out.dtype() == DType::kF32) {
     ThresholdF32(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
+    return absl::OkStatus();
+  }
+  if (out.dtype() == DType::kBF16 || out.dtype() == DType::kF16) {
+    Threshold16(static_cast<const uint16_t*>(out.raw_data()), static_cast<const uint16_t*>(grad_out.raw_data()),
+                static_cast<uint16_t*>(grad_in.raw_data()), out.numel(), InfinityBits(out.dtype()));
     return absl::OkStatus();
   }
   ForFloat(out.dtype(), [&](auto zero) {

@@ -1,5 +1,6 @@
 #include "nn/math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -131,6 +132,39 @@ TEST(ReluTest, HalfTypes) {
     ASSERT_TRUE(Relu(x, x).ok());
     ASSERT_TRUE(Cast(x, x32).ok());
     EXPECT_EQ(*x32.ToVector<float>(), (std::vector<float>{0.0f, 0.5f, 3.0f}));
+  }
+}
+
+// Every bf16 and f16 value: relu and threshold_backward on the bits agree
+// with their definitions on the widened f32 values (NaN kept, -0 and -inf
+// to +0; the gradient zeroed exactly where out <= 0).
+TEST(ReluTest, HalfTypesEveryValue) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> bits(65536);
+    for (int i = 0; i < 65536; ++i) bits[static_cast<size_t>(i)] = static_cast<uint16_t>(i);
+    Tensor x = *Tensor::Empty({65536}, dtype);
+    std::memcpy(x.raw_data(), bits.data(), bits.size() * 2);
+    Tensor x32 = *Tensor::Empty({65536}, DType::kF32);
+    ASSERT_TRUE(Cast(x, x32).ok());
+    Tensor y = *Tensor::Empty({65536}, dtype);
+    ASSERT_TRUE(Relu(x, y).ok());
+    // The gradient: a distinct nonzero value per element (its own bits with
+    // the sign cleared, 1 for the zeros).
+    Tensor g = *Tensor::Empty({65536}, dtype);
+    std::vector<uint16_t> gbits(65536);
+    for (int i = 0; i < 65536; ++i) gbits[static_cast<size_t>(i)] = static_cast<uint16_t>(std::max(i & 0x7fff, 1));
+    std::memcpy(g.raw_data(), gbits.data(), gbits.size() * 2);
+    Tensor gi = *Tensor::Empty({65536}, dtype);
+    ASSERT_TRUE(ReluBackward(g, x, gi).ok());  // x as "out": every value, negative ones too
+    const auto* yb = static_cast<const uint16_t*>(y.raw_data());
+    const auto* gib = static_cast<const uint16_t*>(gi.raw_data());
+    const float* v = x32.data<float>();
+    for (int i = 0; i < 65536; ++i) {
+      const uint16_t want_y = (v[i] > 0 || std::isnan(v[i])) ? bits[static_cast<size_t>(i)] : 0;
+      ASSERT_EQ(yb[i], want_y) << DTypeName(dtype) << " relu of bits " << i << " (" << v[i] << ")";
+      const uint16_t want_g = v[i] <= 0 ? 0 : gbits[static_cast<size_t>(i)];
+      ASSERT_EQ(gib[i], want_g) << DTypeName(dtype) << " threshold_backward at bits " << i << " (" << v[i] << ")";
+    }
   }
 }
 

@@ -3,9 +3,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels.h"
 #include "core/status.h"
 
 namespace lockstep {
+namespace {
+
+// `t` in `dtype` (itself when it already is).
+absl::StatusOr<Tensor> As(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype, t.device()));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(t, out));
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
   if (!input.defined() || input.dim() != 4) {
@@ -16,12 +28,23 @@ absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
   const Shape& s = input.shape();
   LOCKSTEP_ASSIGN_OR_RETURN(Shape out_hw, WindowOutputSize(s[2], s[3], window_));
   const Shape out_shape = {s[0], s[1], out_hw[0], out_hw[1]};
+  const DType dtype = input.dtype();
+  Tensor x = input;
+  if (dtype != DType::kF32) {
+    if (dtype != DType::kBF16 && dtype != DType::kF16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("MaxPool2d.Forward: expected an f32, bf16 or f16 input, got ", input.DebugString()));
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(x, Tensor::Empty(s, DType::kF32, input.device()));
+    LOCKSTEP_RETURN_IF_ERROR(Cast(input, x));
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, DType::kF32, input.device()));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor indices, Tensor::Empty(out_shape, DType::kI32, input.device()));
-  LOCKSTEP_RETURN_IF_ERROR(MaxPool2dForward(input, window_, out, indices));
+  LOCKSTEP_RETURN_IF_ERROR(MaxPool2dForward(x, window_, out, indices));
   saved_input_shape_ = s;
+  saved_input_dtype_ = dtype;
   saved_indices_ = indices;
-  return out;
+  return As(out, dtype);
 }
 
 absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool input_grad,
@@ -32,10 +55,16 @@ absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool i
   }
   const Tensor indices = std::exchange(saved_indices_, Tensor());
   if (!input_grad) return Tensor();
+  if (!grad_output.defined() || !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
+                                  grad_output.dtype() == DType::kF16)) {
+    return absl::InvalidArgumentError(absl::StrCat("MaxPool2d.Backward: expected an f32, bf16 or f16 gradient, got ",
+                                                   grad_output.defined() ? grad_output.DebugString() : "undefined"));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, As(grad_output, DType::kF32));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(saved_input_shape_, DType::kF32,
                                                           indices.device()));
-  LOCKSTEP_RETURN_IF_ERROR(MaxPool2dBackward(grad_output, indices, window_, grad_in));
-  return grad_in;
+  LOCKSTEP_RETURN_IF_ERROR(MaxPool2dBackward(g, indices, window_, grad_in));
+  return As(grad_in, saved_input_dtype_);
 }
 
 }  // namespace lockstep

@@ -1,12 +1,17 @@
-// MaxPool2d: window maxima over [batch, channels, height, width] f32
-// tensors (torch.nn.MaxPool2d with dilation 1, ceil_mode false). The stride
-// defaults to the kernel size, as in PyTorch. Forward keeps the winners'
-// indices; backward routes each window's gradient to its winner.
+// MaxPool2d: window maxima over [batch, channels, height, width] f32, bf16
+// or f16 tensors (torch.nn.MaxPool2d with dilation 1, ceil_mode false). The
+// stride defaults to the kernel size, as in PyTorch. Forward keeps the
+// winners' indices; backward routes each window's gradient to its winner.
+// The output and the input gradient have the input's dtype (bf16/f16 values
+// are pooled widened to f32, which changes none: a maximum is one of them;
+// gradients a pixel gets from overlapping windows are summed in f32 and
+// rounded once).
 #ifndef LOCKSTEP_NN_MAX_POOL2D_H_
 #define LOCKSTEP_NN_MAX_POOL2D_H_
 
 #include <memory>
 
+#include "core/dtype.h"
 #include "nn/math.h"
 #include "nn/module.h"
 
@@ -33,6 +38,7 @@ class MaxPool2d : public Module {
  private:
   Window2d window_;
   Shape saved_input_shape_;
+  DType saved_input_dtype_ = DType::kF32;
   Tensor saved_indices_;
 };
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels.h"
 
 namespace lockstep {
 namespace error_bound {
@@ -487,6 +488,42 @@ absl::Status ExpectWithin(double got, const Bounded& want, const std::string& wh
   const double radius = want.e * (1.0 + 0x1p-20) + 0x1p-60 * std::fabs(want.v);
   if (std::fabs(got - want.v) <= radius) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, " is ", got, ", the f64 reference ", want.v, " +- ", want.e));
+}
+
+double FormatStep(DType dtype, double x) {
+  const int bits = dtype == DType::kF16 ? 11 : dtype == DType::kBF16 ? 8 : 24;
+  const int min_exponent = dtype == DType::kF16 ? -14 : -126;
+  const int exponent = std::max(x > 0 ? std::ilogb(x) : min_exponent, min_exponent);
+  return std::ldexp(1.0, exponent - bits + 1);
+}
+
+Matrix RoundedTo(DType dtype, const Matrix& m, int roundings, const Matrix* magnitude) {
+  Matrix out = m;
+  for (size_t i = 0; i < out.x.size(); ++i) {
+    Bounded& b = out.x[i];
+    double extra = 0.5 * FormatStep(dtype, std::fabs(b.v) + b.e);
+    if (roundings > 1) {
+      const Bounded& mag = magnitude != nullptr ? magnitude->x[i] : b;
+      extra += (roundings - 1) * 0.5 * FormatStep(dtype, std::fabs(mag.v) + mag.e);
+    }
+    b.e += extra;
+  }
+  return out;
+}
+
+Tensor WidenedToF32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::kF32) return t;
+  absl::StatusOr<Tensor> out = Tensor::Empty(t.shape(), DType::kF32, Device::Cpu());
+  if (!out.ok()) return Tensor();
+  absl::StatusOr<Tensor> host = t.To(Device::Cpu());
+  if (!host.ok() || !Cast(*host, *out).ok()) return Tensor();
+  return *out;
+}
+
+Matrix Abs(const Matrix& m) {
+  Matrix out = m;
+  for (Bounded& b : out.x) b.v = std::fabs(b.v);
+  return out;
 }
 
 double MaxRelativeRadius(const Matrix& m) {

@@ -159,6 +159,23 @@ struct AdamState {
 };
 Matrix AdamStep(const AdamConfig& c, int64_t step, const Matrix& param, const Matrix& grad, AdamState& state);
 
+// Autocast's results: `m` (an f32 computation's reference on operands
+// already rounded to `dtype`, bf16 or f16) with the result rounded to
+// `dtype` once more: round to nearest moves it by at most half of
+// `dtype`'s step at |v| + e (FormatStep). `roundings` > 1 counts earlier
+// roundings of an intermediate too (cuDNN's convolution output before its
+// bias add), each by at most half a step at `magnitude`'s bound on every
+// intermediate (v + e of the same computation on |operands|).
+Matrix RoundedTo(DType dtype, const Matrix& m, int roundings = 1, const Matrix* magnitude = nullptr);
+// The spacing of `dtype`'s values at magnitude x >= 0 (bf16: 8 significant
+// bits, normal from 2^-126; f16: 11, from 2^-14; f32: 24, from 2^-126).
+double FormatStep(DType dtype, double x);
+// The tensor (f32, bf16 or f16) as an f32 one, exactly: for ExpectWithin.
+Tensor WidenedToF32(const Tensor& t);
+// `m` with |v| in place of v and the same radii: an operand of the
+// `magnitude` computation above.
+Matrix Abs(const Matrix& m);
+
 // OK if every element of `got` (f32, same element count) is within the
 // radius of `want`; else an error naming `what`, the first offending
 // elements, their values, the reference and the radius, and how many.
