@@ -107,6 +107,12 @@ unpack() {
   bundle=$dest
 }
 
+# GPU_ONLY=<extended regex>: only the tests, benchmarks, trainer runs and
+# figures whose names match (a rerun of what failed, in less device time).
+selected() {
+  [[ -z ${GPU_ONLY:-} || $1 =~ $GPU_ONLY ]]
+}
+
 run() {
   unpack
   export LD_LIBRARY_PATH="$(library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -117,6 +123,7 @@ run() {
   for bin in "$bundle"/tests/*; do
     [[ -x $bin ]] || continue
     name=$(basename "$bin")
+    selected "$name" || continue
     timeout "${GPU_TEST_TIMEOUT:-300}" "$bin" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then
@@ -131,6 +138,7 @@ run() {
   for bin in "$bundle"/benchmarks/*; do
     [[ -x $bin ]] || continue
     name=$(basename "$bin")
+    selected "$name" || continue
     echo "--- benchmark $name"
     if timeout "${GPU_BENCH_TIMEOUT:-300}" "$bin" --benchmark_min_time=0.05 2>&1; then
       passed=$((passed + 1))
@@ -146,6 +154,7 @@ run() {
                    --num_workers=1 --batch_size=64)
   trainer_run() {
     local name=$1 pattern=$2 expect=$3; shift 3
+    selected "$name" || return 0
     if [[ $gpus -eq 0 ]]; then
       skipped=$((skipped + 1)); echo "--- $name SKIPPED: no GPU"; return
     fi
@@ -171,6 +180,11 @@ run() {
     trainer_run "ddp_trainer --model=cnn, 2 ranks on cuda:0" "final test accuracy [3-9][0-9]\." 0 \
       env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --device=cuda --nproc=2 --bind_to=none \
       "${synthetic[@]}" --epochs=4 --lr=0.01
+    # --amp=bf16: cuDNN's bf16 convolutions, BatchNorm/ReLU/MaxPool on bf16
+    # activations and bf16 Linear layers, as torch.autocast.
+    trainer_run "ddp_trainer --model=cnn --amp=bf16, 2 ranks on cuda:0" "precision bf16" 0 \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --amp=bf16 --device=cuda --nproc=2 \
+      --bind_to=none "${synthetic[@]}" --epochs=2 --lr=0.01
     if [[ $gpus -ge 2 ]]; then
       trainer_run "ddp_trainer 2 ranks on 2 GPUs (NCCL)" "gradient backend nccl" 0 \
         "$bundle/bin/ddp_trainer" --device=cuda --nproc=2 --bind_to=none "${synthetic[@]}"
@@ -190,10 +204,43 @@ run() {
       env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/collectives" --nproc=2 --bind_to=none --device=cuda --check \
       --min_bytes=4K --max_bytes=16M --step_factor=16
   fi
+  cnn_figures
   rm -f "$log"
   [[ ${#failures[@]} -gt 0 ]] && printf 'failed: %s\n' "${failures[@]}"
   echo "gpu_check: $passed passed, $failed failed, $skipped skipped"
   [[ $failed -eq 0 ]]
+}
+
+# The CNN's training throughput on cuda:0 beside PyTorch's on the same GPU
+# (figures for docs/PERFORMANCE.md, not checks): lockstep's ddp_trainer with
+# one rank, batch 128, the second of two epochs of 150 steps (data loading
+# included), against tools/bench/peers/torch_single_mlp.py (tensors already
+# on the GPU, a synchronize per step) with full f32 convolutions (as ours)
+# and with PyTorch's default TF32 ones; each with --amp=bf16 too. Needs a
+# python3 whose torch sees the GPU; skipped otherwise.
+cnn_figures() {
+  [[ ${GPU_FIGURES:-1} == 1 && -x $bundle/bin/ddp_trainer && $gpus -ge 1 ]] || return 0
+  selected "CNN figures" || return 0
+  # PyTorch with its own cuDNN: our LD_LIBRARY_PATH may hold an older one,
+  # which it refuses (and then convolves without cuDNN).
+  local py=(env -u LD_LIBRARY_PATH python3)
+  "${py[@]}" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || {
+    echo "--- CNN figures skipped: no python3 with CUDA torch"; return 0; }
+  echo "--- CNN figures on cuda:0 (samples/s, batch 128): $("${py[@]}" -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
+  local amp rep line
+  for rep in $(seq "${GPU_FIGURE_REPS:-2}"); do
+    for amp in off bf16; do
+      line=$(timeout 120 env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --device=cuda --nproc=1 \
+               --bind_to=none --dataset=synthetic --synthetic_train_size=19200 --synthetic_test_size=1024 \
+               --epochs=2 --batch_size=128 --num_workers=2 --amp=$amp 2>&1 | grep 'final test accuracy')
+      echo "figure lockstep amp=$amp rep=$rep: $(echo "$line" | sed -n 's/.*, \([0-9.]*\) samples\/s.*/\1/p')  ($line)"
+      for tf32 in "" --tf32; do
+        line=$(cd "$here/tools/bench/peers" && timeout 120 "${py[@]}" torch_single_mlp.py --model cnn --device cuda \
+                 --steps 300 --warmup 30 --amp $amp $tf32 2>&1 | tail -1)
+        echo "figure torch amp=$amp${tf32:+ tf32} rep=$rep: $line"
+      done
+    done
+  done
 }
 
 case "$mode" in

@@ -39,6 +39,10 @@ check 'grep -q "rank 0: 6 steps, the last epoch shadowed 0 steps" "$tmp/out" && 
 check '[[ $(grep -o "parameter sum .*" "$tmp/out" | sort -u | wc -l) -eq 1 ]]'
 "$bin" "${small[@]}" --model=cnn --sync_bn --epochs=1 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "SyncBatchNorm: 2 BatchNorm layers synchronized" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
+# Autocast on the CNN: bf16 convolutions (oneDNN), SyncBatchNorm on bf16
+# activations, bf16 Linear layers.
+"$bin" "${small[@]}" --model=cnn --sync_bn --amp=bf16 --epochs=1 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "precision bf16" "$tmp/out" && grep -q "bf16 operands with f32 accumulation" "$tmp/out" && grep -q "final test accuracy" "$tmp/out"'
 "$bin" "${small[@]}" --freeze=1 --clip_grad_norm=0.5 --amp=fp16 --uneven_shards >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 0 ]] && grep -q "final test accuracy" "$tmp/out"'
 check '[[ $(grep -o "parameter sum .*" "$tmp/out" | sort -u | wc -l) -eq 1 ]]'

@@ -338,6 +338,7 @@ absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint6
     conv.out_channels = out_channels;
     conv.kernel_h = conv.kernel_w = 3;
     conv.pad_h = conv.pad_w = 1;
+    conv.compute_dtype = compute_dtype;
     conv.device = device;
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Conv2d> c, Conv2d::Create(conv, gen));
     model->Add(std::move(c));
@@ -383,7 +384,15 @@ absl::Status FreezeParameters(const TrainerConfig& c, Module& model) {
 
 std::string ConvolutionKernelsNote(const TrainerConfig& c) {
   if (c.model != "cnn") return "";
-  return ", convolutions " + (c.device.is_cpu() ? Conv2d::CpuKernels() : Conv2d::CudaKernels());
+  std::string note = ", convolutions " + (c.device.is_cpu() ? Conv2d::CpuKernels() : Conv2d::CudaKernels());
+  // oneDNN 2.6 has no f16 convolution on the CPU (nor does PyTorch's CPU
+  // autocast): Conv2d runs its fallback there.
+  if (c.amp && c.precision.compute_dtype == DType::kF16 && c.device.is_cpu()) {
+    note += ", f16 through im2col + BLAS (--amp=bf16 runs oneDNN)";
+  } else if (c.amp) {
+    note += absl::StrCat(", ", DTypeName(c.precision.compute_dtype), " operands with f32 accumulation");
+  }
+  return note;
 }
 
 absl::Status CheckModelFlags(const TrainerConfig& c) {

@@ -94,7 +94,9 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& config)
 // "cnn": Conv(1,32,3,pad 1)-BatchNorm2d-ReLU-MaxPool(2)-Conv(32,64,3,pad 1)-
 // BatchNorm2d-ReLU-MaxPool(2)-Flatten-Linear(3136,128)-ReLU-Linear(128,10),
 // as nn.Sequential (names "0.weight", ...). Initialized as PyTorch after
-// torch.manual_seed(seed). Linear layers compute in `compute_dtype`.
+// torch.manual_seed(seed). Linear and Conv2d layers compute in
+// `compute_dtype` (autocast's lower-precision ops; BatchNorm, ReLU and
+// MaxPool then run on their bf16/f16 outputs, as under torch.autocast).
 // The layer sizes of --model=mlp:784,...,10.
 absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::string& model);
 

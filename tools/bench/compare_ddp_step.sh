@@ -8,6 +8,9 @@
 #   bash tools/bench/compare_ddp_step.sh [runs]
 # With MODEL=cnn, the reference CNN (--model=cnn: 2 x Conv-BatchNorm2d-ReLU-
 # MaxPool, Linear 3136-128-10) in both instead of the MLP.
+# With AMP=bf16, both under bf16 autocast (lockstep --amp=bf16; PyTorch
+# torch.autocast("cpu", dtype=torch.bfloat16)): for the CNN, convolutions,
+# BatchNorm, ReLU, MaxPool and Linear on bf16 activations in both.
 # With DDP_VIEWS=1, a third pair too: both DDPs with gradient_as_bucket_view
 # (gradients are views into the buckets: no copy into and out of them;
 # PyTorch's default and ours is off).
@@ -21,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-5}
 model=${MODEL:-mlp}
+amp=${AMP:-off}
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 bazel build --config=opt //trainers:ddp_trainer //trainers:single_trainer >/dev/null 2>&1
 tmp=$(mktemp -d)
@@ -30,16 +34,16 @@ core=$("$tmp/single_trainer" --epochs=1 --max_steps=1 --dataset=synthetic --synt
          --synthetic_test_size=0 2>&1 | sed -n 's/.*BLAS kernels \([A-Za-z0-9]*\).*/\1/p' | head -1)
 peer_env=()
 [[ -n ${core:-} && -z ${OPENBLAS_CORETYPE:-} ]] && peer_env=(OPENBLAS_CORETYPE="$core")
-echo "# model: $model; BLAS kernels: ${core:-unknown}; runs: $runs; load before: $(cut -d' ' -f1 /proc/loadavg)" >&2
+echo "# model: $model; amp: $amp; BLAS kernels: ${core:-unknown}; runs: $runs; load before: $(cut -d' ' -f1 /proc/loadavg)" >&2
 ours() {  # name binary args... -> "name samples/s"
   local name=$1 bin=$2; shift 2
   rm -f "$tmp/m.jsonl"
-  "$tmp/$bin" --epochs=1 --dataset=fashion-mnist --model="$model" --metrics="$tmp/m.jsonl" "$@" >/dev/null 2>&1
+  "$tmp/$bin" --epochs=1 --dataset=fashion-mnist --model="$model" --amp="$amp" --metrics="$tmp/m.jsonl" "$@" >/dev/null 2>&1
   /usr/bin/python3 -c "import json,sys; d=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(sys.argv[2], d['samples_per_s'])" "$tmp/m.jsonl" "$name"
 }
 peer() {  # name script [flags] -> "name samples/s"
   local name=$1 script=$2; shift 2
-  env "${peer_env[@]}" /usr/bin/python3 "tools/bench/peers/$script" --steps 300 --warmup 30 --model "$model" "$@" 2>/dev/null |
+  env "${peer_env[@]}" /usr/bin/python3 "tools/bench/peers/$script" --steps 300 --warmup 30 --model "$model" --amp "$amp" "$@" 2>/dev/null |
     /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(sys.argv[1], d['wall_samples_per_s'])" "$name"
 }
 out="$tmp/rows"
@@ -54,7 +58,7 @@ for run in $(seq "$runs"); do
   fi
   echo "run $run done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
-/usr/bin/python3 - "$out" "$runs" "${core:-unknown}" "$model" <<'PY'
+/usr/bin/python3 - "$out" "$runs" "${core:-unknown}" "$model $amp" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):

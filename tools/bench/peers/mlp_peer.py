@@ -17,19 +17,27 @@ def make_model(name="mlp"):
                                torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
-def make_step(model, batch, seed):
+def make_step(model, batch, seed, amp="off", device="cpu"):
     """A function step(i) that trains `model` on one of 4 fixed random
-    batches of `batch` examples (SGD lr 0.1 momentum 0.9)."""
+    batches of `batch` examples (SGD lr 0.1 momentum 0.9), on `device`
+    (the model is moved there), under torch.autocast(dtype=bfloat16) with
+    amp="bf16" (as lockstep's --amp=bf16; no loss scaling)."""
+    model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     gen = torch.Generator().manual_seed(seed)
-    batches = [(torch.rand(batch, 1, 28, 28, generator=gen) * 2 - 1,
-                torch.randint(0, 10, (batch,), generator=gen)) for _ in range(4)]
+    batches = [((torch.rand(batch, 1, 28, 28, generator=gen) * 2 - 1).to(device),
+                torch.randint(0, 10, (batch,), generator=gen).to(device)) for _ in range(4)]
+    assert amp in ("off", "bf16"), amp
+    device_type = torch.device(device).type
 
     def step(i):
         x, y = batches[i % len(batches)]
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
 
     return step

@@ -54,7 +54,7 @@ def run(rank, args, port, queue):
         import lockstep_torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend, rank=rank, world_size=RANKS)
     model = DDP(make_model(args.model), gradient_as_bucket_view=args.gradient_as_bucket_view)
-    step = make_step(model, PER_RANK_BATCH, 100 + rank)
+    step = make_step(model, PER_RANK_BATCH, 100 + rank, amp=args.amp)
 
     for i in range(args.warmup):
         step(i)
@@ -78,7 +78,7 @@ def run(rank, args, port, queue):
                    "step_ms_p10": round(ms[len(ms) // 10], 4),
                    "step_ms_p90": round(ms[(len(ms) * 9) // 10], 4),
                    "wall_samples_per_s": round(args.steps * global_batch / wall.item(), 1),
-                   "model": args.model, "steps": args.steps, "warmup": args.warmup,
+                   "model": args.model, "amp": args.amp, "steps": args.steps, "warmup": args.warmup,
                    "gradient_as_bucket_view": args.gradient_as_bucket_view,
                    "torch": torch.__version__})
     dist.barrier()
@@ -98,6 +98,8 @@ def main():
                         help="lockstep: lockstep's torch.distributed backend (lockstep_torch on PYTHONPATH)")
     parser.add_argument("--gradient_as_bucket_view", action="store_true",
                         help="DDP(gradient_as_bucket_view=True): gradients are views into the buckets")
+    parser.add_argument("--amp", default="off", choices=["off", "bf16"],
+                        help="bf16: torch.autocast('cpu', dtype=torch.bfloat16), as lockstep's --amp=bf16")
     args = parser.parse_args()
     load_before = open("/proc/loadavg").read().split()[0]
     with socket.socket() as s:

@@ -37,11 +37,21 @@ def main():
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"],
                         help="cnn: the trainers' --model=cnn (mlp_peer.make_model)")
+    parser.add_argument("--amp", default="off", choices=["off", "bf16"],
+                        help="bf16: torch.autocast(dtype=torch.bfloat16), as lockstep's --amp=bf16")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:i] (each step ends with a synchronize)")
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument("--tf32", action="store_true",
+                        help="on CUDA, let cuDNN and cuBLAS use TF32 (PyTorch's default for cuDNN); "
+                             "off: full f32, as lockstep's CUDA kernels")
     args = parser.parse_args()
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
     load_before = float(open("/proc/loadavg").read().split()[0])
     torch.set_num_threads(1)
     model = make_model(args.model)
-    step = make_step(model, BATCH, 100)
+    step = make_step(model, args.batch, 100, amp=args.amp, device=args.device)
 
     for i in range(args.warmup):
         step(i)
@@ -54,12 +64,13 @@ def main():
     wall = time.perf_counter() - start
     ms = sorted(t * 1e3 for t in times)
     median = statistics.median(ms)
-    print(json.dumps({"tool": "torch_single", "ranks": 1, "global_batch": BATCH,
+    print(json.dumps({"tool": "torch_single", "ranks": 1, "global_batch": args.batch,
+                      "amp": args.amp, "device": args.device, "tf32": args.tf32,
                       "step_ms_median": round(median, 4),
-                      "samples_per_s": round(BATCH / (median / 1e3), 1),
+                      "samples_per_s": round(args.batch / (median / 1e3), 1),
                       "step_ms_p10": round(ms[len(ms) // 10], 4),
                       "step_ms_p90": round(ms[(len(ms) * 9) // 10], 4),
-                      "wall_samples_per_s": round(args.steps * BATCH / wall, 1),
+                      "wall_samples_per_s": round(args.steps * args.batch / wall, 1),
                       "model": args.model, "steps": args.steps, "warmup": args.warmup,
                       "torch": torch.__version__, "loadavg_1m_before": load_before}),
           flush=True)
