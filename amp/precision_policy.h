@@ -6,9 +6,12 @@
 //   scaling.enabled = NeedsLossScaling(policy);  // f16 only
 //   std::printf("precision %s\n", PrecisionName(policy).c_str());  // "bf16"
 //
-// The policy a model follows (as torch.autocast does for nn.Linear):
-//   * A Linear layer rounds its input and weight to compute_dtype, multiplies
-//     and accumulates in f32, and rounds its output to compute_dtype.
+// The policy a model follows (as torch.autocast does for nn.Linear and
+// nn.Conv2d):
+//   * A Linear or Conv2d layer rounds its input, weight and bias to
+//     compute_dtype, multiplies and accumulates in f32, and rounds its
+//     output to compute_dtype; BatchNorm, ReLU and MaxPool2d keep such
+//     activations in compute_dtype (nn/conv2d.h, nn/batch_norm.h).
 //   * The optimizer updates master weights kept in master_dtype (f32), which
 //     Linear rounds to compute_dtype on every forward: updates too small to
 //     change an f16/bf16 weight still accumulate.

@@ -33,7 +33,10 @@ def make_step(model, batch, seed, amp="off", device="cpu"):
     def step(i):
         x, y = batches[i % len(batches)]
         opt.zero_grad()
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+        if amp == "bf16":
+            with torch.autocast(device_type, dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+        else:
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
