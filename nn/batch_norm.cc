@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/kernels.h"
 #include "core/status.h"
 #include "nn/internal/batch_norm_elementwise.h"
 #include "nn/internal/cuda_math.h"
+#include "nn/math.h"
 
 namespace lockstep {
 namespace {
@@ -227,13 +227,10 @@ absl::StatusOr<Tensor> BatchNorm::Forward(const Tensor& input) {
   // Autocast's bf16/f16 activations with f32 parameters, as PyTorch's
   // mixed-type batch_norm: the values widen exactly, everything is computed
   // as for f32 input, and the output is rounded once to the input's dtype.
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, Tensor::Empty(input.shape(), DType::kF32, input.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(input, x32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, CastTo(input, DType::kF32));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor y32, ForwardF32(x32));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(input.shape(), input.dtype(), input.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(y32, y));
   saved_input_dtype_ = input.dtype();
-  return y;
+  return CastTo(y32, input.dtype());
 }
 
 absl::StatusOr<Tensor> BatchNorm::ForwardF32(const Tensor& input) {
@@ -351,11 +348,7 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
   }
   // A bf16/f16 gradient widens exactly; the input gradient is rounded once
   // to the forward input's dtype (see Forward).
-  Tensor g = grad_output;
-  if (g.dtype() != DType::kF32) {
-    LOCKSTEP_ASSIGN_OR_RETURN(g, Tensor::Empty(grad_output.shape(), DType::kF32, grad_output.device()));
-    LOCKSTEP_RETURN_IF_ERROR(Cast(grad_output, g));
-  }
+  LOCKSTEP_ASSIGN_OR_RETURN(const Tensor g, CastTo(grad_output, DType::kF32));
   const Planes p = PlanesOf(input.shape());
   const size_t channels = static_cast<size_t>(p.c);
   const double count = saved_count_;  // The group's with a sync.
@@ -408,10 +401,7 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
   LOCKSTEP_RETURN_IF_ERROR(InputGrad(input, g, p, saved_mean_.data(), saved_invstd_.data(), w.data(),
                                      saved_batch_stats_ ? k.data() : nullptr,
                                      saved_batch_stats_ ? grad_mean.data() : nullptr, gx));
-  if (input_dtype == DType::kF32) return gx;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx_rounded, Tensor::Empty(gx.shape(), input_dtype, gx.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(gx, gx_rounded));
-  return gx_rounded;
+  return CastTo(gx, input_dtype);
 }
 
 void BatchNorm::SetSync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }

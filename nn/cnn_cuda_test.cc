@@ -261,15 +261,6 @@ TEST_F(CnnCudaTest, Conv2dFallbackOnCudaMatchesTheReference) {
   ASSERT_EQ(unsetenv("LOCKSTEP_NO_CUDNN"), 0);
 }
 
-// `t` (f32, on the CPU) rounded to `dtype`, as an f32 tensor.
-Tensor RoundedCopy(const Tensor& t, DType dtype) {
-  Tensor narrow = *Tensor::Empty(t.shape(), dtype, Device::Cpu());
-  Tensor wide = *Tensor::Empty(t.shape(), DType::kF32, Device::Cpu());
-  EXPECT_TRUE(Cast(t, narrow).ok());
-  EXPECT_TRUE(Cast(narrow, wide).ok());
-  return wide;
-}
-
 // `m` with its f32 radius widened `factor` times: tensor cores may truncate
 // their f32 additions rather than round them (a relative error of 2u per
 // addition instead of u); 4 leaves room and stays far below one bf16 or f16
@@ -296,15 +287,15 @@ void CheckRoundedStepOnCuda(ConvPair& pair, const ConvCase& c, DType dtype, Mt19
   absl::StatusOr<Tensor> dx = conv.Backward(OnGpu(dy));
   ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_EQ(dx->dtype(), DType::kF32);
-  const eb::Matrix mx = eb::FromTensor(RoundedCopy(x, dtype));
-  const eb::Matrix mw = eb::FromTensor(RoundedCopy(pair.cpu->weight().value, dtype));
+  const eb::Matrix mx = eb::FromTensor(eb::RoundedValues(x, dtype));
+  const eb::Matrix mw = eb::FromTensor(eb::RoundedValues(pair.cpu->weight().value, dtype));
   eb::Matrix mb(1, s.o);
-  if (c.bias) mb = eb::FromTensor(RoundedCopy(pair.cpu->bias().value, dtype));
+  if (c.bias) mb = eb::FromTensor(eb::RoundedValues(pair.cpu->bias().value, dtype));
   const eb::Matrix magnitude = eb::ConvForward(s, eb::Abs(mx), eb::Abs(mw), eb::Abs(mb));
   const eb::Matrix want_y =
       eb::RoundedTo(dtype, Widened(eb::ConvForward(s, mx, mw, mb), 4), c.bias ? 2 : 1, &magnitude);
   const eb::LinearGrads want =
-      eb::ConvBackward(s, mx, mw, eb::FromTensor(RoundedCopy(dy, dtype)), /*input_grad=*/true);
+      eb::ConvBackward(s, mx, mw, eb::FromTensor(eb::RoundedValues(dy, dtype)), /*input_grad=*/true);
   absl::Status st = eb::ExpectWithin(eb::WidenedToF32(OnCpu(*y)), want_y, "output");
   EXPECT_TRUE(st.ok()) << st;
   st = eb::ExpectWithin(OnCpu(*dx), eb::RoundedTo(dtype, Widened(want.dx, 4)), "input grad");

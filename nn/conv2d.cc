@@ -15,14 +15,6 @@ namespace {
 
 bool IsComputeDType(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
-// `t` in `dtype` (itself when it already is).
-absl::StatusOr<Tensor> As(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype, t.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(t, out));
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(const Conv2dOptions& o, Mt19937& gen) {
@@ -118,11 +110,11 @@ absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
   const Shape out_shape = {n, options_.out_channels, out_hw[0], out_hw[1]};
   // The operands rounded to the compute dtype (autocast's copies; f32: the
   // tensors themselves).
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, As(input, dtype));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor wc, As(weight_.value, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, CastTo(input, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor wc, CastTo(weight_.value, dtype));
   Tensor bc;
   if (options_.bias) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bc, As(bias_.value, dtype));
+    LOCKSTEP_ASSIGN_OR_RETURN(bc, CastTo(bias_.value, dtype));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(out_shape, dtype, device));
   if (kernels_ != nullptr && kernels_->Supports(dtype) && n > 0) {
@@ -132,11 +124,11 @@ absl::StatusOr<Tensor> Conv2d::Forward(const Tensor& input) {
   } else {
     // im2col + GEMM per image, in f32: rounded operands widen exactly, the
     // f32 sums are what the kernels accumulate, and y is rounded once.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, As(x, DType::kF32));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor w32, As(wc, DType::kF32));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, CastTo(x, DType::kF32));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor w32, CastTo(wc, DType::kF32));
     Tensor b32;
     if (options_.bias) {
-      LOCKSTEP_ASSIGN_OR_RETURN(b32, As(bc, DType::kF32));
+      LOCKSTEP_ASSIGN_OR_RETURN(b32, CastTo(bc, DType::kF32));
     }
     Tensor y32 = y;
     if (dtype != DType::kF32) {
@@ -196,7 +188,7 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
         device.ToString(), ", got ", grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const int64_t out = options_.out_channels;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, As(grad_output, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, dtype));
   // The gradients in the compute dtype (bf16 ones rounded once), as
   // autocast's bf16 weight copy receives them.
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gw, Tensor::Empty(wc.shape(), dtype, device));
@@ -217,13 +209,13 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
     LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
     if (!input_grad) return Tensor();
     LOCKSTEP_RETURN_IF_ERROR(kernels_->BackwardData(shape, g.raw_data(), wc.raw_data(), gx.raw_data()));
-    return As(gx, saved_input_dtype_);
+    return CastTo(gx, saved_input_dtype_);
   }
   // The fallback in f32 (see Forward), the results rounded once.
   const bool f32 = dtype == DType::kF32;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, As(x, DType::kF32));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor w32, As(wc, DType::kF32));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g32, As(g, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x32, CastTo(x, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor w32, CastTo(wc, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g32, CastTo(g, DType::kF32));
   Tensor gw32 = gw, gb32 = gb, gx32 = gx;
   if (!f32) {
     LOCKSTEP_ASSIGN_OR_RETURN(gw32, Tensor::Empty(wc.shape(), DType::kF32, device));
@@ -241,7 +233,7 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
   if (options_.bias) LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(bias_, gb, ready));
   LOCKSTEP_RETURN_IF_ERROR(AccumulateGrad(weight_, gw, ready));
   if (!input_grad) return Tensor();
-  return As(gx, saved_input_dtype_);
+  return CastTo(gx, saved_input_dtype_);
 }
 
 absl::Status Conv2d::Im2ColBackward(const Tensor& x, const Tensor& weight, const Tensor& grad_output,

@@ -59,9 +59,12 @@ absl::StatusOr<Tensor> Random(const Shape& shape, Mt19937& gen) {
 
 // One forward and backward of `conv` on a random input and output
 // gradient, checked against the reference.
-void CheckStep(Conv2d& conv, const Case& c, Mt19937& gen) {
-  SCOPED_TRACE(Name(c));
-  const eb::ConvShape& s = c.s;
+// A forward and backward of `conv` on a random input and output gradient
+// (f32), the gradients cleared first.
+struct Step {
+  Tensor x, dy, y, dx;
+};
+void RunStep(Conv2d& conv, const eb::ConvShape& s, Mt19937& gen, Step* out) {
   absl::StatusOr<Tensor> x = Random({s.n, s.c, s.h, s.w}, gen);
   absl::StatusOr<Tensor> dy = Random({s.n, s.o, s.out_h(), s.out_w()}, gen);
   ASSERT_TRUE(x.ok() && dy.ok());
@@ -72,6 +75,15 @@ void CheckStep(Conv2d& conv, const Case& c, Mt19937& gen) {
   ASSERT_EQ(y->shape(), (Shape{s.n, s.o, s.out_h(), s.out_w()}));
   absl::StatusOr<Tensor> dx = conv.Backward(*dy);
   ASSERT_TRUE(dx.ok()) << dx.status();
+  *out = Step{*x, *dy, *y, *dx};
+}
+
+void CheckStep(Conv2d& conv, const Case& c, Mt19937& gen) {
+  SCOPED_TRACE(Name(c));
+  const eb::ConvShape& s = c.s;
+  Step step;
+  ASSERT_NO_FATAL_FAILURE(RunStep(conv, s, gen, &step));
+  const Tensor *x = &step.x, *dy = &step.dy, *y = &step.y, *dx = &step.dx;
 
   const eb::Matrix mx = eb::FromTensor(*x);
   const eb::Matrix mw = eb::FromTensor(conv.weight().value);
@@ -126,41 +138,26 @@ TEST(Conv2dTest, FallbackKernelsMatchTheReference) {
   ASSERT_EQ(unsetenv("LOCKSTEP_NO_DNNL"), 0);
 }
 
-// `t` (f32) rounded to `dtype`, as an f32 tensor.
-Tensor RoundedCopy(const Tensor& t, DType dtype) {
-  Tensor narrow = *Tensor::Empty(t.shape(), dtype, Device::Cpu());
-  Tensor wide = *Tensor::Empty(t.shape(), DType::kF32, Device::Cpu());
-  EXPECT_TRUE(Cast(t, narrow).ok());
-  EXPECT_TRUE(Cast(narrow, wide).ok());
-  return wide;
-}
-
 // Autocast: one step of a Conv2d computing in `dtype` on f32 input and
 // output gradient, against the f32 reference on the operands rounded to
 // `dtype` (what autocast's copies hold), each result rounded once more.
 void CheckRoundedStep(Conv2d& conv, const Case& c, DType dtype, Mt19937& gen) {
   SCOPED_TRACE(Name(c) + " " + std::string(DTypeName(dtype)));
   const eb::ConvShape& s = c.s;
-  absl::StatusOr<Tensor> x = Random({s.n, s.c, s.h, s.w}, gen);
-  absl::StatusOr<Tensor> dy = Random({s.n, s.o, s.out_h(), s.out_w()}, gen);
-  ASSERT_TRUE(x.ok() && dy.ok());
-  conv.weight().grad = Tensor();
-  conv.bias().grad = Tensor();
-  absl::StatusOr<Tensor> y = conv.Forward(*x);
-  ASSERT_TRUE(y.ok()) << y.status();
+  Step step;
+  ASSERT_NO_FATAL_FAILURE(RunStep(conv, s, gen, &step));
+  const Tensor *x = &step.x, *dy = &step.dy, *y = &step.y, *dx = &step.dx;
   ASSERT_EQ(y->dtype(), dtype);
-  absl::StatusOr<Tensor> dx = conv.Backward(*dy);
-  ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_EQ(dx->dtype(), DType::kF32);  // the input's dtype
   ASSERT_EQ(conv.weight().grad.dtype(), DType::kF32);
 
-  const eb::Matrix mx = eb::FromTensor(RoundedCopy(*x, dtype));
-  const eb::Matrix mw = eb::FromTensor(RoundedCopy(conv.weight().value, dtype));
+  const eb::Matrix mx = eb::FromTensor(eb::RoundedValues(*x, dtype));
+  const eb::Matrix mw = eb::FromTensor(eb::RoundedValues(conv.weight().value, dtype));
   eb::Matrix mb(1, s.o);
-  if (c.bias) mb = eb::FromTensor(RoundedCopy(conv.bias().value, dtype));
+  if (c.bias) mb = eb::FromTensor(eb::RoundedValues(conv.bias().value, dtype));
   const eb::Matrix want_y = eb::RoundedTo(dtype, eb::ConvForward(s, mx, mw, mb));
   const eb::LinearGrads want =
-      eb::ConvBackward(s, mx, mw, eb::FromTensor(RoundedCopy(*dy, dtype)), /*input_grad=*/true);
+      eb::ConvBackward(s, mx, mw, eb::FromTensor(eb::RoundedValues(*dy, dtype)), /*input_grad=*/true);
   const Tensor y32 = eb::WidenedToF32(*y);
   EXPECT_TRUE(eb::ExpectWithin(y32, want_y, "output").ok()) << eb::ExpectWithin(y32, want_y, "output");
   const eb::Matrix want_dx = eb::RoundedTo(dtype, want.dx), want_dw = eb::RoundedTo(dtype, want.dw);
@@ -173,7 +170,7 @@ void CheckRoundedStep(Conv2d& conv, const Case& c, DType dtype, Mt19937& gen) {
         << eb::ExpectWithin(conv.bias().grad, want_db, "bias grad");
   }
   // Rounded results, not f32 ones passed through: the values are dtype's.
-  const Tensor again = RoundedCopy(y32, dtype);
+  const Tensor again = eb::RoundedValues(y32, dtype);
   EXPECT_EQ(*again.ToVector<float>(), *y32.ToVector<float>());
 }
 
@@ -204,7 +201,7 @@ TEST(Conv2dTest, Bf16InputGivesABf16InputGradient) {
   Case c{{2, 3, 6, 6, 4, 3, 1, 1}, true};
   std::unique_ptr<Conv2d> conv = *Make(c, gen);
   ASSERT_TRUE(conv->set_compute_dtype(DType::kBF16).ok());
-  Tensor x = RoundedCopy(*Random({2, 3, 6, 6}, gen), DType::kBF16);
+  Tensor x = eb::RoundedValues(*Random({2, 3, 6, 6}, gen), DType::kBF16);
   Tensor xb = *Tensor::Empty(x.shape(), DType::kBF16, Device::Cpu());
   ASSERT_TRUE(Cast(x, xb).ok());
   absl::StatusOr<Tensor> y = conv->Forward(xb);

@@ -195,21 +195,16 @@ absl::Status MakePlan(cudnnHandle_t handle, int device, Plan& p) {
   // Data in the shape's dtype, accumulation (the convolution's compute
   // type) in f32 always.
   const cudnnDataType_t data = DataType(s.dtype);
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetTensor4dDescriptor(p.x.d, CUDNN_TENSOR_NCHW, data, i(s.n), i(s.c), i(s.h), i(s.w)),
-      "input descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetTensor4dDescriptor(p.y.d, CUDNN_TENSOR_NCHW, data, i(s.n), i(s.o), i(s.oh), i(s.ow)),
-      "output descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-      FromCudnn(cudnnSetTensor4dDescriptor(p.bias.d, CUDNN_TENSOR_NCHW, data, 1, i(s.o), 1, 1),
-                "bias descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetTensor4dDescriptor(p.y32.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.o), i(s.oh), i(s.ow)),
-      "output descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-      FromCudnn(cudnnSetTensor4dDescriptor(p.bias32.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(s.o), 1, 1),
-                "bias descriptor", device, &s));
+  const auto set4d = [&](cudnnTensorDescriptor_t d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h,
+                         int64_t w, const char* what) {
+    return FromCudnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)), what, device,
+                     &s);
+  };
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.x.d, data, s.n, s.c, s.h, s.w, "input descriptor"));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.y.d, data, s.n, s.o, s.oh, s.ow, "output descriptor"));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.bias.d, data, 1, s.o, 1, 1, "bias descriptor"));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.y32.d, CUDNN_DATA_FLOAT, s.n, s.o, s.oh, s.ow, "output descriptor"));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.bias32.d, CUDNN_DATA_FLOAT, 1, s.o, 1, 1, "bias descriptor"));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
       cudnnSetFilter4dDescriptor(p.w.d, data, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.kh), i(s.kw)),
       "weight descriptor", device, &s));

@@ -14,14 +14,6 @@ namespace {
 
 bool IsComputeDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
-// `t` in `dtype` (itself when it already is).
-absl::StatusOr<Tensor> As(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype, t.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(t, out));
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options,
@@ -84,7 +76,7 @@ absl::StatusOr<Tensor> Linear::OnesColumn(int64_t rows) {
   if (ones_.defined() && ones_.shape()[0] == rows && ones_.dtype() == dtype) return ones_;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones32, Tensor::Empty({rows, 1}, DType::kF32));
   std::fill(ones32.data<float>(), ones32.data<float>() + rows, 1.0f);
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, As(ones32, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, CastTo(ones32, dtype));
   LOCKSTEP_ASSIGN_OR_RETURN(ones_, ones.To(options_.device));
   return ones_;
 }
@@ -102,15 +94,15 @@ absl::StatusOr<Tensor> Linear::Forward(const Tensor& input) {
   }
   const DType dtype = options_.compute_dtype;
   const int64_t rows = input.shape()[0];
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, As(input, dtype));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor w, As(weight_.value, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, CastTo(input, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor w, CastTo(weight_.value, dtype));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty({rows, options_.out_features}, dtype, device));
   float beta = 0.0f;
   if (options_.bias) {
     // y = 1 b^T, then y = x W^T + y: the bias joins the f32 sum before the
     // one rounding, as addmm does.
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, OnesColumn(rows));
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor b, As(bias_.value, dtype));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor b, CastTo(bias_.value, dtype));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor b_row, b.Reshape({1, options_.out_features}));
     LOCKSTEP_RETURN_IF_ERROR(Gemm(ones, false, b_row, false, y));
     beta = 1.0f;
@@ -142,7 +134,7 @@ absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool inpu
   }
   const DType dtype = options_.compute_dtype;
   const Device device = x.device();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, As(grad_output, dtype));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, dtype));
   // Reverse registration order: bias, then weight, then the input.
   if (options_.bias && bias_.requires_grad) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor ones, OnesColumn(rows));
@@ -164,7 +156,7 @@ absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool inpu
   if (!input_grad) return Tensor();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor gx, Tensor::Empty(x.shape(), dtype, device));
   LOCKSTEP_RETURN_IF_ERROR(Gemm(g, false, w, false, gx));
-  return As(gx, saved_input_dtype_);
+  return CastTo(gx, saved_input_dtype_);
 }
 
 }  // namespace lockstep

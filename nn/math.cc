@@ -172,6 +172,13 @@ absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
   return CpuGemm(a, trans_a, b, trans_b, c, m, n, k, alpha, beta);
 }
 
+absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype, t.device()));
+  LOCKSTEP_RETURN_IF_ERROR(Cast(t, out));
+  return out;
+}
+
 absl::Status Relu(const Tensor& in, const Tensor& out) {
   LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Relu", in));
   LOCKSTEP_RETURN_IF_ERROR(CheckSame("Relu", "out", out, in));

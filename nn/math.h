@@ -35,6 +35,11 @@ absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
 // Sets the OpenBLAS thread count for this process (>= 1).
 absl::Status SetCpuMathThreads(int threads);
 
+// `t` in `dtype`: t itself when it already is, else a new tensor on t's
+// device holding the values cast (rounded to nearest even when narrowing):
+// autocast's copies of a layer's operands.
+absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype);
+
 // out = max(in, 0), NaN kept (PyTorch's relu). `out` may be `in`.
 absl::Status Relu(const Tensor& in, const Tensor& out);
 // grad_in = out > 0 ? grad_out : 0, from relu's output (PyTorch's

@@ -3,21 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/kernels.h"
 #include "core/status.h"
 
 namespace lockstep {
-namespace {
-
-// `t` in `dtype` (itself when it already is).
-absl::StatusOr<Tensor> As(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype, t.device()));
-  LOCKSTEP_RETURN_IF_ERROR(Cast(t, out));
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
   if (!input.defined() || input.dim() != 4) {
@@ -35,8 +23,7 @@ absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
       return absl::InvalidArgumentError(
           absl::StrCat("MaxPool2d.Forward: expected an f32, bf16 or f16 input, got ", input.DebugString()));
     }
-    LOCKSTEP_ASSIGN_OR_RETURN(x, Tensor::Empty(s, DType::kF32, input.device()));
-    LOCKSTEP_RETURN_IF_ERROR(Cast(input, x));
+    LOCKSTEP_ASSIGN_OR_RETURN(x, CastTo(input, DType::kF32));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, DType::kF32, input.device()));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor indices, Tensor::Empty(out_shape, DType::kI32, input.device()));
@@ -44,7 +31,7 @@ absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
   saved_input_shape_ = s;
   saved_input_dtype_ = dtype;
   saved_indices_ = indices;
-  return As(out, dtype);
+  return CastTo(out, dtype);
 }
 
 absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool input_grad,
@@ -60,11 +47,11 @@ absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool i
     return absl::InvalidArgumentError(absl::StrCat("MaxPool2d.Backward: expected an f32, bf16 or f16 gradient, got ",
                                                    grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, As(grad_output, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, DType::kF32));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(saved_input_shape_, DType::kF32,
                                                           indices.device()));
   LOCKSTEP_RETURN_IF_ERROR(MaxPool2dBackward(g, indices, window_, grad_in));
-  return As(grad_in, saved_input_dtype_);
+  return CastTo(grad_in, saved_input_dtype_);
 }
 
 }  // namespace lockstep

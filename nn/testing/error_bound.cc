@@ -520,6 +520,12 @@ Tensor WidenedToF32(const Tensor& t) {
   return *out;
 }
 
+Tensor RoundedValues(const Tensor& t, DType dtype) {
+  absl::StatusOr<Tensor> narrow = Tensor::Empty(t.shape(), dtype, Device::Cpu());
+  if (!narrow.ok() || !Cast(t, *narrow).ok()) return Tensor();
+  return WidenedToF32(*narrow);
+}
+
 Matrix Abs(const Matrix& m) {
   Matrix out = m;
   for (Bounded& b : out.x) b.v = std::fabs(b.v);

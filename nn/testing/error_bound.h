@@ -172,6 +172,9 @@ Matrix RoundedTo(DType dtype, const Matrix& m, int roundings = 1, const Matrix* 
 double FormatStep(DType dtype, double x);
 // The tensor (f32, bf16 or f16) as an f32 one, exactly: for ExpectWithin.
 Tensor WidenedToF32(const Tensor& t);
+// An f32 CPU tensor `t`'s values rounded to `dtype`, as an f32 tensor: the
+// exact operands autocast's copies hold, for the reference.
+Tensor RoundedValues(const Tensor& t, DType dtype);
 // `m` with |v| in place of v and the same radii: an operand of the
 // `magnitude` computation above.
 Matrix Abs(const Matrix& m);
