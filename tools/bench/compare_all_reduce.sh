@@ -15,8 +15,10 @@
 #       (which placement mode the vCPUs are in, docs/PERFORMANCE.md),
 #       then lockstep and OpenMPI over TCP and lockstep shm and OpenMPI
 #       vader (--iters 2000 --warmup 200), lockstep first on odd pairs and
-#       OpenMPI first on even ones. Medians per mode and transport, per-pair
-#       ratios MPI/lockstep, and the raw rows.
+#       OpenMPI first on even ones; then both over shared memory once more
+#       in a tight loop of TIGHT_ITERS iterations (default 200000; 0: none),
+#       the figure vader's own long runs give. Medians per mode and
+#       transport, per-pair ratios MPI/lockstep, and the raw rows.
 #   bash tools/bench/compare_all_reduce.sh --ab REV [runs]
 #       this tree (A) against git revision REV (B), built in a temporary git
 #       worktree with its own Bazel server; for each of `runs` (default 3) and
@@ -191,6 +193,8 @@ case $mode in
     ;;
   small)
     b=4096 it=2000 w=200
+    tight_iters=${TIGHT_ITERS:-200000}
+    is_count "$tight_iters" || [[ $tight_iters == 0 ]] || die "TIGHT_ITERS: '$tight_iters' is not a count"
     for pair in $(seq "$pairs"); do
       read -r pp pmode < <(pingpong)
       if (( pair % 2 == 1 )); then
@@ -203,6 +207,17 @@ case $mode in
         record "$pair" "$pmode" "$pp" lockstep "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" tcp
         record "$pair" "$pmode" "$pp" vader "$b" run_mpi "$b" "$it" "$w" vader
         record "$pair" "$pmode" "$pp" lockstep_shm "$b" run_lockstep "$tmp/A_collectives" "$b" "$it" "$w" shm
+      fi
+      # The tight loops: as many iterations as TIGHT_ITERS, shared memory
+      # only, the order alternating with the pair's.
+      if (( tight_iters > 0 )); then
+        if (( pair % 2 == 1 )); then
+          record "$pair" "$pmode" "$pp" lockstep_shm_tight "$b" run_lockstep "$tmp/A_collectives" "$b" "$tight_iters" 2000 shm
+          record "$pair" "$pmode" "$pp" vader_tight "$b" run_mpi "$b" "$tight_iters" 2000 vader
+        else
+          record "$pair" "$pmode" "$pp" vader_tight "$b" run_mpi "$b" "$tight_iters" 2000 vader
+          record "$pair" "$pmode" "$pp" lockstep_shm_tight "$b" run_lockstep "$tmp/A_collectives" "$b" "$tight_iters" 2000 shm
+        fi
       fi
       echo "pair $pair done: $pmode ($pp ns), load $(load)" >&2
     done
@@ -252,6 +267,7 @@ esac
 # shellcheck disable=SC2086  # extra is a list of arguments.
 /usr/bin/python3 - "$mode" "$out" $extra <<'PY'
 import math
+import os
 import statistics
 import sys
 
@@ -376,14 +392,17 @@ elif what == "small":
     # One ping-pong per pair: the pair's mode is that of its rows.
     pair_mode = {r["key"]: r["mode"] for r in rows}
     modes = sorted(set(pair_mode.values())) + ["all"]
-    print(f"4 KiB all-reduce, 2 ranks, --iters 2000 --warmup 200; {extra[0]} interleaved pairs; "
+    tight = os.environ.get("TIGHT_ITERS", "200000")
+    print(f"4 KiB all-reduce, 2 ranks, --iters 2000 --warmup 200 (tight loop: {tight} iterations, 2000 warm-up); "
+          f"{extra[0]} interleaved pairs; "
           "medians over pairs (us); ratio = median of per-pair MPI/lockstep; TCP: lockstep "
           "--transport=tcp vs OpenMPI btl tcp; shm: lockstep --transport=shm vs OpenMPI vader")
     print()
     print("| transport | mode | pairs | lockstep p50 | lockstep p95 | lockstep mean | MPI p50 | MPI p95 | MPI mean "
           "| MPI/lockstep p50 | MPI/lockstep p95 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for transport, ours_tool, mpi_tool in (("tcp", "lockstep", "mpi"), ("shm", "lockstep_shm", "vader")):
+    for transport, ours_tool, mpi_tool in (("tcp", "lockstep", "mpi"), ("shm", "lockstep_shm", "vader"),
+                                           ("shm, tight loop", "lockstep_shm_tight", "vader_tight")):
         for m in modes:
             keys = {k for k, v in pair_mode.items() if m in ("all", v)}
             if m == "all" and len(modes) == 2:
