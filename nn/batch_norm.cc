@@ -335,17 +335,18 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
     return absl::FailedPreconditionError(absl::StrCat(
         type_name(), ".Backward: no pending Forward (each Backward consumes the last Forward)"));
   }
-  const Tensor input = std::exchange(saved_input_, Tensor());
-  const DType input_dtype = saved_input_dtype_;
-  if (!grad_output.defined() || grad_output.shape() != input.shape() ||
+  // Checked before the Forward is consumed: a refused gradient loses nothing.
+  if (!grad_output.defined() || grad_output.shape() != saved_input_.shape() ||
       !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
         grad_output.dtype() == DType::kF16) ||
-      grad_output.device() != input.device()) {
+      grad_output.device() != saved_input_.device()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), ".Backward: expected an f32, bf16 or f16 gradient of shape ", ShapeToString(input.shape()),
-        " on ", input.device().ToString(), ", got ",
+        type_name(), ".Backward: expected an f32, bf16 or f16 gradient of shape ",
+        ShapeToString(saved_input_.shape()), " on ", saved_input_.device().ToString(), ", got ",
         grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
+  const Tensor input = std::exchange(saved_input_, Tensor());
+  const DType input_dtype = saved_input_dtype_;
   // A bf16/f16 gradient widens exactly; the input gradient is rounded once
   // to the forward input's dtype (see Forward).
   LOCKSTEP_ASSIGN_OR_RETURN(const Tensor g, CastTo(grad_output, DType::kF32));

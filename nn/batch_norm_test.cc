@@ -287,6 +287,11 @@ TEST(MaxPool2dTest, Bf16InAndOut) {
   ASSERT_TRUE(dx32.ok()) << dx32.status();
   EXPECT_EQ(*As(*dx, DType::kF32).ToVector<float>(), *As(As(*dx32, DType::kBF16), DType::kF32).ToVector<float>());
   EXPECT_FALSE(narrow.Forward(*Tensor::Zeros({1, 1, 4, 4}, DType::kI32)).ok());
+  // A refused gradient leaves the pending Forward for the right one.
+  ASSERT_TRUE(narrow.Forward(x).ok());
+  EXPECT_EQ(narrow.Backward(*Tensor::Zeros(y->shape(), DType::kI32)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(narrow.Backward(g).ok());
 }
 
 TEST(BatchNormTest, Errors) {
@@ -315,6 +320,16 @@ TEST(BatchNormTest, Errors) {
   EXPECT_TRUE(bn1->Forward(*Tensor::Zeros({1, 2}, DType::kF32)).ok());  // fine in eval
   EXPECT_EQ(bn2->Backward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32)).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  // A refused gradient (wrong dtype, then wrong shape) leaves the pending
+  // Forward for the right one.
+  ASSERT_TRUE(bn2->Forward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32)).ok());
+  absl::StatusOr<Tensor> gx = bn2->Backward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF64));
+  EXPECT_EQ(gx.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gx.status().message().find("expected an f32, bf16 or f16 gradient of shape [2, 2, 2, 2]"),
+            absl::string_view::npos)
+      << gx.status();
+  EXPECT_FALSE(bn2->Backward(*Tensor::Zeros({2, 2, 2, 3}, DType::kF32)).ok());
+  EXPECT_TRUE(bn2->Backward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32)).ok());
 }
 
 TEST(SequentialTest, NamedChildrenAreValidated) {

@@ -174,19 +174,20 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
     return absl::FailedPreconditionError(
         "Conv2d.Backward: no pending Forward (each Backward consumes the last Forward)");
   }
-  const Tensor x = std::exchange(saved_input_, Tensor());
-  const Tensor wc = std::exchange(saved_weight_, Tensor());
-  const DType dtype = x.dtype();  // the compute dtype of that Forward
-  const Device device = x.device();
-  const int64_t n = x.shape()[0], h = x.shape()[2], w = x.shape()[3];
+  const Device device = saved_input_.device();
+  const int64_t n = saved_input_.shape()[0], h = saved_input_.shape()[2], w = saved_input_.shape()[3];
   LOCKSTEP_ASSIGN_OR_RETURN(Shape out_hw, WindowOutputSize(h, w, window()));
   const Shape expected = {n, options_.out_channels, out_hw[0], out_hw[1]};
+  // Checked before the Forward is consumed: a refused gradient loses nothing.
   if (!grad_output.defined() || grad_output.shape() != expected || !IsComputeDType(grad_output.dtype()) ||
       grad_output.device() != device) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Conv2d.Backward: expected an f32, bf16 or f16 gradient of shape ", ShapeToString(expected), " on ",
         device.ToString(), ", got ", grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
+  const Tensor x = std::exchange(saved_input_, Tensor());
+  const Tensor wc = std::exchange(saved_weight_, Tensor());
+  const DType dtype = x.dtype();  // the compute dtype of that Forward
   const int64_t out = options_.out_channels;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, dtype));
   // The gradients in the compute dtype (bf16 ones rounded once), as

@@ -213,6 +213,42 @@ TEST(Conv2dTest, Bf16InputGivesABf16InputGradient) {
   EXPECT_FALSE(conv->set_compute_dtype(DType::kF64).ok());
 }
 
+// Bad input gets an error naming what was expected, and a refused
+// gradient leaves the pending Forward in place: the right one still works.
+TEST(Conv2dTest, RefusesBadDtypesAndKeepsThePendingForward) {
+  Mt19937 gen(19);
+  Case c{{2, 3, 6, 6, 4, 3, 1, 1}, true};
+  Conv2dOptions bad;
+  bad.in_channels = 3;
+  bad.out_channels = 4;
+  bad.compute_dtype = DType::kF64;
+  absl::StatusOr<std::unique_ptr<Conv2d>> refused = Conv2d::Create(bad, gen);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("f32, bf16 or f16"), absl::string_view::npos) << refused.status();
+  for (DType compute : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(compute)));
+    std::unique_ptr<Conv2d> conv = *Make(c, gen);
+    ASSERT_TRUE(conv->set_compute_dtype(compute).ok());
+    absl::StatusOr<Tensor> y = conv->Forward(*Tensor::Zeros({2, 3, 6, 6}, DType::kI32));
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(y.status().message().find("expected an f32, bf16 or f16 [batch, 3, height, width]"),
+              absl::string_view::npos)
+        << y.status();
+    y = conv->Forward(*Random({2, 3, 6, 6}, gen));
+    ASSERT_TRUE(y.ok()) << y.status();
+    for (const Tensor& g : {*Tensor::Zeros({2, 4, 6, 6}, DType::kF64), *Tensor::Zeros({2, 4, 5, 6}, DType::kF32)}) {
+      absl::StatusOr<Tensor> dx = conv->Backward(g);
+      EXPECT_EQ(dx.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(dx.status().message().find("gradient of shape [2, 4, 6, 6]"), absl::string_view::npos)
+          << dx.status();
+    }
+    EXPECT_FALSE(conv->weight().grad.defined());
+    absl::StatusOr<Tensor> dx = conv->Backward(*Random({2, 4, 6, 6}, gen));
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    EXPECT_TRUE(conv->weight().grad.defined());
+  }
+}
+
 TEST(Conv2dTest, BatchSizeChangesBetweenSteps) {
   // 4, 4, 3 (an epoch's last batch), 4, 1, 4: more shapes than the cache
   // keeps, so some are evicted and made again.

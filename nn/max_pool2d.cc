@@ -40,13 +40,15 @@ absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool i
     return absl::FailedPreconditionError(
         "MaxPool2d.Backward: no pending Forward (each Backward consumes the last Forward)");
   }
-  const Tensor indices = std::exchange(saved_indices_, Tensor());
-  if (!input_grad) return Tensor();
-  if (!grad_output.defined() || !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
-                                  grad_output.dtype() == DType::kF16)) {
+  // Checked before the Forward is consumed: a refused gradient loses nothing.
+  if (input_grad && (!grad_output.defined() ||
+                     !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
+                       grad_output.dtype() == DType::kF16))) {
     return absl::InvalidArgumentError(absl::StrCat("MaxPool2d.Backward: expected an f32, bf16 or f16 gradient, got ",
                                                    grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
+  const Tensor indices = std::exchange(saved_indices_, Tensor());
+  if (!input_grad) return Tensor();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, DType::kF32));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(saved_input_shape_, DType::kF32,
                                                           indices.device()));
