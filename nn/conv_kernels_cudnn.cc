@@ -335,7 +335,7 @@ class CudnnConvKernels final : public ConvKernels {
       LOCKSTEP_CUDNN_RETURN_IF_ERROR(
           FromCudnn(cudnnConvolutionBackwardBias(call->handle, &one, p.y32.d, dy32, &zero, p.bias32.d, db32),
                     "backward (bias)", device_, &s));
-      LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(nullptr), "backward (bias)", device_));
+      // The same (default) stream as cuDNN's handle: ordered after the sum.
       LOCKSTEP_CUDNN_RETURN_IF_ERROR(cuda::Cast(DType::kF32, db32, s.dtype, db, s.o, device_, nullptr));
     }
     return Finish("backward (weights)");
