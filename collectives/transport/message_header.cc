@@ -5,7 +5,7 @@
 
 namespace lockstep {
 
-absl::Status CheckMessageHeader(const MessageHeader& got, const MessageTag& expected, uint64_t expected_bytes,
+absl::Status MessageHeaderError(const MessageHeader& got, const MessageTag& expected, uint64_t expected_bytes,
                                 const std::string& peer_name, int rank) {
   if (got.magic != kMessageMagic || got.seq != expected.seq || got.tag != expected.tag ||
       got.bytes != expected_bytes) {
@@ -18,7 +18,8 @@ absl::Status CheckMessageHeader(const MessageHeader& got, const MessageTag& expe
         ElementName(expected.element), " (the same number of bytes). Every rank must call the same "
         "collective with the same dtype"));
   }
-  return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("MessageHeaderError: rank ", rank, " called it for a header from ", peer_name,
+                                          " that matches op #", expected.seq));
 }
 
 }  // namespace lockstep

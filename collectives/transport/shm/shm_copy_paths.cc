@@ -204,7 +204,7 @@ absl::Status ShmTransport::Op::ReceiveHeader(Transfer& t, Progress& p, const Mes
     if (t.data != LeaveMessage()) t.bytes = h.bytes;
     return absl::OkStatus();
   }
-  return CheckMessageHeader(h, tag, t.bytes, tr_.PeerName(t.peer), tr_.rank_);
+  return CheckMessageHeader(h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
 }
 
 absl::Status ShmTransport::Op::ReceiveSingleCopy(Transfer& t, Progress& p, const MessageTag& tag, bool* moved) {

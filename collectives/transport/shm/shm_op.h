@@ -71,6 +71,11 @@ class ShmTransport::Op {
   absl::Status ReceiveSingleCopy(Transfer& t, Progress& p, const MessageTag& tag, bool* moved);
   // Whether `stream`'s transfer could move now (reads indices only).
   bool CouldMove(size_t stream);
+  // Whether any pending stream's could.
+  bool AnyCouldMove();
+  // Spin: pauses between two full rounds, each followed by a look at the
+  // indices (AnyCouldMove).
+  static constexpr int kWatchPauses = 16;
 
   // Waiting (shm_transport.cc).
   MessageTag TagOf(const Transfer& t) const;

@@ -253,19 +253,38 @@ absl::Status ShmTransport::Op::CheckAlive() {
   return absl::OkStatus();
 }
 
+bool ShmTransport::Op::AnyCouldMove() {
+  for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
+    if (streams_.current[stream] != kNone && CouldMove(stream)) return true;
+  }
+  return false;
+}
+
 bool ShmTransport::Op::Spin() {
-  // The clock is read every 16th round only. For the first pause_ the
-  // core just pauses (a peer on its own core answers in about a
+  // The clock is read every 16th idle round only, the first time at the
+  // 16th: a peer that answers within those rounds (the common case) costs
+  // no clock read, and the spin's time counts from there. Until pause_ has
+  // passed the core pauses (a peer on its own core answers in about a
   // microsecond); after that each round yields the core, in case the peer
-  // waits for it (more ranks than cores; then pause_ is 0).
-  const auto kPauseOnly = tr_.pause_;
+  // waits for it (more ranks than cores; then pause_ is 0 and every round
+  // yields).
+  const auto pause_only = tr_.pause_;
   const auto spin = std::chrono::microseconds(tr_.options_.spin_microseconds);
+  if (spin.count() == 0) return false;
   ++idle_rounds_;
-  if (idle_rounds_ == 1 || (idle_rounds_ & 15) == 0) now_ = SteadyClock::now();
-  if (idle_rounds_ == 1) spin_start_ = now_;
-  if (now_ >= spin_start_ + spin || now_ >= deadline_) return false;
-  if (now_ < spin_start_ + kPauseOnly) {
-    shm_internal::CpuRelax();
+  if ((idle_rounds_ & 15) == 0) {
+    now_ = SteadyClock::now();
+    if (idle_rounds_ == 16) spin_start_ = now_;
+    if (now_ >= spin_start_ + spin || now_ >= deadline_) return false;
+  }
+  if (pause_only.count() > 0 && (idle_rounds_ < 16 || now_ < spin_start_ + pause_only)) {
+    // Between full rounds (each checks liveness, steps every stream and
+    // now and then reads the clock) only the indices are watched: the
+    // peer's index store is seen within a pause, not within a round.
+    for (int i = 0; i < kWatchPauses; ++i) {
+      shm_internal::CpuRelax();
+      if (AnyCouldMove()) break;
+    }
   } else {
     sched_yield();
   }
@@ -305,11 +324,9 @@ absl::Status ShmTransport::Op::Sleep() {
   // before seeing the flag will not ring.
   me_->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
-    if (streams_.current[stream] != kNone && CouldMove(stream)) {
-      me_->sleeping.store(0, std::memory_order_relaxed);
-      return absl::OkStatus();
-    }
+  if (AnyCouldMove()) {
+    me_->sleeping.store(0, std::memory_order_relaxed);
+    return absl::OkStatus();
   }
   int timeout_ms = PollTimeoutMs(deadline_);
   if (feed_ != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);

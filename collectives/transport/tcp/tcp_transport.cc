@@ -537,7 +537,7 @@ class TcpTransport::Op {
       t.bytes = h.bytes;
       return absl::OkStatus();
     }
-    return CheckMessageHeader(h, tag, t.bytes, tr_.PeerName(t.peer), tr_.rank_);
+    return CheckMessageHeader(h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
   }
 
   // Nothing moved: every stream not held back by `ready` (sends waiting for
