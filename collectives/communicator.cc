@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/completable_work.h"
 #include "collectives/internal/communicator_checks.h"
+#include "collectives/internal/task_work.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -130,6 +131,7 @@ Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions
     : backend_(std::move(backend)), store_(std::move(store)), options_(std::move(options)),
       recorder_(static_cast<size_t>(options_.flight_recorder_entries)),
       rank_(backend_->rank()), size_(backend_->size()), capabilities_(backend_->capabilities()),
+      coarse_tick_(CoarseResolution()),
       help_gate_(std::make_shared<HelpGate>()), sequence_gate_(std::make_shared<HelpGate>()) {
   help_gate_->comm = this;
   sequence_gate_->comm = this;
@@ -224,7 +226,7 @@ std::shared_ptr<CompletableWork> Communicator::NewWork() {
 
 void Communicator::PushLocked(Item item) {
   if (step_thread_ == std::this_thread::get_id()) {
-    queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(step_queued_++), std::move(item));
+    queue_.insert(step_queued_++, std::move(item));
   } else {
     queue_.push_back(std::move(item));
   }
@@ -244,18 +246,21 @@ bool Communicator::EnqueueContinuation(std::function<void()> run) {
   return true;
 }
 
-std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, Task task) {
-  std::shared_ptr<CompletableWork> work = NewWork();
+std::shared_ptr<Work> Communicator::EnqueueTask(Fingerprint fingerprint,
+                                                std::shared_ptr<communicator_internal::TaskWork> work) {
+  work->SetHelper(helper_);
+  work->SetSequencer(sequencer_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
+      work->ReleaseTask();
       work->Complete(broken_);
       return work;
     }
-    // Numbered when it runs (RunItem): the order that every rank shares.
+    // Numbered when it runs (TakeFrontLocked): the order that every rank shares.
     Item item;
+    item.task = work.get();
     item.work = work;
-    item.task = std::move(task);
     item.fingerprint = fingerprint;
     PushLocked(std::move(item));
   }
@@ -275,6 +280,7 @@ void Communicator::WorkerLoop() {
   const auto spin = std::chrono::microseconds(options_.worker_spin_microseconds);
   while (true) {
     Item item;
+    absl::Status broken;
     {
       // The next operation often follows within microseconds (a training
       // step's buckets, a benchmark loop): look for it, yielding the core to
@@ -311,12 +317,9 @@ void Communicator::WorkerLoop() {
       // One runner at a time: a waiting caller may be running operations.
       work_cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // Stopping, and everything queued ran.
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      queue_size_.store(queue_.size(), std::memory_order_release);
-      running_ = true;
+      item = TakeFrontLocked(&broken);
     }
-    RunItem(std::move(item));
+    RunItem(item, broken);
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
     // Nobody else waits on work_cv_: no notification.
@@ -326,13 +329,13 @@ void Communicator::WorkerLoop() {
 void Communicator::HelpUntilDone(Work* awaited) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!running_ && !queue_.empty() && !awaited->IsCompleted()) {
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    queue_size_.store(queue_.size(), std::memory_order_release);
-    running_ = true;
-    helping_.store(true, std::memory_order_release);
-    lock.unlock();
-    RunItem(std::move(item));
+    {
+      absl::Status broken;
+      Item item = TakeFrontLocked(&broken);
+      helping_.store(true, std::memory_order_release);
+      lock.unlock();
+      RunItem(item, broken);
+    }  // The item (its tensors, its task's captures) is released outside the lock.
     lock.lock();
     running_ = false;
     helping_.store(false, std::memory_order_release);
@@ -344,34 +347,39 @@ void Communicator::HelpUntilDone(Work* awaited) {
   if (wake) work_cv_.notify_all();
 }
 
-void Communicator::RunItem(Item item) {
+Communicator::Item Communicator::TakeFrontLocked(absl::Status* broken) {
+  Item item = queue_.pop_front();
+  queue_size_.store(queue_.size(), std::memory_order_release);
+  running_ = true;
+  *broken = broken_;
   if (item.continuation) {
     // A ThenWork step: the collectives it starts run next, in its order.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      step_thread_ = std::this_thread::get_id();
-      step_queued_ = 0;
-    }
+    step_thread_ = std::this_thread::get_id();
+    step_queued_ = 0;
+  } else if (broken->ok() && item.task) {
+    // Collectives are numbered in the order they run.
+    item.fingerprint.seq = next_seq_++;
+    ++op_counts_[item.fingerprint.op % kOpTypes];
+  }
+  return item;
+}
+
+void Communicator::RunItem(Item& item, const absl::Status& broken) {
+  if (item.continuation) {
     item.continuation();
     std::lock_guard<std::mutex> lock(mu_);
     step_thread_ = std::thread::id();
     return;
   }
-  absl::Status broken;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken = broken_;
-    // Collectives are numbered in the order they run.
-    if (broken.ok() && item.task) {
-      item.fingerprint.seq = next_seq_++;
-      ++op_counts_[item.fingerprint.op % kOpTypes];
-    }
-  }
-  // One clock read serves the deadline and the flight recorder.
-  const SteadyClock::time_point started = SteadyClock::now();
+  // One clock read serves the deadline and the flight recorder: the
+  // coarse clock (an eighth of a fine read's cost, per operation), so the
+  // deadline counts from up to one tick earlier and gets that tick added:
+  // an operation never fails before its timeout.
+  const SteadyClock::time_point started = CoarseNow();
   if (broken.ok() && item.task) item.record = recorder_.Start(RecordOf(item.fingerprint), started);
   if (!broken.ok()) {
     // Outside the lock: the Work's callbacks may start more operations.
+    if (item.task != nullptr) item.task->ReleaseTask();
     item.work->Complete(broken);
     return;
   }
@@ -379,7 +387,7 @@ void Communicator::RunItem(Item item) {
     RunPointToPointBatch(std::move(item));
     return;
   }
-  OpContext op_ctx{item.fingerprint.seq, DeadlineAfter(started, options_.timeout), nullptr};
+  OpContext op_ctx{item.fingerprint.seq, DeadlineAfter(started + coarse_tick_, options_.timeout), nullptr};
   // One pointer captured: std::function keeps it inline (no allocation per
   // operation).
   struct Queued {
@@ -393,12 +401,15 @@ void Communicator::RunItem(Item item) {
   };
   absl::Status status;
   if (options_.debug_checks && size_ > 1) status = CheckFingerprints(item.fingerprint, op_ctx);
-  if (status.ok()) status = item.task(op_ctx);
+  if (status.ok()) status = item.task->RunTask(op_ctx);
   if (status.ok() && finish) {
     // Queued on the device: the completion thread finishes it.
     Defer(std::move(item), std::move(finish));
     return;
   }
+  // The task's captures (the caller's tensors) are released before the
+  // Work completes: once Wait returns, the communicator holds none of them.
+  item.task->ReleaseTask();
   recorder_.Finish(item.record, status.ok());
   if (!status.ok()) status = Fail(item.fingerprint, status);
   item.work->Complete(status);
@@ -431,6 +442,7 @@ void Communicator::FinisherLoop() {
       to_finish_.pop_front();
     }
     absl::Status status = d.finish();
+    d.item.task->ReleaseTask();  // The device is done with the tensors.
     recorder_.Finish(d.item.record, status.ok());
     if (!status.ok()) status = Fail(d.item.fingerprint, status);
     d.item.work->Complete(status);

@@ -82,6 +82,7 @@
 #include "absl/types/span.h"
 #include "collectives/backend.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/internal/ring_queue.h"
 #include "collectives/store/store.h"
 #include "collectives/work.h"
 #include "core/deadline.h"
@@ -92,9 +93,14 @@
 namespace lockstep {
 
 class CompletableWork;
+namespace communicator_internal {
+class TaskWork;
+}  // namespace communicator_internal
 
 struct CommunicatorOptions {
-  // Deadline of each operation, from when it starts running. > 0.
+  // Deadline of each operation, from when it starts running (read on the
+  // kernel's coarse clock, so up to one tick, 4 ms at HZ=250, later; never
+  // earlier). > 0.
   Milliseconds timeout = Milliseconds(300000);
   // Work::Wait first checks for completion this long, yielding the core
   // between checks, before it sleeps (a sleeping thread can take tens of
@@ -281,10 +287,10 @@ class Communicator {
     uint32_t tag;     // Send/Recv only.
     uint32_t layout;  // Uneven and coalesced ops: a hash of the blocks' sizes.
   };
-  using Task = std::function<absl::Status(const OpContext& op_ctx)>;
   struct Item {
     std::shared_ptr<CompletableWork> work;
-    Task task;  // Collectives.
+    // Collectives: the task, inside `work` (collectives/internal/task_work.h).
+    communicator_internal::TaskWork* task = nullptr;
     Fingerprint fingerprint;
     PointToPointOp p2p;  // Point to point (task and continuation empty).
     std::function<void()> continuation;  // A ThenWork step (work null).
@@ -317,8 +323,12 @@ class Communicator {
   // The operations' argument checks of an uneven collective's counts.
   absl::Status CheckCounts(absl::Span<const int64_t> counts, const char* op, const char* what) const;
   absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
-  // Queues a collective with its fingerprint (numbered when it runs).
-  std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, Task task);
+  // Queues a collective with its fingerprint (numbered when it runs): `task`,
+  // called as absl::Status(const OpContext&), runs the backend's operation.
+  // Defined in collectives/internal/task_work.h.
+  template <typename F>
+  std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, F&& task);
+  std::shared_ptr<Work> EnqueueTask(Fingerprint fingerprint, std::shared_ptr<communicator_internal::TaskWork> work);
   // Queues a ThenWork step (Work::Sequencer); false once broken or gone.
   bool EnqueueContinuation(std::function<void()> run);
   // Under mu_: appends `item`, or, while a ThenWork step runs on this
@@ -327,8 +337,14 @@ class Communicator {
   std::shared_ptr<Work> EnqueuePointToPoint(int peer, uint32_t tag, bool send, const Tensor& tensor);
   absl::Status CheckFingerprints(const Fingerprint& mine, const OpContext& op_ctx);
   void RunPointToPointBatch(Item first);
-  // Runs one dequeued operation (on the worker or a helping caller).
-  void RunItem(Item item);
+  // Under mu_, by the thread that becomes the runner (running_): takes the
+  // queue's front, numbers a collective (the order every rank shares) and
+  // notes in *broken whether the group is broken, all in one critical
+  // section with the take.
+  Item TakeFrontLocked(absl::Status* broken);
+  // Runs an operation TakeFrontLocked took (on the worker or a helping
+  // caller), outside mu_.
+  void RunItem(Item& item, const absl::Status& broken);
   // The error of `fingerprint`'s operation; breaks the group unless broken.
   absl::Status Fail(const Fingerprint& fingerprint, const absl::Status& status);
   // Hands an operation queued on the device to the finisher thread.
@@ -353,10 +369,11 @@ class Communicator {
   // The backend's, asked once: checking every call's tensors against them
   // must not build a string per operation.
   const BackendCapabilities capabilities_;
+  const std::chrono::nanoseconds coarse_tick_;  // CoarseResolution(): operations' start times lag by up to this.
 
   std::mutex mu_;  // Guards everything below.
   std::condition_variable work_cv_;
-  std::deque<Item> queue_;
+  communicator_internal::RingQueue<Item> queue_;  // No allocation per operation.
   uint64_t next_seq_ = 0;
   // Operations run (collectives) or posted (point to point), by OpType
   // (log_summary).

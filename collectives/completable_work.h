@@ -11,7 +11,7 @@
 
 namespace lockstep {
 
-class CompletableWork final : public Work {
+class CompletableWork : public Work {
  public:
   explicit CompletableWork(int spin_microseconds = 0) : Work(spin_microseconds) {}
 

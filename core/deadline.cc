@@ -1,5 +1,7 @@
 #include "core/deadline.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -14,6 +16,20 @@ Deadline DeadlineAfter(Deadline now, std::chrono::milliseconds timeout) {
   const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::max() - now);
   if (timeout >= room) return kNoDeadline;
   return now + timeout;
+}
+
+Deadline CoarseNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  // libstdc++'s steady_clock is CLOCK_MONOTONIC: the same base.
+  return Deadline(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                     std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+std::chrono::nanoseconds CoarseResolution() {
+  timespec ts;
+  if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) != 0) return std::chrono::milliseconds(10);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b) {

@@ -29,6 +29,14 @@ Deadline DeadlineIn(std::chrono::milliseconds timeout);
 // The same from a clock reading the caller already took.
 Deadline DeadlineAfter(Deadline now, std::chrono::milliseconds timeout);
 
+// The steady clock as of the kernel's last tick (CLOCK_MONOTONIC_COARSE: the
+// same clock, read for ~3 ns instead of ~27 ns, up to CoarseResolution()
+// behind). For timestamps taken once per operation on a hot path.
+Deadline CoarseNow();
+// How far CoarseNow() may lag SteadyClock::now() (the tick: 4 ms at
+// HZ=250).
+std::chrono::nanoseconds CoarseResolution();
+
 // a + b without overflow (clamped to the range of milliseconds), for timeouts
 // built from parts (a wait plus a grace period).
 std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b);

@@ -22,6 +22,18 @@ TEST(DeadlineTest, SaturatesInsteadOfOverflowing) {
   EXPECT_NE(soon, kNoDeadline);
 }
 
+TEST(DeadlineTest, CoarseNowLagsTheSteadyClockByAtMostItsResolution) {
+  const std::chrono::nanoseconds resolution = CoarseResolution();
+  EXPECT_GT(resolution.count(), 0);
+  for (int i = 0; i < 1000; ++i) {
+    const Deadline before = SteadyClock::now();
+    const Deadline coarse = CoarseNow();
+    const Deadline after = SteadyClock::now();
+    ASSERT_LE(coarse, after);
+    ASSERT_GE(coarse + resolution, before);
+  }
+}
+
 TEST(DeadlineTest, SaturatingAddClamps) {
   EXPECT_EQ(SaturatingAdd(milliseconds(2), milliseconds(3)), milliseconds(5));
   EXPECT_EQ(SaturatingAdd(milliseconds::max(), milliseconds(1)), milliseconds::max());
