@@ -148,14 +148,13 @@ Communicator::Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions
   // The awaited Work is passed at each call (not captured): a Work chained
   // from another inherits the helper and must be the one checked, since
   // the other may be gone by then. One helper serves every Work.
-  std::weak_ptr<HelpGate> gate = help_gate_;
-  helper_ = std::make_shared<const Work::Helper>([gate](Work* awaited) {
-    if (std::shared_ptr<HelpGate> g = gate.lock()) {
-      // try_lock: a Then callback that waits inside a helped operation must
-      // not deadlock on the gate; it simply waits without helping.
-      std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
-      if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(awaited);
-    }
+  // The helper owns the gate (a mutex and a pointer): no weak_ptr to lock
+  // on every Wait.
+  helper_ = std::make_shared<const Work::Helper>([g = help_gate_](Work* awaited) {
+    // try_lock: a Then callback that waits inside a helped operation must
+    // not deadlock on the gate; it simply waits without helping.
+    std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
+    if (lock.owns_lock() && g->comm != nullptr) g->comm->HelpUntilDone(awaited);
   });
 }
 

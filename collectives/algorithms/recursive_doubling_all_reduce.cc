@@ -30,23 +30,28 @@ absl::Status Combine(ReduceOp op, const Tensor& buffer, const Tensor& theirs, bo
 class CombiningReceive {
  public:
   // `sending`: `buffer` is being sent in the same exchange; the send's
-  // on_done must call SendDone(). Call Init() before transfer().
+  // on_done must call SendDone(). Init() makes `transfer` (a default
+  // Transfer, the caller's, living as long as this) the receive.
   CombiningReceive(AlgorithmContext& ctx, ReduceOp op, const Tensor& buffer, int partner, bool sending)
       : ctx_(ctx), op_(op), buffer_(buffer), partner_(partner), mine_first_(ctx.rank() < partner),
         element_(DTypeSize(buffer.dtype())), in_place_(ctx.transport.ConsumesInPlace()), send_done_(!sending) {}
 
-  absl::Status Init() {
+  // Filled in place: a Transfer (six std::functions) is not built twice
+  // per operation.
+  absl::Status Init(Transfer& transfer) {
+    transfer.kind = Transfer::Kind::kRecv;
+    transfer.peer = partner_;
+    transfer.bytes = buffer_.nbytes();
     if (!in_place_) {
       LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
-      transfer_ = Transfer::Recv(partner_, theirs_.raw_data(), buffer_.nbytes());
+      transfer.data = theirs_.raw_data();
       return absl::OkStatus();
     }
-    transfer_ = Transfer::Recv(partner_, nullptr, buffer_.nbytes());
-    transfer_.consume = [this](size_t offset, const void* bytes, size_t length) { return Consume(offset, bytes, length); };
+    transfer.data = nullptr;
+    transfer.consume = [this](size_t offset, const void* bytes, size_t length) { return Consume(offset, bytes, length); };
     return absl::OkStatus();
   }
 
-  Transfer& transfer() { return transfer_; }
   void SendDone() { send_done_ = true; }
 
   // After the exchange: whatever is not reduced yet.
@@ -97,7 +102,6 @@ class CombiningReceive {
   const bool in_place_;
   bool send_done_;
   Tensor theirs_;  // Scratch, taken when first needed.
-  Transfer transfer_;
   // Byte ranges copied into theirs_ (whole elements are never split
   // between a reduced piece and a staged one).
   absl::InlinedVector<std::pair<size_t, size_t>, 2> staged_;
@@ -122,8 +126,9 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
       vrank = -1;
     } else {
       CombiningReceive receive(ctx, op, buffer, r - 1, /*sending=*/false);
-      LOCKSTEP_RETURN_IF_ERROR(receive.Init());
-      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&receive.transfer(), 1}, fold_tag, ctx.deadline));
+      Transfer t;
+      LOCKSTEP_RETURN_IF_ERROR(receive.Init(t));
+      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
       LOCKSTEP_RETURN_IF_ERROR(receive.Finish());
       vrank = r / 2;
     }
@@ -136,8 +141,8 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
     if (vrank < 0) continue;  // Folded ranks skip the doubling rounds (but keep the tag count).
     const int partner = real_rank(vrank ^ mask);
     CombiningReceive receive(ctx, op, buffer, partner, /*sending=*/true);
-    LOCKSTEP_RETURN_IF_ERROR(receive.Init());
-    Transfer transfers[2] = {Transfer::Send(partner, buffer.raw_data(), bytes), receive.transfer()};
+    Transfer transfers[2] = {Transfer::Send(partner, buffer.raw_data(), bytes), Transfer()};
+    LOCKSTEP_RETURN_IF_ERROR(receive.Init(transfers[1]));
     transfers[0].on_done = [&receive] {
       receive.SendDone();
       return absl::OkStatus();
