@@ -8,7 +8,9 @@
 //   pingpong 34.2 shared_l3
 //
 // Prints `pingpong <median_round_trip_ns> <mode>`, mode `shared_l3` below
-// --threshold_ns, `split` at or above it, and `busy` when the round trips did
+// --threshold_ns, `split` at or above it, `far` at or above --far_ns (a
+// third placement seen on AMD EPYC hosts, round trips of ~400-500 ns where
+// split ones take ~100), and `busy` when the round trips did
 // not all finish within --budget_ms (the two processes did not each get a
 // core, so the figure says nothing about the cache). Exit status 0 in all
 // three cases: a caller records the mode and goes on.
@@ -46,6 +48,8 @@
 
 ABSL_FLAG(double, threshold_ns, 80.0,
           "round trips below this are `shared_l3`, others `split` (BENCHMARKING.md: ~33 vs ~165 ns)");
+ABSL_FLAG(double, far_ns, 250.0,
+          "round trips at or above this are `far` (the vCPUs further apart than `split`: ~450 ns seen)");
 ABSL_FLAG(int, batches, 20, "timed batches; the median batch is reported");
 ABSL_FLAG(int, batch_round_trips, 10000, "round trips per batch");
 ABSL_FLAG(int, warmup_round_trips, 10000, "untimed round trips first (page faults, both processes spinning)");
@@ -181,7 +185,10 @@ int Run() {
     return 0;
   }
   const double median = Median(result.batch_ns);
-  std::printf("pingpong %.1f %s\n", median, median < absl::GetFlag(FLAGS_threshold_ns) ? "shared_l3" : "split");
+  const char* mode = median < absl::GetFlag(FLAGS_threshold_ns) ? "shared_l3"
+                     : median < absl::GetFlag(FLAGS_far_ns)     ? "split"
+                                                                : "far";
+  std::printf("pingpong %.1f %s\n", median, mode);
   return 0;
 }
 
