@@ -26,6 +26,16 @@ inline void Copy(char* dst, const char* src, size_t n, bool streaming) {
   }
 }
 
+// Asks for the cache lines of `n` bytes at `offset` of a ring of `capacity`
+// bytes at `ring` (wrapping) to be loaded, all at once: a receiver that has
+// just seen the sender's head move so waits for one line transfer, not for
+// the header's and then, one after another as the reduction reaches them,
+// the payload's.
+inline void PrefetchRing(const char* ring, uint64_t capacity, uint64_t offset, size_t n) {
+  constexpr size_t kLineBytes = 64;
+  for (size_t i = 0; i < n; i += kLineBytes) __builtin_prefetch(ring + (offset + i) % capacity, 0, 3);
+}
+
 // Reads `n` bytes at `remote` in process `pid` into `local`. Returns errno
 // (0: done; EFAULT for a read that returned nothing).
 int ReadRemote(pid_t pid, uint64_t remote, void* local, size_t n);
