@@ -64,7 +64,7 @@ absl::Status Work::SynchronizeStream(void* stream) {
 void Work::SetStreamMarker(std::shared_ptr<StreamMarker> marker) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
+    if (completing_) return;
     marker_ = std::move(marker);
   }
   done_cv_.notify_all();
@@ -73,19 +73,26 @@ void Work::SetStreamMarker(std::shared_ptr<StreamMarker> marker) {
 void Work::OnComplete(std::function<void(const absl::Status&)> callback) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!done_) {
+    if (!completing_) {
       callbacks_.push_back(std::move(callback));
       return;
     }
   }
-  callback(status_);  // status_ no longer changes once done_.
+  callback(status_);  // status_ no longer changes once completing_.
 }
 
 std::shared_ptr<Work> Work::Then(std::function<absl::Status()> fn) {
   auto chained = CompletableWork::Create(spin_microseconds_);
   chained->helper_ = helper_;
-  OnComplete([chained, fn = std::move(fn)](const absl::Status& status) {
-    chained->Complete(status.ok() ? fn() : status);
+  OnComplete([chained, fn = std::move(fn)](const absl::Status& status) mutable {
+    absl::Status result = status;
+    if (status.ok()) {
+      // fn, with what it captured, is gone before the chained Work's
+      // waiters wake (the contract above).
+      std::function<absl::Status()> run = std::move(fn);
+      result = run();
+    }
+    chained->Complete(std::move(result));
   });
   return chained;
 }
@@ -94,9 +101,15 @@ std::shared_ptr<Work> Work::ThenWork(std::function<absl::StatusOr<std::shared_pt
   auto chained = CompletableWork::Create(spin_microseconds_);
   chained->helper_ = helper_;
   chained->sequencer_ = sequencer_;
-  auto proceed = [chained, fn = std::move(fn)](const absl::Status& status) {
+  // Shared by the sequenced step and the callback, whichever runs it; fn
+  // (and what it captured) is released once it ran.
+  auto pending = std::make_shared<std::function<absl::StatusOr<std::shared_ptr<Work>>()>>(std::move(fn));
+  auto proceed = [chained, pending](const absl::Status& status) {
+    std::function<absl::StatusOr<std::shared_ptr<Work>>()> run = std::move(*pending);
+    *pending = nullptr;
     if (!status.ok()) return chained->Complete(status);
-    absl::StatusOr<std::shared_ptr<Work>> next = fn();
+    absl::StatusOr<std::shared_ptr<Work>> next = run();
+    run = nullptr;
     if (!next.ok()) return chained->Complete(next.status());
     if (*next == nullptr) {
       return chained->Complete(absl::InternalError("Work::ThenWork: the continuation returned no Work"));
@@ -124,16 +137,25 @@ void Work::Complete(absl::Status status) {
   std::vector<std::function<void(const absl::Status&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
+    if (completing_) return;
     status_ = std::move(status);
-    done_ = true;
-    done_flag_.store(true, std::memory_order_release);
+    completing_ = true;
     marker_.reset();  // The event has fired (or failed); release it.
     callbacks.swap(callbacks_);
   }
-  done_cv_.notify_all();
-  // Outside the lock: a callback may chain or wait on this work.
+  // Outside the lock: a callback may chain on this work (it then runs at
+  // once). The callbacks are destroyed before waiters wake, so what they
+  // hold (a bridge's tensors, which may need Python's lock to free) is
+  // never freed on this thread after the waiter went on.
   for (auto& callback : callbacks) callback(status_);
+  callbacks.clear();
+  callbacks.shrink_to_fit();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    done_flag_.store(true, std::memory_order_release);
+  }
+  done_cv_.notify_all();
 }
 
 }  // namespace lockstep

@@ -17,6 +17,12 @@
 //     timeout waits for that final status, so it cannot hang forever.
 //   * IsCompleted() never blocks. status() is the final status once
 //     IsCompleted() is true, Unavailable before.
+//   * Once Wait() returns or IsCompleted() is true, the callbacks given
+//     before completion (Then's and ThenWork's fn, WhenDone's) have run
+//     and been destroyed, with what they captured: nothing of the
+//     operation is left on the thread that completed it (a bridge's Python
+//     tensors are released before its caller goes on). So a callback must
+//     not wait on the Work it was given to.
 //   * Then(fn) returns a new Work that completes after this one and `fn`:
 //     fn runs exactly once, only if this work succeeded, on the thread that
 //     completes this work (the communicator's thread, or a thread waiting
@@ -118,8 +124,8 @@ class Work : public std::enable_shared_from_this<Work> {
   // core between checks, before it sleeps (0: sleep at once).
   explicit Work(int spin_microseconds) : spin_microseconds_(spin_microseconds) {}
 
-  // Records the final status, wakes waiters and runs the callbacks, once:
-  // later calls are ignored.
+  // Records the final status, runs the callbacks and destroys them, then
+  // wakes waiters, once: later calls are ignored.
   void Complete(absl::Status status);
   // Before Complete: see source_rank().
   void SetSourceRank(int rank) { source_rank_.store(rank, std::memory_order_release); }
@@ -161,7 +167,8 @@ class Work : public std::enable_shared_from_this<Work> {
   std::shared_ptr<const Sequencer> sequencer_;
   std::mutex mu_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  bool completing_ = false;  // Status recorded, callbacks running.
+  bool done_ = false;        // Callbacks ran; waiters may go on.
   std::shared_ptr<StreamMarker> marker_;  // Set while queued on a device.
   std::atomic<bool> done_flag_{false};
   std::atomic<int> source_rank_{-1};

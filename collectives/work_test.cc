@@ -40,6 +40,82 @@ TEST(WorkTest, WaitReturnsTheFinalStatusFromAnotherThread) {
   EXPECT_EQ(work->Wait(milliseconds(1)).code(), absl::StatusCode::kDataLoss);
 }
 
+// Records, when destroyed, whether `watched` counted as completed then.
+struct DestructionProbe {
+  Work* watched = nullptr;
+  std::atomic<int>* destroyed_after_completion = nullptr;
+  std::atomic<int>* destroyed = nullptr;
+  ~DestructionProbe() {
+    if (watched == nullptr) return;
+    if (watched->IsCompleted()) destroyed_after_completion->fetch_add(1);
+    destroyed->fetch_add(1);
+  }
+};
+
+TEST(WorkTest, CallbacksAndWhatTheyHoldAreGoneBeforeWaitersWake) {
+  // A bridge's callback holds objects another runtime must free (Python's
+  // tensors): they are freed on the completing thread before any waiter
+  // can go on, so never after it did.
+  auto work = CompletableWork::Create();
+  std::atomic<int> late{0};
+  std::atomic<int> destroyed{0};
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 3; ++i) {
+    auto probe = std::make_shared<DestructionProbe>();
+    probe->watched = work.get();
+    probe->destroyed_after_completion = &late;
+    probe->destroyed = &destroyed;
+    work->WhenDone([probe, &ran](const absl::Status&) { ran.fetch_add(1); });
+  }
+  std::thread completer([work] { work->Complete(absl::OkStatus()); });
+  EXPECT_TRUE(work->Wait().ok());
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(destroyed.load(), 3);  // Before Wait returned.
+  EXPECT_EQ(late.load(), 0);
+  completer.join();
+}
+
+TEST(WorkTest, ThenAndThenWorkReleaseTheirFunctionBeforeTheChainedWorkCompletes) {
+  std::atomic<int> late{0};
+  std::atomic<int> destroyed{0};
+  auto first = CompletableWork::Create();
+  auto probe = std::make_shared<DestructionProbe>();
+  probe->destroyed_after_completion = &late;
+  probe->destroyed = &destroyed;
+  DestructionProbe* raw = probe.get();
+  std::shared_ptr<Work> chained = first->Then([probe = std::move(probe)] { return absl::OkStatus(); });
+  raw->watched = chained.get();
+
+  auto inner = CompletableWork::Create();
+  auto probe2 = std::make_shared<DestructionProbe>();
+  probe2->destroyed_after_completion = &late;
+  probe2->destroyed = &destroyed;
+  DestructionProbe* raw2 = probe2.get();
+  std::shared_ptr<Work> chained_work = first->ThenWork(
+      [probe2 = std::move(probe2), inner]() -> absl::StatusOr<std::shared_ptr<Work>> { return inner; });
+  raw2->watched = chained_work.get();
+
+  first->Complete(absl::OkStatus());
+  EXPECT_TRUE(chained->IsCompleted());
+  EXPECT_FALSE(chained_work->IsCompleted());
+  EXPECT_EQ(destroyed.load(), 2);  // ThenWork's fn is gone once it ran.
+  inner->Complete(absl::OkStatus());
+  EXPECT_TRUE(chained_work->Wait().ok());
+  EXPECT_EQ(late.load(), 0);
+}
+
+TEST(WorkTest, ACallbackGivenWhileCallbacksRunRunsAtOnce) {
+  auto work = CompletableWork::Create();
+  std::vector<int> order;
+  work->WhenDone([&](const absl::Status&) {
+    order.push_back(1);
+    work->WhenDone([&](const absl::Status& s) { order.push_back(s.ok() ? 2 : -2); });
+    order.push_back(3);
+  });
+  work->Complete(absl::OkStatus());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
 TEST(WorkTest, OnlyTheFirstCompletionCounts) {
   auto work = CompletableWork::Create();
   work->Complete(absl::OkStatus());

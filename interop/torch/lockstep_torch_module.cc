@@ -13,6 +13,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <functional>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "interop/torch/process_group_lockstep.h"
@@ -24,7 +25,20 @@ namespace {
 c10::intrusive_ptr<::c10d::ProcessGroup> CreateProcessGroup(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                                             int size, std::chrono::duration<double> timeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-  return lockstep::ProcessGroupLockstep::Create(store, rank, size, ms);
+  c10::intrusive_ptr<lockstep::ProcessGroupLockstep> group =
+      lockstep::ProcessGroupLockstep::Create(store, rank, size, ms);
+  // Python drops the group (destroy_process_group, a new_group going out
+  // of scope) holding the GIL; the communicator's threads may need it to
+  // finish what they complete, so it is released while they are joined.
+  group->SetTeardown([](const std::function<void()>& destroy) {
+    if (PyGILState_Check() != 0) {
+      py::gil_scoped_release release;
+      destroy();
+    } else {
+      destroy();
+    }
+  });
+  return group;
 }
 
 }  // namespace

@@ -214,7 +214,9 @@ c10::intrusive_ptr<ProcessGroupLockstep> ProcessGroupLockstep::Create(const c10:
 ProcessGroupLockstep::ProcessGroupLockstep(std::unique_ptr<Communicator> comm, std::shared_ptr<Store> store)
     : ::c10d::ProcessGroup(comm->rank(), comm->size()), store_(std::move(store)), comm_(std::move(comm)) {}
 
-ProcessGroupLockstep::~ProcessGroupLockstep() = default;
+ProcessGroupLockstep::~ProcessGroupLockstep() {
+  if (teardown_) teardown_([this] { comm_.reset(); });
+}
 
 TorchWorkPtr ProcessGroupLockstep::broadcast(std::vector<at::Tensor>& tensors, const ::c10d::BroadcastOptions& opts) {
   constexpr const char* kOp = "broadcast";

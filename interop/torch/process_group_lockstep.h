@@ -49,6 +49,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -81,6 +82,16 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
   // What lockstep chose: "host over shm", "host over tcp", "hierarchical(shm+tcp)".
   std::string transport() const { return comm_->capabilities().name; }
   Communicator& communicator() { return *comm_; }
+
+  // How the destructor tears the communicator down: `teardown` is given a
+  // function that does it (joining the communicator's threads) and must
+  // call it once. The Python module's releases the GIL meanwhile, as
+  // PyTorch's holder does for gloo's groups: a group released from Python
+  // is destroyed with the GIL held, and the communicator's threads may
+  // need it to finish (a torch future's Python callback, the last
+  // reference to a tensor Python owns). Unset: torn down directly.
+  using Teardown = std::function<void(const std::function<void()>& destroy)>;
+  void SetTeardown(Teardown teardown) { teardown_ = std::move(teardown); }
 
   c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                              const ::c10d::BroadcastOptions& opts) override;
@@ -128,6 +139,7 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
   std::shared_ptr<Store> store_;  // Outlives comm_ (its failure reports).
   HugePageAdvisor huge_pages_;    // 2 MiB pages for large tensors (huge_pages.h).
   std::unique_ptr<Communicator> comm_;
+  Teardown teardown_;
   std::atomic<uint64_t> seq_{0};
 };
 

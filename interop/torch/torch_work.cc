@@ -47,8 +47,10 @@ c10::intrusive_ptr<TorchWork> TorchWork::Create(int rank, ::c10d::OpType type, s
 }
 
 void TorchWork::Done(const absl::Status& status) {
+  // gloo's order: the future (and the callbacks chained on it, a comm
+  // hook's or Python's then()) completes first, then the c10d Work, so
+  // wait() returns after the future's callbacks ran.
   std::exception_ptr error = ExceptionOf(status);
-  finish(error);
   if (error) {
     future_->setError(error);
   } else if (outputs_.empty()) {
@@ -58,13 +60,24 @@ void TorchWork::Done(const absl::Status& status) {
   } else {
     future_->markCompleted(c10::IValue(outputs_[0]));
   }
+  finish(error);
 }
 
 bool TorchWork::wait(std::chrono::milliseconds timeout) {
-  // Without a timeout the waiting thread may run the queued operations
-  // itself (no thread hand-off for small ones); the status reaches the
-  // c10d side through Done either way.
-  if (timeout == ::kNoTimeout) work_->Wait().IgnoreError();
+  // The lockstep Work first: once it is done, its callbacks (Done, and the
+  // reference to this Work they held) are gone from the communicator's
+  // thread (collectives/work.h), so nothing the caller may drop next, a
+  // tensor Python owns, is freed there. Without a timeout the waiting
+  // thread may also run the queued operations itself (no thread hand-off
+  // for small ones). With one, c10d's wait below raises "Operation timed
+  // out!" if it is still running.
+  if (timeout == ::kNoTimeout) {
+    work_->Wait().IgnoreError();
+    return ::c10d::Work::wait(timeout);
+  }
+  if (!work_->Wait(timeout).ok() && !work_->IsCompleted()) {
+    return ::c10d::Work::wait(std::chrono::milliseconds(1));
+  }
   return ::c10d::Work::wait(timeout);
 }
 
