@@ -147,6 +147,10 @@ void Work::Complete(absl::Status status) {
   // once). The callbacks are destroyed before waiters wake, so what they
   // hold (a bridge's tensors, which may need Python's lock to free) is
   // never freed on this thread after the waiter went on.
+  // A callback may hold the last reference to this work (a bridge that
+  // owns it, owned by the callback): kept alive until the end.
+  std::shared_ptr<Work> keep;
+  if (!callbacks.empty()) keep = weak_from_this().lock();
   for (auto& callback : callbacks) callback(status_);
   callbacks.clear();
   callbacks.shrink_to_fit();

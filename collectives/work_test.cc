@@ -104,6 +104,29 @@ TEST(WorkTest, ThenAndThenWorkReleaseTheirFunctionBeforeTheChainedWorkCompletes)
   EXPECT_EQ(late.load(), 0);
 }
 
+TEST(WorkTest, AWorkOwnedOnlyByItsCallbackCompletes) {
+  // A bridge that owns the work, owned by the work's callback (interop's
+  // TorchWork once Python dropped it): completing it frees it, after it
+  // finished completing. Allocated on its own (not make_shared, whose block
+  // outlives the object while weak references remain), so that ASan sees a
+  // use after free if Complete touched it after the callbacks went.
+  struct Tracked : CompletableWork {
+    explicit Tracked(bool* destroyed) : destroyed(destroyed) {}
+    ~Tracked() override { *destroyed = true; }
+    bool* destroyed;
+  };
+  bool destroyed = false;
+  bool ran = false;
+  std::shared_ptr<Tracked> work(new Tracked(&destroyed));
+  Tracked* raw = work.get();
+  raw->WhenDone([work, &ran](const absl::Status& s) { ran = s.ok(); });
+  work.reset();
+  ASSERT_FALSE(destroyed);
+  raw->Complete(absl::OkStatus());
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(destroyed);
+}
+
 TEST(WorkTest, ACallbackGivenWhileCallbacksRunRunsAtOnce) {
   auto work = CompletableWork::Create();
   std::vector<int> order;
