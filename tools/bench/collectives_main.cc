@@ -12,7 +12,12 @@
 // row per size: bytes, count, type, time (us), p50 (us), p95 (us), algbw
 // (GB/s), busbw (GB/s), #wrong (--json: the same as fields, peak_rss_mib (the
 // largest rank's peak RSS so far), p50_us and p95_us
-// beside time_us). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
+// beside time_us, and where the tail comes from: p99_us, max_us, stall_us
+// (the mean's share of stalls: the excess over p50 of iterations slower
+// than 10 x p50, per iteration), stalls (how many), and the context
+// switches during the timed loop, voluntary and not, of the calling
+// thread (caller_vcsw, caller_ivcsw) and of the rank's other threads, its
+// communicator's (other_vcsw, other_ivcsw); each the largest of any rank). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
 // all_gather, all_gather_v, reduce_scatter, gather, scatter and all_to_all
 // (n-1)/n; broadcast and reduce 1. all_to_all moves `bytes` per rank, a
 // block of bytes/n to every rank (nccl-tests' alltoall); all_gather_v gives
@@ -215,6 +220,30 @@ double Percentile(std::vector<double> values, double p) {
   rank = std::min(std::max<size_t>(rank, 1), n);
   std::nth_element(values.begin(), values.begin() + (rank - 1), values.end());
   return values[rank - 1];
+}
+
+// The tail of one rank's iteration times (seconds): p99, the maximum, and
+// the stalls, iterations slower than 10 x p50: how many, and their excess
+// over p50 per iteration (what they add to the mean).
+struct TailFigures {
+  double p99 = 0, max = 0, stall = 0, stalls = 0;
+};
+
+TailFigures TailOf(const std::vector<double>& times) {
+  TailFigures tail;
+  if (times.empty()) return tail;
+  const double p50 = Percentile(times, 50);
+  tail.p99 = Percentile(times, 99);
+  double excess = 0;
+  for (double t : times) {
+    tail.max = std::max(tail.max, t);
+    if (t > 10 * p50) {
+      excess += t - p50;
+      tail.stalls += 1;
+    }
+  }
+  tail.stall = excess / static_cast<double>(times.size());
+  return tail;
 }
 
 struct Buffers {
@@ -508,6 +537,9 @@ absl::Status RunRank(const RankEnvironment& env) {
     // iteration i ends where i + 1 starts, so the per-iteration times add up
     // to the loop's time and their mean is the mean reported.
     std::vector<double> times(1 + iters);
+    rusage caller_before{}, process_before{};
+    ::getrusage(RUSAGE_THREAD, &caller_before);
+    ::getrusage(RUSAGE_SELF, &process_before);
     const auto start = std::chrono::steady_clock::now();
     auto previous = start;
     for (int i = 0; i < iters; ++i) {
@@ -517,7 +549,17 @@ absl::Status RunRank(const RankEnvironment& env) {
       previous = now;
     }
     times[0] = std::chrono::duration<double>(previous - start).count() / iters;
+    rusage caller_after{}, process_after{};
+    ::getrusage(RUSAGE_THREAD, &caller_after);
+    ::getrusage(RUSAGE_SELF, &process_after);
     const std::vector<double> per_iteration(times.begin() + 1, times.end());
+    const TailFigures tail = TailOf(per_iteration);
+    const double caller_vcsw = static_cast<double>(caller_after.ru_nvcsw - caller_before.ru_nvcsw);
+    const double caller_ivcsw = static_cast<double>(caller_after.ru_nivcsw - caller_before.ru_nivcsw);
+    const double other_vcsw =
+        static_cast<double>(process_after.ru_nvcsw - process_before.ru_nvcsw) - caller_vcsw;
+    const double other_ivcsw =
+        static_cast<double>(process_after.ru_nivcsw - process_before.ru_nivcsw) - caller_ivcsw;
     // MAX over ranks: the slowest rank's mean, p50 and p95 (nccl-tests
     // reports the slowest rank).
     // And the largest peak RSS of any rank so far (sizes grow, so: at this
@@ -527,7 +569,9 @@ absl::Status RunRank(const RankEnvironment& env) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{
                                                   times[0], Percentile(per_iteration, 50),
                                                   Percentile(per_iteration, 95),
-                                                  static_cast<double>(usage.ru_maxrss) / 1024}));
+                                                  static_cast<double>(usage.ru_maxrss) / 1024, tail.p99,
+                                                  tail.max, tail.stall, tail.stalls, caller_vcsw, caller_ivcsw,
+                                                  other_vcsw, other_ivcsw}));
     LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(slowest, ReduceOp::kMax)->Wait());
     int64_t wrong = -1;
     if (absl::GetFlag(FLAGS_check)) {
@@ -548,10 +592,15 @@ absl::Status RunRank(const RankEnvironment& env) {
         std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
                     "\"bytes\": %lld, \"count\": %lld, "
                     "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
-                    "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f}\n",
+                    "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
+                    "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
+                    "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f}\n",
                     absl::GetFlag(FLAGS_op).c_str(), std::string(DTypeName(dtype)).c_str(), world,
                     transport.c_str(), static_cast<long long>(total_bytes), static_cast<long long>(count), t * 1e6,
-                    p50 * 1e6, p95 * 1e6, algbw, busbw, static_cast<long long>(wrong), slowest.data<double>()[3]);
+                    p50 * 1e6, p95 * 1e6, algbw, busbw, static_cast<long long>(wrong), slowest.data<double>()[3],
+                    slowest.data<double>()[4] * 1e6, slowest.data<double>()[5] * 1e6,
+                    slowest.data<double>()[6] * 1e6, slowest.data<double>()[7], slowest.data<double>()[8],
+                    slowest.data<double>()[9], slowest.data<double>()[10], slowest.data<double>()[11]);
       } else {
         std::printf(" %12lld %12lld %6s %12.2f %10.2f %10.2f %12.3f %12.3f %8s\n", static_cast<long long>(total_bytes),
                     static_cast<long long>(count), std::string(DTypeName(dtype)).c_str(), t * 1e6, p50 * 1e6,

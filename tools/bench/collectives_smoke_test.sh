@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark tool runs every op (and send_recv) on 3 local ranks with
-# --check and reports no wrong elements; its JSON carries the mean and the p50/p95 percentiles;
+# --check and reports no wrong elements; its JSON carries the mean, the percentiles and the tail;
 # bad flags are refused with a clear message.
 set -euo pipefail
 bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
@@ -16,7 +16,7 @@ for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter s
 done
 json=$("$bin" --op=all_reduce --dtype=bf16 --nproc=2 --min_bytes=64K --max_bytes=64K --iters=1 --warmup=0 --check --json)
 echo "$json" | grep -q '"wrong": 0' || { echo "json: $json"; exit 1; }
-# p50 <= p95 and both present as numbers; with one iteration both equal it.
+# The percentiles in order, and the tail's figures consistent with them.
 json=$("$bin" --op=all_reduce --nproc=2 --min_bytes=4K --max_bytes=4K --iters=50 --warmup=2 --json)
 echo "$json"
 /usr/bin/python3 - "$json" <<'PY' || { echo "bad p50/p95 in json: $json"; exit 1; }
@@ -24,7 +24,14 @@ import json, sys
 row = json.loads(sys.argv[1])
 for key in ("time_us", "p50_us", "p95_us", "busbw_gbps"):
     assert isinstance(row[key], (int, float)) and row[key] > 0, key
-assert row["p50_us"] <= row["p95_us"], row
+assert row["p50_us"] <= row["p95_us"] <= row["p99_us"] <= row["max_us"], row
+# Stalls: iterations slower than 10 x p50; each adds more than 9 x p50 to
+# the stall share (per iteration, 50 of them), none: no share.
+assert row["stalls"] == int(row["stalls"]) and 0 <= row["stalls"] <= 50, row
+assert row["stall_us"] >= 0 and (row["stalls"] > 0) == (row["stall_us"] > 0), row
+assert row["stall_us"] * 50 >= row["stalls"] * 9 * row["p50_us"] - 0.01, row
+for key in ("caller_vcsw", "caller_ivcsw", "other_vcsw", "other_ivcsw"):
+    assert row[key] == int(row[key]) and row[key] >= 0, key
 PY
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
 echo "$err" | grep -q "is not a collective" || { echo "unclear error: $err"; exit 1; }

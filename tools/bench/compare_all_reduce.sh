@@ -108,16 +108,23 @@ touch "$errlog"
 
 # Every measurement is one line of $out:
 #   key mode pingpong_ns load tool bytes mean_us p50_us p95_us busbw_GBps
+#   p99_us max_us stall_us stalls vcsw ivcsw other_vcsw other_ivcsw steal_ms
 # (key: the run or pair; mode, pingpong_ns: "-" and nan where no ping-pong
-# ran; nan for a figure the tool does not report.)
+# ran; nan for a figure the tool does not report. stall_us: the mean's
+# share of iterations slower than 10 x p50; vcsw, ivcsw: context switches
+# of the calling thread (lockstep) or the process (OpenMPI) in the timed
+# loop, other_*: lockstep's other threads; steal_ms: the time the host
+# took the VM's vCPUs from it during the run, all vCPUs together.)
 out=$tmp/rows
 : >"$out"
 
-# Prints `mean p50 p95 busbw` from the benchmark's JSON line; nan for fields
-# it lacks (revisions before the percentiles print no p50_us/p95_us).
+# Prints `mean p50 p95 busbw p99 max stall stalls vcsw ivcsw other_vcsw
+# other_ivcsw` from the benchmark's JSON line; nan for fields it lacks
+# (older revisions print no percentiles or tail figures).
 json_fields() {
   local line=$1 field value fields=()
-  for field in time_us p50_us p95_us busbw_gbps; do
+  for field in time_us p50_us p95_us busbw_gbps p99_us max_us stall_us stalls caller_vcsw caller_ivcsw other_vcsw \
+    other_ivcsw; do
     value=$(sed -nE "s/.*\"$field\": ([-+0-9.eE]+|nan|inf).*/\1/p" <<<"$line")
     fields+=("${value:-nan}")
   done
@@ -125,7 +132,7 @@ json_fields() {
 }
 
 # Each run has a deadline, so that a hung rank costs minutes, not the night.
-run_lockstep() {  # bin bytes iters warmup [transport] -> mean p50 p95 busbw
+run_lockstep() {  # bin bytes iters warmup [transport] -> the fields of json_fields
   local line transport_flag=()
   [[ -n ${5:-} ]] && transport_flag=(--transport="$5")
   # The JSON names the transport that ran: refuse a run on another one.
@@ -139,20 +146,21 @@ run_lockstep() {  # bin bytes iters warmup [transport] -> mean p50 p95 busbw
   fi
   json_fields "$line"
 }
-run_mpi() {  # bytes iters warmup [tcp|vader] -> mean p50 p95 busbw
+run_mpi() {  # bytes iters warmup [tcp|vader] -> as json_fields (no other threads: nan)
   local f btl=(--mca btl tcp,self --mca btl_tcp_if_include lo)
   [[ ${4:-tcp} == vader ]] && btl=(--mca btl self,vader)
   read -r -a f < <(timeout -k 5 300 mpirun --allow-run-as-root -np 2 "${btl[@]}" \
     "$mpibin" "$1" "$2" "$3" 2>>"$errlog" | grep '^mpi ' | tail -n 1) || return 1
   (( ${#f[@]} >= 4 )) || return 1
-  echo "${f[2]} ${f[4]:-nan} ${f[5]:-nan} ${f[3]}"
+  echo "${f[2]} ${f[4]:-nan} ${f[5]:-nan} ${f[3]} ${f[6]:-nan} ${f[7]:-nan} ${f[8]:-nan} ${f[9]:-nan}" \
+    "${f[10]:-nan} ${f[11]:-nan} nan nan"
 }
 run_gloo() {  # bytes iters warmup -> mean p50 p95 busbw (gloo has no percentiles)
   local f
   read -r -a f < <(timeout -k 5 300 /usr/bin/python3 tools/bench/peers/gloo_all_reduce.py --nproc 2 --bytes "$1" \
     --iters "$2" --warmup "$3" 2>>"$errlog" | grep '^gloo ' | tail -n 1) || return 1
   (( ${#f[@]} >= 4 )) || return 1
-  echo "${f[2]} nan nan ${f[3]}"
+  echo "${f[2]} nan nan ${f[3]} nan nan nan nan nan nan nan nan"
 }
 pingpong() {  # -> ns mode ("nan unknown" if it failed)
   local f
@@ -160,14 +168,20 @@ pingpong() {  # -> ns mode ("nan unknown" if it failed)
   if (( ${#f[@]} == 3 )); then echo "${f[1]} ${f[2]}"; else echo "nan unknown"; fi
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
+# The VM's steal time so far, all vCPUs, in clock ticks (/proc/stat's
+# eighth figure of the "cpu" line).
+steal_ticks() { awk '$1 == "cpu" { print $9; exit }' /proc/stat; }
+ticks_per_s=$(getconf CLK_TCK)
 
 # record key mode pingpong_ns tool bytes command...: runs the command and
 # appends its figures, or warns and goes on (the analysis skips holes).
 record() {
-  local key=$1 pmode=$2 pp=$3 tool=$4 b=$5 figures
+  local key=$1 pmode=$2 pp=$3 tool=$4 b=$5 figures steal0 steal_ms
   shift 5
+  steal0=$(steal_ticks)
   if figures=$("$@"); then
-    echo "$key $pmode $pp $(load) $tool $b $figures" >>"$out"
+    steal_ms=$(( ($(steal_ticks) - steal0) * 1000 / ticks_per_s ))
+    echo "$key $pmode $pp $(load) $tool $b $figures $steal_ms" >>"$out"
   else
     echo "compare_all_reduce: $tool at $b bytes failed in run/pair $key (skipped); stderr:" >&2
     tail -n 5 "$errlog" >&2
@@ -302,14 +316,16 @@ def size(b):
 rows = []
 for line in open(path):
     f = line.split()
-    if len(f) != 10:
+    if len(f) != 19:
         continue  # Not a complete row (should not happen: record writes whole lines).
     try:
         b = int(f[5])
     except ValueError:
         continue
     rows.append(dict(key=f[0], mode=f[1], pp=num(f[2]), load=num(f[3]), tool=f[4], bytes=b,
-                     mean=num(f[6]), p50=num(f[7]), p95=num(f[8]), bw=num(f[9])))
+                     mean=num(f[6]), p50=num(f[7]), p95=num(f[8]), bw=num(f[9]), p99=num(f[10]),
+                     max=num(f[11]), stall=num(f[12]), stalls=num(f[13]), vcsw=num(f[14]), ivcsw=num(f[15]),
+                     ovcsw=num(f[16]), oivcsw=num(f[17]), steal=num(f[18])))
 if not rows:
     sys.exit("compare_all_reduce: no run produced figures (see the errors above)")
 
@@ -416,10 +432,37 @@ elif what == "small":
             rp95 = med(ratios(mpi_tool, ours_tool, "p95", keys=keys))
             print(f"| {transport} | {m} | {len(keys)} | " + " | ".join(figures)
                   + f" | {fmt(rp50, 2)}x | {fmt(rp95, 2)}x |")
+    # Where the tail comes from: the stalls' share of the mean, beside what
+    # the threads and the host did meanwhile.
+    print()
+    print("Stalls (iterations slower than 10 x p50), medians over pairs: their share of the mean (us per "
+          "iteration), how many, p99, the context switches in the timed loop (lockstep: calling thread / "
+          "other threads; OpenMPI: the process), and the host's steal time during the run (ms)")
+    print()
+    print("| tool | mode | pairs | stall share us | stalls | p99 us | max us | csw vol / invol | other vol / invol "
+          "| steal ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for tool in ("lockstep_shm", "vader", "lockstep_shm_tight", "vader_tight"):
+        for m in modes:
+            keys = {k for k, v in pair_mode.items() if m in ("all", v)}
+            if m == "all" and len(modes) == 2:
+                continue
+            v = [r for r in rows if r["tool"] == tool and r["key"] in keys]
+            if not v:
+                continue
+            print(f"| {tool} | {m} | {len(v)} | {fmt(med(r['stall'] for r in v), 3)} "
+                  f"| {fmt(med(r['stalls'] for r in v), 0)} | {fmt(med(r['p99'] for r in v), 2)} "
+                  f"| {fmt(med(r['max'] for r in v), 0)} | {fmt(med(r['vcsw'] for r in v), 0)} / "
+                  f"{fmt(med(r['ivcsw'] for r in v), 0)} | {fmt(med(r['ovcsw'] for r in v), 0)} / "
+                  f"{fmt(med(r['oivcsw'] for r in v), 0)} | {fmt(med(r['steal'] for r in v), 0)} |")
     raw_rows([("pair", lambda r: r["key"]), ("mode", lambda r: r["mode"]),
               ("pingpong ns", lambda r: fmt(r["pp"])), ("tool", lambda r: r["tool"]),
               ("mean us", lambda r: fmt(r["mean"], 2)), ("p50 us", lambda r: fmt(r["p50"], 2)),
-              ("p95 us", lambda r: fmt(r["p95"], 2)), ("load", lambda r: fmt(r["load"], 2))])
+              ("p95 us", lambda r: fmt(r["p95"], 2)), ("p99 us", lambda r: fmt(r["p99"], 2)),
+              ("stall us", lambda r: fmt(r["stall"], 3)), ("stalls", lambda r: fmt(r["stalls"], 0)),
+              ("csw", lambda r: f"{fmt(r['vcsw'], 0)}/{fmt(r['ivcsw'], 0)}"),
+              ("other csw", lambda r: f"{fmt(r['ovcsw'], 0)}/{fmt(r['oivcsw'], 0)}"),
+              ("steal ms", lambda r: fmt(r["steal"], 0)), ("load", lambda r: fmt(r["load"], 2))])
 
 elif what == "ab":
     runs, head, other, rev = extra[0], extra[1], extra[2], " ".join(extra[3:])
