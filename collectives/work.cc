@@ -141,20 +141,27 @@ void Work::Complete(absl::Status status) {
     status_ = std::move(status);
     completing_ = true;
     marker_.reset();  // The event has fired (or failed); release it.
-    callbacks.swap(callbacks_);
+    if (callbacks_.empty()) {
+      // The common case (an operation waited on): done in one critical
+      // section.
+      done_ = true;
+      done_flag_.store(true, std::memory_order_release);
+    } else {
+      callbacks.swap(callbacks_);
+    }
   }
-  // Outside the lock: a callback may chain on this work (it then runs at
-  // once). The callbacks are destroyed before waiters wake, so what they
-  // hold (a bridge's tensors, which may need Python's lock to free) is
-  // never freed on this thread after the waiter went on.
   // A callback may hold the last reference to this work (a bridge that
   // owns it, owned by the callback): kept alive until the end.
   std::shared_ptr<Work> keep;
-  if (!callbacks.empty()) keep = weak_from_this().lock();
-  for (auto& callback : callbacks) callback(status_);
-  callbacks.clear();
-  callbacks.shrink_to_fit();
-  {
+  if (!callbacks.empty()) {
+    keep = weak_from_this().lock();
+    // Outside the lock: a callback may chain on this work (it then runs at
+    // once). The callbacks are destroyed before waiters wake, so what they
+    // hold (a bridge's tensors, which may need Python's lock to free) is
+    // never freed on this thread after the waiter went on.
+    for (auto& callback : callbacks) callback(status_);
+    callbacks.clear();
+    callbacks.shrink_to_fit();
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     done_flag_.store(true, std::memory_order_release);
