@@ -17,9 +17,20 @@ struct Net : torch::nn::Module {
 absl::Status Train() {
   LOCKSTEP_ASSIGN_OR_RETURN(lockstep::ProcessGroup group, lockstep::InitFromEnv());
   const int rank = group.env.rank;
+  torch::manual_seed(0);  // a reproducible run (DDP gives every rank rank 0's weights)
   auto model = std::make_shared<Net>();
   LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, lockstep::interop::DistributedDataParallel<Net>::Create(model, *group.comm));
   torch::optim::SGD optimizer(model->parameters(), /*lr=*/0.1);
+  // A held-out batch, the same on every rank: its loss before and after
+  // training tells whether the model learned (one training batch's loss is
+  // too noisy to).
+  torch::manual_seed(1000);
+  const torch::Tensor held_x = torch::randn({512, 20}), held_y = held_x.slice(1, 0, 4).argmax(1);
+  auto held_out_loss = [&] {
+    torch::NoGradGuard no_grad;
+    return torch::nn::functional::cross_entropy(model->forward(held_x), held_y).item<float>();
+  };
+  const float before = held_out_loss();
   torch::manual_seed(rank);  // each rank its own shard of data
   for (int step = 0; step < 20; ++step) {
     torch::Tensor x = torch::randn({16, 20}), y = x.slice(1, 0, 4).argmax(1);
@@ -30,6 +41,7 @@ absl::Status Train() {
     optimizer.zero_grad();
     if (step % 19 == 0) std::printf("rank %d step %d loss %.4f\n", rank, step, loss.item<float>());
   }
+  std::printf("rank %d held-out loss %.4f -> %.4f\n", rank, before, held_out_loss());
   // Every rank holds the same model.
   std::printf("rank %d checksum %.9g\n", rank, model->fc1->weight.sum().item<double>());
   return absl::OkStatus();
