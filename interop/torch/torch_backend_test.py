@@ -268,6 +268,10 @@ def run_op_cases(torch, dist, rank, world):
     check(fut.wait(), torch.full((8,), float(sum(range(world)) * 2)), "future.then")
     # As gloo's: the future (with its then()) completes before the Work, so wait first.
     assert work.wait() and work.is_completed() and work.is_success()
+    # wait with a timeout that the operation meets.
+    t = torch.ones(8) * rank
+    assert dist.all_reduce(t, async_op=True).wait(timeout=datetime.timedelta(seconds=30))
+    check(t, torch.full((8,), float(sum(range(world)))), "wait(timeout) met")
 
     # The profiler sees each operation as an async event named for the backend.
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
@@ -353,6 +357,16 @@ def run_timeout(torch, dist, rank, timeout_s):
     if rank == 1:
         time.sleep(timeout_s * 3)  # the peer that never comes (killed by the driver when rank 0 is done)
         return
+    # wait with a short timeout raises c10d's "Operation timed out!"; the
+    # operation goes on, to fail by the group's timeout.
+    pending = dist.all_reduce(torch.ones(10), async_op=True)
+    try:
+        pending.wait(timeout=datetime.timedelta(milliseconds=200))
+        raise AssertionError("wait(200 ms) on an all_reduce without its peer returned")
+    except RuntimeError as e:
+        assert "Operation timed out!" in str(e), str(e)
+        log(rank, f"wait(timeout) raised: {str(e).splitlines()[0][:200]}")
+    assert not pending.is_completed()
     start = time.monotonic()
     try:
         dist.all_reduce(torch.ones(10))
