@@ -17,7 +17,8 @@
 // than 10 x p50, per iteration), stalls (how many), and the context
 // switches during the timed loop, voluntary and not, of the calling
 // thread (caller_vcsw, caller_ivcsw) and of the rank's other threads, its
-// communicator's (other_vcsw, other_ivcsw); each the largest of any rank). busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
+// communicator's (other_vcsw, other_ivcsw); each the largest of any rank).
+// busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
 // all_gather, all_gather_v, reduce_scatter, gather, scatter and all_to_all
 // (n-1)/n; broadcast and reduce 1. all_to_all moves `bytes` per rank, a
 // block of bytes/n to every rank (nccl-tests' alltoall); all_gather_v gives
@@ -222,17 +223,16 @@ double Percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-// The tail of one rank's iteration times (seconds): p99, the maximum, and
-// the stalls, iterations slower than 10 x p50: how many, and their excess
-// over p50 per iteration (what they add to the mean).
+// The tail of one rank's iteration times (seconds), whose median is `p50`:
+// p99, the maximum, and the stalls, iterations slower than 10 x p50: how
+// many, and their excess over p50 per iteration (what they add to the mean).
 struct TailFigures {
   double p99 = 0, max = 0, stall = 0, stalls = 0;
 };
 
-TailFigures TailOf(const std::vector<double>& times) {
+TailFigures TailOf(const std::vector<double>& times, double p50) {
   TailFigures tail;
   if (times.empty()) return tail;
-  const double p50 = Percentile(times, 50);
   tail.p99 = Percentile(times, 99);
   double excess = 0;
   for (double t : times) {
@@ -553,7 +553,8 @@ absl::Status RunRank(const RankEnvironment& env) {
     ::getrusage(RUSAGE_THREAD, &caller_after);
     ::getrusage(RUSAGE_SELF, &process_after);
     const std::vector<double> per_iteration(times.begin() + 1, times.end());
-    const TailFigures tail = TailOf(per_iteration);
+    const double p50_mine = Percentile(per_iteration, 50);
+    const TailFigures tail = TailOf(per_iteration, p50_mine);
     const double caller_vcsw = static_cast<double>(caller_after.ru_nvcsw - caller_before.ru_nvcsw);
     const double caller_ivcsw = static_cast<double>(caller_after.ru_nivcsw - caller_before.ru_nivcsw);
     const double other_vcsw =
@@ -567,7 +568,7 @@ absl::Status RunRank(const RankEnvironment& env) {
     rusage usage{};
     ::getrusage(RUSAGE_SELF, &usage);
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor slowest, Tensor::FromVector<double>(std::vector<double>{
-                                                  times[0], Percentile(per_iteration, 50),
+                                                  times[0], p50_mine,
                                                   Percentile(per_iteration, 95),
                                                   static_cast<double>(usage.ru_maxrss) / 1024, tail.p99,
                                                   tail.max, tail.stall, tail.stalls, caller_vcsw, caller_ivcsw,
