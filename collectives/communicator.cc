@@ -238,7 +238,7 @@ bool Communicator::EnqueueContinuation(std::function<void()> run) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok() || stopping_) return false;
     Item item;
-    item.continuation = std::move(run);
+    item.continuation = std::make_unique<std::function<void()>>(std::move(run));
     PushLocked(std::move(item));
   }
   work_cv_.notify_one();
@@ -365,7 +365,7 @@ Communicator::Item Communicator::TakeFrontLocked(absl::Status* broken) {
 
 void Communicator::RunItem(Item& item, const absl::Status& broken) {
   if (item.continuation) {
-    item.continuation();
+    (*item.continuation)();
     std::lock_guard<std::mutex> lock(mu_);
     step_thread_ = std::thread::id();
     return;
@@ -458,14 +458,16 @@ class Communicator::Batch : public PointToPointSource {
     uint64_t drained;
     (void)::read(comm_.wake_.get(), &drained, sizeof(drained));  // Re-arms the wake-up.
     std::lock_guard<std::mutex> lock(comm_.mu_);
-    while (!comm_.queue_.empty() && !comm_.queue_.front().task) {
+    // Point-to-point operations only: a ThenWork step queued behind them
+    // runs after the batch, as a step.
+    while (!comm_.queue_.empty() && comm_.queue_.front().p2p) {
       pending_.push_back(std::move(comm_.queue_.front()));
       comm_.queue_.pop_front();
     }
     comm_.queue_size_.store(comm_.queue_.size(), std::memory_order_release);
     for (; handed_ < pending_.size(); ++handed_) {
       Item& item = pending_[handed_];
-      PointToPointOp op = std::move(item.p2p);
+      PointToPointOp op = std::move(*item.p2p);
       std::shared_ptr<CompletableWork> work = item.work;
       FlightRecorder* recorder = &comm_.recorder_;
       const uint64_t record = item.record = recorder->Start(RecordOf(item.fingerprint));
@@ -722,14 +724,14 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     item.work = work;
     item.fingerprint = Fingerprint{seq, static_cast<uint8_t>(type), static_cast<uint8_t>(tensor.dtype()), 0, 0, peer,
                                    tensor.numel(), tag, 0};
-    item.p2p.send = send;
-    item.p2p.peer = peer;
-    item.p2p.tag = tag;
-    item.p2p.seq = seq;
-    item.p2p.tensor = tensor;
-    queue_.push_back(std::move(item));
-    queue_size_.store(queue_.size(), std::memory_order_release);
-    enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // Under mu_.
+    item.p2p = std::make_unique<PointToPointOp>();
+    item.p2p->send = send;
+    item.p2p->peer = peer;
+    item.p2p->tag = tag;
+    item.p2p->seq = seq;
+    item.p2p->tensor = tensor;
+    // At a ThenWork step's place when the step posts it, as collectives.
+    PushLocked(std::move(item));
     wake = p2p_running_;
   }
   if (wake) {

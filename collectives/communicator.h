@@ -287,14 +287,18 @@ class Communicator {
     uint32_t tag;     // Send/Recv only.
     uint32_t layout;  // Uneven and coalesced ops: a hash of the blocks' sizes.
   };
+  // One of three kinds: a collective (task set), a point-to-point operation
+  // (p2p set) or a ThenWork step (continuation set, work null). The rarer
+  // two live behind pointers: a collective's Item, moved into the queue and
+  // out of it for every operation, stays a few words.
   struct Item {
     std::shared_ptr<CompletableWork> work;
     // Collectives: the task, inside `work` (collectives/internal/task_work.h).
     communicator_internal::TaskWork* task = nullptr;
     Fingerprint fingerprint;
-    PointToPointOp p2p;  // Point to point (task and continuation empty).
-    std::function<void()> continuation;  // A ThenWork step (work null).
     uint64_t record = 0;  // Its flight recorder entry, once it runs.
+    std::unique_ptr<PointToPointOp> p2p;
+    std::unique_ptr<std::function<void()>> continuation;
   };
   class Batch;
   // An operation queued on a device, and how to wait for its end.

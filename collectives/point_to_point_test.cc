@@ -106,6 +106,36 @@ TEST(PointToPointTest, ReceivesMatchSendsPerPeerInCallOrderBetweenCollectives) {
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
 
+// A ThenWork step queued behind a send or receive while its batch runs is a
+// step, not a point-to-point operation: the batch leaves it in the queue and
+// it runs after the batch, starting the next round. Many rounds, so that
+// steps are queued while batches run.
+TEST(PointToPointTest, ThenWorkStepsBehindSendsAndReceivesRunAfterTheBatch) {
+  const testing::RankFn chains_of_rounds = [](Communicator& comm) -> absl::Status {
+    constexpr int kRounds = 200;
+    const int r = comm.rank(), peer = 1 - r;
+    std::vector<Tensor> in(kRounds);
+    std::vector<std::shared_ptr<Work>> chains;
+    for (int i = 0; i < kRounds; ++i) {
+      in[i] = *Tensor::Zeros({64}, DType::kF32);
+      std::shared_ptr<Work> first =
+          r == 0 ? comm.Send(Filled(64, static_cast<float>(i)), peer, 1) : comm.Recv(in[i], peer, 1);
+      chains.push_back(first->ThenWork([&comm, &in, i, r, peer]() -> absl::StatusOr<std::shared_ptr<Work>> {
+        // The answer goes the other way.
+        return r == 1 ? comm.Send(Filled(64, static_cast<float>(i) + 0.5f), peer, 2) : comm.Recv(in[i], peer, 2);
+      }));
+    }
+    for (int i = 0; i < kRounds; ++i) {
+      if (absl::Status s = chains[i]->Wait(); !s.ok()) return s;
+      const float expected = static_cast<float>(i) + (r == 0 ? 0.5f : 0.0f);
+      if (auto s = Check(in[i], expected, absl::StrCat("round ", i).c_str()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  for (const absl::Status& s : RunThreads(2, chains_of_rounds)) EXPECT_TRUE(s.ok()) << "TCP: " << s;
+  for (const absl::Status& s : testing::RunShmThreads(2, chains_of_rounds)) EXPECT_TRUE(s.ok()) << "shm: " << s;
+}
+
 TEST(PointToPointTest, TagsMatchIndependentlyAndEarlyMessagesAreKeptAcrossBatches) {
   const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
     Tensor a = *Tensor::Zeros({3000}, DType::kF32), b = *Tensor::Zeros({5}, DType::kF32);
