@@ -234,14 +234,16 @@ void Communicator::PushLocked(Item item) {
 }
 
 bool Communicator::EnqueueContinuation(std::function<void()> run) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok() || stopping_) return false;
     Item item;
     item.continuation = std::make_unique<std::function<void()>>(std::move(run));
     PushLocked(std::move(item));
+    wake = worker_sleeping_;
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return true;
 }
 
@@ -249,6 +251,7 @@ std::shared_ptr<Work> Communicator::EnqueueTask(Fingerprint fingerprint,
                                                 std::shared_ptr<communicator_internal::TaskWork> work) {
   work->SetHelper(helper_);
   work->SetSequencer(sequencer_);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -262,8 +265,9 @@ std::shared_ptr<Work> Communicator::EnqueueTask(Fingerprint fingerprint,
     item.work = work;
     item.fingerprint = fingerprint;
     PushLocked(std::move(item));
+    wake = worker_sleeping_;
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return work;
 }
 
@@ -314,7 +318,9 @@ void Communicator::WorkerLoop() {
         lock.unlock();
       }
       // One runner at a time: a waiting caller may be running operations.
+      worker_sleeping_ = true;
       work_cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
+      worker_sleeping_ = false;
       if (queue_.empty()) return;  // Stopping, and everything queued ran.
       item = TakeFrontLocked(&broken);
     }
@@ -341,7 +347,7 @@ void Communicator::HelpUntilDone(Work* awaited) {
   }
   // The worker sleeps only when it has nothing to run: wake it only if it
   // now has (operations queued behind ours, or the communicator stops).
-  const bool wake = stopping_ || !queue_.empty();
+  const bool wake = worker_sleeping_ && (stopping_ || !queue_.empty());
   lock.unlock();
   if (wake) work_cv_.notify_all();
 }
@@ -707,7 +713,7 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
                                                         " backend has no point-to-point operations")));
   }
   std::shared_ptr<CompletableWork> work = NewWork();
-  bool wake = false;
+  bool wake = false, wake_worker = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -733,12 +739,13 @@ std::shared_ptr<Work> Communicator::EnqueuePointToPoint(int peer, uint32_t tag, 
     // At a ThenWork step's place when the step posts it, as collectives.
     PushLocked(std::move(item));
     wake = p2p_running_;
+    wake_worker = worker_sleeping_;
   }
   if (wake) {
     const uint64_t one = 1;
     (void)::write(wake_.get(), &one, sizeof(one));  // The running batch takes it.
   }
-  work_cv_.notify_one();
+  if (wake_worker) work_cv_.notify_one();
   return work;
 }
 

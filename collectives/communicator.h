@@ -387,6 +387,10 @@ class Communicator {
   std::map<uint32_t, uint64_t> recv_any_seq_;  // RecvAnySource, per tag.
   bool stopping_ = false;
   bool running_ = false;  // An operation runs (worker or helping caller).
+  // The worker waits on work_cv_ (or is about to): only then does a new
+  // operation notify it (a notification costs a call into the C library
+  // even when nobody waits).
+  bool worker_sleeping_ = false;
   bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.
   absl::Status broken_;
   Fd wake_;  // eventfd: a Send/Recv was posted while a batch runs.

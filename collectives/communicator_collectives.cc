@@ -1,5 +1,9 @@
 // The Communicator's collectives on tensors: argument checks, then one
 // queued task that runs the backend's operation (collectives/communicator.h).
+//
+// Tasks capture tensors with init-captures (`input = input`): a plain
+// capture of a `const Tensor&` makes a const member, which every move of the
+// task then copies (a shape allocation and a reference count each).
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -60,10 +64,21 @@ absl::Status Communicator::CheckCounts(absl::Span<const int64_t> counts, const c
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
-  return AllReduce(tensor, tensor, op);
+  // In place, the common case (torch.distributed's form): one tensor's
+  // checks, and one tensor captured, not two (each copy of a Tensor
+  // allocates its shape).
+  if (auto s = CheckTensor(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
+  if (auto s = CheckDevice(tensor, "AllReduce", "tensor"); !s.ok()) return Failed(s);
+  if (auto s = CheckReduceOp(op, tensor.dtype(), "AllReduce"); !s.ok()) return Failed(s);
+  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(tensor.dtype()),
+                static_cast<uint8_t>(op), 0, -1, tensor.numel(), 0, 0};
+  return Enqueue(f, [this, tensor = tensor, op](const OpContext& ctx) {
+    return backend_->AllReduce(tensor, tensor, op, ctx);
+  });
 }
 
 std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op) {
+  if (&input == &output) return AllReduce(input, op);
   if (auto s = CheckTensor(input, "AllReduce", "input"); !s.ok()) return Failed(s);
   if (auto s = CheckTensor(output, "AllReduce", "output"); !s.ok()) return Failed(s);
   if (auto s = CheckSame(input, output, "AllReduce", 1, "input", "output"); !s.ok()) return Failed(s);
@@ -72,13 +87,12 @@ std::shared_ptr<Work> Communicator::AllReduce(const Tensor& input, const Tensor&
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduce), static_cast<uint8_t>(input.dtype()),
                 static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
   if (output.SharesStorageWith(input) && output.raw_data() == input.raw_data()) {
-    // In place, the common case: one tensor captured, not two (each copy
-    // of a Tensor allocates its shape).
+    // In place: one tensor captured, as above.
     return Enqueue(f, [this, tensor = input, op](const OpContext& ctx) {
       return backend_->AllReduce(tensor, tensor, op, ctx);
     });
   }
-  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
+  return Enqueue(f, [this, input = input, output = output, op](const OpContext& ctx) {
     return backend_->AllReduce(input, output, op, ctx);
   });
 }
@@ -96,7 +110,7 @@ std::shared_ptr<Work> Communicator::Reduce(const Tensor& input, const Tensor& ou
   if (auto s = CheckReduceOp(op, input.dtype(), "Reduce"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kReduce), static_cast<uint8_t>(input.dtype()),
                 static_cast<uint8_t>(op), 0, root, input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, op, root](const OpContext& ctx) {
+  return Enqueue(f, [this, input = input, output = output, op, root](const OpContext& ctx) {
     return backend_->Reduce(input, output, op, root, ctx);
   });
 }
@@ -109,7 +123,9 @@ std::shared_ptr<Work> Communicator::Broadcast(const Tensor& tensor, int root) {
   if (auto s = CheckDevice(tensor, "Broadcast", "tensor"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kBroadcast), static_cast<uint8_t>(tensor.dtype()), 0, 0, root,
                 tensor.numel(), 0, 0};
-  return Enqueue(f, [this, tensor, root](const OpContext& ctx) { return backend_->Broadcast(tensor, root, ctx); });
+  return Enqueue(f, [this, tensor = tensor, root](const OpContext& ctx) {
+    return backend_->Broadcast(tensor, root, ctx);
+  });
 }
 
 std::shared_ptr<Work> Communicator::AllGather(const Tensor& input, const Tensor& output) {
@@ -119,7 +135,9 @@ std::shared_ptr<Work> Communicator::AllGather(const Tensor& input, const Tensor&
   if (auto s = CheckDevice(input, "AllGather", "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllGather), static_cast<uint8_t>(input.dtype()), 0, 0, -1,
                 input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output](const OpContext& ctx) { return backend_->AllGather(input, output, ctx); });
+  return Enqueue(f, [this, input = input, output = output](const OpContext& ctx) {
+    return backend_->AllGather(input, output, ctx);
+  });
 }
 
 std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& output, int root) {
@@ -134,7 +152,7 @@ std::shared_ptr<Work> Communicator::Gather(const Tensor& input, const Tensor& ou
   if (auto s = CheckDevice(input, "Gather", "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kGather), static_cast<uint8_t>(input.dtype()), 0, 0, root,
                 input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
+  return Enqueue(f, [this, input = input, output = output, root](const OpContext& ctx) {
     return backend_->Gather(input, output, root, ctx);
   });
 }
@@ -151,7 +169,7 @@ std::shared_ptr<Work> Communicator::Scatter(const Tensor& input, const Tensor& o
   if (auto s = CheckDevice(output, "Scatter", "output"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kScatter), static_cast<uint8_t>(output.dtype()), 0, 0, root,
                 output.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, root](const OpContext& ctx) {
+  return Enqueue(f, [this, input = input, output = output, root](const OpContext& ctx) {
     return backend_->Scatter(input, output, root, ctx);
   });
 }
@@ -164,7 +182,7 @@ std::shared_ptr<Work> Communicator::ReduceScatter(const Tensor& input, const Ten
   if (auto s = CheckReduceOp(op, input.dtype(), "ReduceScatter"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kReduceScatter), static_cast<uint8_t>(input.dtype()),
                 static_cast<uint8_t>(op), 0, -1, input.numel(), 0, 0};
-  return Enqueue(f, [this, input, output, op](const OpContext& ctx) {
+  return Enqueue(f, [this, input = input, output = output, op](const OpContext& ctx) {
     return backend_->ReduceScatter(input, output, op, ctx);
   });
 }
@@ -188,7 +206,7 @@ std::shared_ptr<Work> Communicator::AllGatherV(const Tensor& input, const Tensor
   if (auto s = CheckDevice(input, kOp, "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllGatherV), static_cast<uint8_t>(input.dtype()), 0, 0, -1,
                 output.numel(), 0, LayoutHash(counts)};
-  return Enqueue(f, [this, input, output, counts = std::vector<int64_t>(counts.begin(), counts.end())](
+  return Enqueue(f, [this, input = input, output = output, counts = std::vector<int64_t>(counts.begin(), counts.end())](
                         const OpContext& ctx) { return backend_->AllGatherV(input, output, counts, ctx); });
 }
 
@@ -207,7 +225,7 @@ std::shared_ptr<Work> Communicator::ReduceScatterV(const Tensor& input, const Te
   if (auto s = CheckReduceOp(op, input.dtype(), kOp); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kReduceScatterV), static_cast<uint8_t>(input.dtype()),
                 static_cast<uint8_t>(op), 0, -1, input.numel(), 0, LayoutHash(counts)};
-  return Enqueue(f, [this, input, output, op, counts = std::vector<int64_t>(counts.begin(), counts.end())](
+  return Enqueue(f, [this, input = input, output = output, op, counts = std::vector<int64_t>(counts.begin(), counts.end())](
                         const OpContext& ctx) { return backend_->ReduceScatterV(input, output, counts, op, ctx); });
 }
 
@@ -230,7 +248,7 @@ std::shared_ptr<Work> Communicator::GatherV(const Tensor& input, const Tensor& o
   if (auto s = CheckDevice(input, kOp, "input"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kGatherV), static_cast<uint8_t>(input.dtype()), 0, 0, root,
                 SumOf(counts), 0, LayoutHash(counts)};
-  return Enqueue(f, [this, input, output, root, counts = std::vector<int64_t>(counts.begin(), counts.end())](
+  return Enqueue(f, [this, input = input, output = output, root, counts = std::vector<int64_t>(counts.begin(), counts.end())](
                         const OpContext& ctx) { return backend_->GatherV(input, output, counts, root, ctx); });
 }
 
@@ -253,7 +271,7 @@ std::shared_ptr<Work> Communicator::ScatterV(const Tensor& input, const Tensor& 
   if (auto s = CheckDevice(output, kOp, "output"); !s.ok()) return Failed(s);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kScatterV), static_cast<uint8_t>(output.dtype()), 0, 0, root,
                 SumOf(counts), 0, LayoutHash(counts)};
-  return Enqueue(f, [this, input, output, root, counts = std::vector<int64_t>(counts.begin(), counts.end())](
+  return Enqueue(f, [this, input = input, output = output, root, counts = std::vector<int64_t>(counts.begin(), counts.end())](
                         const OpContext& ctx) { return backend_->ScatterV(input, output, counts, root, ctx); });
 }
 
@@ -304,7 +322,8 @@ std::shared_ptr<Work> Communicator::AllToAllImpl(const Tensor& input, const Tens
   // carries no count; AllToAll's carries the element count every rank shares.
   Fingerprint f{0, static_cast<uint8_t>(even ? OpType::kAllToAll : OpType::kAllToAllV),
                 static_cast<uint8_t>(input.dtype()), 0, 0, -1, even ? input.numel() : 0, 0, 0};
-  return Enqueue(f, [this, input, output, send = std::vector<int64_t>(send_counts.begin(), send_counts.end()),
+  return Enqueue(f, [this, input = input, output = output,
+                     send = std::vector<int64_t>(send_counts.begin(), send_counts.end()),
                      recv = std::vector<int64_t>(recv_counts.begin(), recv_counts.end())](const OpContext& ctx) {
     return backend_->AllToAll(input, output, send, recv, ctx);
   });

@@ -34,7 +34,10 @@ class TaskWork : public CompletableWork {
 template <typename F>
 class TaskWorkOf final : public TaskWork {
  public:
-  TaskWorkOf(int spin_microseconds, F task) : TaskWork(spin_microseconds), task_(std::move(task)) {}
+  // The task is moved once, into place.
+  template <typename G>
+  TaskWorkOf(int spin_microseconds, G&& task)
+      : TaskWork(spin_microseconds), task_(std::in_place, std::forward<G>(task)) {}
   absl::Status RunTask(const OpContext& op_ctx) override { return (*task_)(op_ctx); }
   void ReleaseTask() override { task_.reset(); }
 
