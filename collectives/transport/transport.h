@@ -155,17 +155,24 @@ struct TrafficCounters {
   std::vector<uint64_t> bytes_received;  // [peer]
 };
 
-// What a transport counts for Traffic(): bumped by its exchanging thread,
-// read from any thread.
+// What a transport counts for Traffic(): bumped by its exchanging thread
+// (one at a time), read from any thread. A bump is a load and a store, not
+// a read-modify-write: on x86 that is a locked instruction, which waits
+// for every store before it (a message just copied into a peer's ring)
+// to reach the cache, on the sender's critical path.
 class TrafficTally {
  public:
   explicit TrafficTally(int size)
       : size_(size), sent_(new std::atomic<uint64_t>[size]()), received_(new std::atomic<uint64_t>[size]()) {}
-  void Sent(int peer, uint64_t bytes) { sent_[peer].fetch_add(bytes, std::memory_order_relaxed); }
-  void Received(int peer, uint64_t bytes) { received_[peer].fetch_add(bytes, std::memory_order_relaxed); }
+  void Sent(int peer, uint64_t bytes) { Bump(sent_[peer], bytes); }
+  void Received(int peer, uint64_t bytes) { Bump(received_[peer], bytes); }
   TrafficCounters Snapshot() const;
 
  private:
+  static void Bump(std::atomic<uint64_t>& counter, uint64_t bytes) {
+    counter.store(counter.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
+
   int size_;
   std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
 };

@@ -82,8 +82,22 @@ class ShmTransport::Op {
   // The op's number for errors.
   uint64_t Seq();
   bool SendsSingleCopy(const Transfer& t) const;
-  // Tells `peer` (if it sleeps) that an index it may wait on moved.
-  void Notify(int peer) const;
+  // Tells `peer` (if it sleeps) that an index it may wait on moved: a few
+  // rounds later (FlushNotifies), not at once. Telling takes a full fence
+  // (our index store before the load of the peer's flag), which waits for
+  // every store before it to reach the cache: right after a message was
+  // copied into the ring, that is the message's cache-line transfers,
+  // while this rank could already be reducing the peer's message or
+  // watching for it. A peer only sleeps after spin_microseconds without
+  // progress, so a few rounds' delay costs a sleeper nothing it notices;
+  // the index itself is visible as soon as the stores drain.
+  void Notify(int peer);
+  // Rings the doorbell of every peer told since the last flush that sleeps.
+  void FlushNotifies();
+  // Rounds (moving, or idle) before the told peers are checked.
+  static constexpr uint32_t kRoundsUntold = 8;
+  // Run's loop (Run flushes the notifications on every way out).
+  absl::Status RunRounds();
   // Whether `peer`'s socket hung up (it died or aborted); polls it.
   bool PeerHungUp(int peer);
   // Unavailable when a peer of a pending stream aborted or hung up, or this
@@ -107,6 +121,10 @@ class ShmTransport::Op {
   // Spinning.
   uint32_t idle_rounds_ = 0;
   Deadline spin_start_, now_;
+  // Peers told since the last flush (Notify), each once, and the moving
+  // rounds since.
+  absl::InlinedVector<int, 4> notify_;
+  uint32_t rounds_untold_ = 0;
   // Sleeping: the fds polled and the peer of each socket among them.
   absl::InlinedVector<pollfd, 16> fds_;
   absl::InlinedVector<int, 16> fd_peer_;

@@ -177,6 +177,12 @@ ShmTransport::Op::Op(ShmTransport& transport, absl::Span<Transfer> initial, Mess
       me_(transport.size_ > 1 ? transport.ControlOf(transport.rank_) : nullptr) {}
 
 absl::Status ShmTransport::Op::Run() {
+  absl::Status status = RunRounds();
+  FlushNotifies();
+  return status;
+}
+
+absl::Status ShmTransport::Op::RunRounds() {
   LOCKSTEP_RETURN_IF_ERROR(streams_.Start(feed_));
   while (true) {
     if (streams_.remaining == 0) {
@@ -196,6 +202,9 @@ absl::Status ShmTransport::Op::Run() {
     if (streams_.remaining == 0) continue;
     if (moved) {
       idle_rounds_ = 0;
+      // A sleeping peer is told within a few rounds, however long this
+      // rank keeps moving.
+      if (++rounds_untold_ >= kRoundsUntold) FlushNotifies();
       continue;
     }
     // Only receives that are no longer needed wait: done.
@@ -204,7 +213,13 @@ absl::Status ShmTransport::Op::Run() {
     }
     // Nothing moved. A peer that is gone cannot move it any more.
     LOCKSTEP_RETURN_IF_ERROR(CheckAlive());
+    // The peers are told once this rank has waited a few rounds (its
+    // stores have reached the cache by then: the fence costs nothing), and
+    // always before it sleeps: a peer never sleeps on a move it was not
+    // told of.
+    if (idle_rounds_ >= kRoundsUntold) FlushNotifies();
     if (Spin()) continue;
+    FlushNotifies();
     if (SteadyClock::now() >= deadline_) break;
     LOCKSTEP_RETURN_IF_ERROR(Sleep());
   }
@@ -222,11 +237,20 @@ bool ShmTransport::Op::SendsSingleCopy(const Transfer& t) const {
          tr_.single_copy_to_[t.peer] != 0;
 }
 
-void ShmTransport::Op::Notify(int peer) const {
-  // The fence orders our index store before the load of its flag; the
+void ShmTransport::Op::Notify(int peer) {
+  if (std::find(notify_.begin(), notify_.end(), peer) == notify_.end()) notify_.push_back(peer);
+}
+
+void ShmTransport::Op::FlushNotifies() {
+  if (notify_.empty()) return;
+  // The fence orders our index stores before the loads of the flags; the
   // sleeper orders its flag store before its index loads.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (tr_.ControlOf(peer)->sleeping.load(std::memory_order_relaxed) != 0) tr_.RingDoorbell(peer);
+  for (int peer : notify_) {
+    if (tr_.ControlOf(peer)->sleeping.load(std::memory_order_relaxed) != 0) tr_.RingDoorbell(peer);
+  }
+  notify_.clear();
+  rounds_untold_ = 0;
 }
 
 bool ShmTransport::Op::PeerHungUp(int peer) {
