@@ -33,7 +33,14 @@ inline void Copy(char* dst, const char* src, size_t n, bool streaming) {
 // the payload's.
 inline void PrefetchRing(const char* ring, uint64_t capacity, uint64_t offset, size_t n) {
   constexpr size_t kLineBytes = 64;
-  for (size_t i = 0; i < n; i += kLineBytes) __builtin_prefetch(ring + (offset + i) % capacity, 0, 3);
+  // One division, then wrap by hand: a division per line (the ring's size
+  // is not a power of two) kept the prefetches ~10 cycles apart each.
+  uint64_t pos = offset % capacity;
+  for (size_t i = 0; i < n; i += kLineBytes) {
+    __builtin_prefetch(ring + pos, 0, 3);
+    pos += kLineBytes;
+    if (pos >= capacity) pos -= capacity;
+  }
 }
 
 // Reads `n` bytes at `remote` in process `pid` into `local`. Returns errno
