@@ -4,7 +4,7 @@
 # bad flags are refused with a clear message.
 set -euo pipefail
 bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
-for op in all_reduce all_gather reduce_scatter broadcast reduce gather scatter send_recv; do
+for op in all_reduce all_gather all_gather_v reduce_scatter broadcast reduce gather scatter all_to_all send_recv; do
   out=$("$bin" --op=$op --nproc=3 --min_bytes=1K --max_bytes=1M --step_factor=32 --iters=2 --warmup=1 --check)
   echo "$out"
   rows=$(echo "$out" | grep -v '^#' | wc -l)
