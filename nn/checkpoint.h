@@ -24,7 +24,7 @@
 //     "progress.step", "progress.seed", "optimizer.type",
 //     "optimizer.<hyperparameter>", "module.<path>.<key>" for the modules'
 //     extra state (e.g. a Dropout's mask counter), then the caller's entries.
-// Writes are atomic (nn/atomic_file.h): a crash mid-write leaves the
+// Writes are atomic (core/atomic_file.h): a crash mid-write leaves the
 // previous checkpoint intact. Loading validates the whole file first and
 // changes nothing (model or optimizer) unless everything fits.
 #ifndef LOCKSTEP_NN_CHECKPOINT_H_
@@ -36,7 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "nn/atomic_file.h"
+#include "core/atomic_file.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
 #include "nn/safetensors.h"

@@ -47,7 +47,7 @@
 #include "absl/types/span.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "nn/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace lockstep {
 

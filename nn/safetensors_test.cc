@@ -14,7 +14,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "nn/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace lockstep {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nn/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace lockstep {
 namespace {

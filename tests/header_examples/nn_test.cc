@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "nn/atomic_file.h"
+#include "core/atomic_file.h"
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "nn/checkpoint.h"
@@ -149,7 +149,7 @@ TEST(NnExamplesTest, ModuleStepFiresEveryGradReadyHook) {
   EXPECT_EQ(ready, (std::vector<size_t>{3, 2, 1, 0}));
 }
 
-// nn/atomic_file.h. The example writes /ckpt, so it is compiled, not run;
+// core/atomic_file.h. The example writes /ckpt, so it is compiled, not run;
 // AtomicFileInDir runs the same two calls on a path in the test's directory.
 absl::StatusOr<std::string> AtomicFileExample(absl::string_view bytes) {
   LOCKSTEP_RETURN_IF_ERROR(WriteFileAtomically("/ckpt/model.safetensors", bytes));
