@@ -66,35 +66,25 @@
 #ifndef LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 #define LOCKSTEP_COLLECTIVES_COMMUNICATOR_H_
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/backend.h"
-#include "collectives/flight_recorder.h"
-#include "collectives/internal/ring_queue.h"
 #include "collectives/store/store.h"
 #include "collectives/work.h"
 #include "core/deadline.h"
-#include "core/fd.h"
 #include "core/reduce_op.h"
 #include "core/tensor.h"
 
 namespace lockstep {
 
-class CompletableWork;
 namespace communicator_internal {
-class TaskWork;
+class CommunicatorState;
 }  // namespace communicator_internal
 
 struct CommunicatorOptions {
@@ -152,10 +142,10 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  const CommunicatorOptions& options() const { return options_; }
-  const BackendCapabilities& capabilities() const { return capabilities_; }
+  int rank() const;
+  int size() const;
+  const CommunicatorOptions& options() const;
+  const BackendCapabilities& capabilities() const;
 
   // In place: every rank's `tensor` becomes op over all ranks' tensors.
   std::shared_ptr<Work> AllReduce(const Tensor& tensor, ReduceOp op);
@@ -261,172 +251,20 @@ class Communicator {
   };
   using SubgroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const SubgroupSpec& spec)>;
   // Set before the communicator is shared.
-  void set_subgroup_factory(SubgroupFactory factory) { subgroup_factory_ = std::move(factory); }
+  void set_subgroup_factory(SubgroupFactory factory);
 
   // The first error that broke the communicator (OK while healthy).
   absl::Status broken_status();
 
   // Payload bytes this rank sent to and received from each peer.
-  TrafficCounters Traffic() const { return backend_->Traffic(); }
+  TrafficCounters Traffic() const;
 
  private:
-  enum class OpType : uint8_t {
-    kAllReduce = 1, kReduce, kBroadcast, kAllGather, kGather, kScatter, kReduceScatter, kBarrier,
-    kSend, kRecv, kAllGatherV, kReduceScatterV, kGatherV, kScatterV, kAllToAll, kAllToAllV,
-    kAllReduceCoalesced, kBroadcastCoalesced, kRecvAnySource, kSplit,
-  };
-  static constexpr int kOpTypes = 32;  // op_counts_'s size: above every OpType.
-  struct Fingerprint {
-    uint64_t seq;
-    uint8_t op;
-    uint8_t dtype;
-    uint8_t reduce_op;
-    uint8_t reserved;
-    int32_t root;  // The root; for Send/Recv the peer.
-    int64_t count;
-    uint32_t tag;     // Send/Recv only.
-    uint32_t layout;  // Uneven and coalesced ops: a hash of the blocks' sizes.
-  };
-  // One of three kinds: a collective (task set), a point-to-point operation
-  // (p2p set) or a ThenWork step (continuation set, work null). The rarer
-  // two live behind pointers: a collective's Item, moved into the queue and
-  // out of it for every operation, stays a few words.
-  struct Item {
-    std::shared_ptr<CompletableWork> work;
-    // Collectives: the task, inside `work` (collectives/internal/task_work.h).
-    communicator_internal::TaskWork* task = nullptr;
-    Fingerprint fingerprint;
-    uint64_t record = 0;  // Its flight recorder entry, once it runs.
-    std::unique_ptr<PointToPointOp> p2p;
-    std::unique_ptr<std::function<void()>> continuation;
-  };
-  class Batch;
-  // An operation queued on a device, and how to wait for its end.
-  struct Deferred {
-    Item item;
-    std::function<absl::Status()> finish;
-  };
+  // Everything else (the backend, the operation queue and its threads, the
+  // flight recorder) lives in collectives/internal/: this header is the API.
+  explicit Communicator(std::unique_ptr<communicator_internal::CommunicatorState> state);
 
-  Communicator(std::unique_ptr<Backend> backend, CommunicatorOptions options, std::shared_ptr<Store> store);
-  // Posts this rank's failure and appends what the other ranks reported.
-  absl::Status ShareFailure(absl::Status status);
-  // Records a failure: aborts the backend, shares the cause, breaks.
-  absl::Status Break(const absl::Status& status);
-
-  std::shared_ptr<Work> Failed(absl::Status status);
-  // Split's and NewGroup's collective part: every rank's (color, key,
-  // check) gathered, `check` compared, the members' communicator made.
-  absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(int color, int key, uint32_t check, const char* op);
-  // The members' communicator from the backend's own split (native_split).
-  absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(int color, int key, const SubgroupSpec& spec);
-  std::shared_ptr<Work> AllToAllImpl(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,
-                                     absl::Span<const int64_t> recv_counts, bool even);
-  // OK, or InvalidArgument naming `op` when `reduce_op` does not apply to
-  // `dtype` or this backend.
-  absl::Status CheckReduceOp(ReduceOp reduce_op, DType dtype, const char* op) const;
-  // The operations' argument checks of an uneven collective's counts.
-  absl::Status CheckCounts(absl::Span<const int64_t> counts, const char* op, const char* what) const;
-  absl::Status CheckDevice(const Tensor& t, const char* op, const char* what) const;
-  // Queues a collective with its fingerprint (numbered when it runs): `task`,
-  // called as absl::Status(const OpContext&), runs the backend's operation.
-  // Defined in collectives/internal/task_work.h.
-  template <typename F>
-  std::shared_ptr<Work> Enqueue(Fingerprint fingerprint, F&& task);
-  std::shared_ptr<Work> EnqueueTask(Fingerprint fingerprint, std::shared_ptr<communicator_internal::TaskWork> work);
-  // Queues a ThenWork step (Work::Sequencer); false once broken or gone.
-  bool EnqueueContinuation(std::function<void()> run);
-  // Under mu_: appends `item`, or, while a ThenWork step runs on this
-  // thread, puts it right after what that step queued so far.
-  void PushLocked(Item item);
-  std::shared_ptr<Work> EnqueuePointToPoint(int peer, uint32_t tag, bool send, const Tensor& tensor);
-  absl::Status CheckFingerprints(const Fingerprint& mine, const OpContext& op_ctx);
-  void RunPointToPointBatch(Item first);
-  // Under mu_, by the thread that becomes the runner (running_): takes the
-  // queue's front, numbers a collective (the order every rank shares) and
-  // notes in *broken whether the group is broken, all in one critical
-  // section with the take.
-  Item TakeFrontLocked(absl::Status* broken);
-  // Runs an operation TakeFrontLocked took (on the worker or a helping
-  // caller), outside mu_.
-  void RunItem(Item& item, const absl::Status& broken);
-  // The error of `fingerprint`'s operation; breaks the group unless broken.
-  absl::Status Fail(const Fingerprint& fingerprint, const absl::Status& status);
-  // Hands an operation queued on the device to the finisher thread.
-  void Defer(Item item, std::function<absl::Status()> finish);
-  void FinisherLoop();
-  void WorkerLoop();
-  // Runs queued operations on the calling thread while no other thread runs
-  // one and `awaited` is not complete.
-  void HelpUntilDone(Work* awaited);
-  std::shared_ptr<CompletableWork> NewWork();
-  static std::string Describe(const Fingerprint& f);
-  // The flight recorder's view of an operation.
-  static FlightRecord RecordOf(const Fingerprint& f);
-  // Writes the flight recorder and `reports` to options_.dump_on_failure.
-  void DumpFlightRecorder(const std::vector<std::string>& reports);
-
-  std::unique_ptr<Backend> backend_;
-  std::shared_ptr<Store> store_;  // Prefixed; may be null.
-  const CommunicatorOptions options_;
-  FlightRecorder recorder_;
-  const int rank_, size_;
-  // The backend's, asked once: checking every call's tensors against them
-  // must not build a string per operation.
-  const BackendCapabilities capabilities_;
-  const std::chrono::nanoseconds coarse_tick_;  // CoarseResolution(): operations' start times lag by up to this.
-
-  std::mutex mu_;  // Guards everything below.
-  std::condition_variable work_cv_;
-  communicator_internal::RingQueue<Item> queue_;  // No allocation per operation.
-  uint64_t next_seq_ = 0;
-  // Operations run (collectives) or posted (point to point), by OpType
-  // (log_summary).
-  uint64_t op_counts_[kOpTypes] = {};
-  // Point to point: numbered per (peer, tag) and direction, in call order.
-  std::map<std::pair<int, uint32_t>, uint64_t> send_seq_, recv_seq_;
-  std::map<uint32_t, uint64_t> recv_any_seq_;  // RecvAnySource, per tag.
-  bool stopping_ = false;
-  bool running_ = false;  // An operation runs (worker or helping caller).
-  // The worker waits on work_cv_ (or is about to): only then does a new
-  // operation notify it (a notification costs a call into the C library
-  // even when nobody waits).
-  bool worker_sleeping_ = false;
-  bool p2p_running_ = false;  // A batch takes newly posted Send/Recv.
-  absl::Status broken_;
-  Fd wake_;  // eventfd: a Send/Recv was posted while a batch runs.
-  // Mirrors of queue_.size() and stopping_ for the worker's lock-free spin,
-  // whether a waiting caller runs an operation, and how many collectives
-  // were queued so far (new work restarts the worker's spin).
-  std::atomic<size_t> queue_size_{0};
-  std::atomic<bool> stopping_flag_{false};
-  std::atomic<bool> helping_{false};
-  std::atomic<uint64_t> enqueued_{0};
-  // Lets Works' helpers reach this communicator while it exists.
-  struct HelpGate {
-    std::mutex mu;
-    Communicator* comm = nullptr;
-  };
-  std::shared_ptr<HelpGate> help_gate_;
-  std::shared_ptr<const Work::Helper> helper_;  // Given to every Work.
-  // The same for ThenWork's steps: a separate gate, since a step may chain
-  // more while a waiting caller (holding help_gate_) runs it.
-  std::shared_ptr<HelpGate> sequence_gate_;
-  SubgroupFactory subgroup_factory_;
-  std::atomic<uint64_t> splits_{0};  // Subgroups asked for so far (names them).
-  std::shared_ptr<const Work::Sequencer> sequencer_;  // Given to every Work.
-  // Guarded by mu_: the thread running a ThenWork step (none: default), and
-  // how many collectives it has queued (they go to the queue's front).
-  std::thread::id step_thread_;
-  size_t step_queued_ = 0;
-  std::thread worker_;
-
-  // Operations a device backend queued (OpContext::queued), finished in
-  // order by finisher_, which starts with the first of them.
-  std::mutex finish_mu_;  // Guards the three below.
-  std::condition_variable finish_cv_;
-  std::deque<Deferred> to_finish_;
-  bool finisher_stop_ = false;
-  std::thread finisher_;
+  std::unique_ptr<communicator_internal::CommunicatorState> state_;
 };
 
 }  // namespace lockstep

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/communicator_checks.h"
-#include "collectives/internal/task_work.h"
+#include "collectives/internal/communicator_state.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -19,6 +19,8 @@ namespace lockstep {
 namespace {
 
 using communicator_internal::CheckTensor;
+using communicator_internal::Fingerprint;
+using communicator_internal::OpType;
 using communicator_internal::LayoutHash;
 
 // Where each tensor of a coalesced list lies in its packed buffer (bytes).
@@ -140,23 +142,23 @@ std::string StringOf(const Tensor& t, int64_t offset, int64_t bytes) {
 
 std::shared_ptr<Work> Communicator::AllReduceCoalesced(std::vector<Tensor> tensors, ReduceOp op) {
   constexpr const char* kOp = "AllReduceCoalesced";
-  if (auto s = CheckList(tensors, kOp, /*one_dtype=*/true); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(tensors[0], kOp, "tensors[0]"); !s.ok()) return Failed(s);
+  if (auto s = CheckList(tensors, kOp, /*one_dtype=*/true); !s.ok()) return state_->Failed(s);
+  if (auto s = state_->CheckDevice(tensors[0], kOp, "tensors[0]"); !s.ok()) return state_->Failed(s);
   const DType dtype = tensors[0].dtype();
-  if (auto s = CheckReduceOp(op, dtype, kOp); !s.ok()) return Failed(s);
+  if (auto s = state_->CheckReduceOp(op, dtype, kOp); !s.ok()) return state_->Failed(s);
   const Packing packing = PackingOf(tensors);
   absl::StatusOr<Tensor> buffer = Tensor::Empty({packing.bytes}, DType::kU8, tensors[0].device());
-  if (!buffer.ok()) return Failed(buffer.status());
+  if (!buffer.ok()) return state_->Failed(buffer.status());
   // Packed when called (the caller's data as it is now), unpacked when done.
-  if (auto s = Pack(tensors, packing, *buffer); !s.ok()) return Failed(s);
+  if (auto s = Pack(tensors, packing, *buffer); !s.ok()) return state_->Failed(s);
   absl::StatusOr<Tensor> elements = buffer->ViewAs(dtype);
-  if (!elements.ok()) return Failed(elements.status());
+  if (!elements.ok()) return state_->Failed(elements.status());
   // Padding between tensors is reduced too (cheaper than a message each);
   // it is never read back.
   Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduceCoalesced), static_cast<uint8_t>(dtype),
                 static_cast<uint8_t>(op), 0, -1, elements->numel(), 0, LayoutHash(Shapes(tensors))};
-  std::shared_ptr<Work> reduced = Enqueue(f, [this, flat = *elements, op](const OpContext& ctx) {
-    return backend_->AllReduce(flat, flat, op, ctx);
+  std::shared_ptr<Work> reduced = state_->Enqueue(f, [b = state_->backend.get(), flat = *elements, op](const OpContext& ctx) {
+    return b->AllReduce(flat, flat, op, ctx);
   });
   return reduced->Then([buffer = *buffer, packing, tensors = std::move(tensors)] {
     return Unpack(buffer, packing, tensors);
@@ -165,23 +167,23 @@ std::shared_ptr<Work> Communicator::AllReduceCoalesced(std::vector<Tensor> tenso
 
 std::shared_ptr<Work> Communicator::BroadcastCoalesced(std::vector<Tensor> tensors, int root) {
   constexpr const char* kOp = "BroadcastCoalesced";
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size_, ")")));
+  if (root < 0 || root >= size()) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
-  if (auto s = CheckList(tensors, kOp, /*one_dtype=*/false); !s.ok()) return Failed(s);
-  if (auto s = CheckDevice(tensors[0], kOp, "tensors[0]"); !s.ok()) return Failed(s);
+  if (auto s = CheckList(tensors, kOp, /*one_dtype=*/false); !s.ok()) return state_->Failed(s);
+  if (auto s = state_->CheckDevice(tensors[0], kOp, "tensors[0]"); !s.ok()) return state_->Failed(s);
   const Packing packing = PackingOf(tensors);
   absl::StatusOr<Tensor> buffer = Tensor::Empty({packing.bytes}, DType::kU8, tensors[0].device());
-  if (!buffer.ok()) return Failed(buffer.status());
-  if (rank_ == root) {
-    if (auto s = Pack(tensors, packing, *buffer); !s.ok()) return Failed(s);
+  if (!buffer.ok()) return state_->Failed(buffer.status());
+  if (rank() == root) {
+    if (auto s = Pack(tensors, packing, *buffer); !s.ok()) return state_->Failed(s);
   }
   Fingerprint f{0, static_cast<uint8_t>(OpType::kBroadcastCoalesced), static_cast<uint8_t>(DType::kU8), 0, 0, root,
                 packing.bytes, 0, LayoutHash(Shapes(tensors))};
-  std::shared_ptr<Work> sent = Enqueue(f, [this, flat = *buffer, root](const OpContext& ctx) {
-    return backend_->Broadcast(flat, root, ctx);
+  std::shared_ptr<Work> sent = state_->Enqueue(f, [b = state_->backend.get(), flat = *buffer, root](const OpContext& ctx) {
+    return b->Broadcast(flat, root, ctx);
   });
-  if (rank_ == root) return sent;
+  if (rank() == root) return sent;
   return sent->Then([buffer = *buffer, packing, tensors = std::move(tensors)] {
     return Unpack(buffer, packing, tensors);
   });
@@ -189,12 +191,12 @@ std::shared_ptr<Work> Communicator::BroadcastCoalesced(std::vector<Tensor> tenso
 
 std::shared_ptr<Work> Communicator::AllGatherBytes(std::string mine, std::vector<std::string>* all) {
   constexpr const char* kOp = "AllGatherBytes";
-  if (all == nullptr) return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output vector")));
-  const int64_t limit = options_.max_object_bytes;
+  if (all == nullptr) return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output vector")));
+  const int64_t limit = options().max_object_bytes;
   absl::StatusOr<Tensor> my_size = Tensor::FromVector<int64_t>({Announced(mine, limit)});
-  absl::StatusOr<Tensor> sizes = Tensor::Empty({size_}, DType::kI64);
-  if (!my_size.ok() || !sizes.ok()) return Failed(my_size.ok() ? sizes.status() : my_size.status());
-  const int n = size_;
+  absl::StatusOr<Tensor> sizes = Tensor::Empty({size()}, DType::kI64);
+  if (!my_size.ok() || !sizes.ok()) return state_->Failed(my_size.ok() ? sizes.status() : my_size.status());
+  const int n = size();
   // Sizes, then (a step queued right behind them: every rank issues the
   // same second collective, or none) the payloads.
   return AllGather(*my_size, *sizes)->ThenWork(
@@ -217,26 +219,26 @@ std::shared_ptr<Work> Communicator::AllGatherBytes(std::string mine, std::vector
 
 std::shared_ptr<Work> Communicator::BroadcastBytes(std::string* data, int root) {
   constexpr const char* kOp = "BroadcastBytes";
-  if (data == nullptr) return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no string")));
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size_, ")")));
+  if (data == nullptr) return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no string")));
+  if (root < 0 || root >= size()) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
-  const int64_t limit = options_.max_object_bytes;
-  absl::StatusOr<Tensor> size = Tensor::FromVector<int64_t>({rank_ == root ? Announced(*data, limit) : 0});
-  if (!size.ok()) return Failed(size.status());
+  const int64_t limit = options().max_object_bytes;
+  absl::StatusOr<Tensor> size = Tensor::FromVector<int64_t>({rank() == root ? Announced(*data, limit) : 0});
+  if (!size.ok()) return state_->Failed(size.status());
   return Broadcast(*size, root)->ThenWork(
       [this, size = *size, data, root, limit]() -> absl::StatusOr<std::shared_ptr<Work>> {
         const int64_t announced = size.data<int64_t>()[0];
         if (announced == kOverLimit || announced < 0 || announced > limit) {
-          std::vector<int64_t> sizes(static_cast<size_t>(size_), 0);
+          std::vector<int64_t> sizes(static_cast<size_t>(this->size()), 0);
           sizes[static_cast<size_t>(root)] = announced;
-          return CheckedSizes(sizes.data(), size_, limit, kOp).status();
+          return CheckedSizes(sizes.data(), this->size(), limit, kOp).status();
         }
         absl::StatusOr<Tensor> payload =
-            rank_ == root ? BytesTensor(*data) : Tensor::Empty({announced}, DType::kU8);
+            rank() == root ? BytesTensor(*data) : Tensor::Empty({announced}, DType::kU8);
         if (!payload.ok()) return payload.status();
         std::shared_ptr<Work> sent = Broadcast(*payload, root);
-        if (rank_ == root) return sent;
+        if (rank() == root) return sent;
         return sent->Then([payload = *payload, data, announced] {
           *data = StringOf(payload, 0, announced);
           return absl::OkStatus();
@@ -246,17 +248,17 @@ std::shared_ptr<Work> Communicator::BroadcastBytes(std::string* data, int root) 
 
 std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<std::string>* all, int root) {
   constexpr const char* kOp = "GatherBytes";
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size_, ")")));
+  if (root < 0 || root >= size()) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
-  if (rank_ == root && all == nullptr) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output vector at the root")));
+  if (rank() == root && all == nullptr) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output vector at the root")));
   }
-  const int64_t limit = options_.max_object_bytes;
+  const int64_t limit = options().max_object_bytes;
   absl::StatusOr<Tensor> my_size = Tensor::FromVector<int64_t>({Announced(mine, limit)});
-  absl::StatusOr<Tensor> sizes = Tensor::Empty({size_}, DType::kI64);
-  if (!my_size.ok() || !sizes.ok()) return Failed(my_size.ok() ? sizes.status() : my_size.status());
-  const int n = size_;
+  absl::StatusOr<Tensor> sizes = Tensor::Empty({size()}, DType::kI64);
+  if (!my_size.ok() || !sizes.ok()) return state_->Failed(my_size.ok() ? sizes.status() : my_size.status());
+  const int n = size();
   // Every rank learns every size (a few bytes each), so all take the same
   // decision about the payloads and the uneven gather's blocks.
   return AllGather(*my_size, *sizes)->ThenWork(
@@ -265,11 +267,11 @@ std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<st
         const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
         Tensor gathered;
-        if (rank_ == root) {
+        if (rank() == root) {
           LOCKSTEP_ASSIGN_OR_RETURN(gathered, Tensor::Empty({total}, DType::kU8));
         }
         std::shared_ptr<Work> done = GatherV(payload, gathered, counts, root);
-        if (rank_ != root) return done;
+        if (rank() != root) return done;
         return done->Then([gathered, counts, all] {
           all->clear();
           int64_t offset = 0;
@@ -284,33 +286,33 @@ std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<st
 
 std::shared_ptr<Work> Communicator::ScatterBytes(std::vector<std::string> parts, std::string* mine, int root) {
   constexpr const char* kOp = "ScatterBytes";
-  if (mine == nullptr) return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output string")));
-  if (root < 0 || root >= size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size_, ")")));
+  if (mine == nullptr) return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output string")));
+  if (root < 0 || root >= size()) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
-  if (rank_ == root && static_cast<int>(parts.size()) != size_) {
-    return Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": the root has ", parts.size(),
-                                                          " parts; it needs one per rank (world size ", size_, ")")));
+  if (rank() == root && static_cast<int>(parts.size()) != size()) {
+    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": the root has ", parts.size(),
+                                                          " parts; it needs one per rank (world size ", size(), ")")));
   }
-  const int64_t limit = options_.max_object_bytes;
+  const int64_t limit = options().max_object_bytes;
   // The root announces every part's size to all (the blocks of the uneven
   // scatter must be known everywhere).
-  absl::StatusOr<Tensor> sizes = Tensor::Zeros({size_}, DType::kI64);
-  if (!sizes.ok()) return Failed(sizes.status());
-  if (rank_ == root) {
-    for (int r = 0; r < size_; ++r) sizes->data<int64_t>()[r] = Announced(parts[static_cast<size_t>(r)], limit);
+  absl::StatusOr<Tensor> sizes = Tensor::Zeros({size()}, DType::kI64);
+  if (!sizes.ok()) return state_->Failed(sizes.status());
+  if (rank() == root) {
+    for (int r = 0; r < size(); ++r) sizes->data<int64_t>()[r] = Announced(parts[static_cast<size_t>(r)], limit);
   }
-  const int n = size_;
+  const int n = size();
   return Broadcast(*sizes, root)->ThenWork(
       [this, sizes = *sizes, parts = std::move(parts), mine, root, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
         LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
         Tensor packed;
-        if (rank_ == root) {
+        if (rank() == root) {
           std::string all;
           for (const std::string& p : parts) all += p;
           LOCKSTEP_ASSIGN_OR_RETURN(packed, BytesTensor(all));
         }
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty({counts[static_cast<size_t>(rank_)]}, DType::kU8));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty({counts[static_cast<size_t>(rank())]}, DType::kU8));
         return ScatterV(packed, part, counts, root)->Then([part, mine] {
           *mine = StringOf(part, 0, part.numel());
           return absl::OkStatus();

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/communicator_checks.h"
-#include "collectives/internal/task_work.h"
+#include "collectives/internal/communicator_state.h"
 #include "collectives/store/prefix_store.h"
 #include "core/status.h"
 
@@ -23,73 +23,87 @@ namespace {
 // ranks are an error instead of two groups that wait for each other.
 constexpr int kFields = 3;
 
+using communicator_internal::CommunicatorState;
+using communicator_internal::Fingerprint;
+using communicator_internal::OpType;
+
+// The members' communicator from the backend's own split (native_split).
+absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(CommunicatorState& st, int color, int key,
+                                                          const Communicator::SubgroupSpec& spec);
+// Split's and NewGroup's collective part: every rank's (color, key, check)
+// gathered, `check` compared, the members' communicator made.
+absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key,
+                                                             uint32_t check, const char* op);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
   if (color < kNoColor) {
-    return absl::InvalidArgumentError(absl::StrCat("Split: color ", color, " on rank ", rank_,
+    return absl::InvalidArgumentError(absl::StrCat("Split: color ", color, " on rank ", state_->rank,
                                                    " is negative; use a color >= 0, or kNoColor (-1) for no group"));
   }
   // Every rank takes the same branch here (the same creation path), so a
   // communicator without a factory fails alike everywhere, before any
   // exchange.
-  if (!subgroup_factory_ && !capabilities_.native_split) {
+  if (!state_->subgroup_factory && !state_->capabilities.native_split) {
     return absl::FailedPreconditionError(
         "Split: this communicator has no subgroup factory; create it with CreateCommunicator, "
         "CreateTcpCommunicator, CreateShmCommunicator or CreateNcclCommunicator (collectives/bootstrap/), "
         "which rendezvous subgroups through their store");
   }
-  return SplitWithCheck(color, key, 0, "Split");
+  return SplitWithCheck(*state_, color, key, 0, "Split");
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::NewGroup(absl::Span<const int> ranks) {
   std::vector<int> sorted(ranks.begin(), ranks.end());
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] < 0 || sorted[i] >= size_) {
+    if (sorted[i] < 0 || sorted[i] >= state_->size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("NewGroup: rank ", sorted[i], " is not a rank of this group (world size ", size_, ")"));
+          absl::StrCat("NewGroup: rank ", sorted[i], " is not a rank of this group (world size ", state_->size, ")"));
     }
     if (i > 0 && sorted[i] == sorted[i - 1]) {
       return absl::InvalidArgumentError(absl::StrCat("NewGroup: rank ", sorted[i], " is listed twice"));
     }
   }
   if (sorted.empty()) return absl::InvalidArgumentError("NewGroup: the list of ranks is empty");
-  if (!subgroup_factory_ && !capabilities_.native_split) {
+  if (!state_->subgroup_factory && !state_->capabilities.native_split) {
     return absl::FailedPreconditionError(
         "NewGroup: this communicator has no subgroup factory; create it with CreateCommunicator, "
         "CreateTcpCommunicator, CreateShmCommunicator or CreateNcclCommunicator (collectives/bootstrap/)");
   }
-  const auto at = std::find(sorted.begin(), sorted.end(), rank_);
+  const auto at = std::find(sorted.begin(), sorted.end(), state_->rank);
   const bool member = at != sorted.end();
   const std::vector<int64_t> as_counts(sorted.begin(), sorted.end());
   // Members in ascending order of their rank here, as dist.new_group.
-  return SplitWithCheck(member ? 0 : kNoColor, member ? static_cast<int>(at - sorted.begin()) : 0,
+  return SplitWithCheck(*state_, member ? 0 : kNoColor, member ? static_cast<int>(at - sorted.begin()) : 0,
                         communicator_internal::LayoutHash(as_counts) | 1, "NewGroup");
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Communicator::NativeSplit(int color, int key,
-                                                                        const SubgroupSpec& spec) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(CommunicatorState& st, int color, int key,
+                                                          const Communicator::SubgroupSpec& spec) {
   // The backend's split is a collective of this group (NCCL's
   // ncclCommSplit): it runs as one of its operations, on every rank.
   auto made = std::make_shared<std::unique_ptr<Backend>>();
-  const int new_rank = color == kNoColor ? -1 : spec.rank, new_size = color == kNoColor ? 0 : spec.size;
+  const int new_rank = color == Communicator::kNoColor ? -1 : spec.rank, new_size = color == Communicator::kNoColor ? 0 : spec.size;
   Fingerprint f{0, static_cast<uint8_t>(OpType::kSplit), 0, 0, 0, -1, 0, 0, 0};
-  LOCKSTEP_RETURN_IF_ERROR(Enqueue(f, [this, made, color, key, new_rank, new_size](const OpContext& ctx) -> absl::Status {
-                             LOCKSTEP_ASSIGN_OR_RETURN(*made, backend_->Split(color, key, new_rank, new_size, ctx));
+  LOCKSTEP_RETURN_IF_ERROR(st.Enqueue(f, [b = st.backend.get(), made, color, key, new_rank, new_size](const OpContext& ctx) -> absl::Status {
+                             LOCKSTEP_ASSIGN_OR_RETURN(*made, b->Split(color, key, new_rank, new_size, ctx));
                              return absl::OkStatus();
                            })->Wait());
-  if (color == kNoColor) return std::unique_ptr<Communicator>();
+  if (color == Communicator::kNoColor) return std::unique_ptr<Communicator>();
   if (*made == nullptr) return absl::InternalError("Split: the backend made no subgroup for a member");
   std::shared_ptr<Store> failures;
-  if (store_ != nullptr) failures = std::make_shared<PrefixStore>(spec.name, store_);
+  if (st.store != nullptr) failures = std::make_shared<PrefixStore>(spec.name, st.store);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child,
-                            Communicator::Create(std::move(*made), options_, std::move(failures)));
+                            Communicator::Create(std::move(*made), st.options, std::move(failures)));
   // The subgroup's own subgroups: natively again, or through this group's
   // factory under the subgroup's name.
-  if (subgroup_factory_) {
-    child->set_subgroup_factory([factory = subgroup_factory_, name = spec.name](const SubgroupSpec& grand) {
-      SubgroupSpec renamed = grand;
+  if (st.subgroup_factory) {
+    child->set_subgroup_factory([factory = st.subgroup_factory, name = spec.name](const Communicator::SubgroupSpec& grand) {
+      Communicator::SubgroupSpec renamed = grand;
       renamed.name = absl::StrCat(name, "/", grand.name);
       return factory(renamed);
     });
@@ -97,53 +111,55 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::NativeSplit(int colo
   return child;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Communicator::SplitWithCheck(int color, int key, uint32_t check,
-                                                                           const char* op) {
+absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key,
+                                                             uint32_t check, const char* op) {
   // The name is the same on every rank: each calls Split and NewGroup in
   // the same order, as every collective.
-  const uint64_t index = splits_.fetch_add(1);
+  const uint64_t index = st.splits.fetch_add(1);
   // Exchanged as the fingerprints are (any backend, host memory), as an
   // operation of this group.
   auto mine = std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{color, key, check});
-  auto all = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(kFields) * size_);
+  auto all = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(kFields) * st.size);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kSplit), static_cast<uint8_t>(DType::kI64), 0, 0, -1, kFields, 0, 0};
-  LOCKSTEP_RETURN_IF_ERROR(Enqueue(f, [this, mine, all](const OpContext& ctx) {
-                             return backend_->AllGatherBytes(mine->data(), sizeof(int64_t) * kFields, all->data(), ctx);
+  LOCKSTEP_RETURN_IF_ERROR(st.Enqueue(f, [b = st.backend.get(), mine, all](const OpContext& ctx) {
+                             return b->AllGatherBytes(mine->data(), sizeof(int64_t) * kFields, all->data(), ctx);
                            })->Wait());
   const int64_t* fields = all->data();
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < st.size; ++r) {
     if (fields[kFields * r + 2] != check) {
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": rank ", r, " passed ", fields[kFields * r + 2] == 0 ? "Split's arguments" : "another rank list",
-          " than rank ", rank_, " in the same call; every rank must call ", op, " with the same ",
+          " than rank ", st.rank, " in the same call; every rank must call ", op, " with the same ",
           check == 0 ? "kind of call" : "list of ranks", " in the same order"));
     }
   }
   // A backend that splits itself needs every rank, members or not.
-  if (color == kNoColor && !capabilities_.native_split) return std::unique_ptr<Communicator>();
+  if (color == Communicator::kNoColor && !st.capabilities.native_split) return std::unique_ptr<Communicator>();
   // Members: ranks of this color by (key, rank).
   std::vector<std::pair<int64_t, int>> order;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < st.size; ++r) {
     if (fields[kFields * r] == color) order.emplace_back(fields[kFields * r + 1], r);
   }
   std::sort(order.begin(), order.end());
-  SubgroupSpec spec;
+  Communicator::SubgroupSpec spec;
   for (const auto& [k, r] : order) {
-    if (r == rank_) spec.rank = static_cast<int>(spec.members.size());
+    if (r == st.rank) spec.rank = static_cast<int>(spec.members.size());
     spec.members.push_back(r);
   }
   spec.size = static_cast<int>(spec.members.size());
   spec.name = absl::StrCat("split", index, "/color", color);
   absl::StatusOr<std::unique_ptr<Communicator>> child =
-      capabilities_.native_split ? NativeSplit(color, key, spec) : subgroup_factory_(spec);
-  if (child.ok() && color == kNoColor) return std::unique_ptr<Communicator>();
+      st.capabilities.native_split ? NativeSplit(st, color, key, spec) : st.subgroup_factory(spec);
+  if (child.ok() && color == Communicator::kNoColor) return std::unique_ptr<Communicator>();
   if (!child.ok()) {
     return absl::Status(child.status().code(),
-                        absl::StrCat(op, ": rank ", rank_, " could not build its subgroup (ranks ",
+                        absl::StrCat(op, ": rank ", st.rank, " could not build its subgroup (ranks ",
                                      absl::StrJoin(spec.members, ","), " here; color ", color, "): ",
                                      child.status().message()));
   }
   return child;
 }
+
+}  // namespace
 
 }  // namespace lockstep

@@ -1,5 +1,5 @@
 // TaskWork: a queued collective's Work and its task in one allocation.
-// Internal to the Communicator (communicator*.cc).
+// Internal to the Communicator (collectives/internal/op_queue.h).
 //
 // A task captures its tensors (a Tensor is 64 bytes), so as a std::function
 // it took a heap allocation of its own besides the Work's; here the task
@@ -16,7 +16,6 @@
 
 #include "absl/status/status.h"
 #include "collectives/backend.h"
-#include "collectives/communicator.h"
 #include "collectives/completable_work.h"
 
 namespace lockstep {
@@ -46,16 +45,6 @@ class TaskWorkOf final : public TaskWork {
 };
 
 }  // namespace communicator_internal
-
-template <typename F>
-std::shared_ptr<Work> Communicator::Enqueue(Fingerprint fingerprint, F&& task) {
-  using Task = std::decay_t<F>;
-  static_assert(std::is_invocable_r_v<absl::Status, Task&, const OpContext&>,
-                "a task is called as absl::Status(const OpContext&)");
-  return EnqueueTask(fingerprint, std::make_shared<communicator_internal::TaskWorkOf<Task>>(
-                                      options_.wait_spin_microseconds, std::forward<F>(task)));
-}
-
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COLLECTIVES_INTERNAL_TASK_WORK_H_
