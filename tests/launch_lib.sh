@@ -3,7 +3,7 @@
 # tests/mixed_transport_test.sh). Sourced, never run.
 #
 #   source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/launch_lib.sh"
-#   lib_require_root "ip netns"          # exits 0 with SKIP when not root
+#   lib_require_root "ip netns"          # fails when not root (skips only with LOCKSTEP_SKIP_ROOT_TESTS=1)
 #   port=$(lib_free_port)
 #   lib_wait_for 30 "checkpoint exists" test -e "$dir/step-0000000005.safetensors"
 #   lib_check 'grep -q "4 ranks" "$log"' "$log"   # sets fail=1 and prints the log
@@ -13,11 +13,18 @@
 fail=0
 runfiles="${TEST_SRCDIR:?run under bazel test}/${TEST_WORKSPACE:?}"
 
+# A root-only test fails when not root: a skip that Bazel shows as PASSED
+# would say it ran. LOCKSTEP_SKIP_ROOT_TESTS=1 (bazel test
+# --test_env=LOCKSTEP_SKIP_ROOT_TESTS=1) skips it instead, and says so.
 lib_require_root() {
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "SKIP: $1 needs root (CI runs as root; run: sudo bazel test ${TEST_TARGET:-this test})"
+  [[ $(id -u) -eq 0 ]] && return 0
+  if [[ "${LOCKSTEP_SKIP_ROOT_TESTS:-}" == 1 ]]; then
+    echo "SKIP: $1 needs root; skipped because LOCKSTEP_SKIP_ROOT_TESTS=1"
     exit 0
   fi
+  echo "FAIL: $1 needs root (CI runs as root): run as root (sudo bazel test ${TEST_TARGET:-this test}), or set" \
+    "LOCKSTEP_SKIP_ROOT_TESTS=1 (bazel test --test_env=LOCKSTEP_SKIP_ROOT_TESTS=1) to skip the root-only tests" >&2
+  exit 1
 }
 
 # A TCP port with no listener in this network namespace, from 20000..29999

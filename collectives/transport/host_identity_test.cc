@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/testing/require_root.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -70,7 +71,7 @@ TEST(HostIdentityTest, AProcessInTheSameNamespaceSharesIt) {
 }
 
 TEST(HostIdentityTest, AnotherNetworkNamespaceIsAnotherHost) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to unshare a network namespace";
+  LOCKSTEP_REQUIRE_ROOT("unsharing a network namespace");
   std::string error;
   const std::string child = ChildIdentity([] { return unshare(CLONE_NEWNET) == 0; }, &error);
   ASSERT_FALSE(child.empty()) << error << " (unshare(CLONE_NEWNET) as root)";

@@ -15,6 +15,7 @@
 #include "collectives/store/hash_store.h"
 #include "collectives/testing/transport_conformance.h"
 #include "collectives/transport/shm/shm_transport.h"
+#include "core/testing/require_root.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -82,7 +83,7 @@ Fd ConnectAbstract(const std::string& name) {
 }
 
 TEST(ShmTransportTest, StrangersConnectionsAreDroppedAndTheGroupForms) {
-  ASSERT_EQ(::geteuid(), 0u) << "needs root to connect as another user (CI runs as root)";
+  LOCKSTEP_REQUIRE_ROOT("connecting as another user");
   for (const std::string secret : {"", "group secret"}) {
     HashStore store;
     ShmTransportOptions options;
