@@ -1,6 +1,7 @@
 #include "collectives/store/file_store.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "collectives/store/file_store_format.h"
 #include "collectives/store/store_ops.h"
@@ -59,6 +61,37 @@ absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) 
 
 constexpr const char* kUsersKey = "__file_store_closed_users";
 
+// "uid 65534 (nobody)".
+std::string UserName(uid_t uid) {
+  struct passwd pw{};
+  struct passwd* found = nullptr;
+  char buffer[1024];
+  if (::getpwuid_r(uid, &pw, buffer, sizeof(buffer), &found) == 0 && found != nullptr) {
+    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
+  }
+  return absl::StrCat("uid ", uid);
+}
+
+// Whoever can write the file can set every key (an address, a secret): the
+// file must be this user's own and nobody else's to write. A file another
+// user created first (in /tmp, say: this kernel leaves fs.protected_regular
+// off) is refused rather than adopted.
+absl::Status CheckTrusted(const struct stat& st, const std::string& path) {
+  if (st.st_uid != ::geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "FileStore ", path, " is owned by ", UserName(st.st_uid), ", not by this process's ",
+        UserName(::geteuid()), ": another user could have written its keys. Remove it if it is yours to remove, "
+        "or use a path in a directory only the job's user can write (not /tmp)"));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "FileStore ", path, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group",
+        " (mode ", absl::StrFormat("%04o", st.st_mode & 07777), "): another user could have written its keys. "
+        "chmod 600 it if nobody else did, or use a new path"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileStore>> FileStore::Open(std::string path, FileStoreOptions options) {
@@ -79,6 +112,7 @@ absl::StatusOr<std::unique_ptr<FileStore>> FileStore::Open(std::string path, Fil
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat("FileStore ", path, " is not a regular file"));
   }
+  LOCKSTEP_RETURN_IF_ERROR(CheckTrusted(st, path));
   {
     FileLock lock(fd, /*exclusive=*/true);
     if (!lock.ok()) return Errno("flock", path);

@@ -20,9 +20,11 @@
 //
 // Limits and trust: keys up to 64 KiB, values up to 1 GiB (a record that
 // claims more is refused as corrupt before anything is allocated); the
-// file is created readable and writable by its owner only (0600), and
-// anyone who can write it can change every value: put it where only the
-// job's user writes. A record cut short by a process that died while
+// file is created readable and writable by its owner only (0600). Anyone
+// who can write it can change every value, so Open refuses a file owned by
+// another user (one created first at a guessable path in /tmp) or writable
+// by its group or others, naming the owner or the mode: put it where only
+// the job's user writes. A record cut short by a process that died while
 // appending is ignored and removed by the next writer. The file only
 // grows (every Set appends); `num_users` processes each opening and
 // closing one FileStore remove it when the last closes, as c10d's

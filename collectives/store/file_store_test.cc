@@ -11,11 +11,14 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/store/file_store_format.h"
+#include "core/testing/require_root.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -97,6 +100,7 @@ TEST_F(FileStoreTest, ARecordCutShortByADeadWriterIsDropped) {
 
 TEST_F(FileStoreTest, ForeignAndCorruptFilesAreRefusedClearly) {
   std::ofstream(path_) << "not a store at all";
+  ASSERT_EQ(::chmod(path_.c_str(), 0600), 0);  // Whatever the umask: only its content is wrong.
   absl::StatusOr<std::unique_ptr<FileStore>> foreign = FileStore::Open(path_);
   EXPECT_EQ(foreign.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(foreign.status().message().find("is not a FileStore's file"), std::string::npos) << foreign.status();
@@ -140,6 +144,53 @@ TEST_F(FileStoreTest, AFileThatShrinksIsAnError) {
   const absl::StatusOr<bool> check = (*store)->Check({"a"});
   EXPECT_EQ(check.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(check.status().message().find("shrank"), std::string::npos) << check.status();
+}
+
+// A file another local user created first at the path (in a sticky /tmp
+// directory, say) is refused, not adopted with the keys that user wrote;
+// the file is left as it was.
+TEST_F(FileStoreTest, AFileAnotherUserCreatedFirstIsRefused) {
+  LOCKSTEP_REQUIRE_ROOT("creating a file as uid 65534");
+  ASSERT_EQ(::chmod(dir_.c_str(), 01777), 0);
+  const std::string planted = absl::StrCat(file_store::kMagic, "planted records");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    bool ok = ::setgid(65534) == 0 && ::setuid(65534) == 0;
+    const int fd = ok ? ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+    ok = fd >= 0 && ::write(fd, planted.data(), planted.size()) == static_cast<ssize_t>(planted.size());
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "uid 65534 could not create the file";
+  absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(path_);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(store.status().message().find("is owned by uid 65534"), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find("not /tmp"), std::string::npos) << store.status();
+  std::ifstream in(path_);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), planted);
+}
+
+// A file of this user's that others may write is refused too; once only
+// its owner may write it again, it opens with every key it had.
+TEST_F(FileStoreTest, AFileOthersMayWriteIsRefusedAndNothingIsLost) {
+  {
+    absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Set("rank0/addr", "10.0.0.2:4242").ok());
+  }
+  for (const auto& [mode, who] : {std::pair<mode_t, const char*>{0666, "writable by every user (mode 0666)"},
+                                  std::pair<mode_t, const char*>{0620, "writable by its group (mode 0620)"}}) {
+    ASSERT_EQ(::chmod(path_.c_str(), mode), 0);
+    absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(path_);
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_NE(store.status().message().find(who), std::string::npos) << store.status();
+  }
+  ASSERT_EQ(::chmod(path_.c_str(), 0600), 0);
+  absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->Get("rank0/addr"), "10.0.0.2:4242");
 }
 
 }  // namespace
