@@ -20,7 +20,7 @@
 #include <string>
 
 #include "collectives/communicator.h"
-#include "collectives/grad_bucket.h"
+#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
 
 namespace lockstep {

@@ -64,7 +64,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "collectives/grad_bucket.h"
+#include "ddp/grad_bucket.h"
 #include "ddp/comm_hook.h"
 
 namespace lockstep {

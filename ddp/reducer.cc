@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/bucket_assignment.h"
+#include "ddp/bucket_assignment.h"
 #include "core/kernels.h"
 #include "core/status.h"
 

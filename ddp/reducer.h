@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
-#include "collectives/grad_bucket.h"
+#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
 #include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"

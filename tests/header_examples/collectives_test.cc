@@ -22,11 +22,11 @@
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/algorithms/all_reduce.h"
 #include "collectives/algorithms/all_to_all.h"
-#include "collectives/bucket_assignment.h"
+#include "ddp/bucket_assignment.h"
 #include "collectives/communicator.h"
 #include "collectives/flight_recorder.h"
-#include "collectives/fused_all_reduce.h"
-#include "collectives/grad_bucket.h"
+#include "ddp/fused_all_reduce.h"
+#include "ddp/grad_bucket.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/host_backend.h"
 #include "collectives/nccl/nccl_communicator.h"
@@ -418,7 +418,7 @@ TEST(CollectivesExamplesTest, HierarchicalBackendAllReducesOverTwoLevels) {
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(Values(t[rank]), Summed(4, 300)) << rank;
 }
 
-// collectives/bucket_assignment.h
+// ddp/bucket_assignment.h
 TEST(CollectivesExamplesTest, BucketAssignmentFollowsPyTorchsRule) {
   absl::StatusOr<BucketAssignment> result = []() -> absl::StatusOr<BucketAssignment> {
     std::vector<BucketItem> items = {{600 << 10, DType::kF32, Device::Cpu()}, {600 << 10, DType::kF32, Device::Cpu()}, {600 << 10, DType::kF32, Device::Cpu()}};  // x3
@@ -438,7 +438,7 @@ std::vector<Tensor> Pick(const std::vector<Tensor>& all, const std::vector<size_
   return out;
 }
 
-// collectives/grad_bucket.h: every bucket of `grads` packed, averaged over
+// ddp/grad_bucket.h: every bucket of `grads` packed, averaged over
 // the ranks and unpacked.
 absl::Status GradBucketExample(Communicator& comm, const std::vector<Tensor>& grads) {
   std::vector<BucketItem> items;
@@ -470,7 +470,7 @@ TEST(CollectivesExamplesTest, GradBucketsPackReduceAndUnpack) {
   }
 }
 
-// collectives/fused_all_reduce.h
+// ddp/fused_all_reduce.h
 absl::Status FusedAllReduceExample(Communicator& comm, const std::vector<Tensor>& grads) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto fused,
       FusedAllReduce::Start(comm, grads, ReduceOp::kAvg, /*bucket_cap_bytes=*/25 << 20));

@@ -45,8 +45,8 @@
 //     lockstep has no sparse tensors.
 //   * c10d asserts a non-empty tensor list; here no items give no buckets.
 //   * Invalid arguments are errors (see AssignBuckets), not undefined.
-#ifndef LOCKSTEP_COLLECTIVES_BUCKET_ASSIGNMENT_H_
-#define LOCKSTEP_COLLECTIVES_BUCKET_ASSIGNMENT_H_
+#ifndef LOCKSTEP_DDP_BUCKET_ASSIGNMENT_H_
+#define LOCKSTEP_DDP_BUCKET_ASSIGNMENT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -86,4 +86,4 @@ absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> item
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_BUCKET_ASSIGNMENT_H_
+#endif  // LOCKSTEP_DDP_BUCKET_ASSIGNMENT_H_

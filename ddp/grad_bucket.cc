@@ -1,4 +1,4 @@
-#include "collectives/grad_bucket.h"
+#include "ddp/grad_bucket.h"
 
 #include <string>
 #include <utility>

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Golden data for collectives/bucket_assignment_test.cc, from PyTorch 1.13.
+"""Golden data for ddp/bucket_assignment_test.cc, from PyTorch 1.13.
 
-    /usr/bin/python3 collectives/testdata/make_bucket_golden.py \
-        collectives/testdata/bucket_golden.json
+    /usr/bin/python3 ddp/testdata/make_bucket_golden.py \
+        ddp/testdata/bucket_golden.json
 
 Each case runs torch.distributed._compute_bucket_assignment_by_size (c10d's
 compute_bucket_assignment_by_size in reducer.cpp, the function DDP uses) on
@@ -125,7 +125,7 @@ def cases():
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "collectives/testdata/bucket_golden.json"
+    out = sys.argv[1] if len(sys.argv) > 1 else "ddp/testdata/bucket_golden.json"
     all_cases = list(cases())
     # One case field per line: reviewable diffs, no one-number-per-line bloat.
     lines = ["{", '  "torch_version": %s,' % json.dumps(torch.__version__), '  "cases": [']

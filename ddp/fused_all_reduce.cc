@@ -1,7 +1,7 @@
-#include "collectives/fused_all_reduce.h"
+#include "ddp/fused_all_reduce.h"
 
 #include "absl/strings/str_cat.h"
-#include "collectives/bucket_assignment.h"
+#include "ddp/bucket_assignment.h"
 #include "core/status.h"
 
 namespace lockstep {

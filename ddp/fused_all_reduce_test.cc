@@ -1,4 +1,4 @@
-#include "collectives/fused_all_reduce.h"
+#include "ddp/fused_all_reduce.h"
 
 #include <cstring>
 #include <vector>

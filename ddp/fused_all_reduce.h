@@ -1,7 +1,6 @@
 // Fused ("bucketed") all-reduce of many tensors, as Horovod's tensor fusion
 // and DDP's buckets: tensors are packed into flat GradBuckets
-// (collectives/grad_bucket.h) by PyTorch's rule (collectives/
-// bucket_assignment.h: a bucket of one dtype and device closes once it
+// (ddp/grad_bucket.h) by PyTorch's rule (ddp/bucket_assignment.h: a bucket of one dtype and device closes once it
 // reaches `bucket_cap_bytes`, so its last tensor may take it past the cap),
 // one asynchronous all-reduce is launched per bucket as soon as it is
 // packed, and results are unpacked back into the tensors.
@@ -16,15 +15,15 @@
 // bucket may be large enough to take the ring while a lone tensor would take
 // recursive doubling, so sums can differ in the last bit (as in NCCL).
 // Every rank still gets bit-identical results.
-#ifndef LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
-#define LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
+#ifndef LOCKSTEP_DDP_FUSED_ALL_REDUCE_H_
+#define LOCKSTEP_DDP_FUSED_ALL_REDUCE_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "collectives/grad_bucket.h"
+#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
 #include "core/tensor.h"
 
@@ -52,4 +51,4 @@ class FusedAllReduce {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_FUSED_ALL_REDUCE_H_
+#endif  // LOCKSTEP_DDP_FUSED_ALL_REDUCE_H_

@@ -1,7 +1,7 @@
 // AssignBuckets against c10d's compute_bucket_assignment_by_size: golden
 // cases from PyTorch 1.13 (testdata/make_bucket_golden.py), then the rule's
 // corners by hand.
-#include "collectives/bucket_assignment.h"
+#include "ddp/bucket_assignment.h"
 
 #include <algorithm>
 #include <fstream>
@@ -19,7 +19,7 @@ using Buckets = std::vector<std::vector<size_t>>;
 using Limits = std::vector<size_t>;
 
 // Relative to the runfiles root, where Bazel starts the test (`data` in BUILD).
-constexpr char kGolden[] = "collectives/testdata/bucket_golden.json";
+constexpr char kGolden[] = "ddp/testdata/bucket_golden.json";
 constexpr size_t kKiB = size_t{1} << 10;
 constexpr size_t kMiB = size_t{1} << 20;
 

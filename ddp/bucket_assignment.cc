@@ -1,4 +1,4 @@
-#include "collectives/bucket_assignment.h"
+#include "ddp/bucket_assignment.h"
 
 #include <algorithm>
 #include <map>

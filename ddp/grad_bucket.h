@@ -4,7 +4,7 @@
 // (torch/csrc/distributed/c10d/comm.hpp): index(), buffer(), views() (c10d's
 // getGradients), members() (its getParameters, here whatever tensors the
 // bucket was made for) and is_last(). Which tensors share a bucket is
-// decided elsewhere (collectives/bucket_assignment.h).
+// decided elsewhere (ddp/bucket_assignment.h).
 //
 //   LOCKSTEP_ASSIGN_OR_RETURN(BucketAssignment a, AssignBuckets(items, limits));
 //   std::vector<Tensor> members = ...;  // grads[i] for i in a.buckets[b]
@@ -23,8 +23,8 @@
 //
 // Copying a GradBucket copies tensor handles, like Tensor: the copy shares
 // the buffer and the members. Methods that write data are const, as in Tensor.
-#ifndef LOCKSTEP_COLLECTIVES_GRAD_BUCKET_H_
-#define LOCKSTEP_COLLECTIVES_GRAD_BUCKET_H_
+#ifndef LOCKSTEP_DDP_GRAD_BUCKET_H_
+#define LOCKSTEP_DDP_GRAD_BUCKET_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -92,4 +92,4 @@ class GradBucket {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_GRAD_BUCKET_H_
+#endif  // LOCKSTEP_DDP_GRAD_BUCKET_H_
