@@ -21,7 +21,8 @@
 #include "ddp/join.h"
 #include "ddp/local_sgd.h"
 #include "nn/module.h"
-#include "trainers/train_loop.h"
+#include "trainers/model_stepper.h"
+#include "trainers/trace.h"
 
 namespace lockstep {
 

@@ -1,7 +1,5 @@
 #include "trainers/train_loop.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -16,11 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/cuda_caching_allocator.h"
+#include "core/peak_rss.h"
 #include "core/status.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
 #include "nn/clip_grad.h"
-#include "nn/cross_entropy.h"
+#include "nn/last_dim_cross_entropy.h"
 #include "trainers/checkpoint_restore.h"
 #include "trainers/progress_display.h"
 
@@ -419,106 +418,6 @@ absl::Status Trainer::GatherPeakMemory(EpochMetrics& m) {
 }
 
 }  // namespace
-
-StridedSampler::StridedSampler(int64_t n, int rank, int world_size)
-    : n_(std::max<int64_t>(n, 0)), rank_(rank), world_size_(std::max(world_size, 1)) {}
-
-int64_t StridedSampler::size() const {
-  return rank_ >= n_ ? 0 : (n_ - rank_ + world_size_ - 1) / world_size_;
-}
-
-std::vector<int64_t> StridedSampler::Indices() const {
-  std::vector<int64_t> out;
-  out.reserve(size());
-  for (int64_t i = rank_; i < n_; i += world_size_) out.push_back(i);
-  return out;
-}
-
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device) {
-  return EvaluateShard(module, AsExamples(std::move(dataset)), rank, world_size, batch_size, num_workers, device);
-}
-
-absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets) {
-  if (logits.dim() == 2 && targets.dim() == 1) return CrossEntropy(logits, targets);
-  const Shape& shape = logits.shape();
-  Shape expected(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
-  if (shape.size() < 2 || targets.shape() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cross-entropy: the model's output has shape [", absl::StrJoin(shape, ", "), "] and the targets [",
-        absl::StrJoin(targets.shape(), ", "), "]; expected targets of the output's shape without its last "
-        "dimension (the classes)"));
-  }
-  const int64_t classes = shape.back();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_logits, logits.Reshape({targets.numel(), classes}));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_targets, targets.Reshape({targets.numel()}));
-  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(flat_logits, flat_targets));
-  LOCKSTEP_ASSIGN_OR_RETURN(ce.grad_logits, ce.grad_logits.Reshape(shape));
-  return ce;
-}
-
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EvaluateShard: rank ", rank, " of world size ", world_size));
-  }
-  auto sampler = std::make_shared<StridedSampler>(dataset->size(), rank, world_size);
-  EvalCounts counts;
-  if (sampler->size() == 0) return counts;  // More ranks than examples.
-  DataLoaderOptions options;
-  options.batch_size = batch_size;
-  options.num_workers = num_workers;
-  options.pin_memory = device.is_cuda();
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader,
-                            DataLoader::Create(std::move(dataset), sampler, options));
-  // Back to the caller's mode however this returns.
-  struct RestoreMode {
-    Module& m;
-    bool training;
-    ~RestoreMode() { m.Train(training); }
-  } restore{module, module.is_training()};
-  module.Eval();
-  LOCKSTEP_RETURN_IF_ERROR(loader->StartEpoch(0));
-  while (true) {
-    LOCKSTEP_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader->Next());
-    if (!batch) break;
-    if (batch->fields.size() < 2) {
-      return absl::InvalidArgumentError(absl::StrCat("EvaluateShard: a batch has ", batch->fields.size(),
-                                                     " fields; the test set needs the input and the targets"));
-    }
-    Tensor features = batch->fields[0];
-    if (!device.is_cpu()) {
-      LOCKSTEP_ASSIGN_OR_RETURN(features, features.To(device));
-    }
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, module.Forward(features));
-    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, TargetsCrossEntropy(logits, batch->fields[1]));
-    counts.loss_sum += ce.loss * ce.counted;
-    counts.correct += ce.correct;
-    counts.count += ce.counted;
-    counts.examples += batch->fields[1].dim() > 0 ? batch->fields[1].shape()[0] : 0;
-  }
-  return counts;
-}
-
-absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* comm) {
-  if (comm == nullptr) return counts;
-  // f64 holds counts exactly up to 2^53.
-  const std::vector<double> values = {counts.loss_sum, static_cast<double>(counts.correct),
-                                      static_cast<double>(counts.count), static_cast<double>(counts.examples)};
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<double>(values));
-  LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kSum)->Wait());
-  const double* v = t.data<double>();
-  return EvalCounts{v[0], static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3])};
-}
-
-int64_t PeakRssBytes() {
-  struct rusage usage;
-  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB.
-}
 
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainParts& p) {
   if (p.stepper == nullptr || p.optimizer == nullptr || (p.train == nullptr) == (p.train_examples == nullptr)) {

@@ -16,10 +16,10 @@
 //   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(options, parts));
 //
 // What differs between one process and DDP is only how a batch goes forward
-// and backward: the ModelStepper. Everything the ranks must agree on (the
-// sampler's shard, the reductions of metrics, when to checkpoint) is decided
-// here from numbers every rank has, so all ranks issue the same collectives
-// in the same order.
+// and backward: the ModelStepper (trainers/model_stepper.h). Everything the
+// ranks must agree on (the sampler's shard, the reductions of metrics, when
+// to checkpoint) is decided here from numbers every rank has, so all ranks
+// issue the same collectives in the same order.
 //
 // One step: data wait (DataLoader::Next), forward (stepper Forward + loss),
 // backward (loss gradient scaled when the scaler is enabled, stepper
@@ -54,10 +54,10 @@
 // Data: a classification Dataset (train, test), or any ExampleDataset
 // (train_examples, test_examples) whose field 0 is the model's input and
 // field 1 its integer targets. The loss is cross-entropy over the last
-// dimension of the model's output: logits [N, C] with targets [N], or, for a
-// sequence model, logits [B, T, C] with targets [B, T] (every position is a
-// prediction, as torch's cross_entropy over logits.view(-1, C)). Loss and
-// accuracy are per prediction; samples/s counts examples.
+// dimension of the model's output (TargetsCrossEntropy,
+// nn/last_dim_cross_entropy.h): logits [N, C] with targets [N], or, for a
+// sequence model, logits [B, T, C] with targets [B, T]. Loss and accuracy
+// are per prediction; samples/s counts examples.
 //
 // With log_every = N > 0, a "step" line (step, loss and accuracy of the last
 // N steps over all ranks, samples/s of those steps) is written every N steps;
@@ -67,11 +67,8 @@
 // configuration); a resume refuses a checkpoint whose value of one of these
 // keys differs from this run's.
 //
-// Evaluation counts every test example exactly once: rank r evaluates
-// indices r, r+W, r+2W, ... < N (no padding, unlike DistributedSampler), on
-// the plain module in eval mode (not through DDP, whose forward would issue
-// collectives that ranks with one batch less never match), and the counts
-// are summed over ranks through `comm`.
+// Evaluation (trainers/evaluation.h) counts every test example exactly
+// once over the ranks, summed through `comm`.
 #ifndef LOCKSTEP_TRAINERS_TRAIN_LOOP_H_
 #define LOCKSTEP_TRAINERS_TRAIN_LOOP_H_
 
@@ -90,54 +87,17 @@
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "data/example_dataset.h"
-#include "data/sampler.h"
-#include "nn/cross_entropy.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
+#include "trainers/evaluation.h"
+#include "trainers/model_stepper.h"
 #include "trainers/trace.h"
+// Moved out of this header; included so that code that found them here still compiles.
+#include "core/peak_rss.h"              // PeakRssBytes: moved to core/peak_rss.h
+#include "data/strided_sampler.h"       // StridedSampler: moved to data/strided_sampler.h
+#include "nn/last_dim_cross_entropy.h"  // TargetsCrossEntropy: moved to nn/last_dim_cross_entropy.h
 
 namespace lockstep {
-
-// How one batch goes forward and backward: the seam between the loop and
-// data parallelism.
-class ModelStepper {
- public:
-  virtual ~ModelStepper() = default;
-  // The plain model: the optimizer's parameters, checkpoints, evaluation.
-  virtual Module& module() = 0;
-  // Training forward of one batch (DDP: after broadcasting buffers).
-  virtual absl::StatusOr<Tensor> Forward(const Tensor& input) = 0;
-  // Backward of the last Forward. On return every gradient is final (DDP:
-  // the average over ranks).
-  virtual absl::Status Backward(const Tensor& grad_output) = 0;
-  // Called once before the first step with the rank's trace (null: no trace),
-  // so that a stepper can record its own events (DDP: bucket all-reduces).
-  virtual void AttachTrace(TraceRecorder* trace) {}
-  // With uneven shards: before an epoch's first batch and after this rank's
-  // last one. DdpStepper runs the epoch under a Join (ddp/join.h), EndShard
-  // shadowing the other ranks' remaining steps; one process has nothing to do.
-  virtual absl::Status BeginShard() { return absl::OkStatus(); }
-  virtual absl::Status EndShard() { return absl::OkStatus(); }
-  // After each optimizer step (and GradScaler update); `steps_before` is the
-  // number of steps done before this one, resumed ones included. DdpStepper
-  // runs its model averager here (post-local SGD).
-  virtual absl::Status AfterStep(int64_t steps_before) { return absl::OkStatus(); }
-};
-
-// One process: the module itself.
-class LocalStepper : public ModelStepper {
- public:
-  explicit LocalStepper(Module& module) : module_(module) {}
-  Module& module() override { return module_; }
-  absl::StatusOr<Tensor> Forward(const Tensor& input) override { return module_.Forward(input); }
-  absl::Status Backward(const Tensor& grad_output) override {
-    // The first layer's input needs no gradient (the data).
-    return module_.Backward(grad_output, /*input_grad=*/false).status();
-  }
-
- private:
-  Module& module_;
-};
 
 enum class ProgressMode {
   kAuto,   // a bar when the stream is a terminal, else one line per epoch
@@ -199,16 +159,6 @@ struct TrainParts {
   Communicator* comm = nullptr;
 };
 
-// Loss, accuracy and counts; sums so that ranks can add them up.
-struct EvalCounts {
-  double loss_sum = 0;  // Sum over predictions of the per-prediction loss.
-  int64_t correct = 0;
-  int64_t count = 0;     // Predictions (examples, or tokens of a sequence model).
-  int64_t examples = 0;  // Examples they came from.
-  double loss() const { return count ? loss_sum / count : 0.0; }
-  double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
-};
-
 struct EpochMetrics {
   int64_t epoch = 0;
   int64_t step = 0;  // Steps done at the end of the epoch.
@@ -241,40 +191,6 @@ struct TrainResult {
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& options, const TrainParts& parts);
-
-// Rank `rank`'s share of an evaluation set of `n` examples: rank, rank + W,
-// ... below n. The shares of all ranks are disjoint and cover [0, n).
-class StridedSampler : public Sampler {
- public:
-  StridedSampler(int64_t n, int rank, int world_size);
-  int64_t size() const override;
-  std::vector<int64_t> Indices() const override;
-
- private:
-  int64_t n_;
-  int rank_, world_size_;
-};
-
-// Evaluates rank `rank`'s share (StridedSampler) of `dataset` on `module`
-// (switched to eval mode and back to the mode it was in); no reduction.
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device);
-
-// The same over examples of any fields (field 0 input, field 1 targets).
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device);
-
-// Cross-entropy of `logits` [..., C] against integer `targets` whose shape
-// is logits' without the last dimension; grad_logits has logits' shape.
-absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets);
-
-// Sums `counts` over the ranks of `comm` (a no-op when comm is null).
-absl::StatusOr<EvalCounts> SumOverRanks(const EvalCounts& counts, Communicator* comm);
-
-// Peak resident set size of this process (getrusage), bytes.
-int64_t PeakRssBytes();
 
 // The regular files in `dir` named like RunTraining's checkpoints, newest
 // (highest step) first: the order in which a resume tries them. Entries so

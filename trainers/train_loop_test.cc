@@ -198,51 +198,6 @@ TEST(TrainLoopTest, TraceHasCompleteEventsForEveryPhase) {
   EXPECT_EQ(count["evaluate"], 1);  // After epoch 0 only.
 }
 
-TEST(TrainLoopTest, StridedSharesCoverEveryIndexOnce) {
-  for (int64_t n : {1, 2, 7, 100, 101}) {
-    for (int world : {1, 2, 3, 8}) {
-      std::vector<int> seen(n, 0);
-      int64_t total = 0;
-      for (int rank = 0; rank < world; ++rank) {
-        StridedSampler s(n, rank, world);
-        const std::vector<int64_t> indices = s.Indices();
-        EXPECT_EQ(static_cast<int64_t>(indices.size()), s.size());
-        for (int64_t i : indices) ++seen[i];
-        total += s.size();
-      }
-      EXPECT_EQ(total, n);
-      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "n=" << n << " world=" << world;
-    }
-  }
-}
-
-TEST(TrainLoopTest, EvaluationOverSimulatedRanksCountsEachExampleOnce) {
-  // 101 is not divisible by 2: DistributedSampler would pad to 102.
-  auto test = Data(101, 4);
-  std::unique_ptr<Sequential> model = Model();
-  DistributedSamplerOptions padded;
-  padded.num_replicas = 2;
-  padded.shuffle = false;
-  EXPECT_EQ((*DistributedSampler::Create(101, padded)).total_size(), 102);
-
-  absl::StatusOr<EvalCounts> whole = EvaluateShard(*model, test, 0, 1, 16, 0, Device::Cpu());
-  ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_EQ(whole->count, 101);
-  EvalCounts sum;
-  for (int rank = 0; rank < 2; ++rank) {
-    absl::StatusOr<EvalCounts> part = EvaluateShard(*model, test, rank, 2, 16, rank, Device::Cpu());
-    ASSERT_TRUE(part.ok()) << part.status();
-    EXPECT_EQ(part->count, rank == 0 ? 51 : 50);
-    sum.loss_sum += part->loss_sum;
-    sum.correct += part->correct;
-    sum.count += part->count;
-  }
-  EXPECT_EQ(sum.count, 101);
-  EXPECT_EQ(sum.correct, whole->correct);
-  EXPECT_NEAR(sum.loss_sum, whole->loss_sum, 1e-9 * whole->loss_sum);
-  EXPECT_TRUE(model->is_training());  // The mode is given back.
-}
-
 TEST(TrainLoopTest, TwoRanksOverACommunicatorReportEveryTestExampleOnce) {
   const std::string metrics = TempPath("two_ranks.jsonl");
   std::vector<TrainResult> results(2);
@@ -286,32 +241,6 @@ TEST(TrainLoopTest, BadOptionsAreErrors) {
   o = Quiet();
   o.metrics_path = "/nonexistent-dir/metrics.jsonl";
   EXPECT_EQ(run.Train(o).status().code(), absl::StatusCode::kFailedPrecondition);
-}
-
-// A sequence model's logits [B, T, C] against targets [B, T]: the same loss,
-// counts and gradient as the flattened [B*T, C] against [B*T], the gradient
-// in the logits' shape.
-TEST(TrainLoopTest, TargetsCrossEntropyFlattensPositions) {
-  std::vector<float> values(2 * 3 * 5);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7) % 11) / 4.0f - 1.0f;
-  Tensor logits = *Tensor::FromVector<float>(values);
-  logits = *logits.Reshape({2, 3, 5});
-  Tensor targets = *Tensor::FromVector<int64_t>({0, 4, 2, 1, 3, 3});
-  targets = *targets.Reshape({2, 3});
-  absl::StatusOr<CrossEntropyResult> seq = TargetsCrossEntropy(logits, targets);
-  ASSERT_TRUE(seq.ok()) << seq.status();
-  absl::StatusOr<CrossEntropyResult> flat = CrossEntropy(*logits.Reshape({6, 5}), *targets.Reshape({6}));
-  ASSERT_TRUE(flat.ok()) << flat.status();
-  EXPECT_EQ(seq->loss, flat->loss);
-  EXPECT_EQ(seq->counted, 6);
-  EXPECT_EQ(seq->correct, flat->correct);
-  EXPECT_EQ(seq->grad_logits.shape(), (Shape{2, 3, 5}));
-  EXPECT_EQ(*seq->grad_logits.ToVector<float>(), *flat->grad_logits.ToVector<float>());
-  // Targets that do not match the positions are an error naming both shapes.
-  absl::StatusOr<CrossEntropyResult> bad = TargetsCrossEntropy(logits, *targets.Reshape({3, 2}));
-  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("[2, 3, 5]"), std::string::npos) << bad.status();
-  EXPECT_NE(bad.status().message().find("[3, 2]"), std::string::npos) << bad.status();
 }
 
 // --log_every: a "step" line every N steps with the loss and accuracy of
