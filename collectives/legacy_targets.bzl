@@ -8,6 +8,8 @@ labels (README: "Using lockstep from another Bazel repository"). Both come from
 the one list below.
 """
 
+load("//bazel:forwarding.bzl", "lockstep_forwarding_targets")
+
 # old name -> (new label, the header it forwards to; "" where the path did not change)
 LEGACY_TARGETS = {
     "store": ("//collectives/store:store", "collectives/store/store.h"),
@@ -46,20 +48,4 @@ LEGACY_TARGETS = {
 
 def collectives_legacy_targets():
     """Declares every old label of LEGACY_TARGETS in the calling package (//collectives)."""
-    for name, (actual, header) in LEGACY_TARGETS.items():
-        message = "old name: use %s" % actual
-        if not header:
-            native.alias(name = name, actual = actual, visibility = ["//visibility:public"])
-            continue
-        native.genrule(
-            name = name + "_forwarding_header",
-            outs = [name + ".h"],
-            cmd = "printf '%%s\\n' '// Old include path, kept for old users: include \"%s\".' '#include \"%s\"' > $@" % (header, header),
-        )
-        native.cc_library(
-            name = name,
-            hdrs = [":" + name + ".h"],
-            deprecation = message,
-            visibility = ["//visibility:public"],
-            deps = [actual],
-        )
+    lockstep_forwarding_targets(LEGACY_TARGETS)

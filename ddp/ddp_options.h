@@ -1,6 +1,6 @@
 // DdpOptions: DistributedDataParallel's options, PyTorch's names and
 // defaults, shared by the DDP front ends (ddp/distributed_data_parallel.h
-// for lockstep's nn, interop/torch/distributed_data_parallel.h for
+// for lockstep's nn, interop/torch/ddp/distributed_data_parallel.h for
 // libtorch), and their translation into the reducer's.
 #ifndef LOCKSTEP_DDP_DDP_OPTIONS_H_
 #define LOCKSTEP_DDP_DDP_OPTIONS_H_

@@ -47,7 +47,7 @@ port=$(lib_free_port) || exit 1
 LOCKSTEP_PYTHON="$python" launch lockstep-run-gloo gloo '\[R\]: ?' "$launcher" --nproc_per_node 2 \
   --master_port "$port" --max_restarts 0 "$script"
 export PYTHONPATH="$module_dir${PYTHONPATH:+:$PYTHONPATH}"
-source "$module_dir/asan_python_env.sh"
+source "$runfiles/interop/torch/c10d/asan_python_env.sh"
 asan_python_env "$module_dir/lockstep_torch.so"
 port=$(lib_free_port) || exit 1
 LOCKSTEP_PYTHON="$python" launch lockstep-run-lockstep lockstep '\[R\]: ?' "$launcher" --nproc_per_node 2 \

@@ -33,7 +33,7 @@ packages=(
   iperf3            # the network's own bandwidth, beside the collective benchmark
   python3-torch     # PyTorch 1.13 (/usr/bin/python3): tests/launch_pytorch_test, golden data, interop/torch's Python twins
   libtorch-dev      # libtorch 1.13 C++ API: interop/torch (optional: without it those targets are skipped)
-  libgloo-dev       # gloo's headers, for c10d's ProcessGroupGloo in interop/torch:ddp_bench (the C++ recipe peer)
+  libgloo-dev       # gloo's headers, for c10d's ProcessGroupGloo in interop/torch/ddp:ddp_bench (the C++ recipe peer)
   pybind11-dev      # interop/torch:lockstep_torch, the torch.distributed backend (a Python extension)
   python3-dev       # Python.h, for the same
 )

@@ -18,14 +18,14 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "interop/torch/distributed_data_parallel.h"
+#include "interop/torch/ddp/distributed_data_parallel.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
-#include "interop/torch/process_group_lockstep.h"
-#include "interop/torch/tensor_bridge.h"
-#include "interop/torch/torch_store.h"
-#include "interop/torch/torch_module.h"
-#include "interop/torch/torch_work.h"
+#include "interop/torch/c10d/process_group_lockstep.h"
+#include "interop/torch/bridge/tensor_bridge.h"
+#include "interop/torch/c10d/torch_store.h"
+#include "interop/torch/bridge/torch_module.h"
+#include "interop/torch/c10d/torch_work.h"
 #include "interop/torch/trainers/torch_ddp_stepper.h"
 #include "data/synthetic_dataset.h"
 #include "nn/cross_entropy.h"
@@ -60,7 +60,7 @@ TEST(InteropExamplesTest, CharTransformerPredictsEveryPosition) {
   EXPECT_NEAR(loss.item<double>(), std::log(114.0), 1.0);
 }
 
-// interop/torch/tensor_bridge.h
+// interop/torch/bridge/tensor_bridge.h
 absl::Status TensorBridgeExample() {
   at::Tensor w = torch::randn({4, 3});
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, FromTorch(w));  // w's memory, as lockstep's
@@ -91,7 +91,7 @@ struct Examples : torch::data::datasets::Dataset<Examples> {
   torch::Tensor x;
 };
 
-// interop/torch/distributed_data_parallel.h; the final fc.weight goes to
+// interop/torch/ddp/distributed_data_parallel.h; the final fc.weight goes to
 // `trained`.
 absl::Status DdpExample(Communicator* comm, std::vector<float>* trained) {
   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
@@ -121,7 +121,7 @@ TEST(InteropHeaderExamplesTest, DdpTrainsTheSameModelOnEveryRank) {
   EXPECT_EQ(trained[0], trained[1]);  // Different data, one model.
 }
 
-// interop/torch/torch_module.h: ResNet-18 trained by lockstep's SGD.
+// interop/torch/bridge/torch_module.h: ResNet-18 trained by lockstep's SGD.
 absl::Status TorchModuleExample(bool* changed) {
   using interop::ResNet18;
   using interop::ResNet18Options;
@@ -199,7 +199,7 @@ TEST(InteropHeaderExamplesTest, TorchDdpStepperTrainsOneModelOnEveryRank) {
   EXPECT_EQ(trained[0], trained[1]);
 }
 
-// interop/torch/torch_store.h: a c10d HashStore seen as lockstep's Store.
+// interop/torch/c10d/torch_store.h: a c10d HashStore seen as lockstep's Store.
 absl::Status TorchStoreExample(std::string* got) {
   c10::intrusive_ptr<c10d::Store> theirs = c10::make_intrusive<c10d::HashStore>();  // the backend creator's argument
   theirs->set("key", std::vector<uint8_t>{'v', '1'});
@@ -216,7 +216,7 @@ TEST(InteropHeaderExamplesTest, TorchStoreReadsTheC10dStore) {
   EXPECT_EQ(got, "v1");
 }
 
-// interop/torch/torch_work.h: a lockstep all-reduce as a c10d::Work; the
+// interop/torch/c10d/torch_work.h: a lockstep all-reduce as a c10d::Work; the
 // result is in `sum`, the future's value in `future_value`.
 absl::Status TorchWorkExample(Communicator* comm, float* sum, float* future_value) {
   const int rank = comm->rank();
@@ -242,7 +242,7 @@ TEST(InteropHeaderExamplesTest, TorchWorkCompletesWithTheResult) {
   }
 }
 
-// interop/torch/process_group_lockstep.h: two ranks (threads) meet through
+// interop/torch/c10d/process_group_lockstep.h: two ranks (threads) meet through
 // one c10d store and all-reduce; rank r's result goes to `out[r]`.
 void ProcessGroupExample(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, float* out) {
   std::vector<at::Tensor> tensors = {torch::full({4}, static_cast<float>(rank + 1))};

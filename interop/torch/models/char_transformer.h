@@ -4,7 +4,7 @@
 // softmax; a 4x GELU MLP; no dropout), a final LayerNorm and a linear head
 // (not tied to the embedding). Defaults: 6 layers x 384, 6 heads, context
 // 128, the fortunes' 114-byte vocabulary: 10,784,370 parameters (~41 MiB of
-// f32). interop/torch/testdata/reference_models.py is its Python twin, op
+// f32). interop/torch/models/reference_models.py is its Python twin, op
 // for op, with the same parameter names ("tok_emb.weight",
 // "blocks.0.qkv.weight", "ln_f.bias", "head.weight", ...).
 //

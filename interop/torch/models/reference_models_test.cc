@@ -1,5 +1,5 @@
 // The reference trainers' models against their Python twins
-// (interop/torch/testdata/reference_models.py, run here with Debian's
+// (interop/torch/models/reference_models.py, run here with Debian's
 // python3-torch): from the same parameters and input, one training step's
 // logits, loss, gradients and BatchNorm buffers are bitwise equal (the same
 // libtorch kernels in the same order on both sides), and the default
@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
-#include "interop/torch/tensor_bridge.h"
+#include "interop/torch/bridge/tensor_bridge.h"
 #include "nn/safetensors.h"
 
 namespace lockstep {
@@ -35,7 +35,7 @@ class ReferenceModelsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string out = absl::StrCat(std::getenv("TEST_TMPDIR"), "/reference_models.safetensors");
     SubprocessOptions options;
-    options.argv = {"/usr/bin/python3", Runfile("interop/torch/testdata/reference_models.py"), out};
+    options.argv = {"/usr/bin/python3", Runfile("interop/torch/models/reference_models.py"), out};
     options.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
     absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
     ASSERT_TRUE(child.ok()) << child.status();

@@ -7,7 +7,7 @@
 // "layer1.0.bn1.running_mean", "layer2.0.downsample.0.weight", "fc.bias"),
 // so a state dict moves between this and torchvision.models.resnet18(
 // num_classes=10) with conv1 replaced by a 1-channel one, and
-// interop/torch/testdata/reference_models.py is its Python twin, op for op
+// interop/torch/models/reference_models.py is its Python twin, op for op
 // (the same libtorch kernels run on both sides: bitwise equal results).
 //
 //   ResNet18Options options;                      // 1 channel, 10 classes

@@ -27,7 +27,7 @@
 #include "core/status.h"
 #include "data/char_corpus.h"
 #include "interop/torch/models/char_transformer.h"
-#include "interop/torch/torch_module.h"
+#include "interop/torch/bridge/torch_module.h"
 #include "interop/torch/trainers/torch_trainer.h"
 #include "trainers/trainer_setup.h"
 

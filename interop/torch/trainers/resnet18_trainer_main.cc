@@ -16,7 +16,7 @@
 #include "core/status.h"
 #include "data/example_dataset.h"
 #include "interop/torch/models/resnet18.h"
-#include "interop/torch/torch_module.h"
+#include "interop/torch/bridge/torch_module.h"
 #include "interop/torch/trainers/torch_trainer.h"
 #include "trainers/trainer_setup.h"
 

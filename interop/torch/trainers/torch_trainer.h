@@ -1,7 +1,7 @@
 // What the libtorch reference trainers (resnet18_trainer,
 // char_transformer_trainer) share: the trainers' flags and loop
 // (trainers/trainer_setup.h, trainers/train_loop.h) around a libtorch model
-// (interop/torch/torch_module.h) under interop/torch's
+// (interop/torch/bridge/torch_module.h) under interop/torch's
 // DistributedDataParallel (torch_ddp_stepper.h), started as ddp_trainer
 // starts: --nproc local ranks without a rank environment, one rank under
 // tools/launch, torchrun, mpirun or srun.
@@ -39,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/example_dataset.h"
-#include "interop/torch/torch_module.h"
+#include "interop/torch/bridge/torch_module.h"
 #include "trainers/trainer_setup.h"
 
 namespace lockstep {

@@ -1,0 +1,164 @@
+// DistributedDataParallel for libtorch modules: what
+// torch.nn.parallel.DistributedDataParallel does for Python, for a
+// torch::nn::Module in C++ (libtorch has none), on lockstep's collectives
+// and the same reducer as lockstep's own DDP (ddp/reducer.h).
+//
+//   auto model = std::make_shared<Net>();                  // your module
+//   LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, interop::DistributedDataParallel<Net>::Create(model, *comm));
+//   torch::optim::SGD optimizer(model->parameters(), /*lr=*/0.1);
+//   for (auto& batch : *loader) {
+//     LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, ddp->Forward(batch.data));
+//     torch::Tensor loss = torch::nn::functional::cross_entropy(out, batch.target);
+//     loss.backward();                                     // gradients averaged across ranks
+//     optimizer.step();
+//     optimizer.zero_grad();
+//   }
+//
+// The user's loop, loss and torch::optim optimizer stay as they are: only
+// the forward goes through Forward(). As PyTorch's DDP:
+//   * At Create: parameters that require a gradient are the ones averaged
+//     (frozen ones are left alone; a parameter shared by two submodules
+//     counts once); every rank's list is compared (an error on every rank
+//     names the first mismatch), then rank 0's parameters and buffers are
+//     broadcast.
+//   * Forward: the error of the last backward's reduction if it failed, the
+//     "Expected to have finished reduction in the prior iteration" error
+//     when it left gradients unreduced; the buckets rebuilt once after the
+//     first iteration; the buffers broadcast from rank 0
+//     (broadcast_buffers); then the module's forward.
+//   * backward: a post-hook on each parameter's AccumulateGrad node (as
+//     reducer.cpp) copies the gradient into its bucket (times 1/world),
+//     full buckets are all-reduced while backward goes on, and a callback
+//     queued on the autograd engine waits for them and writes the averages
+//     into param.grad() before backward() returns. With
+//     gradient_as_bucket_view, param.grad() becomes a view of its bucket.
+//   * NoSync(): gradients accumulate locally; the first backward after the
+//     scope reduces the sum. find_unused_parameters, static_graph and comm
+//     hooks (ddp/comm_hook.h) as in DdpOptions.
+// Errors: DDP's own calls return absl::Status. An error inside backward (a
+// collective failed, a gradient came twice) is raised by loss.backward() as
+// libtorch's c10::Error carrying lockstep's message, and the next Forward
+// returns it. Nothing hangs: collectives have the communicator's deadline.
+//
+// The module is not wrapped: its names and state dict are the plain
+// module's (no "module." prefix), so checkpoints are what the single-process
+// program writes. Written as safetensors (FromTorch, WriteSafetensorsFile)
+// they load in Python with load_state_dict(strict=True)
+// (interop/torch/ddp/testdata/load_checkpoint.py).
+#ifndef LOCKSTEP_INTEROP_TORCH_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+#define LOCKSTEP_INTEROP_TORCH_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+
+#include <torch/nn/module.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/communicator.h"
+#include "core/status.h"
+#include "ddp/bucket_timing.h"
+#include "ddp/comm_hook.h"
+#include "ddp/ddp_options.h"
+
+namespace lockstep {
+namespace interop {
+
+// Everything of DistributedDataParallel<M> but the typed forward.
+class TorchDdp {
+ public:
+  static absl::StatusOr<std::unique_ptr<TorchDdp>> Create(torch::nn::Module& module, Communicator& comm,
+                                                          DdpOptions options);
+  ~TorchDdp();
+
+  // Before the module's forward (see the header comment).
+  absl::Status BeforeForward();
+  // A libtorch exception from the module's forward as a Status.
+  absl::Status ForwardFailed(const std::exception& e) const;
+
+  absl::Status RegisterCommHook(std::unique_ptr<CommHook> hook);
+  // Told of each bucket's reduction, launch to completion (traces); called
+  // on the thread that completed it. Null: none.
+  void SetBucketObserver(std::function<void(const BucketTiming&)> observer);
+  std::vector<std::vector<size_t>> bucket_indices() const;
+  // The averaged parameters' names, in bucket-index order.
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  void set_sync(bool sync) { sync_ = sync; }
+
+ private:
+  struct State;
+  explicit TorchDdp(Communicator& comm, DdpOptions options);
+
+  Communicator& comm_;
+  const DdpOptions options_;
+  std::vector<std::string> names_;
+  std::shared_ptr<State> state_;  // Shared with the hooks.
+  bool sync_ = true;
+};
+
+template <typename M>
+class DistributedDataParallel {
+ public:
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(std::shared_ptr<M> module,
+                                                                         Communicator& comm,
+                                                                         DdpOptions options = {}) {
+    if (module == nullptr) return absl::InvalidArgumentError("DistributedDataParallel: the module is null");
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdp> core, TorchDdp::Create(*module, comm, options));
+    return std::unique_ptr<DistributedDataParallel>(new DistributedDataParallel(std::move(module), std::move(core)));
+  }
+
+  // The module's forward(args...), after DDP's checks and broadcasts.
+  template <typename... Args>
+  auto Forward(Args&&... args) -> absl::StatusOr<decltype(std::declval<M&>().forward(std::forward<Args>(args)...))> {
+    LOCKSTEP_RETURN_IF_ERROR(core_->BeforeForward());
+    try {
+      return module_->forward(std::forward<Args>(args)...);
+    } catch (const std::exception& e) {
+      return core_->ForwardFailed(e);
+    }
+  }
+
+  // Gradients accumulate locally while the scope lives.
+  class NoSyncScope {
+   public:
+    NoSyncScope(NoSyncScope&& other) noexcept : core_(std::exchange(other.core_, nullptr)) {}
+    ~NoSyncScope() {
+      if (core_ != nullptr) core_->set_sync(true);
+    }
+
+   private:
+    friend class DistributedDataParallel;
+    explicit NoSyncScope(TorchDdp* core) : core_(core) { core_->set_sync(false); }
+    TorchDdp* core_;
+  };
+  NoSyncScope NoSync() { return NoSyncScope(core_.get()); }
+
+  // Before the first backward (as PyTorch).
+  absl::Status RegisterCommHook(std::unique_ptr<CommHook> hook) { return core_->RegisterCommHook(std::move(hook)); }
+  void SetBucketObserver(std::function<void(const BucketTiming&)> observer) {
+    core_->SetBucketObserver(std::move(observer));
+  }
+  // Parameter indices per bucket (parameter_names() order).
+  std::vector<std::vector<size_t>> bucket_indices() const { return core_->bucket_indices(); }
+  const std::vector<std::string>& parameter_names() const { return core_->parameter_names(); }
+
+  M& module() { return *module_; }
+  const std::shared_ptr<M>& module_ptr() const { return module_; }
+
+ private:
+  DistributedDataParallel(std::shared_ptr<M> module, std::unique_ptr<TorchDdp> core)
+      : module_(std::move(module)), core_(std::move(core)) {}
+
+  std::shared_ptr<M> module_;
+  std::unique_ptr<TorchDdp> core_;
+};
+
+}  // namespace interop
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_INTEROP_TORCH_DDP_DISTRIBUTED_DATA_PARALLEL_H_
