@@ -8,7 +8,7 @@
 #   lockstep_view   the same with gradient_as_bucket_view
 #   c10d_recipe     the C++ recipe: per-parameter c10d gloo all-reduce after backward
 #   local           the same step in C++, no communication (each rank alone, both at once)
-#   torch_ddp       PyTorch 1.13's Python DDP, gloo (tools/bench/peers/torch_ddp_models.py)
+#   torch_ddp       PyTorch 1.13's Python DDP, gloo (tools/bench/peers/torch_models_ddp_peer.py)
 #   torch_ddp_view  the same with gradient_as_bucket_view
 #   torch_local     the same step in Python, no communication
 # DDP overhead = DDP step - the same language's no-communication step (median
@@ -35,7 +35,7 @@ for run in $(seq "$runs"); do
     steps=40 warmup=5
     [[ $model == char_transformer ]] && steps=20 warmup=3
     common=(--model="$model" --batch="$batch" --steps="$steps" --warmup="$warmup")
-    py=(/usr/bin/python3 tools/bench/peers/torch_ddp_models.py --model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup")
+    py=(/usr/bin/python3 tools/bench/peers/torch_models_ddp_peer.py --model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup")
     echo "$config lockstep $("$tmp/ddp_bench" --nproc=2 --mode=lockstep "${common[@]}" | field)" >>"$tmp/rows"
     echo "$config lockstep_view $("$tmp/ddp_bench" --nproc=2 --mode=lockstep --gradient_as_bucket_view "${common[@]}" | field)" >>"$tmp/rows"
     echo "$config c10d_recipe $("$tmp/ddp_bench" --nproc=2 --mode=c10d_recipe "${common[@]}" | field)" >>"$tmp/rows"

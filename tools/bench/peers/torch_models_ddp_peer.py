@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch 1.13 peer of interop/torch:ddp_bench for the reference models.
 
-    /usr/bin/python3 tools/bench/peers/torch_ddp_models.py --model resnet18 --batch 32 --mode ddp
+    /usr/bin/python3 tools/bench/peers/torch_models_ddp_peer.py --model resnet18 --batch 32 --mode ddp
 
 2 ranks (torch.multiprocessing.spawn, gloo on 127.0.0.1, CPU), one thread
 each (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS = 1, torch.set_num_threads(1)).
