@@ -65,3 +65,55 @@ def lockstep_cc_benchmark(name, copts = [], deps = [], tags = [], main = True, *
         tags = tags + ["benchmark"],
         **kwargs
     )
+
+def lockstep_optional_cc_library(
+        name,
+        interface,
+        enabled,
+        srcs,
+        none_srcs,
+        deps = [],
+        real_name = None,
+        none_name = None,
+        target_compatible_with = [],
+        visibility = None,
+        **kwargs):
+    """An implementation chosen in the build, not by #ifdef (XLA's cuda_only_cc_library).
+
+        lockstep_optional_cc_library(
+            name = "conv_kernels",              # what users depend on
+            interface = ":conv_kernels_hdrs",   # the headers both implement
+            enabled = DNNL_ENABLED,             # from a configure repository
+            srcs = ["conv_kernels_dnnl.cc"],    # the real one
+            deps = ["@local_dnnl//:dnnl"],
+            none_srcs = ["conv_kernels_none.cc"],  # the stand-in: says what is missing
+        )
+
+    declares `real_name` (default name + "_real": srcs, deps and
+    target_compatible_with, so a build without the library skips it),
+    `none_name` (default name + "_none") and `name`, which depends on the
+    interface and on the real implementation where `enabled`, else the
+    stand-in. kwargs (copts, linkopts, ...) go to the real one.
+    """
+    real_name = real_name or name + "_real"
+    none_name = none_name or name + "_none"
+    lockstep_cc_library(
+        name = real_name,
+        srcs = srcs,
+        target_compatible_with = target_compatible_with,
+        deps = [interface] + deps,
+        **kwargs
+    )
+    lockstep_cc_library(
+        name = none_name,
+        srcs = none_srcs,
+        deps = [interface],
+    )
+    lockstep_cc_library(
+        name = name,
+        visibility = visibility,
+        deps = [
+            interface,
+            ":" + real_name if enabled else ":" + none_name,
+        ],
+    )

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "nn/internal/cuda_math.h"
-#include "nn/internal/nn_elementwise.h"
+#include "nn/kernels/cuda_math.h"
+#include "nn/kernels/nn_elementwise.h"
 #include "nn/internal/optimizer_checks.h"
 
 namespace lockstep {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "nn/internal/batch_norm_elementwise.h"
-#include "nn/internal/cuda_math.h"
+#include "nn/kernels/batch_norm_elementwise.h"
+#include "nn/kernels/cuda_math.h"
 #include "nn/math.h"
 
 namespace lockstep {
@@ -39,8 +39,8 @@ namespace bn = ::lockstep::batch_norm_elementwise;
 
 // The device side of BatchNorm: per-plane sums (plane = image * c + channel)
 // and the elementwise passes, as loops here on the CPU or as CUDA kernels
-// (nn/internal/cuda_math.h) with the same arithmetic
-// (nn/internal/batch_norm_elementwise.h), so both devices give the same bits.
+// (nn/kernels/cuda_math.h) with the same arithmetic
+// (nn/kernels/batch_norm_elementwise.h), so both devices give the same bits.
 // Per-channel arrays are on the host.
 
 // out[plane] = sum x, or sum (x - mean[channel])^2 when `mean` is non-null.

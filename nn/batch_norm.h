@@ -44,7 +44,7 @@
 //
 // On CUDA (a module created on or moved to cuda:N, inputs there too) the
 // per-plane sums and the elementwise passes run as kernels with the CPU's
-// arithmetic and summation order (nn/internal/batch_norm_elementwise.h):
+// arithmetic and summation order (nn/kernels/batch_norm_elementwise.h):
 // the two devices give the same bits. The per-channel statistics and the
 // running buffers' update are computed on the host from [N x C] plane sums
 // copied back, a few small copies per call.

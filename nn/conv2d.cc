@@ -8,7 +8,7 @@
 #include "core/kernels.h"
 #include "core/status.h"
 #include "nn/init.h"
-#include "nn/internal/cudnn_conv_kernels.h"
+#include "nn/kernels/cudnn_conv_kernels.h"
 
 namespace lockstep {
 namespace {

@@ -3,7 +3,7 @@
 // batch goes through oneDNN's direct convolution when lockstep is built with
 // oneDNN (@local_dnnl: Debian's libdnnl-dev, the one PyTorch links), and on
 // CUDA through cuDNN when the toolkit has it (full f32, no FFT or Winograd:
-// nn/internal/cudnn_conv_kernels.h); else im2col + GEMM per image
+// nn/kernels/cudnn_conv_kernels.h); else im2col + GEMM per image
 // (OpenBLAS, cuBLAS). CpuKernels() and CudaKernels() say which, for
 // start-up lines.
 //
@@ -42,7 +42,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/mt19937.h"
-#include "nn/internal/conv_kernels.h"
+#include "nn/kernels/conv_kernels.h"
 #include "nn/math.h"
 #include "nn/module.h"
 

@@ -14,9 +14,9 @@
 #include "core/internal/elementwise.h"
 #include "core/kernels.h"
 #include "core/status.h"
-#include "nn/internal/cuda_math.h"
-#include "nn/internal/nn_elementwise.h"
-#include "nn/internal/window_elementwise.h"
+#include "nn/kernels/cuda_math.h"
+#include "nn/kernels/nn_elementwise.h"
+#include "nn/kernels/window_elementwise.h"
 
 namespace lockstep {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/half.h"
 #include "core/kernels.h"
 #include "gtest/gtest.h"
-#include "nn/internal/window_elementwise.h"
+#include "nn/kernels/window_elementwise.h"
 
 namespace lockstep {
 namespace {

@@ -3,15 +3,15 @@
 // arguments and dispatches here for CUDA tensors. The BUILD file picks the
 // implementation (nn/cuda_math_cuda.cc, or nn/cuda_math_none.cc whose calls
 // all fail with FailedPrecondition). Every call completes before returning.
-#ifndef LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_
-#define LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_
+#ifndef LOCKSTEP_NN_KERNELS_CUDA_MATH_H_
+#define LOCKSTEP_NN_KERNELS_CUDA_MATH_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
-#include "nn/internal/nn_elementwise.h"
-#include "nn/internal/window_elementwise.h"
+#include "nn/kernels/nn_elementwise.h"
+#include "nn/kernels/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda {
@@ -46,7 +46,7 @@ absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, 
 // BatchNorm over [n, c, s] f32 data on the device (x, dy, y, dx); the
 // per-channel arrays ([c]: mean, alpha, ...) and per-plane results ([n * c],
 // plane = image * c + channel) are on the host and copied here. The
-// arithmetic is nn/internal/batch_norm_elementwise.h's, as on the CPU.
+// arithmetic is nn/kernels/batch_norm_elementwise.h's, as on the CPU.
 // out[plane] = sum x (mean null) or sum (x - mean[channel])^2.
 absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
                                 const float* mean, double* out);
@@ -64,4 +64,4 @@ absl::Status BatchNormInputGrad(int device, int64_t n, int64_t c, int64_t s, con
 }  // namespace nn_cuda
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_CUDA_MATH_H_
+#endif  // LOCKSTEP_NN_KERNELS_CUDA_MATH_H_

@@ -1,5 +1,5 @@
 // Without oneDNN: no kernels (Conv2d runs im2col + BLAS).
-#include "nn/internal/conv_kernels.h"
+#include "nn/kernels/conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {

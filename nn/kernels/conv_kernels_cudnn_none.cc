@@ -1,5 +1,5 @@
 // Without cuDNN: no kernels (Conv2d runs im2col + cuBLAS per image on CUDA).
-#include "nn/internal/cudnn_conv_kernels.h"
+#include "nn/kernels/cudnn_conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {

@@ -1,5 +1,5 @@
 // cuDNN's convolutions (the cuDNN 9 backend-free "legacy" API: descriptors,
-// cudnnConvolution*), nn/internal/cudnn_conv_kernels.h.
+// cudnnConvolution*), nn/kernels/cudnn_conv_kernels.h.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
-#include "nn/internal/cudnn_conv_kernels.h"
+#include "nn/kernels/cudnn_conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {

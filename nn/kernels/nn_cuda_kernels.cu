@@ -1,5 +1,5 @@
 // CUDA versions of the nn elementwise kernels. The arithmetic is
-// nn/internal/nn_elementwise.h, shared with the CPU code (compiled with
+// nn/kernels/nn_elementwise.h, shared with the CPU code (compiled with
 // --fmad=false so both round identically). Grid-stride loops.
 #include <cuda_runtime.h>
 
@@ -7,10 +7,10 @@
 
 #include "core/internal/cuda_grid.h"
 #include "core/internal/elementwise.h"
-#include "nn/internal/batch_norm_elementwise.h"
-#include "nn/internal/nn_cuda_launch.h"
-#include "nn/internal/nn_elementwise.h"
-#include "nn/internal/window_elementwise.h"
+#include "nn/kernels/batch_norm_elementwise.h"
+#include "nn/kernels/nn_cuda_launch.h"
+#include "nn/kernels/nn_elementwise.h"
+#include "nn/kernels/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda_internal {

@@ -5,7 +5,7 @@
 //   std::unique_ptr<ConvKernels> k = CreateCudnnConvKernels(/*device=*/0);  // may be null
 //   LOCKSTEP_RETURN_IF_ERROR(k->Forward(shape, x, w, b, y));   // device pointers
 //
-// The ConvKernels contract of nn/internal/conv_kernels.h, on pointers into
+// The ConvKernels contract of nn/kernels/conv_kernels.h, on pointers into
 // cuda:`device`: NCHW f32 activations, OIHW weights, the whole batch in one
 // cuDNN call, each call finished before it returns (as nn/internal/
 // cuda_math.h). Descriptors and the chosen algorithms are kept per shape.
@@ -18,13 +18,13 @@
 // the bound the CPU kernels meet. LOCKSTEP_NO_CUDNN=1 switches cuDNN off (an
 // A/B switch). One object per Conv2d: not thread-safe; cuDNN handles are
 // kept per device and thread.
-#ifndef LOCKSTEP_NN_INTERNAL_CUDNN_CONV_KERNELS_H_
-#define LOCKSTEP_NN_INTERNAL_CUDNN_CONV_KERNELS_H_
+#ifndef LOCKSTEP_NN_KERNELS_CUDNN_CONV_KERNELS_H_
+#define LOCKSTEP_NN_KERNELS_CUDNN_CONV_KERNELS_H_
 
 #include <memory>
 #include <string>
 
-#include "nn/internal/conv_kernels.h"
+#include "nn/kernels/conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {
@@ -40,4 +40,4 @@ std::string CudnnConvDescription();
 }  // namespace nn_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_CUDNN_CONV_KERNELS_H_
+#endif  // LOCKSTEP_NN_KERNELS_CUDNN_CONV_KERNELS_H_

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "nn/internal/conv_kernels.h"
+#include "nn/kernels/conv_kernels.h"
 
 namespace lockstep {
 namespace nn_internal {

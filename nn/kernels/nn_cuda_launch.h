@@ -1,13 +1,13 @@
 // Plain entry points into nn/nn_cuda_kernels.cu (dtype as the integer value
 // of core/dtype.h, cudaError_t returned as int), wrapped by
 // nn/cuda_math_cuda.cc. All run on the legacy default stream.
-#ifndef LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_
-#define LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_
+#ifndef LOCKSTEP_NN_KERNELS_NN_CUDA_LAUNCH_H_
+#define LOCKSTEP_NN_KERNELS_NN_CUDA_LAUNCH_H_
 
 #include <cstdint>
 
-#include "nn/internal/nn_elementwise.h"
-#include "nn/internal/window_elementwise.h"
+#include "nn/kernels/nn_elementwise.h"
+#include "nn/kernels/window_elementwise.h"
 
 namespace lockstep {
 namespace nn_cuda_internal {
@@ -49,4 +49,4 @@ int LaunchBatchNormInputGrad(int64_t count, int64_t c, int64_t s, const float* x
 }  // namespace nn_cuda_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_NN_CUDA_LAUNCH_H_
+#endif  // LOCKSTEP_NN_KERNELS_NN_CUDA_LAUNCH_H_

@@ -1,5 +1,5 @@
-// nn/internal/cuda_math.h for builds without CUDA: every call is an error.
-#include "nn/internal/cuda_math.h"
+// nn/kernels/cuda_math.h for builds without CUDA: every call is an error.
+#include "nn/kernels/cuda_math.h"
 
 namespace lockstep {
 namespace nn_cuda {

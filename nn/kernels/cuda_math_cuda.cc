@@ -1,4 +1,4 @@
-// nn/internal/cuda_math.h with cuBLAS and nn/nn_cuda_kernels.cu.
+// nn/kernels/cuda_math.h with cuBLAS and nn/nn_cuda_kernels.cu.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "nn/internal/cuda_math.h"
-#include "nn/internal/nn_cuda_launch.h"
+#include "nn/kernels/cuda_math.h"
+#include "nn/kernels/nn_cuda_launch.h"
 
 namespace lockstep {
 namespace nn_cuda {

@@ -7,8 +7,8 @@
 // kernel_w, moved by stride over the image padded with pad on each side;
 // out_h x out_w is the number of window positions. The column matrix of
 // im2col is [channels * kernel_h * kernel_w, out_h * out_w].
-#ifndef LOCKSTEP_NN_INTERNAL_WINDOW_ELEMENTWISE_H_
-#define LOCKSTEP_NN_INTERNAL_WINDOW_ELEMENTWISE_H_
+#ifndef LOCKSTEP_NN_KERNELS_WINDOW_ELEMENTWISE_H_
+#define LOCKSTEP_NN_KERNELS_WINDOW_ELEMENTWISE_H_
 
 #include <cstdint>
 
@@ -109,4 +109,4 @@ LOCKSTEP_HOST_DEVICE inline float MaxPoolBackwardAt(const Geometry& g, const flo
 }  // namespace window_elementwise
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_WINDOW_ELEMENTWISE_H_
+#endif  // LOCKSTEP_NN_KERNELS_WINDOW_ELEMENTWISE_H_

@@ -6,8 +6,8 @@
 // and `v` Adam's first and second moments. The update rules follow PyTorch
 // 1.13's single-tensor implementations (torch/optim/sgd.py, adam.py,
 // adamw.py) operation by operation, in f32.
-#ifndef LOCKSTEP_NN_INTERNAL_NN_ELEMENTWISE_H_
-#define LOCKSTEP_NN_INTERNAL_NN_ELEMENTWISE_H_
+#ifndef LOCKSTEP_NN_KERNELS_NN_ELEMENTWISE_H_
+#define LOCKSTEP_NN_KERNELS_NN_ELEMENTWISE_H_
 
 #include <cmath>
 #include <cstdint>
@@ -129,4 +129,4 @@ void WithBools(Fn&& fn, bool b, Rest... rest) {
 }  // namespace nn_elementwise
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_NN_ELEMENTWISE_H_
+#endif  // LOCKSTEP_NN_KERNELS_NN_ELEMENTWISE_H_

@@ -9,8 +9,8 @@
 // vectorize), then the lanes in order, then the tail. A channel's sum is
 // its planes' sums added in image order (nn/batch_norm.cc does that on the
 // host for both devices).
-#ifndef LOCKSTEP_NN_INTERNAL_BATCH_NORM_ELEMENTWISE_H_
-#define LOCKSTEP_NN_INTERNAL_BATCH_NORM_ELEMENTWISE_H_
+#ifndef LOCKSTEP_NN_KERNELS_BATCH_NORM_ELEMENTWISE_H_
+#define LOCKSTEP_NN_KERNELS_BATCH_NORM_ELEMENTWISE_H_
 
 #include <cstdint>
 
@@ -66,4 +66,4 @@ LOCKSTEP_HOST_DEVICE inline float InputGradBatch(float x, float dy, float mean, 
 }  // namespace batch_norm_elementwise
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_BATCH_NORM_ELEMENTWISE_H_
+#endif  // LOCKSTEP_NN_KERNELS_BATCH_NORM_ELEMENTWISE_H_

@@ -19,8 +19,8 @@
 // per call unless OMP_NUM_THREADS is set (oneDNN's OpenMP would otherwise
 // take every core in every rank), as nn/math.h does for OpenBLAS. One
 // object per Conv2d: not thread-safe.
-#ifndef LOCKSTEP_NN_INTERNAL_CONV_KERNELS_H_
-#define LOCKSTEP_NN_INTERNAL_CONV_KERNELS_H_
+#ifndef LOCKSTEP_NN_KERNELS_CONV_KERNELS_H_
+#define LOCKSTEP_NN_KERNELS_CONV_KERNELS_H_
 
 #include <cstdint>
 #include <memory>
@@ -70,4 +70,4 @@ class ConvKernels {
 }  // namespace nn_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_INTERNAL_CONV_KERNELS_H_
+#endif  // LOCKSTEP_NN_KERNELS_CONV_KERNELS_H_
