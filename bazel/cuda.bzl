@@ -13,7 +13,7 @@ CUDA runtime, so C++ code simply depends on it. Without a CUDA toolkit the
 target is incompatible and skipped by `bazel build //...`.
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "IF_CUDA_COMPATIBLE", "NVCC")
+load("@local_cuda//:defs.bzl", "IF_CUDA_COMPATIBLE", "NVCC")
 load("//bazel:copts.bzl", "LOCKSTEP_NVCC_GENCODE")
 
 def _nvcc_objects_impl(ctx):

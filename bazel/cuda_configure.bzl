@@ -86,6 +86,7 @@ def _cuda_configure_impl(ctx):
         ))
         build.append(_lib("cublas", rpath + ["-lcublas", "-lcublasLt"], rpath + ["-lcublas", "-lcublasLt"], [":cudart"]))
         build.append(_lib("nccl", rpath + ["-lnccl"], rpath + ["-lnccl"], [":cudart"]))
+
         # cuDNN has no usable static archive: the bundle links it dynamically
         # too (the GPU machine's libcudnn.so.9 is found at run time).
         if cudnn:

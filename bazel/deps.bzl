@@ -22,7 +22,7 @@ It sets up, each only if the workspace does not define it already:
 load("//bazel:cuda_configure.bzl", "cuda_configure")
 load("//bazel:dnnl_configure.bzl", "dnnl_configure")
 load("//bazel:libtorch_configure.bzl", "libtorch_configure")
-load("//bazel:shims.bzl", "rules_cc_shim", "rules_java_shim", "coverage_tools_shim")
+load("//bazel:shims.bzl", "coverage_tools_shim", "rules_cc_shim", "rules_java_shim")
 load("//bazel:system_libs.bzl", "system_libs")
 
 def lockstep_deps():

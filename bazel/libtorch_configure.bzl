@@ -54,7 +54,8 @@ def _libtorch_configure_impl(ctx):
         "TORCH_PYTHON_ENABLED = %s" % python_enabled,
         "TORCH_PYTHON = %s" % repr(python),
         "IF_TORCH_PYTHON_COMPATIBLE = %s" % (
-            "[]" if python_enabled else "[\"@local_libtorch//:apt-get_install_python3-torch_python3-dev_pybind11-dev\"]"),
+            "[]" if python_enabled else "[\"@local_libtorch//:apt-get_install_python3-torch_python3-dev_pybind11-dev\"]"
+        ),
         "",
     ]))
     build = [
