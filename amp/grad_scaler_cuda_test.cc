@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 

@@ -5,7 +5,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/testing/group.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu_kernels.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/cuda_caching_allocator.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_caching_allocator.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -18,7 +18,7 @@
 // memory itself.
 //
 // CUDA and pinned memory come from the process's caching allocators
-// (core/cuda_caching_allocator.h): DefaultCudaAllocator() for CUDA devices,
+// (core/cuda/cuda_caching_allocator.h): DefaultCudaAllocator() for CUDA devices,
 // DefaultPinnedHostAllocator() for pinned host memory, so that the same
 // sizes allocated every step (activations, gradients, DDP buckets, pinned
 // batches and staging) cost no cudaMalloc/cudaHostAlloc after the first

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 
-#include "core/cuda_caching_allocator.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_caching_allocator.h"
+#include "core/cuda/cuda_runtime.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/kernels.h"
 #include "core/mt19937.h"
 #include "core/status.h"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/kernels.h"
 #include "core/mt19937.h"
 #include "gtest/gtest.h"

@@ -71,9 +71,9 @@ CHECKED = {
     "collectives/work_promise.h": "tests/header_examples/collectives_test.cc",
     "collectives/monitored_barrier.h": "tests/header_examples/collectives_test.cc",
     "core/atomic_file.h": "tests/header_examples/nn_test.cc",  # beside the checkpoints that use it
-    "core/cuda_caching_allocator.h": "tests/header_examples/core_test.cc",
-    # Not in hdrs of a public target, but the header of //core:cuda_runtime (public).
-    "core/cuda_runtime.h": "tests/header_examples/core_test.cc",
+    "core/cuda/cuda_caching_allocator.h": "tests/header_examples/core_test.cc",
+    # Not in hdrs of a public target, but the header of //core/cuda:cuda_runtime (public).
+    "core/cuda/cuda_runtime.h": "tests/header_examples/core_test.cc",
     "core/deadline.h": "tests/header_examples/core_test.cc",
     "core/device.h": "tests/header_examples/core_test.cc",
     "core/dtype.h": "tests/header_examples/core_test.cc",

@@ -21,7 +21,7 @@
 #include "collectives/bootstrap/backend_choice.h"
 #include "collectives/bootstrap/init_from_env.h"
 #include "collectives/nccl/nccl_communicator.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/status.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"

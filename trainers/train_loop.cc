@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/cuda_caching_allocator.h"
+#include "core/cuda/cuda_caching_allocator.h"
 #include "core/peak_rss.h"
 #include "core/status.h"
 #include "data/data_loader.h"

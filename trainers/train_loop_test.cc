@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "collectives/testing/group.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "data/distributed_sampler.h"

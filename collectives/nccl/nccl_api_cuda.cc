@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/nccl/nccl_api.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/status.h"
 
 namespace lockstep {

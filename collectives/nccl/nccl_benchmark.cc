@@ -8,7 +8,7 @@
 #include "collectives/communicator.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/store/hash_store.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 
 namespace lockstep {
 namespace {

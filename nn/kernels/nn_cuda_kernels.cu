@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/internal/cuda_grid.h"
+#include "core/cuda/cuda_grid.h"
 #include "core/internal/elementwise.h"
 #include "nn/kernels/batch_norm_elementwise.h"
 #include "nn/kernels/nn_cuda_launch.h"

@@ -36,7 +36,7 @@
 #include "collectives/store/hash_store.h"
 #include "collectives/store/store.h"
 #include "collectives/store/tcp_store.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/device.h"
 #include "core/reduce_op.h"
 #include "core/status.h"

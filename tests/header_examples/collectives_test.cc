@@ -43,7 +43,7 @@
 #include "collectives/work.h"
 #include "collectives/work_promise.h"
 #include "collectives/monitored_barrier.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/deadline.h"
 #include "core/device.h"
 #include "core/reduce_op.h"

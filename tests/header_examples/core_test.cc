@@ -21,8 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/cuda_caching_allocator.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_caching_allocator.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/deadline.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -329,7 +329,7 @@ TEST(CoreExamplesTest, ThreadPoolRunsEveryTaskBeforeWaitReturns) {
   }
 }
 
-// core/cuda_runtime.h (the header of //core:cuda_runtime): returns at once
+// core/cuda/cuda_runtime.h (the header of //core:cuda_runtime): returns at once
 // without a CUDA device.
 absl::Status CudaRuntimeExample(const Tensor& host, Tensor* out) {
   if (cuda::DeviceCount() == 0) return absl::OkStatus();  // or GTEST_SKIP()
@@ -355,7 +355,7 @@ TEST(CoreExamplesTest, CudaRuntimeCopiesOnAStream) {
   EXPECT_EQ(*on_device.ToVector<float>(), (std::vector<float>{1, 2, 3, 4}));
 }
 
-// core/cuda_caching_allocator.h: needs a CUDA device; without one Allocate
+// core/cuda/cuda_caching_allocator.h: needs a CUDA device; without one Allocate
 // fails and the function returns its error.
 absl::StatusOr<DeviceMemoryStats> CudaCachingAllocatorExample(size_t bytes) {
   CudaCachingAllocator& allocator = DefaultCudaAllocator();  // the process's

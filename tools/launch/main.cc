@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "tools/launch/agent.h"
 #include "tools/launch/launch_flags.h"
 #include "tools/launch/signal_forwarder.h"

@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/cuda_runtime.h"
-#include "core/internal/cuda_kernel_launch.h"
+#include "core/cuda/cuda_runtime.h"
+#include "core/cuda/cuda_kernel_launch.h"
 #include "core/status.h"
 
 namespace lockstep {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "benchmark/benchmark.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/kernels.h"
 
 namespace lockstep {

@@ -1,4 +1,4 @@
-#include "core/cuda_caching_allocator.h"
+#include "core/cuda/cuda_caching_allocator.h"
 
 #include <algorithm>
 #include <iterator>
@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 
 namespace lockstep {
 namespace {

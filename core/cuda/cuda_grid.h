@@ -1,8 +1,8 @@
 // Launch geometry and dtype dispatch shared by the .cu files of core and nn
 // (include from CUDA code only). Kernels use grid-stride loops, so any grid
 // covers any count; the grid is capped to bound launch cost.
-#ifndef LOCKSTEP_CORE_INTERNAL_CUDA_GRID_H_
-#define LOCKSTEP_CORE_INTERNAL_CUDA_GRID_H_
+#ifndef LOCKSTEP_CORE_CUDA_CUDA_GRID_H_
+#define LOCKSTEP_CORE_CUDA_CUDA_GRID_H_
 
 #include <cuda_runtime.h>
 
@@ -44,4 +44,4 @@ int VisitFloatDType(int dtype, Fn&& fn) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-#endif  // LOCKSTEP_CORE_INTERNAL_CUDA_GRID_H_
+#endif  // LOCKSTEP_CORE_CUDA_CUDA_GRID_H_

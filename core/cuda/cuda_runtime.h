@@ -13,8 +13,8 @@
 //
 // Most users never call this directly: Tensor and the kernels in
 // core/kernels.h dispatch on the tensor's device.
-#ifndef LOCKSTEP_CORE_CUDA_RUNTIME_H_
-#define LOCKSTEP_CORE_CUDA_RUNTIME_H_
+#ifndef LOCKSTEP_CORE_CUDA_CUDA_RUNTIME_H_
+#define LOCKSTEP_CORE_CUDA_CUDA_RUNTIME_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -141,4 +141,4 @@ absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int
 }  // namespace cuda
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_CORE_CUDA_RUNTIME_H_
+#endif  // LOCKSTEP_CORE_CUDA_CUDA_RUNTIME_H_

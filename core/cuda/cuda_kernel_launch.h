@@ -1,8 +1,8 @@
 // Plain entry points into core/cuda_kernels.cu. They take enum values as
 // integers and return cudaError_t as int, so the .cu file needs neither Abseil
 // nor this project's Status types; core/cuda_runtime_cuda.cc wraps them.
-#ifndef LOCKSTEP_CORE_INTERNAL_CUDA_KERNEL_LAUNCH_H_
-#define LOCKSTEP_CORE_INTERNAL_CUDA_KERNEL_LAUNCH_H_
+#ifndef LOCKSTEP_CORE_CUDA_CUDA_KERNEL_LAUNCH_H_
+#define LOCKSTEP_CORE_CUDA_CUDA_KERNEL_LAUNCH_H_
 
 #include <cstdint>
 
@@ -23,4 +23,4 @@ int LaunchAllFinite(int dtype, const void* data, int64_t count, int* device_flag
 }  // namespace cuda_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_CORE_INTERNAL_CUDA_KERNEL_LAUNCH_H_
+#endif  // LOCKSTEP_CORE_CUDA_CUDA_KERNEL_LAUNCH_H_

@@ -2,7 +2,7 @@
 // retry and fenced (pinned-pool) reuse over a fake source (no GPU); the same
 // over cudaMalloc and cudaHostAlloc on cuda:0 when a device is visible
 // (skipped otherwise).
-#include "core/cuda_caching_allocator.h"
+#include "core/cuda/cuda_caching_allocator.h"
 
 #include <cstdlib>
 #include <map>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/kernels.h"
 #include "core/tensor.h"
 #include "core/testing/reference.h"

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 
 namespace lockstep {
 namespace cuda {

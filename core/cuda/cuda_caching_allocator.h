@@ -33,8 +33,8 @@
 //
 // The allocator must outlive its blocks; its destructor returns every block
 // to the source (the default allocators are never destroyed). Thread-safe.
-#ifndef LOCKSTEP_CORE_CUDA_CACHING_ALLOCATOR_H_
-#define LOCKSTEP_CORE_CUDA_CACHING_ALLOCATOR_H_
+#ifndef LOCKSTEP_CORE_CUDA_CUDA_CACHING_ALLOCATOR_H_
+#define LOCKSTEP_CORE_CUDA_CUDA_CACHING_ALLOCATOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -75,11 +75,11 @@ class DeviceMemorySource {
 // The `device` of pinned host memory in the allocator's calls and Stats.
 inline constexpr int kHostDevice = -1;
 
-// cudaMalloc/cudaFree through core/cuda_runtime.h (errors without CUDA).
+// cudaMalloc/cudaFree through core/cuda/cuda_runtime.h (errors without CUDA).
 // Freed blocks are reusable at once.
 std::unique_ptr<DeviceMemorySource> CudaDeviceMemory();
 
-// cudaHostAlloc (portable)/cudaFreeHost through core/cuda_runtime.h, for
+// cudaHostAlloc (portable)/cudaFreeHost through core/cuda/cuda_runtime.h, for
 // `device` kHostDevice. A freed block is fenced by one CUDA event per device
 // in `fence_devices()`, recorded on that device's legacy default stream
 // (where core's kernels and stream-less copies run); the block is reused once
@@ -171,4 +171,4 @@ CudaCachingAllocator& DefaultPinnedHostAllocator();
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_CORE_CUDA_CACHING_ALLOCATOR_H_
+#endif  // LOCKSTEP_CORE_CUDA_CUDA_CACHING_ALLOCATOR_H_

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "core/half.h"
-#include "core/internal/cuda_grid.h"
-#include "core/internal/cuda_kernel_launch.h"
+#include "core/cuda/cuda_grid.h"
+#include "core/cuda/cuda_kernel_launch.h"
 #include "core/internal/elementwise.h"
 
 namespace lockstep {
