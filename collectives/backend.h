@@ -7,7 +7,7 @@
 //   HostBackend (collectives/host_backend.h): the CPU algorithms over any
 //     Transport (TCP, shared memory); CUDA tensors staged through pinned
 //     host memory.
-//   HierarchicalBackend (collectives/hierarchical_backend.h): groups that
+//   HierarchicalBackend (collectives/hierarchical/hierarchical_backend.h): groups that
 //     span hosts with several ranks each. All-reduce, reduce, broadcast and
 //     barrier run inside each host (shared memory), then among the hosts'
 //     leaders (TCP), then inside each host again; the operations that move

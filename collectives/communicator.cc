@@ -11,7 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/internal/communicator_state.h"
+#include "collectives/communicator_state.h"
 #include "collectives/internal/fingerprint.h"
 #include "core/status.h"
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/communicator_checks.h"
-#include "collectives/internal/communicator_state.h"
+#include "collectives/communicator_state.h"
 #include "core/dtype.h"
 #include "core/status.h"
 

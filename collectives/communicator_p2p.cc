@@ -10,7 +10,7 @@
 #include "collectives/communicator.h"
 #include "collectives/completable_work.h"
 #include "collectives/internal/communicator_checks.h"
-#include "collectives/internal/communicator_state.h"
+#include "collectives/communicator_state.h"
 #include "core/deadline.h"
 
 namespace lockstep {

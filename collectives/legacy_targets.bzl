@@ -1,7 +1,7 @@
 """The labels and include paths `collectives` had before its subpackages.
 
 Every public target that moved into collectives/{store,transport,algorithms,
-nccl,bootstrap,testing}/ (or, for DDP's bucket helpers, into ddp/) keeps a target at its old label, `//collectives:NAME`,
+nccl,bootstrap,testing,hierarchical}/ (or, for DDP's bucket helpers, into ddp/) keeps a target at its old label, `//collectives:NAME`,
 whose header at the old path, `collectives/NAME.h`, forwards to the new one:
 repositories built against the old names keep building. New code uses the new
 labels (README: "Using lockstep from another Bazel repository"). Both come from
@@ -40,6 +40,7 @@ LEGACY_TARGETS = {
     "communicator_factory": ("//collectives/bootstrap:communicator_factory", "collectives/bootstrap/communicator_factory.h"),
     "nccl_communicator": ("//collectives/nccl:nccl_communicator", "collectives/nccl/nccl_communicator.h"),
     "backend_choice": ("//collectives/bootstrap:backend_choice", "collectives/bootstrap/backend_choice.h"),
+    "hierarchical_backend": ("//collectives/hierarchical:hierarchical_backend", "collectives/hierarchical/hierarchical_backend.h"),
     # DDP's helpers, where their users are.
     "bucket_assignment": ("//ddp:bucket_assignment", "ddp/bucket_assignment.h"),
     "grad_bucket": ("//ddp:grad_bucket", "ddp/grad_bucket.h"),

@@ -76,12 +76,12 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //ddp:ddp_test //trainers:train_loop_test //dp:parallel_apply_test //dp:data_parallel_test \
   //collectives/transport/shm:shm_transport_test //collectives/transport/shm:shm_fault_test //collectives/algorithms:ring_in_place_test \
   //collectives/transport/shm:shm_stranger_test //ddp:replica_sync_test //collectives:chained_work_test //collectives:monitored_barrier_test \
-  //collectives:hierarchical_backend_test //collectives/bootstrap:communicator_factory_test //tools/launch:all \
+  //collectives/hierarchical:hierarchical_backend_test //collectives/bootstrap:communicator_factory_test //tools/launch:all \
   //collectives/transport/shm:shm_single_copy_process_test //collectives/nccl:nccl_watchdog_test //collectives/nccl:nccl_backend_test \
   //collectives:recv_any_source_test //collectives:subgroup_test //collectives:objects_test \
   //collectives/store:file_store_test //collectives/bootstrap:init_method_test \
   //ddp:join_test //ddp:sync_batch_norm_test //ddp:powersgd_hook_test //ddp:zero_redundancy_optimizer_test \
-  //ddp:local_sgd_test //collectives:worker_wake_test //collectives:op_queue_test
+  //ddp:local_sgd_test //collectives:worker_wake_test //collectives/internal:op_queue_test
 # The communicator grids without their large cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"

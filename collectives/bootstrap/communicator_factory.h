@@ -4,7 +4,7 @@
 //   all ranks on one host        -> shared memory  ("shm",  collectives/bootstrap/shm_communicator.h)
 //   every rank on its own host   -> TCP            ("tcp",  collectives/bootstrap/tcp_communicator.h)
 //   some hosts with several ranks -> hierarchical  ("hierarchical(shm+tcp)",
-//                                    collectives/hierarchical_backend.h)
+//                                    collectives/hierarchical/hierarchical_backend.h)
 //
 //   CommunicatorFactoryOptions options;
 //   options.tcp.host = "10.0.0.2";  // where ranks on other hosts reach this one

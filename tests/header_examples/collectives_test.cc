@@ -27,7 +27,7 @@
 #include "collectives/flight_recorder.h"
 #include "ddp/fused_all_reduce.h"
 #include "ddp/grad_bucket.h"
-#include "collectives/hierarchical_backend.h"
+#include "collectives/hierarchical/hierarchical_backend.h"
 #include "collectives/host_backend.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/store/file_store.h"
@@ -381,7 +381,7 @@ TEST(CollectivesExamplesTest, HostBackendUnderACommunicator) {
   EXPECT_EQ(Values(t[0]), Values(RankData(1, 10)));  // rank 1's values everywhere
 }
 
-// collectives/hierarchical_backend.h: 4 ranks on 2 pretend hosts ("a", "b"):
+// collectives/hierarchical/hierarchical_backend.h: 4 ranks on 2 pretend hosts ("a", "b"):
 // shared memory inside a host, TCP between the leaders and for the flat
 // level.
 absl::Status HierarchicalBackendExample(std::shared_ptr<Store> base, int rank, const Tensor& t) {

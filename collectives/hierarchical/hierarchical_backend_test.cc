@@ -5,7 +5,7 @@
 // collective on integer-valued data gives the same bytes on every rank as a
 // flat TCP group; AllReduce moves no bytes from a non-leader to another
 // host; a rank that leaves fails every other rank instead of hanging.
-#include "collectives/hierarchical_backend.h"
+#include "collectives/hierarchical/hierarchical_backend.h"
 
 #include <memory>
 #include <string>

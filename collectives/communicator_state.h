@@ -6,8 +6,8 @@
 //   // In Communicator::Barrier():
 //   CommunicatorState& s = *state_;
 //   return s.Enqueue(fingerprint, [b = s.backend.get()](const OpContext& ctx) { return b->Barrier(ctx); });
-#ifndef LOCKSTEP_COLLECTIVES_INTERNAL_COMMUNICATOR_STATE_H_
-#define LOCKSTEP_COLLECTIVES_INTERNAL_COMMUNICATOR_STATE_H_
+#ifndef LOCKSTEP_COLLECTIVES_COMMUNICATOR_STATE_H_
+#define LOCKSTEP_COLLECTIVES_COMMUNICATOR_STATE_H_
 
 #include <atomic>
 #include <chrono>
@@ -92,4 +92,4 @@ std::shared_ptr<Work> CommunicatorState::Enqueue(const Fingerprint& fingerprint,
 }  // namespace communicator_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_INTERNAL_COMMUNICATOR_STATE_H_
+#endif  // LOCKSTEP_COLLECTIVES_COMMUNICATOR_STATE_H_

@@ -13,7 +13,7 @@
 //
 // (collectives/bootstrap/communicator_factory.h builds all of it when the ranks'
 // host identities say the group is mixed.) Terms, as in
-// collectives/hierarchical_layout.h: each host's ranks in ascending order,
+// collectives/hierarchical/hierarchical_layout.h: each host's ranks in ascending order,
 // its lowest rank the host's leader (local rank 0); hosts numbered by their
 // leaders. Three groups:
 //   * local: the ranks of this host (`local`, size = ranks on this host);
@@ -49,8 +49,8 @@
 // ranks in the group's numbering. CPU tensors only (the flat Backend's CUDA
 // staging is not used for the hierarchical operations): capabilities()
 // says so and the Communicator refuses CUDA tensors.
-#ifndef LOCKSTEP_COLLECTIVES_HIERARCHICAL_BACKEND_H_
-#define LOCKSTEP_COLLECTIVES_HIERARCHICAL_BACKEND_H_
+#ifndef LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
+#define LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 
 #include <memory>
 #include <string>
@@ -58,7 +58,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/backend.h"
-#include "collectives/hierarchical_layout.h"
+#include "collectives/hierarchical/hierarchical_layout.h"
 #include "collectives/transport/transport.h"
 
 namespace lockstep {
@@ -167,4 +167,4 @@ class HierarchicalBackend : public Backend {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_HIERARCHICAL_BACKEND_H_
+#endif  // LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_BACKEND_H_

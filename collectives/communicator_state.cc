@@ -1,4 +1,4 @@
-#include "collectives/internal/communicator_state.h"
+#include "collectives/communicator_state.h"
 
 #include <cstring>
 #include <functional>

@@ -10,8 +10,8 @@
 // Hosts are numbered in the order of their lowest rank, and each host's
 // ranks are listed in ascending order; a rank's local index is its position
 // in that list, so the leader of every host is its local rank 0.
-#ifndef LOCKSTEP_COLLECTIVES_HIERARCHICAL_LAYOUT_H_
-#define LOCKSTEP_COLLECTIVES_HIERARCHICAL_LAYOUT_H_
+#ifndef LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_LAYOUT_H_
+#define LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_LAYOUT_H_
 
 #include <string>
 #include <vector>
@@ -40,4 +40,4 @@ struct HostLayout {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_COLLECTIVES_HIERARCHICAL_LAYOUT_H_
+#endif  // LOCKSTEP_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_LAYOUT_H_

@@ -1,4 +1,4 @@
-#include "collectives/hierarchical_backend.h"
+#include "collectives/hierarchical/hierarchical_backend.h"
 
 #include <utility>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "collectives/hierarchical_layout.h"
+#include "collectives/hierarchical/hierarchical_layout.h"
 
 #include <map>
 
