@@ -38,7 +38,7 @@
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 #include "nn/relu.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "nn/testing/error_bound.h"

@@ -12,7 +12,7 @@
 #include "dp/balance.h"
 #include "dp/replicate.h"
 #include "dp/scatter_gather.h"
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 namespace lockstep {
 namespace {

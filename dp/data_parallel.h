@@ -52,7 +52,7 @@
 // The module's gradient-ready hook does not fire (gradients are reduced
 // after the replicas' backward, not per parameter). State dicts are the
 // plain module's (no "module." prefix); LoadStateDict accepts both forms
-// (nn/state_dict_prefix.h).
+// (nn/checkpoint/state_dict_prefix.h).
 #ifndef LOCKSTEP_DP_DATA_PARALLEL_H_
 #define LOCKSTEP_DP_DATA_PARALLEL_H_
 

@@ -23,7 +23,7 @@
 #include "nn/relu.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 namespace lockstep {
 namespace {

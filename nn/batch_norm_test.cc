@@ -18,7 +18,7 @@
 #include "nn/linear.h"
 #include "nn/max_pool2d.h"
 #include "nn/relu.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/testing/batch_norm_reference.h"
 #include "nn/testing/error_bound.h"

@@ -21,7 +21,7 @@
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/sgd.h"
 
 namespace lockstep {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
-#include "nn/checkpoint.h"
+#include "nn/checkpoint/checkpoint.h"
 
 namespace lockstep {
 namespace {
@@ -24,7 +24,7 @@ namespace {
 constexpr char kCheckpointPrefix[] = "step-";
 constexpr char kCheckpointSuffix[] = ".safetensors";
 constexpr int kCheckpointsKept = 2;
-// Our keys in a checkpoint's metadata (nn/checkpoint.h reserves others).
+// Our keys in a checkpoint's metadata (nn/checkpoint/checkpoint.h reserves others).
 constexpr char kBatchKey[] = "trainer.batch";  // Batches done in progress.epoch.
 constexpr char kBatchSizeKey[] = "trainer.batch_size";
 constexpr char kWorldSizeKey[] = "trainer.world_size";
@@ -112,7 +112,7 @@ const char* TypeName(std::filesystem::file_type type) {
   }
 }
 
-// Files are found with lstat and read with O_NOFOLLOW (nn/safetensors.h):
+// Files are found with lstat and read with O_NOFOLLOW (nn/checkpoint/safetensors.h):
 // only regular files, never what a symlink points at.
 const SafetensorsReadOptions kNoSymlinks = {/*follow_symlinks=*/false};
 

@@ -1,6 +1,6 @@
 // The training loop's checkpoints: what it writes beside the model, the
 // optimizer and the GradScaler (the batch position and the epoch's running
-// sums, nn/checkpoint.h metadata), and how a run finds and restores the
+// sums, nn/checkpoint/checkpoint.h metadata), and how a run finds and restores the
 // newest one that loads. Internal to //trainers:train_loop (ListCheckpoints
 // is public, in train_loop.h).
 #ifndef LOCKSTEP_TRAINERS_CHECKPOINT_RESTORE_H_

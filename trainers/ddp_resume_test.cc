@@ -12,7 +12,7 @@
 
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace {

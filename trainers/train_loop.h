@@ -30,7 +30,7 @@
 // Checkpoints (checkpoint_dir non-empty): every rank first lets the
 // optimizer gather its state (Optimizer::ConsolidateState: a sharded
 // ZeroRedundancyOptimizer's reaches rank 0), then rank 0 writes
-// "<dir>/step-<10-digit step>.safetensors" (nn/checkpoint.h, atomic) every
+// "<dir>/step-<10-digit step>.safetensors" (nn/checkpoint/checkpoint.h, atomic) every
 // checkpoint_every steps and after each epoch's evaluation, and keeps the
 // two newest that look loadable (anything else named like a checkpoint, a
 // damaged file or a FIFO, directory or symlink, is left alone and reported
@@ -135,7 +135,7 @@ struct TrainLoopOptions {
   int64_t log_every = 0;     // A "step" metrics line every this many steps; 0: none.
   bool report_perplexity = false;  // Language models: exp(loss) in lines and metrics.
   // Written into every checkpoint; must match on resume (keys must not use
-  // nn/checkpoint.h's reserved prefixes, nor "trainer." or "scaler.").
+  // nn/checkpoint/checkpoint.h's reserved prefixes, nor "trainer." or "scaler.").
   std::map<std::string, std::string> checkpoint_metadata;
   std::string trace_dir;     // trace_rank<r>.json per rank; empty: none.
   ProgressMode progress = ProgressMode::kAuto;

@@ -16,7 +16,7 @@ From the shell, list a file's tensors and metadata:
 
     /usr/bin/python3 nn/testdata/read_safetensors.py model.safetensors
 
-The format (as nn/safetensors.h): an 8-byte little-endian header length N,
+The format (as nn/checkpoint/safetensors.h): an 8-byte little-endian header length N,
 N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]},
 "__metadata__": {str: str}}, then the data section. Reading checks what
 lockstep checks: the header length, exactly those three fields per tensor,

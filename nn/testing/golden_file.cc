@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "gtest/gtest.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 

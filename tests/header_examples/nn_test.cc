@@ -24,7 +24,7 @@
 #include "core/atomic_file.h"
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
-#include "nn/checkpoint.h"
+#include "nn/checkpoint/checkpoint.h"
 #include "nn/clip_grad.h"
 #include "nn/conv2d.h"
 #include "nn/cross_entropy.h"
@@ -37,10 +37,10 @@
 #include "nn/module.h"
 #include "nn/optimizer.h"
 #include "nn/relu.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 namespace lockstep {
 
@@ -230,7 +230,7 @@ TEST(NnExamplesTest, BlasKernelsRestartLeavesNothingBetterToDo) {
   EXPECT_NE(BlasCoreName(), "");
 }
 
-// nn/checkpoint.h. The example writes /ckpt, so it is compiled, not run;
+// nn/checkpoint/checkpoint.h. The example writes /ckpt, so it is compiled, not run;
 // CheckpointInDir runs the same calls on a path in the test's directory.
 absl::Status CheckpointExample(Module* model, const std::unique_ptr<Sgd>& optimizer, GradScaler& scaler) {
   TrainingProgress progress;
@@ -491,7 +491,7 @@ TEST(NnExamplesTest, OptimizerStepsAndZeroesGradients) {
   for (float g : Values(model->weight().grad)) EXPECT_EQ(g, 0.0f);  // ZeroGrad
 }
 
-// nn/safetensors.h. The example writes /ckpt, so it is compiled, not run;
+// nn/checkpoint/safetensors.h. The example writes /ckpt, so it is compiled, not run;
 // SafetensorsInDir runs the same calls on a path in the test's directory.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-value"  // the example names fields as statements
@@ -557,7 +557,7 @@ TEST(NnExamplesTest, SequentialNamesChildrenByPosition) {
   for (float v : Values(*y)) EXPECT_GE(v, 0.0f);  // after the ReLU
 }
 
-// nn/state_dict_prefix.h
+// nn/checkpoint/state_dict_prefix.h
 absl::Status StateDictPrefixExample(Module& model, const std::vector<NamedTensor>& saved) {
   std::vector<NamedTensor> state = saved;           // from a file
   LOCKSTEP_RETURN_IF_ERROR(LoadStateDictAcceptingWrapperPrefix(model, state));

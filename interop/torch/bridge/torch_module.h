@@ -1,7 +1,7 @@
 // TorchModule: a libtorch module seen as a lockstep Module (nn/module.h), so
 // that what lockstep builds on Module -- the training loop
 // (trainers/train_loop.h), its optimizers (nn/sgd.h, nn/adam.h),
-// checkpoints (nn/checkpoint.h), gradient clipping and GradScaler -- trains
+// checkpoints (nn/checkpoint/checkpoint.h), gradient clipping and GradScaler -- trains
 // a torch::nn::Module as it is, with libtorch's kernels and autograd.
 //
 //   ResNet18 net(ResNet18Options{});

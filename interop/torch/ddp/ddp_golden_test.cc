@@ -38,7 +38,7 @@
 #include "interop/torch/models/golden_blocks.h"
 #include "interop/torch/ddp/distributed_data_parallel.h"
 #include "interop/torch/bridge/tensor_bridge.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace interop {

@@ -20,7 +20,7 @@
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
 #include "interop/torch/bridge/tensor_bridge.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace interop {

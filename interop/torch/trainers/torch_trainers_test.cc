@@ -25,7 +25,7 @@
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "trainers/train_loop.h"
 
 namespace lockstep {

@@ -1,4 +1,4 @@
-#include "nn/checkpoint.h"
+#include "nn/checkpoint/checkpoint.h"
 
 #include <utility>
 #include <vector>
@@ -7,8 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "nn/safetensors.h"
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/safetensors.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 namespace lockstep {
 namespace {
@@ -150,7 +150,7 @@ absl::Status SaveModel(const std::string& path, Module& model, const AtomicWrite
 absl::Status LoadModel(const std::string& path, Module& model) {
   LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
   // A file saved from a PyTorch DDP or DataParallel model has "module."
-  // before every name: one rule for wrapped models (nn/state_dict_prefix.h).
+  // before every name: one rule for wrapped models (nn/checkpoint/state_dict_prefix.h).
   absl::Status s = LoadStateDictAcceptingWrapperPrefix(model, file.tensors, /*strict=*/true);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("LoadModel ", path, ": ", s.message()));
   return absl::OkStatus();

@@ -1,6 +1,6 @@
 // libFuzzer entry point for the safetensors parser. With clang (one line):
 //   clang++ -std=c++17 -fsanitize=fuzzer,address -I. nn/safetensors_fuzz_target.cc
-//     nn/safetensors.cc core/atomic_file.cc core/tensor.cc core/storage.cc core/dtype.cc
+//     nn/checkpoint/safetensors.cc core/atomic_file.cc core/tensor.cc core/storage.cc core/dtype.cc
 //     core/device.cc core/cuda_runtime_none.cc -labsl_status -labsl_statusor -labsl_strings
 //     -labsl_str_format_internal -labsl_int128 -o /tmp/safetensors_fuzz
 //   /tmp/safetensors_fuzz -max_total_time=60
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "core/tensor.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "core/fd.h"
 #include "core/status.h"
-#include "nn/safetensors_header.h"
+#include "nn/checkpoint/safetensors_header.h"
 
 namespace lockstep {
 namespace {

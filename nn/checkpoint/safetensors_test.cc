@@ -1,4 +1,4 @@
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 #include <cstdint>
 #include <cstdlib>

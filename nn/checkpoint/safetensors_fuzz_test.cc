@@ -17,7 +17,7 @@
 
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

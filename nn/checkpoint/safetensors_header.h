@@ -1,9 +1,9 @@
 // The safetensors header: its JSON parsed strictly (every byte checked,
 // UTF-8 validated, duplicate keys refused), the tensors' layout checked
 // against the data section, and the JSON string writer the serializer uses.
-// Internal to //nn:safetensors (nn/safetensors.h is the API).
-#ifndef LOCKSTEP_NN_SAFETENSORS_HEADER_H_
-#define LOCKSTEP_NN_SAFETENSORS_HEADER_H_
+// Internal to //nn:safetensors (nn/checkpoint/safetensors.h is the API).
+#ifndef LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_HEADER_H_
+#define LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_HEADER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -63,4 +63,4 @@ absl::StatusOr<Header> ParseHeader(absl::string_view source, absl::string_view j
 }  // namespace safetensors_internal
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_SAFETENSORS_HEADER_H_
+#endif  // LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_HEADER_H_

@@ -13,10 +13,10 @@
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "nn/adam.h"
-#include "nn/checkpoint.h"
+#include "nn/checkpoint/checkpoint.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 #include <utility>
 

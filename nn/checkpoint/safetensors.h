@@ -32,8 +32,8 @@
 // tile the data section exactly, without overlaps or holes (the official
 // library's rule). Errors name the source, the tensor, what was expected and
 // what came.
-#ifndef LOCKSTEP_NN_SAFETENSORS_H_
-#define LOCKSTEP_NN_SAFETENSORS_H_
+#ifndef LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_H_
+#define LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -110,4 +110,4 @@ absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_SAFETENSORS_H_
+#endif  // LOCKSTEP_NN_CHECKPOINT_SAFETENSORS_H_

@@ -27,8 +27,8 @@
 // Writes are atomic (core/atomic_file.h): a crash mid-write leaves the
 // previous checkpoint intact. Loading validates the whole file first and
 // changes nothing (model or optimizer) unless everything fits.
-#ifndef LOCKSTEP_NN_CHECKPOINT_H_
-#define LOCKSTEP_NN_CHECKPOINT_H_
+#ifndef LOCKSTEP_NN_CHECKPOINT_CHECKPOINT_H_
+#define LOCKSTEP_NN_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
 #include <map>
@@ -39,7 +39,7 @@
 #include "core/atomic_file.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 
@@ -88,4 +88,4 @@ absl::Status LoadModel(const std::string& path, Module& model);
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_CHECKPOINT_H_
+#endif  // LOCKSTEP_NN_CHECKPOINT_CHECKPOINT_H_

@@ -1,6 +1,6 @@
 // Wrapped models' state dicts: plain names and PyTorch's "module."-prefixed
 // names load the same; other names are untouched and still checked.
-#include "nn/state_dict_prefix.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 
 #include "core/mt19937.h"
 #include "gtest/gtest.h"

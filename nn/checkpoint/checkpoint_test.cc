@@ -1,4 +1,4 @@
-#include "nn/checkpoint.h"
+#include "nn/checkpoint/checkpoint.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,7 +19,7 @@
 #include "nn/adam.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/sgd.h"
 
 namespace lockstep {

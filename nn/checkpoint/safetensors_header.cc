@@ -1,4 +1,4 @@
-#include "nn/safetensors_header.h"
+#include "nn/checkpoint/safetensors_header.h"
 
 #include <algorithm>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "nn/safetensors.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace safetensors_internal {

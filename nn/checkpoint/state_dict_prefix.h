@@ -6,8 +6,8 @@
 //
 //   std::vector<NamedTensor> state = ...;           // from a file
 //   LOCKSTEP_RETURN_IF_ERROR(LoadStateDictAcceptingWrapperPrefix(model, state));
-#ifndef LOCKSTEP_NN_STATE_DICT_PREFIX_H_
-#define LOCKSTEP_NN_STATE_DICT_PREFIX_H_
+#ifndef LOCKSTEP_NN_CHECKPOINT_STATE_DICT_PREFIX_H_
+#define LOCKSTEP_NN_CHECKPOINT_STATE_DICT_PREFIX_H_
 
 #include <string>
 #include <vector>
@@ -32,4 +32,4 @@ absl::Status LoadStateDictAcceptingWrapperPrefix(Module& module, const std::vect
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_NN_STATE_DICT_PREFIX_H_
+#endif  // LOCKSTEP_NN_CHECKPOINT_STATE_DICT_PREFIX_H_
