@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 peer of interop/torch:ddp_bench for the reference models.
+"""PyTorch 1.13 peer of interop/torch/ddp:ddp_bench for the reference models.
 
     /usr/bin/python3 tools/bench/peers/torch_models_ddp_peer.py --model resnet18 --batch 32 --mode ddp
 
 2 ranks (torch.multiprocessing.spawn, gloo on 127.0.0.1, CPU), one thread
 each (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS = 1, torch.set_num_threads(1)).
-Each rank trains the model of interop/torch/testdata/reference_models.py
-(the op-for-op twin of interop/torch/models: ResNet-18 with a 1-channel stem,
+Each rank trains the model of interop/torch/models/reference_models.py
+(the op-for-op twin of the libtorch models beside it: ResNet-18 with a 1-channel stem,
 or the 6 x 384 character Transformer, context 128, 114 tokens) on 4 fixed
 random batches of --batch examples (cycled), SGD momentum 0.9 (lr 0.1; 0.01
 for the Transformer), as ddp_bench does.
@@ -33,7 +33,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../interop/torch/testdata"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../interop/torch/models"))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
