@@ -142,7 +142,8 @@ def read_rows(path, fields):
 
 
 def read_json_lines(lines, has=None):
-    """The JSON objects among `lines` (those containing `has`, if given)."""
+    """The JSON objects among `lines` (those containing `has`, if given); a
+    bare nan or inf, as C's printf writes them, reads as NaN or Infinity."""
     out = []
     for line in lines:
         line = line.strip()
@@ -150,7 +151,11 @@ def read_json_lines(lines, has=None):
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError:
-                continue
+                try:
+                    out.append(json.loads(re.sub(r"(:\s*)(-?)(nan|inf)\b", lambda m: m.group(1) + (
+                        "NaN" if m.group(3) == "nan" else m.group(2) + "Infinity"), line)))
+                except json.JSONDecodeError:
+                    continue
     return out
 
 

@@ -229,6 +229,10 @@ class ReadersTest(TempFiles):
         self.assertEqual(run("json", "--all", "time_us", stdin=text), "1.5\n2.5\n")
         self.assertEqual(run("json", "--has", "p50", "time_us", stdin=text), "1.5\n")
 
+    def test_json_with_printf_nan_and_inf(self):
+        self.assertEqual(run("json", "time_us", "p50_us", "wrong", stdin='{"time_us": nan, "p50_us": -inf, "wrong": 0}'),
+                         "nan -inf 0\n")
+
     def test_json_of_one_document(self):
         doc = json.dumps({"end": {"sum_sent": {"bits_per_second": 8e9}}}, indent=2)
         self.assertEqual(run("json", "end.sum_sent.bits_per_second", "end.nothing", stdin=doc), "8000000000.0 nan\n")
