@@ -36,6 +36,7 @@
 # Needs python3-torch (default mode only) and openmpi-bin/libopenmpi-dev (apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 repo=$(pwd)
 
 usage() { sed -n '2,32s/^# \{0,1\}//p' "$0" >&2; }
@@ -122,13 +123,8 @@ out=$tmp/rows
 # other_ivcsw` from the benchmark's JSON line; nan for fields it lacks
 # (older revisions print no percentiles or tail figures).
 json_fields() {
-  local line=$1 field value fields=()
-  for field in time_us p50_us p95_us busbw_gbps p99_us max_us stall_us stalls caller_vcsw caller_ivcsw other_vcsw \
-    other_ivcsw; do
-    value=$(sed -nE "s/.*\"$field\": ([-+0-9.eE]+|nan|inf).*/\1/p" <<<"$line")
-    fields+=("${value:-nan}")
-  done
-  echo "${fields[*]}"
+  lib json time_us p50_us p95_us busbw_gbps p99_us max_us stall_us stalls \
+    caller_vcsw caller_ivcsw other_vcsw other_ivcsw <<<"$1"
 }
 
 # Each run has a deadline, so that a hung rank costs minutes, not the night.
@@ -203,7 +199,6 @@ case $mode in
       done
       echo "run $run done, load $(load)" >&2
     done
-    extra=$runs
     ;;
   small)
     b=4096 it=2000 w=200
@@ -235,7 +230,6 @@ case $mode in
       fi
       echo "pair $pair done: $pmode ($pp ns), load $(load)" >&2
     done
-    extra=$pairs
     ;;
   ab)
     git -C "$repo" rev-parse --verify --quiet "$rev^{commit}" >/dev/null || die "'$rev' is not a revision of $repo"
@@ -274,245 +268,99 @@ case $mode in
       done
       echo "run $run done, load $(load)" >&2
     done
-    extra="$runs $(git -C "$repo" rev-parse --short HEAD) $(git -C "$repo" rev-parse --short "$rev^{commit}") $rev"
     ;;
 esac
 
-# shellcheck disable=SC2086  # extra is a list of arguments.
-/usr/bin/python3 - "$mode" "$out" $extra <<'PY'
-import math
-import os
-import statistics
-import sys
+# The tables (tools/bench/compare_lib.py): medians over runs or pairs, and
+# the per-run or per-pair ratios, from $out.
+fields="key mode pp load tool bytes mean p50 p95 bw p99 max stall stalls vcsw ivcsw ovcsw oivcsw steal"
+table() { lib table "$out" --fields "$fields" --series tool "$@"; }
+report_default() {  # runs
+  # Runs are interleaved (lockstep, gloo, MPI for one size, then the next),
+  # so each run's ratio compares tools measured within seconds of each
+  # other; the machine switches between fast and slow modes
+  # (docs/PERFORMANCE.md).
+  table --pair key --rows bytes --col 'size={size(bytes)}' \
+    --col 'lockstep TCP={timing("lockstep")}' --col 'PyTorch gloo={timing("gloo")}' \
+    --col 'OpenMPI TCP={timing("mpi")}' \
+    --col 'best peer / lockstep (median of medians)={best(v("mean", "gloo"), v("mean", "mpi"))
+           / v("mean", "lockstep"):.2f}x' \
+    --col 'median of per-run ratios={ratio("mean", ("gloo", "mpi"), "lockstep"):.2f}x' \
+    --note "(median of $1 runs; mean time us / busbw GB/s; p50/p95 over iterations of the slowest rank, us)"
+  # Shared memory: lockstep --transport=shm against OpenMPI's vader, each
+  # run's pair measured within seconds of each other.
+  table --pair key --rows bytes --title '' --col 'size={size(bytes)}' \
+    --col 'lockstep shm={timing("lockstep_shm")}' --col 'OpenMPI vader={timing("vader")}' \
+    --col 'vader / lockstep (median of medians)={v("mean", "vader") / v("mean", "lockstep_shm"):.2f}x' \
+    --col 'median of per-run ratios={ratio("mean", "vader", "lockstep_shm"):.2f}x' \
+    --col 'busbw lockstep / vader={ratio("bw", "lockstep_shm", "vader"):.2f}x'
+}
+report_small() {  # pairs
+  local ours mpi label header=() tools
+  echo "4 KiB all-reduce, 2 ranks, --iters 2000 --warmup 200 (tight loop: ${TIGHT_ITERS:-200000} iterations, 2000" \
+    "warm-up); $1 interleaved pairs; medians over pairs (us); ratio = median of per-pair MPI/lockstep; TCP:" \
+    "lockstep --transport=tcp vs OpenMPI btl tcp; shm: lockstep --transport=shm vs OpenMPI vader"
+  echo
+  # Per transport and placement mode (and all modes, when both were seen).
+  for tools in "tcp:lockstep:mpi" "shm:lockstep_shm:vader" "shm, tight loop:lockstep_shm_tight:vader_tight"; do
+    IFS=: read -r label ours mpi <<<"$tools"
+    table --pair key --where "tool in ('$ours', '$mpi')" --rows mode --rollup mode=all "${header[@]}" \
+      --col "transport=$label" --col 'mode={mode}' --col 'pairs={distinct("key")}' \
+      --col "lockstep p50={v('p50', '$ours'):.1f}" --col "lockstep p95={v('p95', '$ours'):.1f}" \
+      --col "lockstep mean={v('mean', '$ours'):.1f}" --col "MPI p50={v('p50', '$mpi'):.1f}" \
+      --col "MPI p95={v('p95', '$mpi'):.1f}" --col "MPI mean={v('mean', '$mpi'):.1f}" \
+      --col "MPI/lockstep p50={ratio('p50', '$mpi', '$ours'):.2f}x" \
+      --col "MPI/lockstep p95={ratio('p95', '$mpi', '$ours'):.2f}x"
+    header=(--no-header)
+  done
+  # Where the tail comes from: the stalls' share of the mean, beside what
+  # the threads and the host did meanwhile.
+  echo
+  echo "Stalls (iterations slower than 10 x p50), medians over pairs: their share of the mean (us per" \
+    "iteration), how many, p99, the context switches in the timed loop (lockstep: calling thread /" \
+    "other threads; OpenMPI: the process), and the host's steal time during the run (ms)"
+  echo
+  table --where "tool in ('lockstep_shm', 'vader', 'lockstep_shm_tight', 'vader_tight')" \
+    --rows "tool:seen mode" --rollup mode=all --col 'tool={tool}' --col 'mode={mode}' \
+    --col 'pairs={distinct("key")}' --col 'stall share us={v("stall"):.3f}' --col 'stalls={v("stalls"):.0f}' \
+    --col 'p99 us={v("p99"):.2f}' --col 'max us={v("max"):.0f}' \
+    --col 'csw vol / invol={v("vcsw"):.0f} / {v("ivcsw"):.0f}' \
+    --col 'other vol / invol={v("ovcsw"):.0f} / {v("oivcsw"):.0f}' --col 'steal ms={v("steal"):.0f}'
+  table --each --title '' --col 'pair={key}' --col 'mode={mode}' --col 'pingpong ns={v("pp"):.1f}' \
+    --col 'tool={tool}' --col 'mean us={v("mean"):.2f}' --col 'p50 us={v("p50"):.2f}' \
+    --col 'p95 us={v("p95"):.2f}' --col 'p99 us={v("p99"):.2f}' --col 'stall us={v("stall"):.3f}' \
+    --col 'stalls={v("stalls"):.0f}' --col 'csw={v("vcsw"):.0f}/{v("ivcsw"):.0f}' \
+    --col 'other csw={v("ovcsw"):.0f}/{v("oivcsw"):.0f}' --col 'steal ms={v("steal"):.0f}' \
+    --col 'load={v("load"):.2f}'
+}
+report_ab() {  # runs head other rev
+  local runs=$1 head=$2 other=$3 rev=$4 fallback
+  echo "A = this tree ($head, with its uncommitted changes), B = $rev ($other); $runs runs; A and B back to back" \
+    "in alternating order, each after a ping-pong; medians (us); ratio = median of per-pair B/A (above 1: B" \
+    "slower)"
+  # A revision from before the percentiles reports only the mean: its mean
+  # stands in for p50, and the table says so.
+  fallback=$(awk '$8 == "nan" { print $5 }' "$out" | sort -u | paste -sd' ' | sed 's/ / and /g')
+  [[ -z $fallback ]] || echo "(no p50_us from $fallback: its mean stands in for p50)"
+  echo
+  # A pair's mode: its sides' mode, or mixed; a pair with a side missing is
+  # left out (and counted below the table).
+  table --pair "key bytes" --fill p50=mean --unify mode --complete --rows "bytes mode" \
+    --rollup 'mode=all ({counts("mode")})' --rollup-first --col 'size={size(bytes)}' --col 'mode={mode}' \
+    --col 'pairs={distinct("key")}' --col 'A mean={v("mean", "A"):.1f}' --col 'A p50={v("p50", "A"):.1f}' \
+    --col 'B mean={v("mean", "B"):.1f}' --col 'B p50={v("p50", "B"):.1f}' \
+    --col 'B/A mean={ratio("mean", "B", "A"):.2f}x' --col 'B/A p50={ratio("p50", "B", "A"):.2f}x'
+  table --each --title '' --col 'run={key}' --col 'size={size(bytes)}' --col 'side={tool}' --col 'mode={mode}' \
+    --col 'pingpong ns={v("pp"):.1f}' --col 'mean us={v("mean"):.2f}' --col 'p50 us={v("p50"):.2f}' \
+    --col 'p95 us={v("p95"):.2f}' --col 'load={v("load"):.2f}'
+}
 
-what, path, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
-NAN = float("nan")
-
-
-def num(text):
-    try:
-        return float(text)
-    except ValueError:
-        return NAN
-
-
-def ok(x):
-    return x is not None and not math.isnan(x)
-
-
-def med(values):
-    v = [x for x in values if ok(x)]
-    return statistics.median(v) if v else NAN
-
-
-def fmt(x, digits=1):
-    return f"{x:.{digits}f}" if ok(x) else "n/a"
-
-
-def size(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
-
-
-rows = []
-for line in open(path):
-    f = line.split()
-    if len(f) != 19:
-        continue  # Not a complete row (should not happen: record writes whole lines).
-    try:
-        b = int(f[5])
-    except ValueError:
-        continue
-    rows.append(dict(key=f[0], mode=f[1], pp=num(f[2]), load=num(f[3]), tool=f[4], bytes=b,
-                     mean=num(f[6]), p50=num(f[7]), p95=num(f[8]), bw=num(f[9]), p99=num(f[10]),
-                     max=num(f[11]), stall=num(f[12]), stalls=num(f[13]), vcsw=num(f[14]), ivcsw=num(f[15]),
-                     ovcsw=num(f[16]), oivcsw=num(f[17]), steal=num(f[18])))
-if not rows:
-    sys.exit("compare_all_reduce: no run produced figures (see the errors above)")
-
-# (key, bytes, tool) -> row: a run or pair, measured within seconds.
-by_key = {(r["key"], r["bytes"], r["tool"]): r for r in rows}
-
-
-def ratios(num_tool, den_tool, field, b=None, keys=None):
-    """Per-pair ratios num/den of `field` over pairs where both ran."""
-    out = []
-    for (key, bb, tool), r in by_key.items():
-        if tool != den_tool or (b is not None and bb != b) or (keys is not None and key not in keys):
-            continue
-        other = by_key.get((key, bb, num_tool))
-        if other and ok(other[field]) and ok(r[field]) and r[field] > 0:
-            out.append(other[field] / r[field])
-    return out
-
-
-def raw_rows(fields):
-    print()
-    print("| " + " | ".join(h for h, _ in fields) + " |")
-    print("|" + "---|" * len(fields))
-    for r in rows:
-        print("| " + " | ".join(fn(r) for _, fn in fields) + " |")
-
-
-if what == "default":
-    def tool_rows(tool, b):
-        return [r for r in rows if r["tool"] == tool and r["bytes"] == b]
-
-    def cell(tool, b):
-        v = tool_rows(tool, b)
-        if not v:
-            return "n/a"
-        lo, hi = min(r["mean"] for r in v), max(r["mean"] for r in v)
-        pct = ""
-        if any(ok(r["p50"]) for r in v):
-            pct = f"p50 {fmt(med(r['p50'] for r in v))}, p95 {fmt(med(r['p95'] for r in v))}; "
-        return (f"{fmt(med(r['mean'] for r in v))} us / {fmt(med(r['bw'] for r in v), 2)} "
-                f"({pct}range {lo:.0f}-{hi:.0f} us)")
-
-    print(f"| size | lockstep TCP | PyTorch gloo | OpenMPI TCP | best peer / lockstep (median of medians) "
-          f"| median of per-run ratios | (median of {extra[0]} runs; mean time us / busbw GB/s; "
-          f"p50/p95 over iterations of the slowest rank, us)")
-    print("|---|---|---|---|---|---|")
-    for b in sorted({r["bytes"] for r in rows}):
-        ours = med(r["mean"] for r in tool_rows("lockstep", b))
-        best = min((med(r["mean"] for r in tool_rows(t, b)) for t in ("gloo", "mpi")),
-                   key=lambda x: x if ok(x) else math.inf)
-        # Runs are interleaved (lockstep, gloo, MPI for one size, then the
-        # next), so each run's ratio compares tools measured within seconds of
-        # each other; the machine switches between fast and slow modes
-        # (docs/PERFORMANCE.md).
-        per_run = []
-        for r in tool_rows("lockstep", b):
-            peers = [by_key.get((r["key"], b, t)) for t in ("gloo", "mpi")]
-            peers = [p["mean"] for p in peers if p and ok(p["mean"])]
-            if peers and ok(r["mean"]) and r["mean"] > 0:
-                per_run.append(min(peers) / r["mean"])
-        ratio = best / ours if ok(best) and ok(ours) and ours > 0 else NAN
-        print(f"| {size(b)} | {cell('lockstep', b)} | {cell('gloo', b)} | {cell('mpi', b)} "
-              f"| {fmt(ratio, 2)}x | {fmt(med(per_run), 2)}x |")
-
-    # Shared memory: lockstep --transport=shm against OpenMPI's vader, each
-    # run's pair measured within seconds of each other.
-    print()
-    print(f"| size | lockstep shm | OpenMPI vader | vader / lockstep (median of medians) "
-          f"| median of per-run ratios | busbw lockstep / vader |")
-    print("|---|---|---|---|---|---|")
-    for b in sorted({r["bytes"] for r in rows}):
-        ours = med(r["mean"] for r in tool_rows("lockstep_shm", b))
-        peer = med(r["mean"] for r in tool_rows("vader", b))
-        ratio = peer / ours if ok(peer) and ok(ours) and ours > 0 else NAN
-        bw = med(ratios("lockstep_shm", "vader", "bw", b=b))
-        print(f"| {size(b)} | {cell('lockstep_shm', b)} | {cell('vader', b)} | {fmt(ratio, 2)}x "
-              f"| {fmt(med(ratios('vader', 'lockstep_shm', 'mean', b=b)), 2)}x | {fmt(bw, 2)}x |")
-
-elif what == "small":
-    # One ping-pong per pair: the pair's mode is that of its rows.
-    pair_mode = {r["key"]: r["mode"] for r in rows}
-    modes = sorted(set(pair_mode.values())) + ["all"]
-    tight = os.environ.get("TIGHT_ITERS", "200000")
-    print(f"4 KiB all-reduce, 2 ranks, --iters 2000 --warmup 200 (tight loop: {tight} iterations, 2000 warm-up); "
-          f"{extra[0]} interleaved pairs; "
-          "medians over pairs (us); ratio = median of per-pair MPI/lockstep; TCP: lockstep "
-          "--transport=tcp vs OpenMPI btl tcp; shm: lockstep --transport=shm vs OpenMPI vader")
-    print()
-    print("| transport | mode | pairs | lockstep p50 | lockstep p95 | lockstep mean | MPI p50 | MPI p95 | MPI mean "
-          "| MPI/lockstep p50 | MPI/lockstep p95 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for transport, ours_tool, mpi_tool in (("tcp", "lockstep", "mpi"), ("shm", "lockstep_shm", "vader"),
-                                           ("shm, tight loop", "lockstep_shm_tight", "vader_tight")):
-        for m in modes:
-            keys = {k for k, v in pair_mode.items() if m in ("all", v)}
-            if m == "all" and len(modes) == 2:
-                continue  # One mode: "all" would repeat it.
-            ours = [r for r in rows if r["tool"] == ours_tool and r["key"] in keys]
-            mpi = [r for r in rows if r["tool"] == mpi_tool and r["key"] in keys]
-            if not ours and not mpi:
-                continue
-            figures = [fmt(med(r[f] for r in v)) for v in (ours, mpi) for f in ("p50", "p95", "mean")]
-            rp50 = med(ratios(mpi_tool, ours_tool, "p50", keys=keys))
-            rp95 = med(ratios(mpi_tool, ours_tool, "p95", keys=keys))
-            print(f"| {transport} | {m} | {len(keys)} | " + " | ".join(figures)
-                  + f" | {fmt(rp50, 2)}x | {fmt(rp95, 2)}x |")
-    # Where the tail comes from: the stalls' share of the mean, beside what
-    # the threads and the host did meanwhile.
-    print()
-    print("Stalls (iterations slower than 10 x p50), medians over pairs: their share of the mean (us per "
-          "iteration), how many, p99, the context switches in the timed loop (lockstep: calling thread / "
-          "other threads; OpenMPI: the process), and the host's steal time during the run (ms)")
-    print()
-    print("| tool | mode | pairs | stall share us | stalls | p99 us | max us | csw vol / invol | other vol / invol "
-          "| steal ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for tool in ("lockstep_shm", "vader", "lockstep_shm_tight", "vader_tight"):
-        for m in modes:
-            keys = {k for k, v in pair_mode.items() if m in ("all", v)}
-            if m == "all" and len(modes) == 2:
-                continue
-            v = [r for r in rows if r["tool"] == tool and r["key"] in keys]
-            if not v:
-                continue
-            print(f"| {tool} | {m} | {len(v)} | {fmt(med(r['stall'] for r in v), 3)} "
-                  f"| {fmt(med(r['stalls'] for r in v), 0)} | {fmt(med(r['p99'] for r in v), 2)} "
-                  f"| {fmt(med(r['max'] for r in v), 0)} | {fmt(med(r['vcsw'] for r in v), 0)} / "
-                  f"{fmt(med(r['ivcsw'] for r in v), 0)} | {fmt(med(r['ovcsw'] for r in v), 0)} / "
-                  f"{fmt(med(r['oivcsw'] for r in v), 0)} | {fmt(med(r['steal'] for r in v), 0)} |")
-    raw_rows([("pair", lambda r: r["key"]), ("mode", lambda r: r["mode"]),
-              ("pingpong ns", lambda r: fmt(r["pp"])), ("tool", lambda r: r["tool"]),
-              ("mean us", lambda r: fmt(r["mean"], 2)), ("p50 us", lambda r: fmt(r["p50"], 2)),
-              ("p95 us", lambda r: fmt(r["p95"], 2)), ("p99 us", lambda r: fmt(r["p99"], 2)),
-              ("stall us", lambda r: fmt(r["stall"], 3)), ("stalls", lambda r: fmt(r["stalls"], 0)),
-              ("csw", lambda r: f"{fmt(r['vcsw'], 0)}/{fmt(r['ivcsw'], 0)}"),
-              ("other csw", lambda r: f"{fmt(r['ovcsw'], 0)}/{fmt(r['oivcsw'], 0)}"),
-              ("steal ms", lambda r: fmt(r["steal"], 0)), ("load", lambda r: fmt(r["load"], 2))])
-
-elif what == "ab":
-    runs, head, other, rev = extra[0], extra[1], extra[2], " ".join(extra[3:])
-    # A revision from before the percentiles reports only the mean: its mean
-    # stands in for p50, and the table says so.
-    fallback = set()
-    for r in rows:
-        r["p50_raw"] = r["p50"]
-        if not ok(r["p50"]):
-            r["p50"] = r["mean"]
-            fallback.add(r["tool"])
-
-    def pair_mode(key, b):
-        a, bb = by_key.get((key, b, "A")), by_key.get((key, b, "B"))
-        if not a or not bb:
-            return None
-        return a["mode"] if a["mode"] == bb["mode"] else "mixed"
-
-    print(f"A = this tree ({head}, with its uncommitted changes), B = {rev} ({other}); {runs} runs; "
-          "A and B back to back in alternating order, each after a ping-pong; medians (us); "
-          "ratio = median of per-pair B/A (above 1: B slower)")
-    if fallback:
-        print(f"(no p50_us from {' and '.join(sorted(fallback))}: its mean stands in for p50)")
-    print()
-    print("| size | mode | pairs | A mean | A p50 | B mean | B p50 | B/A mean | B/A p50 |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for b in sorted({r["bytes"] for r in rows}):
-        keys = sorted({r["key"] for r in rows if r["bytes"] == b})
-        modes = {k: pair_mode(k, b) for k in keys}
-        complete = {k for k, m in modes.items() if m is not None}
-        counts = {}
-        for m in modes.values():
-            if m is not None:
-                counts[m] = counts.get(m, 0) + 1
-        groups = [("all", complete)] + [(m, {k for k in complete if modes[k] == m}) for m in sorted(counts)]
-        if len(counts) == 1:
-            groups = groups[1:]  # One mode: "all" would repeat it.
-        for m, ks in groups:
-            a = [r for r in rows if r["bytes"] == b and r["tool"] == "A" and r["key"] in ks]
-            bb = [r for r in rows if r["bytes"] == b and r["tool"] == "B" and r["key"] in ks]
-            rm = med(ratios("B", "A", "mean", b=b, keys=ks))
-            rp = med(ratios("B", "A", "p50", b=b, keys=ks))
-            label = m if m != "all" else "all (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")"
-            print(f"| {size(b)} | {label} | {len(ks)} | {fmt(med(r['mean'] for r in a))} "
-                  f"| {fmt(med(r['p50'] for r in a))} | {fmt(med(r['mean'] for r in bb))} "
-                  f"| {fmt(med(r['p50'] for r in bb))} | {fmt(rm, 2)}x | {fmt(rp, 2)}x |")
-        if len(complete) < len(keys):
-            print(f"| {size(b)} | (incomplete) | {len(keys) - len(complete)} | one side failed; not counted |")
-    raw_rows([("run", lambda r: r["key"]), ("size", lambda r: size(r["bytes"])), ("side", lambda r: r["tool"]),
-              ("mode", lambda r: r["mode"]), ("pingpong ns", lambda r: fmt(r["pp"])),
-              ("mean us", lambda r: fmt(r["mean"], 2)), ("p50 us", lambda r: fmt(r["p50_raw"], 2)),
-              ("p95 us", lambda r: fmt(r["p95"], 2)), ("load", lambda r: fmt(r["load"], 2))])
-PY
+[[ -s $out ]] || { echo "compare_all_reduce: no run produced figures (see the errors above)" >&2; exit 1; }
+case $mode in
+  default) report_default "$runs" ;;
+  small) report_small "$pairs" ;;
+  ab)
+    report_ab "$runs" "$(git -C "$repo" rev-parse --short HEAD)" "$(git -C "$repo" rev-parse --short "$rev^{commit}")" \
+      "$rev"
+    ;;
+esac

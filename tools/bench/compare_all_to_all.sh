@@ -19,6 +19,7 @@
 # Needs openmpi-bin and libopenmpi-dev (apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 repo=$(pwd)
 
 die() { echo "compare_all_to_all: $*" >&2; exit 2; }
@@ -53,9 +54,7 @@ run_lockstep() {  # op n transport bytes iters warmup -> mean p50 p95 busbw
   line=$(timeout -k 5 600 "$tmp/collectives" --op="$1" --nproc="$2" --transport="$3" --min_bytes="$4" \
     --max_bytes="$4" --iters="$5" --warmup="$6" --json 2>>"$errlog" | grep '^{' | tail -n 1) || return 1
   [[ $line == *"\"transport\": \"host over $3\""* ]] || { echo "ran on another transport: $line" >>"$errlog"; return 1; }
-  local f out=()
-  for f in time_us p50_us p95_us busbw_gbps; do out+=("$(sed -nE "s/.*\"$f\": ([-+0-9.eE]+).*/\1/p" <<<"$line")"); done
-  echo "${out[*]}"
+  lib json time_us p50_us p95_us busbw_gbps <<<"$line"
 }
 run_mpi() {  # op n transport bytes iters warmup -> mean p50 p95 busbw
   local f btl=(--mca btl tcp,self --mca btl_tcp_if_include lo)
@@ -98,34 +97,20 @@ for run in $(seq "$runs"); do
 done
 [[ -n ${KEEP_ROWS:-} ]] && cp "$rows" "$KEEP_ROWS"
 
-python3 - "$rows" <<'PY'
-import collections, statistics, sys
-# run op n transport tool bytes mean p50 p95 busbw load
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-fig = collections.defaultdict(list)
-per_run = {}
-for run, op, n, tr, tool, b, mean, p50, p95, busbw, load in rows:
-    fig[(op, n, tr, tool, int(b))].append((float(mean), float(busbw)))
-    per_run[(run, op, n, tr, tool, int(b))] = float(mean)
-def med(v): return statistics.median(v) if v else float("nan")
-def size(b):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= scale: return f"{b // scale} {unit}"
-    return f"{b} B"
-for op in dict.fromkeys(r[1] for r in rows):
-    for n in dict.fromkeys(r[2] for r in rows if r[1] == op):
-        print(f"\n{op}, {n} ranks (medians of {len({r[0] for r in rows})} runs; time us, busbw GB/s; ratio = MPI time / lockstep time)\n")
-        print("| size | TCP lockstep | TCP OpenMPI | TCP ratio | shm lockstep | vader | shm ratio |")
-        print("|---|---|---|---|---|---|---|")
-        for b in sorted({int(r[5]) for r in rows if r[1] == op and r[2] == n}):
-            cells = []
-            for tr in ("tcp", "shm"):
-                ours, mpi = fig[(op, n, tr, "lockstep", b)], fig[(op, n, tr, "mpi", b)]
-                ratios = [per_run[(run, op, n, tr, "mpi", b)] / per_run[(run, op, n, tr, "lockstep", b)]
-                          for run in {r[0] for r in rows}
-                          if (run, op, n, tr, "mpi", b) in per_run and (run, op, n, tr, "lockstep", b) in per_run]
-                cells += [f"{med([m for m, _ in ours]):.1f} us, {med([bw for _, bw in ours]):.2f}",
-                          f"{med([m for m, _ in mpi]):.1f} us, {med([bw for _, bw in mpi]):.2f}",
-                          (f"{med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "n/a")]
-            print(f"| {size(b)} | " + " | ".join(cells) + " |")
-PY
+# Per op and world size: medians per transport and tool, and the per-run
+# ratios MPI / lockstep (tools/bench/compare_lib.py).
+cells=()
+for transport in tcp shm; do
+  names=("shm lockstep" vader "shm ratio")
+  [[ $transport == tcp ]] && names=("TCP lockstep" "TCP OpenMPI" "TCP ratio")
+  for tool in lockstep mpi; do
+    cells+=(--col "${names[0]}={v('mean', '$tool', transport='$transport'):.1f} us, {v('busbw', '$tool',
+                                                                                   transport='$transport'):.2f}")
+    names=("${names[@]:1}")
+  done
+  cells+=(--col "${names[0]}={ratio('mean', 'mpi', 'lockstep', transport='$transport').spread('.2f', 'x')}")
+done
+lib table "$rows" --series tool --pair run --by "op n" --rows bytes \
+  --fields "run op n transport tool bytes mean p50 p95 busbw load" \
+  --title $'\n{op}, {n} ranks (medians of {distinct("run")} runs; time us, busbw GB/s;'\
+$' ratio = MPI time / lockstep time)\n' --col 'size={size(bytes)}' "${cells[@]}"

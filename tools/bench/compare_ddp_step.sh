@@ -22,6 +22,7 @@
 # OpenBLAS does not know the CPU (nn/blas_kernels.h); the peers get the same.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 runs=${1:-5}
 model=${MODEL:-mlp}
 amp=${AMP:-off}
@@ -35,49 +36,43 @@ core=$("$tmp/single_trainer" --epochs=1 --max_steps=1 --dataset=synthetic --synt
 peer_env=()
 [[ -n ${core:-} && -z ${OPENBLAS_CORETYPE:-} ]] && peer_env=(OPENBLAS_CORETYPE="$core")
 echo "# model: $model; amp: $amp; BLAS kernels: ${core:-unknown}; runs: $runs; load before: $(cut -d' ' -f1 /proc/loadavg)" >&2
-ours() {  # name binary args... -> "name samples/s"
-  local name=$1 bin=$2; shift 2
+ours() {  # config binary args... -> "config lockstep samples/s"
+  local config=$1 bin=$2; shift 2
   rm -f "$tmp/m.jsonl"
   "$tmp/$bin" --epochs=1 --dataset=fashion-mnist --model="$model" --amp="$amp" --metrics="$tmp/m.jsonl" "$@" >/dev/null 2>&1
-  /usr/bin/python3 -c "import json,sys; d=[json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][-1]; print(sys.argv[2], d['samples_per_s'])" "$tmp/m.jsonl" "$name"
+  echo "$config lockstep $(lib json samples_per_s --has '"epoch"' <"$tmp/m.jsonl")"
 }
-peer() {  # name script [flags] -> "name samples/s"
-  local name=$1 script=$2; shift 2
-  env "${peer_env[@]}" /usr/bin/python3 "tools/bench/peers/$script" --steps 300 --warmup 30 --model "$model" --amp "$amp" "$@" 2>/dev/null |
-    /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(sys.argv[1], d['wall_samples_per_s'])" "$name"
+peer() {  # config script [flags] -> "config torch samples/s"
+  local config=$1 script=$2; shift 2
+  echo "$config torch $(env "${peer_env[@]}" /usr/bin/python3 "tools/bench/peers/$script" --steps 300 --warmup 30 \
+    --model "$model" --amp "$amp" "$@" 2>/dev/null | lib json wall_samples_per_s)"
 }
-out="$tmp/rows"
+out="$tmp/rows"  # run config side samples/s
 for run in $(seq "$runs"); do
-  ours lockstep_ddp ddp_trainer --nproc=2 --batch_size=64 >>"$out"
-  peer torch_ddp torch_ddp_mlp.py >>"$out"
-  ours lockstep_single single_trainer --batch_size=128 >>"$out"
-  peer torch_single torch_single_mlp.py >>"$out"
+  echo "$run $(ours ddp ddp_trainer --nproc=2 --batch_size=64)" >>"$out"
+  echo "$run $(peer ddp torch_ddp_mlp.py)" >>"$out"
+  echo "$run $(ours single single_trainer --batch_size=128)" >>"$out"
+  echo "$run $(peer single torch_single_mlp.py)" >>"$out"
   if [[ ${DDP_VIEWS:-0} == 1 ]]; then
-    ours lockstep_ddp_views ddp_trainer --nproc=2 --batch_size=64 --gradient_as_bucket_view >>"$out"
-    peer torch_ddp_views torch_ddp_mlp.py --gradient_as_bucket_view >>"$out"
+    echo "$run $(ours ddp_views ddp_trainer --nproc=2 --batch_size=64 --gradient_as_bucket_view)" >>"$out"
+    echo "$run $(peer ddp_views torch_ddp_mlp.py --gradient_as_bucket_view)" >>"$out"
   fi
   echo "run $run done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
-/usr/bin/python3 - "$out" "$runs" "${core:-unknown}" "$model $amp" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, value = line.split()
-    rows.setdefault(name, []).append(float(value))
-med = {k: statistics.median(v) for k, v in rows.items()}
-rng = {k: (min(v), max(v)) for k, v in rows.items()}
-print(f"| configuration | lockstep samples/s | PyTorch 1.13 samples/s | ratio | (median of {sys.argv[2]} runs, BLAS kernels {sys.argv[3]}, model {sys.argv[4]})")
-print("|---|---|---|---|")
-pairs = [("lockstep_ddp", "torch_ddp", "DDP, 2 ranks x 64"), ("lockstep_single", "torch_single", "one process, batch 128")]
-if "lockstep_ddp_views" in med and "torch_ddp_views" in med:
-    pairs.append(("lockstep_ddp_views", "torch_ddp_views", "DDP, gradient_as_bucket_view"))
-for ours, theirs, label in pairs:
-    print(f"| {label} | {med[ours]:.0f} ({rng[ours][0]:.0f}-{rng[ours][1]:.0f}) | {med[theirs]:.0f} ({rng[theirs][0]:.0f}-{rng[theirs][1]:.0f}) | {med[ours] / med[theirs]:.2f}x |")
-print(f"| lockstep DDP / PyTorch single | {med['lockstep_ddp']:.0f} | {med['torch_single']:.0f} | {med['lockstep_ddp'] / med['torch_single']:.2f}x |")
+table() { lib table "$out" --fields "run config side sps" --series side "$@"; }
+table --rows config:seen \
+  --let 'label={"ddp": "DDP, 2 ranks x 64", "single": "one process, batch 128",
+                "ddp_views": "DDP, gradient_as_bucket_view"}' \
+  --col 'configuration={label[config]}' --col 'lockstep samples/s={v("sps", "lockstep").spread(".0f")}' \
+  --col 'PyTorch 1.13 samples/s={v("sps", "torch").spread(".0f")}' \
+  --col 'ratio={v("sps", "lockstep") / v("sps", "torch"):.2f}x' \
+  --note "(median of $runs runs, BLAS kernels ${core:-unknown}, model $model $amp)" \
+  --footer '| lockstep DDP / PyTorch single | {V("sps", "lockstep", config="ddp"):.0f} '\
+'| {V("sps", "torch", config="single"):.0f} '\
+'| {V("sps", "lockstep", config="ddp") / V("sps", "torch", config="single"):.2f}x |'
 # Each run's own ratios (its four figures were measured back to back).
-print()
-print("| run | lockstep DDP | PyTorch DDP | PyTorch single | DDP / PyTorch DDP | DDP / PyTorch single |")
-print("|---|---|---|---|---|---|")
-for i, (a, b, c) in enumerate(zip(rows["lockstep_ddp"], rows["torch_ddp"], rows["torch_single"]), 1):
-    print(f"| {i} | {a:.0f} | {b:.0f} | {c:.0f} | {a / b:.2f}x | {a / c:.2f}x |")
-PY
+table --rows run --title '' --col 'run={run}' --col 'lockstep DDP={v("sps", "lockstep", config="ddp"):.0f}' \
+  --col 'PyTorch DDP={v("sps", "torch", config="ddp"):.0f}' \
+  --col 'PyTorch single={v("sps", "torch", config="single"):.0f}' \
+  --col 'DDP / PyTorch DDP={v("sps", "lockstep", config="ddp") / v("sps", "torch", config="ddp"):.2f}x' \
+  --col 'DDP / PyTorch single={v("sps", "lockstep", config="ddp") / v("sps", "torch", config="single"):.2f}x'

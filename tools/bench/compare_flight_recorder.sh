@@ -15,6 +15,7 @@
 # TRANSPORTS (tcp shm), SIZES (bytes; 4096) and ITERS (20000) narrow or widen it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 
 die() { echo "compare_flight_recorder: $*" >&2; exit 2; }
 pairs=${1:-10}
@@ -39,7 +40,7 @@ run() {  # transport bytes entries -> mean us
   line=$(timeout -k 5 600 "$tmp/collectives" --op=all_reduce --nproc=2 --transport="$1" --min_bytes="$2" \
     --max_bytes="$2" --iters="$iters" --warmup=$((iters / 10)) --flight_recorder_entries="$3" --json \
     2>>"$tmp/errors.log" | grep '^{' | tail -n 1) || { tail -n 5 "$tmp/errors.log" >&2; die "run failed"; }
-  sed -nE 's/.*"time_us": ([-+0-9.eE]+).*/\1/p' <<<"$line"
+  lib json time_us <<<"$line"
 }
 
 for p in $(seq "$pairs"); do
@@ -57,18 +58,9 @@ for p in $(seq "$pairs"); do
 done
 [[ -n ${KEEP_ROWS:-} ]] && cp "$rows" "$KEEP_ROWS"
 
-python3 - "$rows" "$pairs" <<'PY'
-import collections, statistics, sys
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-groups = collections.defaultdict(list)
-for _, transport, b, on, off, _load in rows:
-    groups[(transport, int(b))].append((float(on), float(off)))
-print(f"\nall-reduce f32, 2 ranks, {sys.argv[2]} interleaved pairs (time per op, us; ratio = on / off)\n")
-print("| transport | size | recorder on | recorder off | ratio median | ratio range | off runs' range |")
-print("|---|---|---|---|---|---|---|")
-for (transport, b), v in groups.items():
-    ratios = [on / off for on, off in v]
-    print(f"| {transport} | {b} B | {statistics.median(x for x, _ in v):.3f} | {statistics.median(y for _, y in v):.3f} "
-          f"| {statistics.median(ratios):.3f} | {min(ratios):.2f}-{max(ratios):.2f} "
-          f"| {min(y for _, y in v):.3f}-{max(y for _, y in v):.3f} |")
-PY
+lib table "$rows" --fields "pair transport bytes on off load" \
+  --rows "transport:seen bytes:seen" \
+  --title $'\nall-reduce f32, 2 ranks, '"$pairs"$' interleaved pairs (time per op, us; ratio = on / off)\n' \
+  --col 'transport={transport}' --col 'size={bytes} B' --col 'recorder on={v("on"):.3f}' \
+  --col 'recorder off={v("off"):.3f}' --col 'ratio median={rowratio("on", "off"):.3f}' \
+  --col 'ratio range={rowratio("on", "off").range(".2f")}' --col "off runs' range={v('off').range('.3f')}"

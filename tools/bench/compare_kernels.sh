@@ -4,36 +4,27 @@
 #   bash tools/bench/compare_kernels.sh [runs]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 runs=${1:-3}
 bazel build --config=opt //core:kernels_benchmark >/dev/null 2>&1
 bin=bazel-bin/core/kernels_benchmark
 out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rows=$out/rows  # run tool kernel rate (lockstep: bytes/s; PyTorch: GiB/s)
 for r in $(seq "$runs"); do
   "$bin" --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null >"$out/ours.$r.csv"
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 tools/bench/peers/torch_kernels.py >"$out/torch.$r.txt"
 done
-/usr/bin/python3 - "$out" "$runs" <<'PY'
-import csv, glob, re, statistics, sys
-d, runs = sys.argv[1], int(sys.argv[2])
-ours, torch = {}, {}
-for f in glob.glob(f"{d}/ours.*.csv"):
-    for row in csv.DictReader(l for l in open(f) if not l.startswith("#")):
-        m = re.match(r"BM_(\w+?)/(\w+)/(\d+)$", row["name"]) or re.match(r"BM_(\w+)/(\d+)$", row["name"])
-        if not m: continue
-        g = m.groups()
-        key = {"ReduceSum": f"reduce_sum/{g[1]}/{g[-1]}" if len(g) == 3 else None,
-               "Cast": f"cast/{g[1]}/{g[-1]}" if len(g) == 3 else None,
-               "AllFinite": f"all_finite/{g[-1]}", "Scale": f"scale/{g[-1]}"}.get(g[0])
-        if key: ours.setdefault(key, []).append(float(row["bytes_per_second"]) / 2**30)
-for f in glob.glob(f"{d}/torch.*.txt"):
-    for line in open(f):
-        k, v = line.split(": ")
-        torch.setdefault(k, []).append(float(v.split()[0]))
-print(f"| kernel | lockstep GiB/s | PyTorch 1.13 GiB/s | ratio | (median of {runs} interleaved runs)")
-print("|---|---|---|---|")
-for k in sorted(torch):
-    if k in ours:
-        o, t = statistics.median(ours[k]), statistics.median(torch[k])
-        print(f"| {k} | {o:.1f} | {t:.1f} | {o/t:.2f}x |")
-PY
-rm -rf "$out"
+for r in $(seq "$runs"); do
+  # Google Benchmark's names as the peer prints them: BM_ReduceSum/f32/1024 is reduce_sum/f32/1024.
+  lib gbench "$out/ours.$r.csv" bytes_per_second |
+    sed -nE 's#^BM_ReduceSum/(\w+)/([0-9]+) #reduce_sum/\1/\2 #p; s#^BM_Cast/(\w+)/([0-9]+) #cast/\1/\2 #p
+             s#^BM_AllFinite/([0-9]+) #all_finite/\1 #p; s#^BM_Scale/([0-9]+) #scale/\1 #p' |
+    sed "s/^/$r lockstep /" >>"$rows"
+  sed -nE "s#^([^:]+): ([^ ]+).*#$r torch \\1 \\2#p" "$out/torch.$r.txt" >>"$rows"
+done
+lib table "$rows" --fields "run tool kernel rate" --series tool \
+  --rows kernel --require lockstep --require torch --col 'kernel={kernel}' \
+  --col 'lockstep GiB/s={v("rate", "lockstep") / 2**30:.1f}' --col 'PyTorch 1.13 GiB/s={v("rate", "torch"):.1f}' \
+  --col 'ratio={v("rate", "lockstep") / 2**30 / v("rate", "torch"):.2f}x' \
+  --note "(median of $runs interleaved runs)"

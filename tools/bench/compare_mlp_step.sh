@@ -5,33 +5,26 @@
 # Both are pinned to the same CPU (taskset) so neither gets a second core.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 runs=${1:-5}
 bazel build --config=opt //nn:mlp_step_benchmark >/dev/null 2>&1
 bin=bazel-bin/nn/mlp_step_benchmark
 out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rows=$out/rows  # run tool step ms
 for r in $(seq "$runs"); do
   OPENBLAS_NUM_THREADS=1 taskset -c 0 "$bin" --benchmark_min_time=1 --benchmark_format=csv 2>/dev/null >"$out/ours.$r.csv"
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c 0 \
     /usr/bin/python3 tools/bench/peers/torch_mlp_step.py 1 >"$out/torch.$r.txt"
 done
-/usr/bin/python3 - "$out" "$runs" <<'PY'
-import csv, glob, statistics, sys
-d, runs = sys.argv[1], int(sys.argv[2])
-ours, torch = {}, {}
-for f in glob.glob(f"{d}/ours.*.csv"):
-    for row in csv.DictReader(l for l in open(f) if not l.startswith("#")):
-        name = row["name"].split("/")[0].removeprefix("BM_")
-        ours.setdefault(name, []).append(float(row["real_time"]))
-for f in glob.glob(f"{d}/torch.*.txt"):
-    for line in open(f):
-        k, v = line.split(": ")
-        torch.setdefault(k, []).append(float(v.split()[0]))
-print(f"| step (batch 128, 784-512-256-10, 1 core) | lockstep ms | PyTorch 1.13 ms | PyTorch / lockstep | runs |")
-print("|---|---|---|---|---|")
-for k in ours:
-    if k in torch:
-        o, t = statistics.median(ours[k]), statistics.median(torch[k])
-        spread = f"lockstep {min(ours[k]):.2f}-{max(ours[k]):.2f}, PyTorch {min(torch[k]):.2f}-{max(torch[k]):.2f}"
-        print(f"| {k} | {o:.2f} | {t:.2f} | {t/o:.2f}x | {runs} ({spread}) |")
-PY
-rm -rf "$out"
+for r in $(seq "$runs"); do
+  # BM_MlpTrainStepSgd/real_time is the peer's MlpTrainStepSgd.
+  lib gbench "$out/ours.$r.csv" real_time |
+    sed -E "s#^BM_([^/ ]*)[^ ]* #$r lockstep \\1 #" >>"$rows"
+  sed -nE "s#^([^:]+): ([^ ]+).*#$r torch \\1 \\2#p" "$out/torch.$r.txt" >>"$rows"
+done
+lib table "$rows" --fields "run tool step ms" --series tool \
+  --rows step:seen --require lockstep --require torch --col 'step (batch 128, 784-512-256-10, 1 core)={step}' \
+  --col 'lockstep ms={v("ms", "lockstep"):.2f}' --col 'PyTorch 1.13 ms={v("ms", "torch"):.2f}' \
+  --col 'PyTorch / lockstep={v("ms", "torch") / v("ms", "lockstep"):.2f}x' \
+  --col "runs=$runs (lockstep {v('ms', 'lockstep').range('.2f')}, PyTorch {v('ms', 'torch').range('.2f')})"

@@ -9,6 +9,7 @@
 # Needs iperf3 and python3-torch (apt). Removes its namespaces whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 runs=${1:-3}
 [[ $(id -u) -eq 0 ]] || { echo "needs root (ip netns)" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "needs iperf3 (apt-get install iperf3)" >&2; exit 2; }
@@ -34,7 +35,7 @@ for run in $(seq "$runs"); do
       --json >"$tmp/ours.$r" 2>&1 &
   done
   wait
-  sed -nE 's/.*"bytes": ([0-9]+).*"busbw_gbps": ([0-9.]+).*/ours \1 \2/p' "$tmp/ours.0" >>"$out"
+  lib json --all bytes busbw_gbps <"$tmp/ours.0" | sed "s/^/$run ours /" >>"$out"
   # PyTorch 1.13's gloo over the same pair, one rank per namespace.
   for r in 0 1; do
     ns=$a; ifname="va$$"; [[ $r -eq 1 ]] && { ns=$b; ifname="vb$$"; }
@@ -44,33 +45,22 @@ for run in $(seq "$runs"); do
       --warmup 2 >"$tmp/gloo.$r" 2>/dev/null &
   done
   wait
-  awk '$1 == "gloo" {print "gloo", $2, $4}' "$tmp/gloo.0" >>"$out"
+  awk -v run="$run" '$1 == "gloo" { print run, "gloo", $2, $4 }' "$tmp/gloo.0" >>"$out"
   ip netns exec "$a" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
   server=$!
   sleep 0.5  # iperf3's server has no readiness signal; a benchmark, not a test.
   ip netns exec "$b" iperf3 -c 10.78.0.1 -p 5201 --bidir -t 3 -J >"$tmp/iperf.json" 2>/dev/null || true
   wait "$server" || true
-  /usr/bin/python3 -c "
-import json,sys
-d=json.load(open(sys.argv[1]))['end']
-# Per direction (GB/s): the rate each rank sends at while receiving.
-print('iperf3 0', d['sum_sent']['bits_per_second']/8e9, d['sum_sent_bidir_reverse']['bits_per_second']/8e9)" "$tmp/iperf.json" >>"$out"
+  # Per direction (GB/s): the rate each rank sends at while receiving.
+  lib json end.sum_sent.bits_per_second \
+    end.sum_sent_bidir_reverse.bits_per_second <"$tmp/iperf.json" |
+    awk -v run="$run" '{ print run, "iperf3", 0, ($1 < $2 ? $1 : $2) / 8e9 }' >>"$out"
   echo "run $run done" >&2
 done
-/usr/bin/python3 - "$out" <<'PY'
-import statistics, sys
-ours, gloo, iperf = {}, {}, []
-for line in open(sys.argv[1]):
-    f = line.split()
-    if f[0] == "ours": ours.setdefault(int(f[1]), []).append(float(f[2]))
-    elif f[0] == "gloo": gloo.setdefault(int(f[1]), []).append(float(f[2]))
-    else: iperf.append(min(float(f[2]), float(f[3])))
-rate = statistics.median(iperf)
-print(f"iperf3 --bidir over the veth pair, per direction: {rate:.2f} GB/s (median of {len(iperf)})")
-print("| size | lockstep busbw (GB/s) | PyTorch gloo busbw (GB/s) | lockstep / gloo | lockstep / iperf3 per direction |")
-print("|---|---|---|---|---|")
-for b in sorted(ours):
-    v = statistics.median(ours[b])
-    g = statistics.median(gloo[b]) if b in gloo else float("nan")
-    print(f"| {b >> 20} MiB | {v:.2f} | {g:.2f} | {v / g:.2f}x | {v / rate:.0%} |")
-PY
+lib table "$out" --fields "run tool bytes gbps" --series tool --rows bytes --require ours \
+  --title 'iperf3 --bidir over the veth pair, per direction: {V("gbps", "iperf3"):.2f} GB/s'\
+' (median of {V("gbps", "iperf3").n})' \
+  --col 'size={int(bytes) >> 20} MiB' --col 'lockstep busbw (GB/s)={v("gbps", "ours"):.2f}' \
+  --col 'PyTorch gloo busbw (GB/s)={v("gbps", "gloo"):.2f}' \
+  --col 'lockstep / gloo={v("gbps", "ours") / v("gbps", "gloo"):.2f}x' \
+  --col 'lockstep / iperf3 per direction={v("gbps", "ours") / V("gbps", "iperf3"):.0%}'

@@ -23,6 +23,7 @@
 # stops its ranks whatever happens. Prints a markdown report.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 epochs=${1:-3}
 [[ $epochs =~ ^[1-9][0-9]*$ ]] || { echo "EPOCHS must be a positive number" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "needs root (ip netns)" >&2; exit 2; }
@@ -70,40 +71,41 @@ train adam 29613 --dataset=synthetic --synthetic_train_size=6400 --synthetic_tes
 train zero 29614 --dataset=synthetic --synthetic_train_size=6400 --synthetic_test_size=64 --epochs=1 \
   --optimizer=adam --lr=0.001 --zero
 
-python3 - "$tmp" "$epochs" "${RATE:-unshaped}" <<'PY'
-import json, re, sys
-tmp, epochs, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def epochs_of(name):
-    return [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if '"event":"epoch"' in l]
-def sent(name, r):
-    m = re.search(r"rank %d: (\d+) bytes sent" % r, open(f"{tmp}/{name}.{r}.log").read())
-    return int(m.group(1))
-print(f"### PowerSGD across two namespaces, link {rate} ({epochs} epochs of Fashion-MNIST, 2 ranks x 64, "
-      "model mlp:784,4096,2048,10)\n")
-print("| run | bytes sent, rank 0 / rank 1 | seconds per epoch | samples/s per epoch | test accuracy per epoch |")
-print("|---|---|---|---|---|")
-rows = {}
-for name, label in (("plain", "plain DDP"), ("powersgd", "PowerSGD rank 4 (from iteration 10)")):
-    e = epochs_of(name)
-    rows[name] = (sent(name, 0), e)
-    print(f"| {label} | {sent(name, 0) / 1e9:.2f} / {sent(name, 1) / 1e9:.2f} GB | "
-          f"{', '.join('%.1f' % x['seconds'] for x in e)} | {', '.join('%.0f' % x['samples_per_s'] for x in e)} | "
-          f"{', '.join('%.2f%%' % (100 * x['test_accuracy']) for x in e)} |")
-p, q = rows["plain"], rows["powersgd"]
-print(f"\nPowerSGD sent {p[0] / q[0]:.1f}x fewer bytes; epoch time ratio plain / PowerSGD "
-      f"{', '.join('%.2fx' % (a['seconds'] / b['seconds']) for a, b in zip(p[1], q[1]))}; test accuracy "
-      f"{100 * q[1][-1]['test_accuracy']:.2f}% vs {100 * p[1][-1]['test_accuracy']:.2f}% "
-      f"({100 * (q[1][-1]['test_accuracy'] - p[1][-1]['test_accuracy']):+.2f} points).\n")
-state = 2 * 4 * (784 * 4096 + 4096 + 4096 * 2048 + 2048 + 2048 * 10 + 10)
-a, z = epochs_of("adam")[-1]["peak_rss_bytes"], epochs_of("zero")[-1]["peak_rss_bytes"]
-print("### ZeRO with Adam (1 epoch of 100 steps, same model)\n")
-print("| rank | plain DDP + Adam peak RSS | ZeRO peak RSS | saved | state held by the other rank | saved / that |")
-print("|---|---|---|---|---|---|")
-for r in range(2):
-    mine = 4 * int(re.search(r"rank %d: ZeRO: .*\((\d+) elements\)" % r, open(f"{tmp}/zero.{r}.log").read()).group(1))
-    other = state + 4 * 6 - mine  # and a 4-byte step count per parameter (6)
-    saved = a[r] - z[r]
-    print(f"| {r} | {a[r] / 2**20:.0f} MiB | {z[r] / 2**20:.0f} MiB | {saved / 2**20:.0f} MiB | "
-          f"{other / 2**20:.0f} MiB | {100 * saved / other:.0f}% |")
-print(f"\nAdam's whole state: {state / 2**20:.0f} MiB (exp_avg and exp_avg_sq of every parameter).")
-PY
+# The report (tools/bench/compare_lib.py) from rows the runs leave:
+#   epochs: name epoch seconds samples/s test_accuracy bytes_sent_rank0 bytes_sent_rank1
+#   memory: rank adam_peak_rss zero_peak_rss zero_elements (this rank's share of Adam's state)
+sent() { sed -nE "s/.*rank $2: ([0-9]+) bytes sent.*/\1/p" "$tmp/$1.$2.log" | head -n 1; }
+for name in plain powersgd; do
+  lib json --all --has '"event":"epoch"' seconds samples_per_s test_accuracy \
+    <"$tmp/$name.jsonl" | awk -v name="$name" -v s0="$(sent "$name" 0)" -v s1="$(sent "$name" 1)" \
+    '{ print name, NR, $0, s0, s1 }' >>"$tmp/epochs"
+done
+peak() { lib json --has '"event":"epoch"' peak_rss_bytes <"$tmp/$1.jsonl" | cut -d, -f"$2"; }
+for r in 0 1; do
+  elements=$(sed -nE "s/.*rank $r: ZeRO: .*\(([0-9]+) elements\).*/\1/p" "$tmp/zero.$r.log" | head -n 1)
+  echo "$r $(peak adam $((r + 1))) $(peak zero $((r + 1))) $elements" >>"$tmp/memory"
+done
+epoch_fields="name epoch seconds sps accuracy sent0 sent1"
+title="### PowerSGD across two namespaces, link ${RATE:-unshaped} ($epochs epochs of Fashion-MNIST, 2 ranks x 64,"
+lib table "$tmp/epochs" --fields "$epoch_fields" --rows name:seen --title "$title model $model)"$'\n' \
+  --let 'label={"plain": "plain DDP", "powersgd": "PowerSGD rank 4 (from iteration 10)"}' \
+  --col 'run={label[name]}' --col 'bytes sent, rank 0 / rank 1={v("sent0") / 1e9:.2f} / {v("sent1") / 1e9:.2f} GB' \
+  --col 'seconds per epoch={join("seconds", ".1f")}' --col 'samples/s per epoch={join("sps", ".0f")}' \
+  --col 'test accuracy per epoch={", ".join(f"{100 * x:.2f}%" for x in v("accuracy").values)}'
+lib say "$tmp/epochs" --fields "$epoch_fields" --series name --pair epoch \
+  $'\nPowerSGD sent {V("sent0", "plain") / V("sent0", "powersgd"):.1f}x fewer bytes; epoch time ratio'\
+' plain / PowerSGD {ratio("seconds", "plain", "powersgd").join(".2f", "x")}; test accuracy'\
+' {100 * V("accuracy", "powersgd").values[-1]:.2f}% vs {100 * V("accuracy", "plain").values[-1]:.2f}%'\
+' ({100 * (V("accuracy", "powersgd").values[-1] - V("accuracy", "plain").values[-1]):+.2f} points).'$'\n'
+# Adam's state: exp_avg and exp_avg_sq, 4 bytes each, of every parameter of
+# mlp:784,4096,2048,10; the other rank holds what this one does not, and a
+# 4-byte step count per parameter (6).
+state='2 * 4 * (784 * 4096 + 4096 + 4096 * 2048 + 2048 + 2048 * 10 + 10)'
+lib table "$tmp/memory" --fields "rank adam zero elements" --each --let "state=$state" \
+  --let 'MiB=2**20' --title $'### ZeRO with Adam (1 epoch of 100 steps, same model)\n' --col 'rank={rank}' \
+  --col 'plain DDP + Adam peak RSS={v("adam") / MiB:.0f} MiB' --col 'ZeRO peak RSS={v("zero") / MiB:.0f} MiB' \
+  --col 'saved={(v("adam") - v("zero")) / MiB:.0f} MiB' \
+  --col 'state held by the other rank={(state + 4 * 6 - 4 * v("elements")) / MiB:.0f} MiB' \
+  --col 'saved / that={100 * (v("adam") - v("zero")) / (state + 4 * 6 - 4 * v("elements")):.0f}%'
+lib say "$tmp/memory" --fields "rank adam zero elements" --let "state=$state" \
+  $'\nAdam\'s whole state: {state / 2**20:.0f} MiB (exp_avg and exp_avg_sq of every parameter).'

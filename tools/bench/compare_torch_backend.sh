@@ -16,6 +16,7 @@
 # SIZES (bytes) and DDP_STEPS (200) narrow it. Needs python3-torch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 
 die() { echo "compare_torch_backend: $*" >&2; exit 2; }
 runs=${1:-5}
@@ -50,8 +51,7 @@ torch_run() {  # backend bytes iters -> time_us
 }
 native_run() {  # bytes iters -> time_us
   timeout -k 5 600 "$tmp/collectives" --op=all_reduce --nproc=2 --min_bytes="$1" --max_bytes="$1" --iters="$2" \
-    --warmup=$(( $2 / 10 + 2 )) --json 2>>"$tmp/errors.log" | grep '^{' | tail -n 1 |
-    sed -nE 's/.*"time_us": ([-+0-9.eE]+).*/\1/p'
+    --warmup=$(( $2 / 10 + 2 )) --json 2>>"$tmp/errors.log" | lib json time_us
 }
 record() {  # run what bytes time
   [[ -n $4 ]] || { echo "compare_torch_backend: $2 at $3 bytes failed in run $1:" >&2; tail -n 5 "$tmp/errors.log" >&2; return; }
@@ -73,39 +73,26 @@ for run in $(seq "$runs"); do
   for backend in $( (( run % 2 )) && echo "gloo lockstep" || echo "lockstep gloo"); do
     line=$(timeout -k 5 600 "$python" tools/bench/peers/torch_ddp_mlp.py --backend "$backend" --steps "$ddp_steps" \
       --warmup 20 2>>"$tmp/errors.log" | grep '^{' | tail -n 1) || true
-    sps=$(sed -nE 's/.*"samples_per_s": ([0-9.]+).*/\1/p' <<<"$line")
+    sps=$(lib json samples_per_s <<<"$line" 2>/dev/null) || sps=
     record "$run" "ddp_$backend" 0 "$sps"
   done
   echo "run $run of $runs done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
 [[ -n ${KEEP_ROWS:-} ]] && cp "$rows" "$KEEP_ROWS"
 
-python3 - "$rows" "$runs" <<'PY'
-import collections, statistics, sys
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-by = collections.defaultdict(dict)  # (tool, bytes) -> run -> value
-for run, tool, b, v, load in rows:
-    by[(tool, int(b))][run] = float(v)
-med = lambda v: statistics.median(v) if v else float("nan")
-def size(b):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= scale: return f"{b // scale} {unit}"
-    return f"{b} B"
-def busbw(b, us): return b / (us * 1e-6) / 1e9 * 2 * (2 - 1) / 2
-print(f"\ntorch.distributed.all_reduce, f32 SUM, 2 ranks, medians of {sys.argv[2]} runs "
-      "(time us, busbw GB/s; ratio = gloo time / lockstep time; binding = torch-lockstep time / native time)\n")
-print("| size | gloo | lockstep (torch) | lockstep native | lockstep / gloo | binding |")
-print("|---|---|---|---|---|---|")
-for b in sorted({int(r[2]) for r in rows if r[1] in ("gloo", "lockstep", "native")}):
-    g, l, n = by[("gloo", b)], by[("lockstep", b)], by[("native", b)]
-    ratio = med([g[r] / l[r] for r in g if r in l])
-    binding = med([l[r] / n[r] for r in l if r in n])
-    cell = lambda d: f"{med(list(d.values())):.1f} us, {busbw(b, med(list(d.values()))):.2f}" if d else "n/a"
-    print(f"| {size(b)} | {cell(g)} | {cell(l)} | {cell(n)} | **{ratio:.2f}x** | {binding:.2f}x |")
-g, l = by[("ddp_gloo", 0)], by[("ddp_lockstep", 0)]
-if g and l:
-    ratio = med([l[r] / g[r] for r in g if r in l])
-    print(f"\nPyTorch DDP, reference MLP, 2 ranks x 64: gloo {med(list(g.values())):.0f} samples/s, "
-          f"lockstep {med(list(l.values())):.0f} samples/s, lockstep / gloo **{ratio:.2f}x** "
-          f"(per-run ratios {', '.join(f'{l[r] / g[r]:.2f}' for r in sorted(g) if r in l)})")
-PY
+# Medians per backend and size, busbw from the median time (2 ranks: the
+# factor 2(n-1)/n is 1), and the per-run ratios (tools/bench/compare_lib.py).
+cell() { echo "{v('t', '$1'):.1f} us, {int(bytes) / (v('t', '$1') * 1e-6) / 1e9:.2f}"; }
+lib table "$rows" --fields "run tool bytes t load" --series tool --pair run \
+  --where "tool in ('gloo', 'lockstep', 'native')" --rows bytes \
+  --title $'\ntorch.distributed.all_reduce, f32 SUM, 2 ranks, medians of '"$runs"' runs (time us, busbw GB/s;'\
+$' ratio = gloo time / lockstep time; binding = torch-lockstep time / native time)\n' \
+  --col 'size={size(bytes)}' --col "gloo=$(cell gloo)" --col "lockstep (torch)=$(cell lockstep)" \
+  --col "lockstep native=$(cell native)" --col 'lockstep / gloo=**{ratio("t", "gloo", "lockstep"):.2f}x**' \
+  --col 'binding={ratio("t", "lockstep", "native"):.2f}x'
+if grep -q ' ddp_gloo ' "$rows" && grep -q ' ddp_lockstep ' "$rows"; then
+  lib say "$rows" --fields "run tool bytes t load" --series tool --pair run \
+    $'\nPyTorch DDP, reference MLP, 2 ranks x 64: gloo {v("t", "ddp_gloo"):.0f} samples/s, lockstep'\
+' {v("t", "ddp_lockstep"):.0f} samples/s, lockstep / gloo **{ratio("t", "ddp_lockstep", "ddp_gloo"):.2f}x**'\
+' (per-run ratios {ratio("t", "ddp_lockstep", "ddp_gloo").join()})'
+fi

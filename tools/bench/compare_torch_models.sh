@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # DDP overhead on the reference libtorch models (interop/torch/models, their
-# Python twins in interop/torch/testdata/reference_models.py: the same
+# Python twins in interop/torch/models/reference_models.py: the same
 # libtorch kernels on both sides), 2 ranks, one thread each, data in memory,
 # SGD momentum 0.9, interleaved runs, medians and ranges of `runs`
 # (default 3):
-#   lockstep        lockstep's DDP for libtorch (interop/torch:ddp_bench --mode=lockstep)
+#   lockstep        lockstep's DDP for libtorch (interop/torch/ddp:ddp_bench --mode=lockstep)
 #   lockstep_view   the same with gradient_as_bucket_view
 #   c10d_recipe     the C++ recipe: per-parameter c10d gloo all-reduce after backward
 #   local           the same step in C++, no communication (each rank alone, both at once)
@@ -18,16 +18,17 @@
 # Needs libtorch-dev, libgloo-dev and python3-torch (tools/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+lib() { /usr/bin/python3 tools/bench/compare_lib.py "$@"; }  # Medians, ratios, tables, JSON fields.
 runs=${1:-3}
 shift || true
 configs=("$@")
 [[ ${#configs[@]} -gt 0 ]] || configs=(resnet18:32 char_transformer:2)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
-bazel build --config=opt //interop/torch:ddp_bench >/dev/null 2>&1
+bazel build --config=opt //interop/torch/ddp:ddp_bench >/dev/null 2>&1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -L bazel-bin/interop/torch/ddp_bench "$tmp/"
-field() { /usr/bin/python3 -c "import json,sys; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(j['step_ms_median'], ','.join(map(str, j['peak_rss_mb'])))"; }
+cp -L bazel-bin/interop/torch/ddp/ddp_bench "$tmp/"
+field() { lib json step_ms_median peak_rss_mb; }
 echo "# runs: $runs; configs: ${configs[*]}; load before: $(cut -d' ' -f1 /proc/loadavg); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" >&2
 for run in $(seq "$runs"); do
   for config in "${configs[@]}"; do
@@ -46,27 +47,22 @@ for run in $(seq "$runs"); do
   done
   echo "run $run done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
-/usr/bin/python3 - "$tmp/rows" "$runs" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    config, tool, ms, rss = line.split()
-    rows.setdefault(config, {}).setdefault(tool, []).append((float(ms), rss))
-for config, tools in rows.items():
-    model, batch = config.split(":")
-    med = {t: statistics.median(v[0] for v in vals) for t, vals in tools.items()}
-    print(f"\n{model}, 2 ranks x {batch} per rank, median step of the slowest rank over {sys.argv[2]} runs:\n")
-    print("| configuration | step ms (median) | range | samples/s | peak RSS per rank, MiB (last run) |")
-    print("|---|---|---|---|---|")
-    for t, vals in tools.items():
-        ms = [v[0] for v in vals]
-        print(f"| {t} | {med[t]:.1f} | {min(ms):.1f}-{max(ms):.1f} | {2 * int(batch) / med[t] * 1e3:.0f} | {vals[-1][1]} |")
-    torch_over = med["torch_ddp"] - med["torch_local"]
-    print()
-    print("| DDP overhead (DDP step - no-communication step) | ms | share of the DDP step | / PyTorch DDP's |")
-    print("|---|---|---|---|")
-    for t, base in [("lockstep", "local"), ("lockstep_view", "local"), ("c10d_recipe", "local"),
-                    ("torch_ddp", "torch_local"), ("torch_ddp_view", "torch_local")]:
-        over = med[t] - med[base]
-        print(f"| {t} | {over:.1f} | {100 * over / med[t]:.0f} % | {over / torch_over:.2f} |")
-PY
+# Per model: each configuration's median step, and the DDP overhead of each
+# beside PyTorch's (tools/bench/compare_lib.py).
+table() { lib table "$tmp/rows" --fields "config tool ms rss" --series tool "$@"; }
+for config in "${configs[@]}"; do
+  model=${config%%:*} batch=${config##*:}
+  table --where "config == '$config'" --rows tool:seen \
+    --title $'\n'"$model, 2 ranks x $batch per rank, median step of the slowest rank over $runs runs:"$'\n' \
+    --col 'configuration={tool}' --col 'step ms (median)={v("ms"):.1f}' --col 'range={v("ms").range(".1f")}' \
+    --col "samples/s={2 * $batch / v('ms') * 1e3:.0f}" --col 'peak RSS per rank, MiB (last run)={last("rss")}'
+  # Each DDP configuration beside the no-communication step of its language.
+  table --where "config == '$config'" --rows tool \
+    --order tool=lockstep,lockstep_view,c10d_recipe,torch_ddp,torch_ddp_view \
+    --let 'base={"lockstep": "local", "lockstep_view": "local", "c10d_recipe": "local", "torch_ddp": "torch_local",
+               "torch_ddp_view": "torch_local"}' \
+    --title '' --col 'DDP overhead (DDP step - no-communication step)={tool}' \
+    --col 'ms={v("ms") - V("ms", base[tool]):.1f}' \
+    --col 'share of the DDP step={100 * (v("ms") - V("ms", base[tool])) / v("ms"):.0f} %' \
+    --col $'/ PyTorch DDP\'s={(v("ms") - V("ms", base[tool])) / (V("ms", "torch_ddp") - V("ms", "torch_local")):.2f}'
+done
