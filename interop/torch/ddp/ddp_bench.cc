@@ -3,7 +3,7 @@
 // --model=mlp (default; the reference MLP 784-512-256-10, SGD lr 0.1
 // momentum 0.9, 64 per rank), resnet18 or char_transformer
 // (interop/torch/models, SGD lr 0.1 / 0.01 momentum 0.9, --batch per rank;
-// tools/bench/peers/torch_ddp_models.py is their Python peer):
+// tools/bench/peers/torch_models_ddp_peer.py is their Python peer):
 //
 //   ddp_bench --nproc=2 --mode=lockstep       lockstep's DDP for libtorch
 //   ddp_bench --nproc=2 --mode=c10d_recipe    what C++ users write today
