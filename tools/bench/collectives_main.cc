@@ -66,7 +66,7 @@
 #include "collectives/store/tcp_store.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "collectives/transport/tcp/address.h"
-#include "core/cuda_runtime.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/deadline.h"
 #include "core/device.h"
 #include "core/dtype.h"
