@@ -22,7 +22,10 @@
 // than 10 x p50, per iteration), stalls (how many), and the context
 // switches during the timed loop, voluntary and not, of the calling
 // thread (caller_vcsw, caller_ivcsw) and of the rank's other threads, its
-// communicator's (other_vcsw, other_ivcsw); each the largest of any rank).
+// communicator's (other_vcsw, other_ivcsw); each the largest of any rank),
+// and what the group costs to have: setup_s (process start to the end of
+// the first collective) and fds (open descriptors after the size), each the
+// largest of any rank.
 // busbw uses nccl-tests' factors: all_reduce 2(n-1)/n;
 // all_gather, all_gather_v, reduce_scatter, gather, scatter and all_to_all
 // (n-1)/n; broadcast and reduce 1. all_to_all moves `bytes` per rank, a

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "core/process_stats.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -58,7 +59,7 @@ namespace {
 // the ranks (seconds, MiB, counts).
 enum Figure {
   kMean, kP50, kP95, kPeakRssMib, kP99, kMax, kStall, kStalls,
-  kCallerVcsw, kCallerIvcsw, kOtherVcsw, kOtherIvcsw, kFigureCount,
+  kCallerVcsw, kCallerIvcsw, kOtherVcsw, kOtherIvcsw, kSetupS, kFds, kFigureCount,
 };
 
 // The context switches of the timed loop: the calling thread's, and the
@@ -177,23 +178,26 @@ void PrintJsonRow(const Row& r) {
               "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
               "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
               "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
-              "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f}\n",
+              "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f, \"setup_s\": %.3f, "
+              "\"fds\": %.0f}\n",
               r.op.c_str(), std::string(DTypeName(r.dtype)).c_str(), r.world, r.transport.c_str(),
               static_cast<long long>(r.bytes), static_cast<long long>(r.count), f[kMean] * 1e6, f[kP50] * 1e6,
               f[kP95] * 1e6, r.algbw, r.busbw, static_cast<long long>(r.wrong), f[kPeakRssMib], f[kP99] * 1e6,
               f[kMax] * 1e6, f[kStall] * 1e6, f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw],
-              f[kOtherIvcsw]);
+              f[kOtherIvcsw], f[kSetupS], f[kFds]);
 }
 
 // One size: timed, checked (--check) and printed by rank 0. An error when
 // elements were wrong.
 absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options,
-                     const std::string& transport, int64_t bytes) {
+                     const std::string& transport, int64_t bytes, double setup_s) {
   const int n = comm.size();
   const int64_t element = static_cast<int64_t>(DTypeSize(options.dtype));
   const int64_t count = op.count(bytes, element, n);
   LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, options, count, n, comm.rank()));
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<double> mine, TimeIterations(comm, op, buffers, options));
+  mine[kSetupS] = setup_s;
+  mine[kFds] = OpenDescriptorCount();  // After this size: connections made on demand count.
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<double> slowest, Slowest(comm, mine));
   int64_t wrong = -1;
   if (options.check) {
@@ -215,9 +219,13 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
 
 absl::Status RunSweep(Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options,
                       const std::string& transport) {
+  // Set-up: process start to the end of the first collective (JSON setup_s,
+  // the slowest rank's).
+  LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
+  const double setup_s = ProcessAgeSeconds();
   const double step = options.step_factor, last = static_cast<double>(options.max_bytes) * 1.0000001;
   for (double size = static_cast<double>(options.min_bytes); size <= last; size = size * step) {
-    LOCKSTEP_RETURN_IF_ERROR(RunSize(comm, op, options, transport, static_cast<int64_t>(size)));
+    LOCKSTEP_RETURN_IF_ERROR(RunSize(comm, op, options, transport, static_cast<int64_t>(size), setup_s));
     if (size * step <= size) break;
   }
   return comm.Barrier()->Wait();
