@@ -36,7 +36,20 @@ packages=(
   libgloo-dev       # gloo's headers, for c10d's ProcessGroupGloo in interop/torch/ddp:ddp_bench (the C++ recipe peer)
   pybind11-dev      # interop/torch:lockstep_torch, the torch.distributed backend (a Python extension)
   python3-dev       # Python.h, for the same
+  clang-format      # tools/format.sh (C++ formatting, checked in CI)
 )
+
+# buildifier (tools/format.sh: BUILD and .bzl formatting, checked in CI) is no
+# Debian package: a pinned release from the npm registry (its package carries
+# the binaries), into $LOCKSTEP_TOOLS. npm comes from Debian when missing.
+buildifier_version=8.2.1
+tools=${LOCKSTEP_TOOLS:-$HOME/.cache/lockstep-tools}
+buildifier="$tools/node_modules/@bazel/buildifier/buildifier-linux_amd64"
+need_buildifier() {
+  [[ -x "$buildifier" ]] && "$buildifier" --version 2>/dev/null | grep -q "version: $buildifier_version" && return 1
+  return 0
+}
+if need_buildifier && ! command -v npm >/dev/null; then packages+=(npm); fi
 
 missing=()
 for entry in "${packages[@]}"; do
@@ -45,7 +58,16 @@ for entry in "${packages[@]}"; do
   [[ "$status" == installed ]] || missing+=("$pkg")
 done
 
+install_buildifier() {
+  need_buildifier || return 0
+  echo "setup: installing buildifier $buildifier_version into $tools"
+  mkdir -p "$tools"
+  npm install --silent --no-save --no-audit --no-fund --prefix "$tools" "@bazel/buildifier@$buildifier_version" >/dev/null
+  "$buildifier" --version >/dev/null
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
+  install_buildifier
   echo "setup: all ${#packages[@]} packages already installed; nothing to do"
   exit 0
 fi
@@ -63,3 +85,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "setup: installed ${#missing[@]} package(s): ${missing[*]}"
+install_buildifier

@@ -9,7 +9,9 @@
 #      can execute (OPENBLAS_CORETYPE=Prescott, Haswell, SkylakeX, Cooperlake,
 #      Zen; a kernel whose instructions the CPU lacks is skipped, with a line
 #      saying so),
-#   5. the external consumer workspace in tests/consumer.
+#   5. the external consumer workspace in tests/consumer,
+#   6. formatting: C++ (clang-format) and Bazel files (buildifier), checked
+#      by tools/format.sh --check (one result in the count).
 # Ends with the line `N passed, M failed` (plus `, K skipped` when some were
 # skipped), counted from Bazel's per-target results. Exits non-zero on any
 # failure.
@@ -52,6 +54,14 @@ run_step() {
   local rc=${PIPESTATUS[0]}
   count "$name:" "$log" "$rc"
 }
+
+echo "=== format: bash tools/format.sh --check"
+if bash tools/format.sh --check; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  failures+=("format: files not formatted (bash tools/format.sh fixes them)")
+fi
 
 run_step main bazel test //...
 run_step asan bazel test --config=asan //core/... //data/... //collectives/... //nn/... //amp/... //ddp/... \
