@@ -1,0 +1,165 @@
+#include "collectives/cost_model/predict.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/cost_model/all_gather_reduce_scatter_cost.h"
+#include "collectives/cost_model/all_reduce_cost.h"
+#include "collectives/cost_model/all_to_all_cost.h"
+#include "collectives/cost_model/rooted_cost.h"
+
+namespace lockstep {
+namespace cost_model {
+namespace {
+
+absl::Status Unsupported(Op op, Algorithm algorithm) {
+  std::vector<std::string> names;
+  for (Algorithm a : AlgorithmsFor(op)) names.emplace_back(AlgorithmName(a));
+  return absl::InvalidArgumentError(absl::StrCat("algorithm '", AlgorithmName(algorithm), "' does not implement ",
+                                                 OpName(op), "; the model knows ", absl::StrJoin(names, ", ")));
+}
+
+// Predict without validation: `algorithm` implements `op`.
+absl::StatusOr<Cost> Formula(Op op, Algorithm algorithm, double n, const Topology& topology,
+                             const CostModel& model) {
+  using A = Algorithm;
+  const Level flat = FlatLevel(topology, model);
+  const Direction direction = op == Op::kReduce ? Direction::kReduce : Direction::kBroadcast;
+  switch (op) {
+    case Op::kAllReduce:
+      switch (algorithm) {
+        case A::kRing: return RingAllReduceCost(flat, n);
+        case A::kRecursiveDoubling: return RecursiveDoublingAllReduceCost(flat, n);
+        case A::kRabenseifner: return RabenseifnerAllReduceCost(flat, n);
+        case A::kBinaryTree: return BinaryTreeAllReduceCost(flat, n, 0);
+        case A::kDoubleBinaryTree: return DoubleBinaryTreeAllReduceCost(flat, n, 0);
+        case A::kHierarchicalRing: return HierarchicalAllReduceCost(topology, model, A::kRing, n);
+        case A::kHierarchicalRecursiveDoubling:
+          return HierarchicalAllReduceCost(topology, model, A::kRecursiveDoubling, n);
+        case A::kHierarchicalRabenseifner: return HierarchicalAllReduceCost(topology, model, A::kRabenseifner, n);
+        case A::kHierarchicalDoubleBinaryTree:
+          return HierarchicalAllReduceCost(topology, model, A::kDoubleBinaryTree, n);
+        default: break;
+      }
+      break;
+    case Op::kAllGather:
+      switch (algorithm) {
+        case A::kRing: return RingAllGatherCost(flat, n);
+        case A::kRecursiveDoubling: return RecursiveDoublingAllGatherCost(flat, n);
+        case A::kBruck: return BruckAllGatherCost(flat, n);
+        default: break;
+      }
+      break;
+    case Op::kReduceScatter:
+      switch (algorithm) {
+        case A::kRing: return RingReduceScatterCost(flat, n);
+        case A::kRecursiveHalving: return RecursiveHalvingReduceScatterCost(flat, n);
+        case A::kBruck: return BruckReduceScatterCost(flat, n);
+        default: break;
+      }
+      break;
+    case Op::kBroadcast:
+    case Op::kReduce:
+      switch (algorithm) {
+        case A::kBinomialTree: return BinomialTreeCost(flat, direction, n);
+        case A::kPipelinedChain: return PipelinedChainCost(flat, direction, n, 0);
+        case A::kPipelinedTree: return PipelinedTreeCost(flat, direction, n, 0);
+        case A::kHierarchicalBinomialTree: return HierarchicalBinomialTreeCost(topology, model, direction, n);
+        default: break;
+      }
+      break;
+    case Op::kAllToAll:
+      switch (algorithm) {
+        case A::kPairwise: return PairwiseAllToAllCost(flat, n);
+        case A::kBruck: return BruckAllToAllCost(flat, n);
+        default: break;
+      }
+      break;
+    case Op::kBarrier:
+      switch (algorithm) {
+        case A::kDissemination: return DisseminationBarrierCost(flat);
+        case A::kHierarchicalDissemination: return HierarchicalDisseminationBarrierCost(topology, model);
+        default: break;
+      }
+      break;
+  }
+  return Unsupported(op, algorithm);
+}
+
+absl::Status ValidateInputs(int64_t bytes, const Topology& topology, const CostModel& model) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, "; it must be >= 0"));
+  absl::Status s = ValidateTopology(topology);
+  if (s.ok()) s = ValidateCostModel(model);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<Cost> Predict(Op op, Algorithm algorithm, int64_t bytes, const Topology& topology,
+                             const CostModel& model) {
+  absl::Status valid = ValidateInputs(bytes, topology, model);
+  if (!valid.ok()) return valid;
+  if (!Supports(op, algorithm)) return Unsupported(op, algorithm);
+  return Formula(op, algorithm, static_cast<double>(bytes), topology, model);
+}
+
+absl::StatusOr<Choice> Choose(Op op, int64_t bytes, const Topology& topology, const CostModel& model,
+                              absl::Span<const Algorithm> allowed) {
+  absl::Status valid = ValidateInputs(bytes, topology, model);
+  if (!valid.ok()) return valid;
+  const std::vector<Algorithm> all = AlgorithmsFor(op);
+  std::vector<bool> wanted(all.size(), allowed.empty());
+  for (Algorithm a : allowed) {
+    bool found = false;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i] == a) wanted[i] = found = true;
+    }
+    if (!found) return Unsupported(op, a);
+  }
+  bool have = false;
+  Choice best;
+  for (size_t i = 0; i < all.size(); ++i) {  // Tie order: the enum's.
+    if (!wanted[i]) continue;
+    absl::StatusOr<Cost> cost = Formula(op, all[i], static_cast<double>(bytes), topology, model);
+    if (!cost.ok()) return cost.status();
+    if (!have || cost->time_us < best.cost.time_us) {
+      best = Choice{all[i], *cost};
+      have = true;
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules) {
+  absl::Status valid = ValidateTopology(topology);
+  if (!valid.ok()) return valid;
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, "; it must be >= 0"));
+  if (rules.small_message_bytes < 0 || rules.element_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("TodaysRules: small_message_bytes is ", rules.small_message_bytes,
+                                                   " and element_bytes ", rules.element_bytes,
+                                                   "; they must be >= 0 and >= 1"));
+  }
+  const bool hierarchical = topology.mixed();
+  switch (op) {
+    case Op::kAllReduce: {
+      const int64_t group = hierarchical ? topology.hosts : topology.p;
+      const bool small = bytes < rules.small_message_bytes || bytes / rules.element_bytes < group;
+      if (hierarchical) {
+        return small ? Algorithm::kHierarchicalRecursiveDoubling : Algorithm::kHierarchicalRing;
+      }
+      return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
+    }
+    case Op::kAllGather:
+    case Op::kReduceScatter: return Algorithm::kRing;
+    case Op::kAllToAll: return Algorithm::kPairwise;
+    case Op::kBroadcast:
+    case Op::kReduce: return hierarchical ? Algorithm::kHierarchicalBinomialTree : Algorithm::kBinomialTree;
+    case Op::kBarrier: return hierarchical ? Algorithm::kHierarchicalDissemination : Algorithm::kDissemination;
+  }
+  return absl::InvalidArgumentError("TodaysChoice: unknown op");
+}
+
+}  // namespace cost_model
+}  // namespace lockstep
