@@ -27,40 +27,37 @@ constexpr absl::string_view kGrowthTrackerKey = "_growth_tracker";
 
 std::string Num(double v) { return absl::StrFormat("%.9g", v); }
 
-absl::Status ValidateFactors(const char* op, double growth_factor, double backoff_factor,
-                             int64_t growth_interval) {
+absl::Status ValidateFactors(const char* op, double growth_factor, double backoff_factor, int64_t growth_interval) {
   if (!(growth_factor > 1.0) || !std::isfinite(growth_factor)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": growth_factor must be finite and > 1, got ", Num(growth_factor),
-                     "; the default is 2"));
+        absl::StrCat(op, ": growth_factor must be finite and > 1, got ", Num(growth_factor), "; the default is 2"));
   }
   if (!(backoff_factor > 0.0 && backoff_factor < 1.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": backoff_factor must be in (0, 1), got ", Num(backoff_factor),
-                     "; the default is 0.5"));
+        absl::StrCat(op, ": backoff_factor must be in (0, 1), got ", Num(backoff_factor), "; the default is 0.5"));
   }
   if (growth_interval < 1 || growth_interval > kMaxGrowthInterval) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": growth_interval must be in [1, 2^31 - 1] (an int in PyTorch's "
-                         "update kernel), got ",
-                     growth_interval, "; the default is 2000"));
+    return absl::InvalidArgumentError(absl::StrCat(op,
+                                                   ": growth_interval must be in [1, 2^31 - 1] (an int in PyTorch's "
+                                                   "update kernel), got ",
+                                                   growth_interval, "; the default is 2000"));
   }
   return absl::OkStatus();
 }
 
 // Exactly the whole string, in the C locale: no spaces, no '+', no suffix.
 template <typename T>
-absl::Status ParseStrict(const std::map<std::string, std::string>& metadata,
-                         const std::string& key, const char* type, T* out) {
+absl::Status ParseStrict(const std::map<std::string, std::string>& metadata, const std::string& key, const char* type,
+                         T* out) {
   const std::string& s = metadata.at(key);
   const char* begin = s.data();
   const char* end = begin + s.size();
   const std::from_chars_result r = std::from_chars(begin, end, *out);
   if (s.empty() || r.ec != std::errc() || r.ptr != end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::LoadStateFromMetadata: \"", key, "\" is \"", absl::CHexEscape(s),
-        "\", not ", type, r.ec == std::errc::result_out_of_range ? " (out of range)" : "",
-        "; expected a value written by GradScaler::StateToMetadata"));
+    return absl::InvalidArgumentError(absl::StrCat("GradScaler::LoadStateFromMetadata: \"", key, "\" is \"",
+                                                   absl::CHexEscape(s), "\", not ", type,
+                                                   r.ec == std::errc::result_out_of_range ? " (out of range)" : "",
+                                                   "; expected a value written by GradScaler::StateToMetadata"));
   }
   return absl::OkStatus();
 }
@@ -70,23 +67,23 @@ absl::Status ParseStrict(const std::map<std::string, std::string>& metadata,
 absl::StatusOr<GradScaler> GradScaler::Create(const GradScalerOptions& options) {
   const float scale = static_cast<float>(options.init_scale);
   if (!(std::isfinite(scale) && scale > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::Create: init_scale must be finite and > 0 as an f32 (the scale is a "
-        "float, as in PyTorch), got ",
-        Num(options.init_scale), " (", Num(scale), " as f32); the default is 65536"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradScaler::Create: init_scale must be finite and > 0 as an f32 (the scale is a "
+                     "float, as in PyTorch), got ",
+                     Num(options.init_scale), " (", Num(scale), " as f32); the default is 65536"));
   }
-  LOCKSTEP_RETURN_IF_ERROR(ValidateFactors("GradScaler::Create", options.growth_factor,
-                                           options.backoff_factor, options.growth_interval));
+  LOCKSTEP_RETURN_IF_ERROR(
+      ValidateFactors("GradScaler::Create", options.growth_factor, options.backoff_factor, options.growth_interval));
   return GradScaler(options);
 }
 
 absl::Status GradScaler::Scale(const Tensor& t) const {
   if (!enabled()) return absl::OkStatus();
   if (!t.defined() || !IsFloatingPoint(t.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::Scale: expected a defined f32, f64, f16 or bf16 tensor (the loss or its "
-        "gradient), got ",
-        t.defined() ? t.DebugString() : "an undefined tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradScaler::Scale: expected a defined f32, f64, f16 or bf16 tensor (the loss or its "
+                     "gradient), got ",
+                     t.defined() ? t.DebugString() : "an undefined tensor"));
   }
   // A float factor: the kernel then multiplies f32 by exactly the f32 scale.
   return ::lockstep::Scale(t, static_cast<double>(scale_));
@@ -121,9 +118,8 @@ absl::Status GradScaler::Unscale(const void* optimizer, absl::Span<const Tensor>
   }
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].defined() && !IsFloatingPoint(grads[i].dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GradScaler::Unscale: grads[", i, "] is ", grads[i].DebugString(),
-                       "; gradients must be f32, f64, f16 or bf16"));
+      return absl::InvalidArgumentError(absl::StrCat("GradScaler::Unscale: grads[", i, "] is ", grads[i].DebugString(),
+                                                     "; gradients must be f32, f64, f16 or bf16"));
     }
   }
   // The reciprocal in f64, rounded to f32, as PyTorch (f32 division may be
@@ -141,12 +137,12 @@ absl::Status GradScaler::Unscale(const void* optimizer, absl::Span<const Tensor>
   }
   if (!std::isfinite(inv_scale)) {
     if (checked && !found_inf) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "GradScaler::Unscale: the scale ", Num(scale_),
-          " has backed off so far that 1/scale overflows f32: the unscaled gradients would "
-          "be inf/NaN (PyTorch would step with them). Loss scaling has collapsed after many "
-          "steps with inf/NaN gradients; look for the source of the non-finite values, or "
-          "reset the scale with Update(new_scale)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("GradScaler::Unscale: the scale ", Num(scale_),
+                       " has backed off so far that 1/scale overflows f32: the unscaled gradients would "
+                       "be inf/NaN (PyTorch would step with them). Loss scaling has collapsed after many "
+                       "steps with inf/NaN gradients; look for the source of the non-finite values, or "
+                       "reset the scale with Update(new_scale)"));
     }
     // Otherwise the step is skipped: leave the (non-finite) gradients alone.
   } else if (inv_scale != 1.0f) {
@@ -181,12 +177,12 @@ absl::StatusOr<bool> GradScaler::Step(const void* optimizer, absl::Span<const Te
   if (StateOf(optimizer).stage == Stage::kReady) LOCKSTEP_RETURN_IF_ERROR(Unscale(optimizer, grads));
   PerOptimizer& state = StateOf(optimizer);
   if (!state.inf_checks_recorded) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "GradScaler::Step: no gradient was checked for inf/NaN (PyTorch: \"No inf checks "
-        "were recorded for this optimizer.\"): all ",
-        grads.size(),
-        " gradient tensors were undefined; pass the gradients of the parameters the "
-        "optimizer updates"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("GradScaler::Step: no gradient was checked for inf/NaN (PyTorch: \"No inf checks "
+                     "were recorded for this optimizer.\"): all ",
+                     grads.size(),
+                     " gradient tensors were undefined; pass the gradients of the parameters the "
+                     "optimizer updates"));
   }
   // The decision is this optimizer's own: another one may step or skip.
   if (state.found_inf) {
@@ -221,8 +217,7 @@ absl::Status GradScaler::Update() {
   } else {
     const int64_t successful = growth_tracker_ + 1;
     if (successful == options_.growth_interval) {
-      const float new_scale =
-          static_cast<float>(static_cast<double>(scale_) * options_.growth_factor);
+      const float new_scale = static_cast<float>(static_cast<double>(scale_) * options_.growth_factor);
       if (std::isfinite(new_scale)) scale_ = new_scale;
       growth_tracker_ = 0;
     } else {
@@ -236,9 +231,8 @@ absl::Status GradScaler::Update() {
 
 absl::Status GradScaler::Update(float new_scale) {
   if (!(std::isfinite(new_scale) && new_scale > 0.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GradScaler::Update: new_scale must be finite and > 0, got ",
-                     Num(new_scale), "; the scale was left at ", Num(scale_)));
+    return absl::InvalidArgumentError(absl::StrCat("GradScaler::Update: new_scale must be finite and > 0, got ",
+                                                   Num(new_scale), "; the scale was left at ", Num(scale_)));
   }
   if (!enabled()) return absl::OkStatus();
   scale_ = new_scale;
@@ -258,19 +252,19 @@ GradScalerState GradScaler::GetState() const {
 
 absl::Status GradScaler::LoadState(const GradScalerState& state) {
   if (!std::isfinite(state.scale) || std::signbit(state.scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::LoadState: scale must be finite and >= 0 (as every scale GetState "
-        "reports), got ",
-        Num(state.scale)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradScaler::LoadState: scale must be finite and >= 0 (as every scale GetState "
+                     "reports), got ",
+                     Num(state.scale)));
   }
-  LOCKSTEP_RETURN_IF_ERROR(ValidateFactors("GradScaler::LoadState", state.growth_factor,
-                                           state.backoff_factor, state.growth_interval));
+  LOCKSTEP_RETURN_IF_ERROR(
+      ValidateFactors("GradScaler::LoadState", state.growth_factor, state.backoff_factor, state.growth_interval));
   if (state.growth_tracker < 0 || state.growth_tracker >= state.growth_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::LoadState: growth_tracker must be in [0, growth_interval) = [0, ",
-        state.growth_interval, "), got ", state.growth_tracker,
-        " (Update resets it on reaching growth_interval, so a larger value would never grow "
-        "the scale)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradScaler::LoadState: growth_tracker must be in [0, growth_interval) = [0, ",
+                     state.growth_interval, "), got ", state.growth_tracker,
+                     " (Update resets it on reaching growth_interval, so a larger value would never grow "
+                     "the scale)"));
   }
   if (!enabled()) return absl::OkStatus();
   scale_ = state.scale;
@@ -298,10 +292,9 @@ std::map<std::string, std::string> GradScaler::StateToMetadata(absl::string_view
 absl::Status GradScaler::LoadStateFromMetadata(const std::map<std::string, std::string>& metadata,
                                                absl::string_view prefix) {
   if (!enabled()) return absl::OkStatus();
-  const std::string keys[] = {
-      absl::StrCat(prefix, kScaleKey), absl::StrCat(prefix, kGrowthFactorKey),
-      absl::StrCat(prefix, kBackoffFactorKey), absl::StrCat(prefix, kGrowthIntervalKey),
-      absl::StrCat(prefix, kGrowthTrackerKey)};
+  const std::string keys[] = {absl::StrCat(prefix, kScaleKey), absl::StrCat(prefix, kGrowthFactorKey),
+                              absl::StrCat(prefix, kBackoffFactorKey), absl::StrCat(prefix, kGrowthIntervalKey),
+                              absl::StrCat(prefix, kGrowthTrackerKey)};
   std::string missing;
   int num_missing = 0;
   for (const std::string& key : keys) {
@@ -310,16 +303,15 @@ absl::Status GradScaler::LoadStateFromMetadata(const std::map<std::string, std::
   }
   if (num_missing > 0) {
     if (num_missing == 5) {
-      return absl::NotFoundError(absl::StrCat(
-          "GradScaler::LoadStateFromMetadata: none of the GradScaler keys (", missing,
-          ") is in the metadata; it was probably saved from a disabled GradScaler (PyTorch: "
-          "\"The source state dict is empty\"). Load it with enabled = false, or check the "
-          "prefix \"",
-          prefix, "\""));
+      return absl::NotFoundError(
+          absl::StrCat("GradScaler::LoadStateFromMetadata: none of the GradScaler keys (", missing,
+                       ") is in the metadata; it was probably saved from a disabled GradScaler (PyTorch: "
+                       "\"The source state dict is empty\"). Load it with enabled = false, or check the "
+                       "prefix \"",
+                       prefix, "\""));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradScaler::LoadStateFromMetadata: missing ", missing,
-        "; expected all five keys written by GradScaler::StateToMetadata"));
+    return absl::InvalidArgumentError(absl::StrCat("GradScaler::LoadStateFromMetadata: missing ", missing,
+                                                   "; expected all five keys written by GradScaler::StateToMetadata"));
   }
   GradScalerState s;
   LOCKSTEP_RETURN_IF_ERROR(ParseStrict(metadata, keys[0], "a float", &s.scale));
@@ -329,8 +321,7 @@ absl::Status GradScaler::LoadStateFromMetadata(const std::map<std::string, std::
   LOCKSTEP_RETURN_IF_ERROR(ParseStrict(metadata, keys[4], "an integer", &s.growth_tracker));
   absl::Status status = LoadState(s);
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("GradScaler::LoadStateFromMetadata: ", status.message()));
+    return absl::Status(status.code(), absl::StrCat("GradScaler::LoadStateFromMetadata: ", status.message()));
   }
   return absl::OkStatus();
 }

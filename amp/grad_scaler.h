@@ -131,8 +131,7 @@ class GradScaler {
   // gradient had an inf/NaN. An error from `optimizer_step` is returned as is
   // (Step may then be called again). At least one gradient must be defined.
   // When disabled, runs `optimizer_step` and returns true.
-  absl::StatusOr<bool> Step(absl::Span<const Tensor> grads,
-                            absl::FunctionRef<absl::Status()> optimizer_step);
+  absl::StatusOr<bool> Step(absl::Span<const Tensor> grads, absl::FunctionRef<absl::Status()> optimizer_step);
   absl::StatusOr<bool> Step(const void* optimizer, absl::Span<const Tensor> grads,
                             absl::FunctionRef<absl::Status()> optimizer_step);
 
@@ -167,8 +166,7 @@ class GradScaler {
   // parsed strictly: no spaces, no trailing characters. A no-op when disabled.
   // If none of the keys is there, the error says the checkpoint probably came
   // from a disabled scaler.
-  absl::Status LoadStateFromMetadata(const std::map<std::string, std::string>& metadata,
-                                     absl::string_view prefix = "");
+  absl::Status LoadStateFromMetadata(const std::map<std::string, std::string>& metadata, absl::string_view prefix = "");
 
  private:
   // Where the current iteration is (PyTorch's OptState).

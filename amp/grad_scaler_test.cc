@@ -14,8 +14,8 @@
 
 #include "core/kernels.h"
 #include "core/tensor.h"
-#include "gmock/gmock.h"
 #include "core/testing/float_bits.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -196,8 +196,7 @@ Tensor FromBitsTensor(DType dtype, uint64_t bits) {
 
 uint64_t BitsOf(const Tensor& t, int64_t i) {
   uint64_t bits = 0;
-  std::memcpy(&bits, static_cast<const char*>(t.raw_data()) + i * t.element_size(),
-              t.element_size());
+  std::memcpy(&bits, static_cast<const char*>(t.raw_data()) + i * t.element_size(), t.element_size());
   return bits;
 }
 
@@ -235,8 +234,7 @@ TEST(GradScalerGoldenTest, SeriesMatchPyTorchBitwise) {
       if (st.new_scale == "-") {
         ASSERT_TRUE(scaler.Update().ok()) << where;
       } else {
-        ASSERT_TRUE(scaler.Update(FromBits(static_cast<uint32_t>(ParseHex(st.new_scale)))).ok())
-            << where;
+        ASSERT_TRUE(scaler.Update(FromBits(static_cast<uint32_t>(ParseHex(st.new_scale)))).ok()) << where;
       }
       ASSERT_EQ(Bits(scaler.scale()), st.scale_bits)
           << where << ": got " << scaler.scale() << ", PyTorch " << FromBits(st.scale_bits);
@@ -304,8 +302,7 @@ TEST(GradScalerTest, SeveralOptimizersKeepTheirOwnProtocol) {
   EXPECT_TRUE(scaler.Step(&first, {a}, ok).ok());
   absl::StatusOr<bool> again = scaler.Step(&first, {a}, ok);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(again.status().message().find("step() has already been called since the last update()"),
-            std::string::npos);
+  EXPECT_NE(again.status().message().find("step() has already been called since the last update()"), std::string::npos);
   EXPECT_TRUE(scaler.Step(&second, {b}, ok).ok());
   // Each gradient was unscaled once.
   EXPECT_EQ(a.data<float>()[0], 2.0f / 65536.0f);
@@ -336,12 +333,10 @@ TEST(GradScalerGoldenTest, UnscaleMatchesPyTorchBitwise) {
     const float scale = FromBits(key.second);
     const std::string where = key.first + " scale " + std::to_string(scale);
     // GradScaler's inv_scale, as PyTorch's scale.double().reciprocal().float().
-    EXPECT_EQ(Bits(static_cast<float>(1.0 / static_cast<double>(scale))), values[0]->inv_bits)
-        << where;
+    EXPECT_EQ(Bits(static_cast<float>(1.0 / static_cast<double>(scale))), values[0]->inv_bits) << where;
     Tensor t = *Tensor::Empty({static_cast<int64_t>(values.size())}, dtype);
     for (size_t i = 0; i < values.size(); ++i) {
-      std::memcpy(static_cast<char*>(t.raw_data()) + i * t.element_size(), &values[i]->in_bits,
-                  t.element_size());
+      std::memcpy(static_cast<char*>(t.raw_data()) + i * t.element_size(), &values[i]->in_bits, t.element_size());
     }
     GradScaler scaler = MakeScaler(InitScale(scale));
     ASSERT_EQ(scaler.scale(), scale);
@@ -391,8 +386,7 @@ TEST(GradScalerTest, DefaultsArePyTorchs) {
 }
 
 TEST(GradScalerTest, FindsInfAndNanAtEveryPositionOfEveryTensor) {
-  const float kBad[] = {std::numeric_limits<float>::infinity(),
-                        -std::numeric_limits<float>::infinity(),
+  const float kBad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN()};
   const int64_t kSizes[] = {1, 17, 67};  // Odd sizes: SIMD bodies and tails.
   for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
@@ -412,9 +406,8 @@ TEST(GradScalerTest, FindsInfAndNanAtEveryPositionOfEveryTensor) {
             called = true;
             return absl::OkStatus();
           });
-          const std::string where = std::string(DTypeName(dtype)) + " " + std::to_string(bad) +
-                                    " tensor " + std::to_string(which) + " position " +
-                                    std::to_string(pos);
+          const std::string where = std::string(DTypeName(dtype)) + " " + std::to_string(bad) + " tensor " +
+                                    std::to_string(which) + " position " + std::to_string(pos);
           ASSERT_TRUE(r.ok()) << where << ": " << r.status();
           ASSERT_FALSE(*r) << where;
           ASSERT_FALSE(called) << where;
@@ -573,8 +566,8 @@ TEST(GradScalerTest, UpdateWithNewScale) {
   ASSERT_TRUE(s.Update(7.0f).ok());
   EXPECT_EQ(s.scale(), 7.0f);
   EXPECT_EQ(s.growth_tracker(), 2);
-  for (float bad_scale : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad_scale :
+       {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     absl::Status st = s.Update(bad_scale);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad_scale;
     EXPECT_THAT(std::string(st.message()), HasSubstr("new_scale")) << bad_scale;
@@ -646,9 +639,7 @@ TEST(GradScalerTest, OptionsAreValidated) {
   auto init_scale = [](double v) { return With([v](GradScalerOptions& o) { o.init_scale = v; }); };
   auto growth = [](double v) { return With([v](GradScalerOptions& o) { o.growth_factor = v; }); };
   auto backoff = [](double v) { return With([v](GradScalerOptions& o) { o.backoff_factor = v; }); };
-  auto interval = [](int64_t v) {
-    return With([v](GradScalerOptions& o) { o.growth_interval = v; });
-  };
+  auto interval = [](int64_t v) { return With([v](GradScalerOptions& o) { o.growth_interval = v; }); };
   const std::vector<std::pair<GradScalerOptions, const char*>> cases = {
       {init_scale(0.0), "init_scale"},
       {init_scale(-1.0), "init_scale"},
@@ -731,11 +722,8 @@ TEST(GradScalerStateTest, MetadataRoundTripsExactly) {
     const float f = FromBits(x & 0x7fffffffu);
     if (std::isfinite(f)) scales.push_back(f);
   }
-  const double factors[][2] = {{2.0, 0.5},
-                               {1.7, 0.37},
-                               {1.0000000000000002, 0.99999999999999989},
-                               {1e300, 1e-300},
-                               {1.0001, 0.1}};
+  const double factors[][2] = {
+      {2.0, 0.5}, {1.7, 0.37}, {1.0000000000000002, 0.99999999999999989}, {1e300, 1e-300}, {1.0001, 0.1}};
   GradScaler s = MakeScaler();
   for (size_t i = 0; i < scales.size(); ++i) {
     const auto& f = factors[i % 5];

@@ -17,10 +17,8 @@ TEST(PrecisionPolicyTest, ParsesTheAcceptedNames) {
     const char* canonical;
     bool scaling;
   };
-  for (const Case& c : {Case{"fp32", DType::kF32, "fp32", false},
-                        Case{"f32", DType::kF32, "fp32", false},
-                        Case{"fp16", DType::kF16, "fp16", true},
-                        Case{"f16", DType::kF16, "fp16", true},
+  for (const Case& c : {Case{"fp32", DType::kF32, "fp32", false}, Case{"f32", DType::kF32, "fp32", false},
+                        Case{"fp16", DType::kF16, "fp16", true}, Case{"f16", DType::kF16, "fp16", true},
                         Case{"bf16", DType::kBF16, "bf16", false}}) {
     absl::StatusOr<PrecisionPolicy> p = ParsePrecision(c.name);
     ASSERT_TRUE(p.ok()) << c.name << ": " << p.status();
@@ -44,8 +42,7 @@ TEST(PrecisionPolicyTest, DefaultIsFp32) {
 }
 
 TEST(PrecisionPolicyTest, RejectsOtherNamesListingTheAcceptedOnes) {
-  for (const char* name : {"", "FP16", "float16", "half", "bfloat16", "fp64", "f64", " fp16",
-                           "fp16 ", "int8"}) {
+  for (const char* name : {"", "FP16", "float16", "half", "bfloat16", "fp64", "f64", " fp16", "fp16 ", "int8"}) {
     absl::StatusOr<PrecisionPolicy> p = ParsePrecision(name);
     ASSERT_FALSE(p.ok()) << name;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << name;

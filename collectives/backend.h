@@ -135,10 +135,10 @@ class Backend {
                                   const OpContext& op_ctx) = 0;
   virtual absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
                                       ReduceOp op, const OpContext& op_ctx) = 0;
-  virtual absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                               int root, const OpContext& op_ctx) = 0;
-  virtual absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                                int root, const OpContext& op_ctx) = 0;
+  virtual absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                               const OpContext& op_ctx) = 0;
+  virtual absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                                const OpContext& op_ctx) = 0;
   // send_counts[j] elements of `input` (blocks in rank order) go to rank j;
   // recv_counts[i] elements from rank i land in `output` (likewise).
   virtual absl::Status AllToAll(const Tensor& input, const Tensor& output, absl::Span<const int64_t> send_counts,

@@ -41,17 +41,18 @@ absl::Status InterleavedChains(Communicator& comm) {
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor third, Filled(11, 0));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor other, Filled(5, mine));
   std::shared_ptr<Work> round1 = comm.AllReduce(first, ReduceOp::kSum);
-  std::shared_ptr<Work> chain =
-      round1
-          ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
-            // The second round's input comes from the first's result.
-            for (int64_t i = 0; i < second.numel(); ++i) second.data<float>()[i] = first.data<float>()[0] * mine;
-            return comm.AllReduce(second, ReduceOp::kSum);
-          })
-          ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
-            for (int64_t i = 0; i < third.numel(); ++i) third.data<float>()[i] = second.data<float>()[0] + mine;
-            return comm.AllReduce(third, ReduceOp::kSum);
-          });
+  std::shared_ptr<Work> chain = round1
+                                    ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                      // The second round's input comes from the first's result.
+                                      for (int64_t i = 0; i < second.numel(); ++i)
+                                        second.data<float>()[i] = first.data<float>()[0] * mine;
+                                      return comm.AllReduce(second, ReduceOp::kSum);
+                                    })
+                                    ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                      for (int64_t i = 0; i < third.numel(); ++i)
+                                        third.data<float>()[i] = second.data<float>()[0] + mine;
+                                      return comm.AllReduce(third, ReduceOp::kSum);
+                                    });
   if (comm.rank() == 0) LOCKSTEP_RETURN_IF_ERROR(round1->Wait());
   std::shared_ptr<Work> unrelated = comm.AllReduce(other, ReduceOp::kSum);
   LOCKSTEP_RETURN_IF_ERROR(chain->Wait());
@@ -85,8 +86,8 @@ TEST(ChainedWorkTest, ManyChainsInFlightAtOnce) {
     for (int c = 0; c < kChains; ++c) {
       LOCKSTEP_ASSIGN_OR_RETURN(a[c], Filled(1 + c, static_cast<float>(comm.rank() + c)));
       LOCKSTEP_ASSIGN_OR_RETURN(b[c], Filled(100 + c, 0));
-      chains.push_back(comm.AllReduce(a[c], ReduceOp::kSum)->ThenWork(
-          [&comm, &a, &b, c]() -> absl::StatusOr<std::shared_ptr<Work>> {
+      chains.push_back(
+          comm.AllReduce(a[c], ReduceOp::kSum)->ThenWork([&comm, &a, &b, c]() -> absl::StatusOr<std::shared_ptr<Work>> {
             for (int64_t i = 0; i < b[c].numel(); ++i) b[c].data<float>()[i] = a[c].data<float>()[0];
             return comm.AllReduce(b[c], ReduceOp::kMax);
           }));
@@ -104,15 +105,14 @@ TEST(ChainedWorkTest, AContinuationsErrorEndsTheChain) {
   const auto results = testing::RunThreads(2, [](Communicator& comm) -> absl::Status {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Filled(4, 1));
     bool ran_third = false;
-    std::shared_ptr<Work> chain =
-        comm.AllReduce(t, ReduceOp::kSum)
-            ->ThenWork([]() -> absl::StatusOr<std::shared_ptr<Work>> {
-              return absl::FailedPreconditionError("the hook found no bucket");
-            })
-            ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
-              ran_third = true;
-              return comm.AllReduce(t, ReduceOp::kSum);
-            });
+    std::shared_ptr<Work> chain = comm.AllReduce(t, ReduceOp::kSum)
+                                      ->ThenWork([]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                        return absl::FailedPreconditionError("the hook found no bucket");
+                                      })
+                                      ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
+                                        ran_third = true;
+                                        return comm.AllReduce(t, ReduceOp::kSum);
+                                      });
     const absl::Status s = chain->Wait();
     if (s.code() != absl::StatusCode::kFailedPrecondition || ran_third) {
       return absl::InternalError(absl::StrCat("chain ended with ", s.ToString(), ran_third ? ", third ran" : ""));

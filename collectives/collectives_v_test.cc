@@ -26,21 +26,36 @@ using testing::FromDouble;
 using testing::GridValue;
 
 enum class Op {
-  kAllGatherV, kReduceScatterV, kGatherV, kScatterV, kAllToAll, kAllToAllV, kAllReduceCoalesced, kBroadcastCoalesced,
+  kAllGatherV,
+  kReduceScatterV,
+  kGatherV,
+  kScatterV,
+  kAllToAll,
+  kAllToAllV,
+  kAllReduceCoalesced,
+  kBroadcastCoalesced,
 };
-constexpr Op kOps[] = {Op::kAllGatherV, Op::kReduceScatterV, Op::kGatherV,           Op::kScatterV,
-                       Op::kAllToAll,   Op::kAllToAllV,      Op::kAllReduceCoalesced, Op::kBroadcastCoalesced};
+constexpr Op kOps[] = {Op::kAllGatherV, Op::kReduceScatterV,     Op::kGatherV,           Op::kScatterV, Op::kAllToAll,
+                       Op::kAllToAllV,  Op::kAllReduceCoalesced, Op::kBroadcastCoalesced};
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kAllGatherV: return "AllGatherV";
-    case Op::kReduceScatterV: return "ReduceScatterV";
-    case Op::kGatherV: return "GatherV";
-    case Op::kScatterV: return "ScatterV";
-    case Op::kAllToAll: return "AllToAll";
-    case Op::kAllToAllV: return "AllToAllV";
-    case Op::kAllReduceCoalesced: return "AllReduceCoalesced";
-    case Op::kBroadcastCoalesced: return "BroadcastCoalesced";
+    case Op::kAllGatherV:
+      return "AllGatherV";
+    case Op::kReduceScatterV:
+      return "ReduceScatterV";
+    case Op::kGatherV:
+      return "GatherV";
+    case Op::kScatterV:
+      return "ScatterV";
+    case Op::kAllToAll:
+      return "AllToAll";
+    case Op::kAllToAllV:
+      return "AllToAllV";
+    case Op::kAllReduceCoalesced:
+      return "AllReduceCoalesced";
+    case Op::kBroadcastCoalesced:
+      return "BroadcastCoalesced";
   }
   return "?";
 }
@@ -56,7 +71,9 @@ std::vector<int64_t> UnevenCounts(int n, int64_t c) {
 }
 
 // Elements rank `from` sends to rank `to` in AllToAllV.
-int64_t PairCount(int from, int to, int64_t c) { return c == 0 || (from * 3 + to * 5) % 4 == 0 ? 0 : c + from + 2 * to; }
+int64_t PairCount(int from, int to, int64_t c) {
+  return c == 0 || (from * 3 + to * 5) % 4 == 0 ? 0 : c + from + 2 * to;
+}
 
 // The value stream of the block `from` sends to `to` (a "rank" of its own).
 int PairStream(int from, int to) { return from * 7 + to; }
@@ -69,7 +86,8 @@ int64_t Sum(const std::vector<int64_t>& v) {
 
 template <typename T>
 void AppendValues(std::vector<T>* out, ReduceOp rop, int stream, int64_t count, int64_t offset = 0) {
-  for (int64_t i = 0; i < count; ++i) out->push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, stream, offset + i)));
+  for (int64_t i = 0; i < count; ++i)
+    out->push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, stream, offset + i)));
 }
 
 template <typename T>

@@ -35,8 +35,7 @@ absl::Status ValidateCommunicatorOptions(const CommunicatorOptions& options) {
                                                    "; it must be in [0, 1000000] (default 50)"));
   }
   if (options.max_object_bytes < 1 || options.max_object_bytes > (int64_t{1} << 40)) {
-    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.max_object_bytes is ",
-                                                   options.max_object_bytes,
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions.max_object_bytes is ", options.max_object_bytes,
                                                    "; it must be in [1, 2^40] (default 2^30)"));
   }
   if (options.flight_recorder_entries < 0 || options.flight_recorder_entries > (1 << 20)) {
@@ -74,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_p
     options.dump_on_failure = dir;
   }
   auto state = std::make_unique<communicator_internal::CommunicatorState>(std::move(backend), std::move(options),
-                                                                        std::move(failure_store));
+                                                                          std::move(failure_store));
   LOCKSTEP_RETURN_IF_ERROR(state->queue.Start());
   const communicator_internal::CommunicatorState& s = *state;
   if (s.options.log_summary) {
@@ -100,8 +99,8 @@ Communicator::~Communicator() {
     total += n;
   }
   const absl::Status broken = s.queue.broken();
-  std::fprintf(stderr, "[lockstep] rank %d of %d: communicator destroyed after %llu operations%s%s%s\n", s.rank,
-               s.size, static_cast<unsigned long long>(total), counts.empty() ? "" : ": ", counts.c_str(),
+  std::fprintf(stderr, "[lockstep] rank %d of %d: communicator destroyed after %llu operations%s%s%s\n", s.rank, s.size,
+               static_cast<unsigned long long>(total), counts.empty() ? "" : ": ", counts.c_str(),
                broken.ok() ? "" : absl::StrCat("; broken by: ", broken.message()).c_str());
 }
 

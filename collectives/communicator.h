@@ -176,12 +176,10 @@ class Communicator {
                                        ReduceOp op);
   // The root's output: sum(counts) elements (others' ignored); input:
   // counts[rank] elements.
-  std::shared_ptr<Work> GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                                int root);
+  std::shared_ptr<Work> GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root);
   // The root's input: sum(counts) elements (others' ignored); output:
   // counts[rank] elements.
-  std::shared_ptr<Work> ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                                 int root);
+  std::shared_ptr<Work> ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root);
   // input and output: size() equal blocks each (same element count, not
   // overlapping); block j of input goes to rank j, block i of output comes
   // from rank i (torch's all_to_all_single).

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
-#include "collectives/internal/communicator_checks.h"
 #include "collectives/communicator_state.h"
+#include "collectives/internal/communicator_checks.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -20,8 +20,8 @@ namespace {
 
 using communicator_internal::CheckTensor;
 using communicator_internal::Fingerprint;
-using communicator_internal::OpType;
 using communicator_internal::LayoutHash;
+using communicator_internal::OpType;
 
 // Where each tensor of a coalesced list lies in its packed buffer (bytes).
 // Every tensor starts at a multiple of 64 bytes: its elements stay aligned
@@ -119,8 +119,7 @@ absl::StatusOr<std::vector<int64_t>> CheckedSizes(const int64_t* sizes, int n, i
                                                      "Raise the limit on every rank, or send less"));
     }
     if (sizes[r] < 0 || sizes[r] > limit) {
-      return absl::DataLossError(absl::StrCat(op, ": rank ", r, " announced ", sizes[r],
-                                              " bytes, outside [0, ", limit,
+      return absl::DataLossError(absl::StrCat(op, ": rank ", r, " announced ", sizes[r], " bytes, outside [0, ", limit,
                                               "] (CommunicatorOptions.max_object_bytes): a corrupt or foreign peer; "
                                               "nothing was allocated"));
     }
@@ -155,20 +154,28 @@ std::shared_ptr<Work> Communicator::AllReduceCoalesced(std::vector<Tensor> tenso
   if (!elements.ok()) return state_->Failed(elements.status());
   // Padding between tensors is reduced too (cheaper than a message each);
   // it is never read back.
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kAllReduceCoalesced), static_cast<uint8_t>(dtype),
-                static_cast<uint8_t>(op), 0, -1, elements->numel(), 0, LayoutHash(Shapes(tensors))};
-  std::shared_ptr<Work> reduced = state_->Enqueue(f, [b = state_->backend.get(), flat = *elements, op](const OpContext& ctx) {
-    return b->AllReduce(flat, flat, op, ctx);
-  });
-  return reduced->Then([buffer = *buffer, packing, tensors = std::move(tensors)] {
-    return Unpack(buffer, packing, tensors);
-  });
+  Fingerprint f{0,
+                static_cast<uint8_t>(OpType::kAllReduceCoalesced),
+                static_cast<uint8_t>(dtype),
+                static_cast<uint8_t>(op),
+                0,
+                -1,
+                elements->numel(),
+                0,
+                LayoutHash(Shapes(tensors))};
+  std::shared_ptr<Work> reduced =
+      state_->Enqueue(f, [b = state_->backend.get(), flat = *elements, op](const OpContext& ctx) {
+        return b->AllReduce(flat, flat, op, ctx);
+      });
+  return reduced->Then(
+      [buffer = *buffer, packing, tensors = std::move(tensors)] { return Unpack(buffer, packing, tensors); });
 }
 
 std::shared_ptr<Work> Communicator::BroadcastCoalesced(std::vector<Tensor> tensors, int root) {
   constexpr const char* kOp = "BroadcastCoalesced";
   if (root < 0 || root >= size()) {
-    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
+    return state_->Failed(
+        absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
   if (auto s = CheckList(tensors, kOp, /*one_dtype=*/false); !s.ok()) return state_->Failed(s);
   if (auto s = state_->CheckDevice(tensors[0], kOp, "tensors[0]"); !s.ok()) return state_->Failed(s);
@@ -178,15 +185,20 @@ std::shared_ptr<Work> Communicator::BroadcastCoalesced(std::vector<Tensor> tenso
   if (rank() == root) {
     if (auto s = Pack(tensors, packing, *buffer); !s.ok()) return state_->Failed(s);
   }
-  Fingerprint f{0, static_cast<uint8_t>(OpType::kBroadcastCoalesced), static_cast<uint8_t>(DType::kU8), 0, 0, root,
-                packing.bytes, 0, LayoutHash(Shapes(tensors))};
-  std::shared_ptr<Work> sent = state_->Enqueue(f, [b = state_->backend.get(), flat = *buffer, root](const OpContext& ctx) {
-    return b->Broadcast(flat, root, ctx);
-  });
+  Fingerprint f{0,
+                static_cast<uint8_t>(OpType::kBroadcastCoalesced),
+                static_cast<uint8_t>(DType::kU8),
+                0,
+                0,
+                root,
+                packing.bytes,
+                0,
+                LayoutHash(Shapes(tensors))};
+  std::shared_ptr<Work> sent = state_->Enqueue(f, [b = state_->backend.get(), flat = *buffer, root](
+                                                      const OpContext& ctx) { return b->Broadcast(flat, root, ctx); });
   if (rank() == root) return sent;
-  return sent->Then([buffer = *buffer, packing, tensors = std::move(tensors)] {
-    return Unpack(buffer, packing, tensors);
-  });
+  return sent->Then(
+      [buffer = *buffer, packing, tensors = std::move(tensors)] { return Unpack(buffer, packing, tensors); });
 }
 
 std::shared_ptr<Work> Communicator::AllGatherBytes(std::string mine, std::vector<std::string>* all) {
@@ -199,43 +211,44 @@ std::shared_ptr<Work> Communicator::AllGatherBytes(std::string mine, std::vector
   const int n = size();
   // Sizes, then (a step queued right behind them: every rank issues the
   // same second collective, or none) the payloads.
-  return AllGather(*my_size, *sizes)->ThenWork(
-      [this, sizes = *sizes, mine = std::move(mine), all, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
-        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
-        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kU8));
-        return AllGatherV(payload, gathered, counts)->Then([gathered, counts, all] {
-          all->clear();
-          int64_t offset = 0;
-          for (int64_t c : counts) {
-            all->push_back(StringOf(gathered, offset, c));
-            offset += c;
-          }
-          return absl::OkStatus();
-        });
-      });
+  return AllGather(*my_size, *sizes)
+      ->ThenWork(
+          [this, sizes = *sizes, mine = std::move(mine), all, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
+            LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
+            const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+            LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
+            LOCKSTEP_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kU8));
+            return AllGatherV(payload, gathered, counts)->Then([gathered, counts, all] {
+              all->clear();
+              int64_t offset = 0;
+              for (int64_t c : counts) {
+                all->push_back(StringOf(gathered, offset, c));
+                offset += c;
+              }
+              return absl::OkStatus();
+            });
+          });
 }
 
 std::shared_ptr<Work> Communicator::BroadcastBytes(std::string* data, int root) {
   constexpr const char* kOp = "BroadcastBytes";
   if (data == nullptr) return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no string")));
   if (root < 0 || root >= size()) {
-    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
+    return state_->Failed(
+        absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
   const int64_t limit = options().max_object_bytes;
   absl::StatusOr<Tensor> size = Tensor::FromVector<int64_t>({rank() == root ? Announced(*data, limit) : 0});
   if (!size.ok()) return state_->Failed(size.status());
-  return Broadcast(*size, root)->ThenWork(
-      [this, size = *size, data, root, limit]() -> absl::StatusOr<std::shared_ptr<Work>> {
+  return Broadcast(*size, root)
+      ->ThenWork([this, size = *size, data, root, limit]() -> absl::StatusOr<std::shared_ptr<Work>> {
         const int64_t announced = size.data<int64_t>()[0];
         if (announced == kOverLimit || announced < 0 || announced > limit) {
           std::vector<int64_t> sizes(static_cast<size_t>(this->size()), 0);
           sizes[static_cast<size_t>(root)] = announced;
           return CheckedSizes(sizes.data(), this->size(), limit, kOp).status();
         }
-        absl::StatusOr<Tensor> payload =
-            rank() == root ? BytesTensor(*data) : Tensor::Empty({announced}, DType::kU8);
+        absl::StatusOr<Tensor> payload = rank() == root ? BytesTensor(*data) : Tensor::Empty({announced}, DType::kU8);
         if (!payload.ok()) return payload.status();
         std::shared_ptr<Work> sent = Broadcast(*payload, root);
         if (rank() == root) return sent;
@@ -249,7 +262,8 @@ std::shared_ptr<Work> Communicator::BroadcastBytes(std::string* data, int root) 
 std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<std::string>* all, int root) {
   constexpr const char* kOp = "GatherBytes";
   if (root < 0 || root >= size()) {
-    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
+    return state_->Failed(
+        absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
   if (rank() == root && all == nullptr) {
     return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output vector at the root")));
@@ -261,8 +275,9 @@ std::shared_ptr<Work> Communicator::GatherBytes(std::string mine, std::vector<st
   const int n = size();
   // Every rank learns every size (a few bytes each), so all take the same
   // decision about the payloads and the uneven gather's blocks.
-  return AllGather(*my_size, *sizes)->ThenWork(
-      [this, sizes = *sizes, mine = std::move(mine), all, root, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
+  return AllGather(*my_size, *sizes)
+      ->ThenWork([this, sizes = *sizes, mine = std::move(mine), all, root, limit,
+                  n]() -> absl::StatusOr<std::shared_ptr<Work>> {
         LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
         const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor payload, BytesTensor(mine));
@@ -288,11 +303,12 @@ std::shared_ptr<Work> Communicator::ScatterBytes(std::vector<std::string> parts,
   constexpr const char* kOp = "ScatterBytes";
   if (mine == nullptr) return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": no output string")));
   if (root < 0 || root >= size()) {
-    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
+    return state_->Failed(
+        absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", root, " is not a rank (world size ", size(), ")")));
   }
   if (rank() == root && static_cast<int>(parts.size()) != size()) {
-    return state_->Failed(absl::InvalidArgumentError(absl::StrCat(kOp, ": the root has ", parts.size(),
-                                                          " parts; it needs one per rank (world size ", size(), ")")));
+    return state_->Failed(absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": the root has ", parts.size(), " parts; it needs one per rank (world size ", size(), ")")));
   }
   const int64_t limit = options().max_object_bytes;
   // The root announces every part's size to all (the blocks of the uneven
@@ -303,8 +319,9 @@ std::shared_ptr<Work> Communicator::ScatterBytes(std::vector<std::string> parts,
     for (int r = 0; r < size(); ++r) sizes->data<int64_t>()[r] = Announced(parts[static_cast<size_t>(r)], limit);
   }
   const int n = size();
-  return Broadcast(*sizes, root)->ThenWork(
-      [this, sizes = *sizes, parts = std::move(parts), mine, root, limit, n]() -> absl::StatusOr<std::shared_ptr<Work>> {
+  return Broadcast(*sizes, root)
+      ->ThenWork([this, sizes = *sizes, parts = std::move(parts), mine, root, limit,
+                  n]() -> absl::StatusOr<std::shared_ptr<Work>> {
         LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> counts, CheckedSizes(sizes.data<int64_t>(), n, limit, kOp));
         Tensor packed;
         if (rank() == root) {

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
+#include "collectives/communicator_state.h"
 #include "collectives/completable_work.h"
 #include "collectives/internal/communicator_checks.h"
-#include "collectives/communicator_state.h"
 #include "core/deadline.h"
 
 namespace lockstep {
@@ -61,9 +61,9 @@ class Batch : public PointToPointSource {
   void Fail(const absl::Status& status) {
     for (QueuedOp& item : pending_) {
       state_.recorder.Finish(item.record, false);  // Ignored for those done.
-      item.work->Complete(absl::Status(status.code(), absl::StrCat("rank ", state_.rank, ": ",
-                                                                   Describe(item.fingerprint), " failed: ",
-                                                                   status.message())));
+      item.work->Complete(absl::Status(
+          status.code(),
+          absl::StrCat("rank ", state_.rank, ": ", Describe(item.fingerprint), " failed: ", status.message())));
     }
   }
 
@@ -122,8 +122,8 @@ std::shared_ptr<Work> EnqueuePointToPoint(CommunicatorState& s, int peer, uint32
   std::shared_ptr<CompletableWork> work = s.queue.NewWork();
   const OpType type = send ? OpType::kSend : any_source ? OpType::kRecvAnySource : OpType::kRecv;
   // The queue numbers it (seq) as it takes it in.
-  const Fingerprint fingerprint{0,    static_cast<uint8_t>(type), static_cast<uint8_t>(tensor.dtype()), 0, 0, peer,
-                                tensor.numel(), tag, 0};
+  const Fingerprint fingerprint{
+      0, static_cast<uint8_t>(type), static_cast<uint8_t>(tensor.dtype()), 0, 0, peer, tensor.numel(), tag, 0};
   auto p2p = std::make_unique<PointToPointOp>();
   p2p->send = send;
   p2p->peer = peer;

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
-#include "collectives/internal/communicator_checks.h"
 #include "collectives/communicator_state.h"
+#include "collectives/internal/communicator_checks.h"
 #include "collectives/store/prefix_store.h"
 #include "core/status.h"
 
@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(CommunicatorState& st,
                                                           const Communicator::SubgroupSpec& spec);
 // Split's and NewGroup's collective part: every rank's (color, key, check)
 // gathered, `check` compared, the members' communicator made.
-absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key,
-                                                             uint32_t check, const char* op);
+absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key, uint32_t check,
+                                                             const char* op);
 
 }  // namespace
 
@@ -87,12 +87,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(CommunicatorState& st,
   // The backend's split is a collective of this group (NCCL's
   // ncclCommSplit): it runs as one of its operations, on every rank.
   auto made = std::make_shared<std::unique_ptr<Backend>>();
-  const int new_rank = color == Communicator::kNoColor ? -1 : spec.rank, new_size = color == Communicator::kNoColor ? 0 : spec.size;
+  const int new_rank = color == Communicator::kNoColor ? -1 : spec.rank,
+            new_size = color == Communicator::kNoColor ? 0 : spec.size;
   Fingerprint f{0, static_cast<uint8_t>(OpType::kSplit), 0, 0, 0, -1, 0, 0, 0};
-  LOCKSTEP_RETURN_IF_ERROR(st.Enqueue(f, [b = st.backend.get(), made, color, key, new_rank, new_size](const OpContext& ctx) -> absl::Status {
-                             LOCKSTEP_ASSIGN_OR_RETURN(*made, b->Split(color, key, new_rank, new_size, ctx));
-                             return absl::OkStatus();
-                           })->Wait());
+  LOCKSTEP_RETURN_IF_ERROR(
+      st.Enqueue(f, [b = st.backend.get(), made, color, key, new_rank, new_size](const OpContext& ctx) -> absl::Status {
+          LOCKSTEP_ASSIGN_OR_RETURN(*made, b->Split(color, key, new_rank, new_size, ctx));
+          return absl::OkStatus();
+        })->Wait());
   if (color == Communicator::kNoColor) return std::unique_ptr<Communicator>();
   if (*made == nullptr) return absl::InternalError("Split: the backend made no subgroup for a member");
   std::shared_ptr<Store> failures;
@@ -102,17 +104,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> NativeSplit(CommunicatorState& st,
   // The subgroup's own subgroups: natively again, or through this group's
   // factory under the subgroup's name.
   if (st.subgroup_factory) {
-    child->set_subgroup_factory([factory = st.subgroup_factory, name = spec.name](const Communicator::SubgroupSpec& grand) {
-      Communicator::SubgroupSpec renamed = grand;
-      renamed.name = absl::StrCat(name, "/", grand.name);
-      return factory(renamed);
-    });
+    child->set_subgroup_factory(
+        [factory = st.subgroup_factory, name = spec.name](const Communicator::SubgroupSpec& grand) {
+          Communicator::SubgroupSpec renamed = grand;
+          renamed.name = absl::StrCat(name, "/", grand.name);
+          return factory(renamed);
+        });
   }
   return child;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key,
-                                                             uint32_t check, const char* op) {
+absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& st, int color, int key, uint32_t check,
+                                                             const char* op) {
   // The name is the same on every rank: each calls Split and NewGroup in
   // the same order, as every collective.
   const uint64_t index = st.splits.fetch_add(1);
@@ -122,8 +125,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& 
   auto all = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(kFields) * st.size);
   Fingerprint f{0, static_cast<uint8_t>(OpType::kSplit), static_cast<uint8_t>(DType::kI64), 0, 0, -1, kFields, 0, 0};
   LOCKSTEP_RETURN_IF_ERROR(st.Enqueue(f, [b = st.backend.get(), mine, all](const OpContext& ctx) {
-                             return b->AllGatherBytes(mine->data(), sizeof(int64_t) * kFields, all->data(), ctx);
-                           })->Wait());
+                               return b->AllGatherBytes(mine->data(), sizeof(int64_t) * kFields, all->data(), ctx);
+                             })->Wait());
   const int64_t* fields = all->data();
   for (int r = 0; r < st.size; ++r) {
     if (fields[kFields * r + 2] != check) {
@@ -152,10 +155,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> SplitWithCheck(CommunicatorState& 
       st.capabilities.native_split ? NativeSplit(st, color, key, spec) : st.subgroup_factory(spec);
   if (child.ok() && color == Communicator::kNoColor) return std::unique_ptr<Communicator>();
   if (!child.ok()) {
-    return absl::Status(child.status().code(),
-                        absl::StrCat(op, ": rank ", st.rank, " could not build its subgroup (ranks ",
-                                     absl::StrJoin(spec.members, ","), " here; color ", color, "): ",
-                                     child.status().message()));
+    return absl::Status(
+        child.status().code(),
+        absl::StrCat(op, ": rank ", st.rank, " could not build its subgroup (ranks ", absl::StrJoin(spec.members, ","),
+                     " here; color ", color, "): ", child.status().message()));
   }
   return child;
 }

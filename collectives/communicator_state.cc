@@ -18,9 +18,14 @@ namespace communicator_internal {
 
 CommunicatorState::CommunicatorState(std::unique_ptr<Backend> backend_in, CommunicatorOptions options_in,
                                      std::shared_ptr<Store> store_in)
-    : backend(std::move(backend_in)), store(std::move(store_in)), options(std::move(options_in)),
-      recorder(static_cast<size_t>(options.flight_recorder_entries)), rank(backend->rank()), size(backend->size()),
-      capabilities(backend->capabilities()), coarse_tick(CoarseResolution()),
+    : backend(std::move(backend_in)),
+      store(std::move(store_in)),
+      options(std::move(options_in)),
+      recorder(static_cast<size_t>(options.flight_recorder_entries)),
+      rank(backend->rank()),
+      size(backend->size()),
+      capabilities(backend->capabilities()),
+      coarse_tick(CoarseResolution()),
       queue(this, options.worker_spin_microseconds, options.wait_spin_microseconds) {}
 
 std::shared_ptr<Work> CommunicatorState::Failed(absl::Status status) const {
@@ -58,11 +63,10 @@ absl::Status CommunicatorState::CheckReduceOp(ReduceOp reduce_op, DType dtype, c
   return absl::OkStatus();
 }
 
-absl::Status CommunicatorState::CheckCounts(absl::Span<const int64_t> counts, const char* op,
-                                            const char* what) const {
+absl::Status CommunicatorState::CheckCounts(absl::Span<const int64_t> counts, const char* op, const char* what) const {
   if (static_cast<int>(counts.size()) != size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", what, " has ", counts.size(), " entries; it needs one per rank (world size ", size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has ", counts.size(),
+                                                   " entries; it needs one per rank (world size ", size, ")"));
   }
   for (int r = 0; r < size; ++r) {
     // 2^48 elements bound the sum far from overflow, and no tensor is larger.
@@ -89,8 +93,8 @@ absl::Status CommunicatorState::Break(const absl::Status& status) {
 }
 
 absl::Status CommunicatorState::Fail(const Fingerprint& fingerprint, const absl::Status& status) {
-  const absl::Status described(status.code(), absl::StrCat("rank ", rank, ": ", Describe(fingerprint), " failed: ",
-                                                           status.message()));
+  const absl::Status described(status.code(),
+                               absl::StrCat("rank ", rank, ": ", Describe(fingerprint), " failed: ", status.message()));
   // Operations that were on the device together fail together: the first
   // failure breaks the group (and is shared), the others report their own.
   if (!queue.broken().ok()) return described;
@@ -151,10 +155,10 @@ absl::Status CommunicatorState::CheckFingerprints(const Fingerprint& mine, const
   if (same) return absl::OkStatus();
   std::vector<std::string> views;
   for (int r = 0; r < size; ++r) views.push_back(absl::StrCat("rank ", r, " called ", Describe(all[r])));
-  return absl::FailedPreconditionError(absl::StrCat(
-      "collective mismatch (LOCKSTEP_DEBUG=DETAIL): ", absl::StrJoin(views, "; "),
-      ". Every rank must issue the same collectives, with the same dtype, count, root and op, "
-      "in the same order"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("collective mismatch (LOCKSTEP_DEBUG=DETAIL): ", absl::StrJoin(views, "; "),
+                   ". Every rank must issue the same collectives, with the same dtype, count, root and op, "
+                   "in the same order"));
 }
 
 }  // namespace communicator_internal

@@ -32,19 +32,28 @@ using testing::RunProcesses;
 using testing::RunThreads;
 
 enum class Op { kAllReduce, kAllReduceOutOfPlace, kReduce, kBroadcast, kAllGather, kGather, kScatter, kReduceScatter };
-constexpr Op kOps[] = {Op::kAllReduce, Op::kAllReduceOutOfPlace, Op::kReduce, Op::kBroadcast,
-                       Op::kAllGather, Op::kGather, Op::kScatter, Op::kReduceScatter};
+constexpr Op kOps[] = {Op::kAllReduce, Op::kAllReduceOutOfPlace, Op::kReduce,
+                       Op::kBroadcast, Op::kAllGather,           Op::kGather,
+                       Op::kScatter,   Op::kReduceScatter};
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kAllReduce: return "AllReduce";
-    case Op::kAllReduceOutOfPlace: return "AllReduce(out of place)";
-    case Op::kReduce: return "Reduce";
-    case Op::kBroadcast: return "Broadcast";
-    case Op::kAllGather: return "AllGather";
-    case Op::kGather: return "Gather";
-    case Op::kScatter: return "Scatter";
-    case Op::kReduceScatter: return "ReduceScatter";
+    case Op::kAllReduce:
+      return "AllReduce";
+    case Op::kAllReduceOutOfPlace:
+      return "AllReduce(out of place)";
+    case Op::kReduce:
+      return "Reduce";
+    case Op::kBroadcast:
+      return "Broadcast";
+    case Op::kAllGather:
+      return "AllGather";
+    case Op::kGather:
+      return "Gather";
+    case Op::kScatter:
+      return "Scatter";
+    case Op::kReduceScatter:
+      return "ReduceScatter";
   }
   return "?";
 }
@@ -59,8 +68,7 @@ absl::Status RunCase(Communicator& comm, Op op, ReduceOp rop, int64_t count) {
   const int n = comm.size(), r = comm.rank();
   const int root = n > 1 ? 1 % n : 0;  // Not always rank 0.
   const std::string what = absl::StrCat(OpName(op), " ", DTypeName(DTypeOf<T>::value), " ",
-                                        Reduces(op) ? ReduceOpName(rop) : "", " n=", n, " count=", count,
-                                        " rank ", r);
+                                        Reduces(op) ? ReduceOpName(rop) : "", " n=", n, " count=", count, " rank ", r);
   std::vector<T> expected;
   Tensor result;
   std::shared_ptr<Work> work;
@@ -73,7 +81,17 @@ absl::Status RunCase(Communicator& comm, Op op, ReduceOp rop, int64_t count) {
       for (int64_t i = 0; i < count; ++i) expected.push_back(ExpectedReduce<T>(rop, n, i));
       if (op == Op::kAllReduceOutOfPlace) {
         if (auto s = work->Wait(); !s.ok()) return s;
-        if (auto s = Compare(input, [&] { std::vector<T> v; for (int64_t i = 0; i < count; ++i) v.push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, r, i))); return v; }(), what + " (input kept)"); !s.ok()) return s;
+        if (auto s = Compare(
+                input,
+                [&] {
+                  std::vector<T> v;
+                  for (int64_t i = 0; i < count; ++i)
+                    v.push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, r, i)));
+                  return v;
+                }(),
+                what + " (input kept)");
+            !s.ok())
+          return s;
       }
       break;
     }
@@ -101,7 +119,8 @@ absl::Status RunCase(Communicator& comm, Op op, ReduceOp rop, int64_t count) {
       work = op == Op::kAllGather ? comm.AllGather(input, result) : comm.Gather(input, result, root);
       if (op == Op::kAllGather || r == root) {
         for (int k = 0; k < n; ++k) {
-          for (int64_t i = 0; i < count; ++i) expected.push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, k, i)));
+          for (int64_t i = 0; i < count; ++i)
+            expected.push_back(FromDouble<T>(GridValue(rop, DTypeOf<T>::value, k, i)));
         }
       } else {
         result = Tensor();
@@ -151,17 +170,13 @@ class ThreadGridTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ThreadGridTest, EveryOpDtypeAndReduceOp) {
   const int n = GetParam();
-  ExpectAllOk(RunThreads(n, [](Communicator& comm) {
-    return RunGrid(comm, kEveryDType, {0, 1, 7, 1000});
-  }));
+  ExpectAllOk(RunThreads(n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {0, 1, 7, 1000}); }));
 }
 
 // The large count for every op and dtype (separate so each test stays short).
 TEST_P(ThreadGridTest, LargeCounts) {
   const int n = GetParam();
-  ExpectAllOk(RunThreads(n, [](Communicator& comm) {
-    return RunGrid(comm, kEveryDType, {(1 << 20) + 3});
-  }));
+  ExpectAllOk(RunThreads(n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {(1 << 20) + 3}); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ThreadGridTest, ::testing::Values(1, 2, 3, 4, 5));
@@ -214,7 +229,8 @@ TEST(CommunicatorTest, SendRecvAndTags) {
       Tensor b = *Tensor::Zeros({2}, DType::kI32);
       if (auto s = comm.Recv(a, 0, 7)->Wait(); !s.ok()) return s;
       if (auto s = comm.Recv(b, 0, 8)->Wait(); !s.ok()) return s;
-      if (*a.ToVector<int32_t>() != std::vector<int32_t>{1, 2, 3} || *b.ToVector<int32_t>() != std::vector<int32_t>{4, 5}) {
+      if (*a.ToVector<int32_t>() != std::vector<int32_t>{1, 2, 3} ||
+          *b.ToVector<int32_t>() != std::vector<int32_t>{4, 5}) {
         return absl::InternalError("wrong data received");
       }
     }
@@ -253,7 +269,6 @@ TEST(CommunicatorTest, BadArgumentsFailBeforeAnythingIsSent) {
     return comm.AllReduce(f, ReduceOp::kSum)->Wait();
   }));
 }
-
 
 // The same grid through shared memory (collectives/bootstrap/shm_communicator.h).
 namespace shm_grid {
@@ -297,7 +312,11 @@ class ShmSingleCopyThreadGridTest : public ::testing::TestWithParam<int> {};
 TEST_P(ShmSingleCopyThreadGridTest, EveryOpDtypeAndReduceOp) {
   const int n = GetParam();
   ExpectAllOk(RunShmThreads(
-      n, [](Communicator& comm) { return RunGrid(comm, kEveryDType, {0, 1, 7, 1000}); }, SingleCopyOptions()));
+      n,
+      [](Communicator& comm) {
+        return RunGrid(comm, kEveryDType, {0, 1, 7, 1000});
+      },
+      SingleCopyOptions()));
 }
 
 TEST_P(ShmSingleCopyThreadGridTest, LargeCounts) {

@@ -73,8 +73,7 @@ TEST_F(DebugLevelTest, AnUnknownLevelIsRefusedNamingTheLevels) {
   const auto results = testing::RunThreads(2, ThreeOps);
   for (const absl::Status& s : results) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find("LOCKSTEP_DEBUG='VERBOSE' is not a debug level; use OFF, INFO"),
-              absl::string_view::npos)
+    EXPECT_NE(s.message().find("LOCKSTEP_DEBUG='VERBOSE' is not a debug level; use OFF, INFO"), absl::string_view::npos)
         << s;
   }
 }

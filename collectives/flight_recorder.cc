@@ -17,9 +17,12 @@ namespace {
 
 const char* StateName(FlightRecord::State s) {
   switch (s) {
-    case FlightRecord::State::kRunning: return "running";
-    case FlightRecord::State::kDone: return "done";
-    case FlightRecord::State::kFailed: return "failed";
+    case FlightRecord::State::kRunning:
+      return "running";
+    case FlightRecord::State::kDone:
+      return "done";
+    case FlightRecord::State::kFailed:
+      return "failed";
   }
   return "?";
 }
@@ -130,9 +133,7 @@ std::string FlightRecorder::ToJson(int rank, size_t last) const {
 
 absl::StatusOr<RankReport> ParseRankReport(absl::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  const auto bad = [](const char* what) {
-    return absl::DataLossError(absl::StrCat("flight recorder report: ", what));
-  };
+  const auto bad = [](const char* what) { return absl::DataLossError(absl::StrCat("flight recorder report: ", what)); };
   if (!j.is_object() || !j.contains("rank") || !j["rank"].is_number_integer() || !j.contains("now_us") ||
       !j["now_us"].is_number_integer() || !j.contains("records") || !j["records"].is_array()) {
     return bad("not an object with rank, now_us and records");
@@ -143,9 +144,8 @@ absl::StatusOr<RankReport> ParseRankReport(absl::string_view text) {
   const int64_t now = j["now_us"].get<int64_t>();
   for (const nlohmann::json& r : j["records"]) {
     if (!r.is_object() || !r.contains("seq") || !r["seq"].is_number_unsigned() || !r.contains("description") ||
-        !r["description"].is_string() || !r.contains("state") || !r["state"].is_string() ||
-        !r.contains("started_us") || !r["started_us"].is_number_integer() || !r.contains("point_to_point") ||
-        !r["point_to_point"].is_boolean()) {
+        !r["description"].is_string() || !r.contains("state") || !r["state"].is_string() || !r.contains("started_us") ||
+        !r["started_us"].is_number_integer() || !r.contains("point_to_point") || !r["point_to_point"].is_boolean()) {
       return bad("a record lacks seq, description, state, started_us or point_to_point");
     }
     RankReport::Op op;
@@ -208,8 +208,8 @@ std::string AnalyzeFlightRecords(const std::vector<RankReport>& reports) {
   std::vector<std::string> findings;
   for (const auto& [description, ranks] : at_front) {
     if (&description == expected) continue;
-    findings.push_back(absl::StrCat(RanksText(ranks), " ran ", description, " where ",
-                                    RanksText(at_front[*expected]), " ran ", *expected));
+    findings.push_back(absl::StrCat(RanksText(ranks), " ran ", description, " where ", RanksText(at_front[*expected]),
+                                    " ran ", *expected));
   }
   for (const RankReport& r : reports) {
     if (!r.reported) {
@@ -223,8 +223,7 @@ std::string AnalyzeFlightRecords(const std::vector<RankReport>& reports) {
       findings.push_back(absl::StrCat("rank ", r.rank, " has not reached ", *expected, " (it ran no collective yet)"));
     } else if (it->second->seq < front) {
       findings.push_back(absl::StrCat("rank ", r.rank, " is behind: it has not started ", *expected,
-                                      "; its newest collective is ", it->second->description, ", ",
-                                      it->second->state));
+                                      "; its newest collective is ", it->second->description, ", ", it->second->state));
     }
   }
   if (!findings.empty()) absl::StrAppend(&text, ". Out of step: ", absl::StrJoin(findings, "; "));

@@ -33,13 +33,13 @@ namespace lockstep {
 
 struct FlightRecord {
   enum class State : uint8_t { kRunning, kDone, kFailed };
-  uint64_t id = 0;         // Set by Start: the record's number.
-  uint64_t seq = 0;        // The operation's sequence number.
+  uint64_t id = 0;   // Set by Start: the record's number.
+  uint64_t seq = 0;  // The operation's sequence number.
   bool point_to_point = false;
   // "AllReduce #5 (f32, count 1000, SUM)": rendered by the caller only when
   // a report is made (see Describe below); the ring keeps the fields.
-  const char* op = "";     // A static name: "AllReduce".
-  uint8_t dtype = 0;       // core/dtype.h's value.
+  const char* op = "";  // A static name: "AllReduce".
+  uint8_t dtype = 0;    // core/dtype.h's value.
   int64_t count = 0;
   int32_t peer = -1;       // The root, or the peer; -1: none (-2: any rank).
   int16_t reduce_op = -1;  // core/reduce_op.h's value; -1: none.
@@ -94,7 +94,7 @@ class FlightRecorder {
   };
 
   const std::chrono::steady_clock::time_point begin_;
-  const int64_t begin_ns_;  // begin_ in CLOCK_MONOTONIC nanoseconds (steady_clock's clock on Linux).
+  const int64_t begin_ns_;          // begin_ in CLOCK_MONOTONIC nanoseconds (steady_clock's clock on Linux).
   std::vector<FlightRecord> ring_;  // [id % capacity]
   // Written on every operation: a cache line of their own, apart from the
   // owner's fields other threads poll.
@@ -112,7 +112,7 @@ struct RankReport {
     uint64_t seq = 0;
     bool point_to_point = false;
     std::string description;
-    std::string state;  // "running", "done" or "failed".
+    std::string state;   // "running", "done" or "failed".
     double seconds = 0;  // Since it started.
   };
   std::vector<Op> ops;

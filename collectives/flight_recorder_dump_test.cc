@@ -59,8 +59,8 @@ TEST(FlightRecorderFaultTest, DumpNeverFollowsAnotherUsersSymlink) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    const bool ok = ::setgid(65534) == 0 && ::setuid(65534) == 0 &&
-                    ::symlink(victim.c_str(), (dump + ".tmp").c_str()) == 0;
+    const bool ok =
+        ::setgid(65534) == 0 && ::setuid(65534) == 0 && ::symlink(victim.c_str(), (dump + ".tmp").c_str()) == 0;
     ::_exit(ok ? 0 : 1);
   }
   int wstatus = 0;
@@ -69,11 +69,14 @@ TEST(FlightRecorderFaultTest, DumpNeverFollowsAnotherUsersSymlink) {
 
   TcpCommunicatorOptions options = TestOptions();
   options.communicator.dump_on_failure = dir.path();
-  const std::vector<absl::Status> results = RunThreads(2, [](Communicator& comm) -> absl::Status {
-    Tensor t = *Tensor::Zeros({comm.rank() == 0 ? 8 : 9}, DType::kF32);  // A size mismatch.
-    (void)comm.AllReduce(t, ReduceOp::kSum)->Wait();
-    return absl::OkStatus();
-  }, options);
+  const std::vector<absl::Status> results = RunThreads(
+      2,
+      [](Communicator& comm) -> absl::Status {
+        Tensor t = *Tensor::Zeros({comm.rank() == 0 ? 8 : 9}, DType::kF32);  // A size mismatch.
+        (void)comm.AllReduce(t, ReduceOp::kSum)->Wait();
+        return absl::OkStatus();
+      },
+      options);
   EXPECT_EQ(ReadFile(victim), "precious");
   struct stat st;
   ASSERT_EQ(::lstat((dump + ".tmp").c_str(), &st), 0) << "the planted symlink was moved";

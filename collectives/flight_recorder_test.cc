@@ -24,10 +24,10 @@ TEST(FlightRecorderTest, KeepsTheNewestInOrderAndFinishesByIdOnce) {
   FlightRecorder recorder(4);
   std::vector<uint64_t> ids;
   for (uint64_t seq = 0; seq < 6; ++seq) ids.push_back(recorder.Start(AllReduce(seq)));
-  recorder.Finish(ids[0], true);   // Overwritten: ignored.
+  recorder.Finish(ids[0], true);  // Overwritten: ignored.
   recorder.Finish(ids[4], true);
   recorder.Finish(ids[5], false);
-  recorder.Finish(ids[5], true);   // Ended already: ignored.
+  recorder.Finish(ids[5], true);  // Ended already: ignored.
   const std::vector<FlightRecord> kept = recorder.Snapshot();
   ASSERT_EQ(kept.size(), 4u);
   EXPECT_EQ(kept.front().seq, 2u);
@@ -73,7 +73,8 @@ TEST(FlightRecorderTest, JsonRoundTripsAndForeignTextIsRefused) {
   EXPECT_EQ(report->ops[0].description, "AllReduce #2 (f32, count 1000, SUM)");
   EXPECT_EQ(report->ops[0].state, "done");
   EXPECT_EQ(report->ops[1].state, "running");
-  for (const char* bad : {"", "{", "[]", "{\"rank\": 1}", "{\"rank\": 1, \"now_us\": 5, \"records\": [{\"seq\": -1}]}"}) {
+  for (const char* bad :
+       {"", "{", "[]", "{\"rank\": 1}", "{\"rank\": 1, \"now_us\": 5, \"records\": [{\"seq\": -1}]}"}) {
     EXPECT_FALSE(ParseRankReport(bad).ok()) << bad;
   }
 }
@@ -123,7 +124,8 @@ TEST(FlightRecorderTest, NamesTheRankBehindAndTheOneThatSentNothing) {
       << text;
   EXPECT_NE(text.find("rank 3 has not reached AllReduce #5"), std::string::npos) << text;
   // Everyone in step: no "Out of step".
-  const std::string fine = AnalyzeFlightRecords({At(0, {{"Barrier #1 ()", "failed"}}), At(1, {{"Barrier #1 ()", "failed"}})});
+  const std::string fine =
+      AnalyzeFlightRecords({At(0, {{"Barrier #1 ()", "failed"}}), At(1, {{"Barrier #1 ()", "failed"}})});
   EXPECT_EQ(fine.find("Out of step"), std::string::npos) << fine;
 }
 

@@ -32,8 +32,7 @@ constexpr int kSlotB = 1;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(std::unique_ptr<Transport> transport,
-                                                                 AlgorithmOptions options,
-                                                                 std::string transport_name) {
+                                                                 AlgorithmOptions options, std::string transport_name) {
   if (transport == nullptr) return absl::InvalidArgumentError("HostBackend::Create: no transport");
   LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(options));
   return std::unique_ptr<HostBackend>(new HostBackend(std::move(transport), options, std::move(transport_name)));
@@ -71,8 +70,7 @@ absl::Status Unstage(const Tensor& host, const Tensor& t) {
 }
 }  // namespace
 
-absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op,
-                                    const OpContext& op_ctx) {
+absl::Status HostBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) {
   if (!output.SharesStorageWith(input) || output.raw_data() != input.raw_data()) {
     LOCKSTEP_RETURN_IF_ERROR(output.CopyFrom(input));
   }
@@ -193,8 +191,8 @@ absl::Status HostBackend::ReduceScatterV(const Tensor& input, const Tensor& outp
   return output.CopyFrom(mine);
 }
 
-absl::Status HostBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                                  int root, const OpContext& op_ctx) {
+absl::Status HostBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                                  const OpContext& op_ctx) {
   const std::vector<Chunk> blocks = BlocksOf(counts);
   if (TotalOf(blocks) == 0) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));

@@ -43,13 +43,12 @@ class HostBackend : public Backend {
   absl::Status AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) override;
   absl::Status Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
   absl::Status Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
-  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                             const OpContext& op_ctx) override;
+  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) override;
   absl::Status Barrier(const OpContext& op_ctx) override;
   absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
                           const OpContext& op_ctx) override;
-  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                              ReduceOp op, const OpContext& op_ctx) override;
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, ReduceOp op,
+                              const OpContext& op_ctx) override;
   absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
                        const OpContext& op_ctx) override;
   absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
@@ -63,7 +62,9 @@ class HostBackend : public Backend {
 
  private:
   HostBackend(std::unique_ptr<Transport> transport, AlgorithmOptions options, std::string transport_name)
-      : transport_(std::move(transport)), options_(options), transport_name_(std::move(transport_name)),
+      : transport_(std::move(transport)),
+        options_(options),
+        transport_name_(std::move(transport_name)),
         point_to_point_(*transport_, options.unexpected_bytes_limit) {}
 
   // The algorithms' context for an operation on `dtype` elements.
@@ -75,9 +76,9 @@ class HostBackend : public Backend {
   std::unique_ptr<Transport> transport_;
   const AlgorithmOptions options_;
   const std::string transport_name_;
-  Scratch scratch_;                    // Algorithms' temporaries.
+  Scratch scratch_;                   // Algorithms' temporaries.
   Scratch staging_{/*pinned=*/true};  // CUDA tensors' host copies.
-  Scratch results_;                    // ReduceScatter's full-size results.
+  Scratch results_;                   // ReduceScatter's full-size results.
   PointToPointEngine point_to_point_;
 };
 

@@ -63,10 +63,10 @@ absl::Status RankZero(Communicator& comm, std::chrono::milliseconds timeout, boo
     if (!s.ok() && missing.empty()) return s;
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "[Rank 0]: ", Failed(missing, timeout),
-      wait_all_ranks ? "" : " (rank 0 stopped waiting at the first; wait_all_ranks names them all)",
-      ". Those ranks are behind or stuck: look at what their logs say they were doing"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("[Rank 0]: ", Failed(missing, timeout),
+                   wait_all_ranks ? "" : " (rank 0 stopped waiting at the first; wait_all_ranks names them all)",
+                   ". Those ranks are behind or stuck: look at what their logs say they were doing"));
 }
 
 absl::Status OtherRank(Communicator& comm, std::chrono::milliseconds timeout) {
@@ -82,9 +82,9 @@ absl::Status OtherRank(Communicator& comm, std::chrono::milliseconds timeout) {
   std::shared_ptr<Work> answer = comm.Recv(verdicts, 0, kMonitoredBarrierTag);
   absl::Status s = answer->Wait(Left(deadline));
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "[Rank ", me, "]: MonitoredBarrier: rank 0 did not answer within ", patience.count(),
-        " ms: rank 0 is behind or stuck (its own error, if any, names the ranks it waited for)"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("[Rank ", me, "]: MonitoredBarrier: rank 0 did not answer within ", patience.count(),
+                     " ms: rank 0 is behind or stuck (its own error, if any, names the ranks it waited for)"));
   }
   if (!s.ok()) return s;
   LOCKSTEP_RETURN_IF_ERROR(sent->Wait(std::chrono::milliseconds(1000)));
@@ -114,8 +114,8 @@ absl::Status OtherRank(Communicator& comm, std::chrono::milliseconds timeout) {
 
 absl::Status MonitoredBarrier(Communicator& comm, std::chrono::milliseconds timeout, bool wait_all_ranks) {
   if (timeout <= std::chrono::milliseconds(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("MonitoredBarrier: timeout is ", timeout.count(),
-                                                   " ms; give a positive one"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MonitoredBarrier: timeout is ", timeout.count(), " ms; give a positive one"));
   }
   if (comm.size() == 1) return absl::OkStatus();
   return comm.rank() == 0 ? RankZero(comm, timeout, wait_all_ranks) : OtherRank(comm, timeout);

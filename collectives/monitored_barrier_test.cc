@@ -53,7 +53,9 @@ void ExpectContains(const absl::Status& s, const std::string& text) {
 TEST(MonitoredBarrierTest, RankZeroAndTheRanksThatCameNameTheOneThatDidNot) {
   const auto results = WithLateRanks(3, {2}, /*wait_all=*/false);
   ExpectContains(results[0], "[Rank 0]: Rank 2 failed to pass monitoredBarrier in 300 ms");
-  ExpectContains(results[1], "[Rank 1]: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0: rank 0 reports: Rank 2 failed to pass monitoredBarrier in 300 ms");
+  ExpectContains(results[1],
+                 "[Rank 1]: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for "
+                 "send/recv from rank 0: rank 0 reports: Rank 2 failed to pass monitoredBarrier in 300 ms");
   ExpectContains(results[2], "[Rank 2]: MonitoredBarrier: this rank came after rank 0 stopped waiting for it");
 }
 
@@ -72,9 +74,8 @@ TEST(MonitoredBarrierTest, WithoutWaitAllRankZeroStopsAtTheFirst) {
 }
 
 TEST(MonitoredBarrierTest, ABadTimeoutIsRefused) {
-  const auto results = testing::RunThreads(2, [](Communicator& comm) {
-    return MonitoredBarrier(comm, milliseconds(0));
-  });
+  const auto results =
+      testing::RunThreads(2, [](Communicator& comm) { return MonitoredBarrier(comm, milliseconds(0)); });
   for (const absl::Status& s : results) EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 

@@ -56,7 +56,8 @@ TEST_P(BytesTest, EveryCollectiveCarriesStringsOfEverySize) {
       std::vector<std::string> all;
       LOCKSTEP_RETURN_IF_ERROR(comm.AllGatherBytes(StringOf(r), &all)->Wait());
       LOCKSTEP_RETURN_IF_ERROR(Expect(static_cast<int>(all.size()) == n, "AllGatherBytes: one string per rank"));
-      for (int k = 0; k < n; ++k) LOCKSTEP_RETURN_IF_ERROR(Expect(all[k] == StringOf(k), "AllGatherBytes: a string differs"));
+      for (int k = 0; k < n; ++k)
+        LOCKSTEP_RETURN_IF_ERROR(Expect(all[k] == StringOf(k), "AllGatherBytes: a string differs"));
 
       std::string data = r == root ? StringOf(2) : "stale";
       LOCKSTEP_RETURN_IF_ERROR(comm.BroadcastBytes(&data, root)->Wait());
@@ -68,7 +69,8 @@ TEST_P(BytesTest, EveryCollectiveCarriesStringsOfEverySize) {
         LOCKSTEP_RETURN_IF_ERROR(Expect(static_cast<int>(gathered.size()) == n, "GatherBytes: one string per rank"));
         for (int k = 0; k < n; ++k) LOCKSTEP_RETURN_IF_ERROR(Expect(gathered[k] == StringOf(k), "GatherBytes"));
       } else {
-        LOCKSTEP_RETURN_IF_ERROR(Expect(gathered.size() == 1 && gathered[0] == "untouched", "GatherBytes off the root"));
+        LOCKSTEP_RETURN_IF_ERROR(
+            Expect(gathered.size() == 1 && gathered[0] == "untouched", "GatherBytes off the root"));
       }
 
       std::vector<std::string> parts;
@@ -87,15 +89,15 @@ TEST_P(BytesTest, AStringOverTheLimitFailsOnEveryRankAndNothingIsSent) {
     const std::string mine(comm.rank() == 1 ? 1001 : 10, 'x');
     std::vector<std::string> all = {"untouched"};
     const absl::Status s = comm.AllGatherBytes(mine, &all)->Wait();
-    LOCKSTEP_RETURN_IF_ERROR(Expect(s.code() == absl::StatusCode::kInvalidArgument &&
-                                        s.message().find("rank 1's string is longer than 1000 bytes") !=
-                                            absl::string_view::npos,
-                                    s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Expect(s.code() == absl::StatusCode::kInvalidArgument &&
+                   s.message().find("rank 1's string is longer than 1000 bytes") != absl::string_view::npos,
+               s.ToString()));
     LOCKSTEP_RETURN_IF_ERROR(Expect(all.size() == 1 && all[0] == "untouched", "the output was written"));
     std::string big(comm.rank() == 0 ? 5000 : 0, 'y');
     const absl::Status b = comm.BroadcastBytes(&big, 0)->Wait();
-    LOCKSTEP_RETURN_IF_ERROR(Expect(b.message().find("rank 0's string is longer") != absl::string_view::npos,
-                                    b.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Expect(b.message().find("rank 0's string is longer") != absl::string_view::npos, b.ToString()));
     // The group is unharmed: both errors were decided alike everywhere.
     return comm.Barrier()->Wait();
   }));
@@ -112,10 +114,10 @@ TEST_P(BytesTest, ASizeACorruptPeerAnnouncesIsAnErrorNotAnAllocation) {
     }
     std::vector<std::string> all;
     const absl::Status s = comm.AllGatherBytes("hello", &all)->Wait();
-    LOCKSTEP_RETURN_IF_ERROR(Expect(s.code() == absl::StatusCode::kDataLoss &&
-                                        s.message().find("rank 1 announced 1125899906842624 bytes") !=
-                                            absl::string_view::npos,
-                                    s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Expect(s.code() == absl::StatusCode::kDataLoss &&
+                   s.message().find("rank 1 announced 1125899906842624 bytes") != absl::string_view::npos,
+               s.ToString()));
     return comm.Barrier()->Wait();
   }));
 }

@@ -20,7 +20,7 @@ std::string DescribeRecv(const PointToPointOp& recv) {
 // Checks a message of `bytes` bytes of `element` from `peer` against the
 // receive that accepts it.
 absl::Status CheckMatch(const PointToPointOp& recv, size_t expected_bytes, int peer, const std::string& name,
-                               uint8_t element, size_t bytes) {
+                        uint8_t element, size_t bytes) {
   if (element != 0 && element != ElementOf(recv.tensor)) {
     return absl::InvalidArgumentError(absl::StrCat(DescribeRecv(recv), " expects ", ElementName(ElementOf(recv.tensor)),
                                                    " elements, but the matching Send from ", name, " carries ",
@@ -169,9 +169,9 @@ Transfer PointToPointEngine::Router(int peer) {
   // What the routed message turned out to be, for on_done.
   struct Routed {
     std::unique_ptr<PostedRecv> recv;  // A posted receive it matched...
-    uint32_t tag = 0;                   // ...or the tag it is kept under,
-    Kept kept{};                        // with its bytes.
-    bool left = false;                  // ...or a collective's, left in place.
+    uint32_t tag = 0;                  // ...or the tag it is kept under,
+    Kept kept{};                       // with its bytes.
+    bool left = false;                 // ...or a collective's, left in place.
   };
   auto routed = std::make_shared<Routed>();
   Transfer t = Transfer::Recv(peer, nullptr, 0);
@@ -184,10 +184,10 @@ Transfer PointToPointEngine::Router(int peer) {
         routed->left = true;
         return LeaveMessage();
       }
-      return absl::InternalError(absl::StrCat(
-          "collective mismatch: rank ", transport_.rank(), " waits for a point-to-point message from ",
-          transport_.PeerName(peer), ", which sent op #", tag.seq, " ", DescribeTag(tag.tag),
-          " instead. Both ranks must post the same collectives and sends/receives between them"));
+      return absl::InternalError(
+          absl::StrCat("collective mismatch: rank ", transport_.rank(), " waits for a point-to-point message from ",
+                       transport_.PeerName(peer), ", which sent op #", tag.seq, " ", DescribeTag(tag.tag),
+                       " instead. Both ranks must post the same collectives and sends/receives between them"));
     }
     const uint32_t user_tag = tag.tag & ~kPointToPointTagBit;
     uint64_t& expected = next_seq_[{peer, user_tag}];
@@ -212,11 +212,11 @@ Transfer PointToPointEngine::Router(int peer) {
     }
     // No receive for it yet: keep it, within the limit.
     if (unexpected_bytes_ + bytes > unexpected_limit_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", transport_.rank(), " got a message from ", transport_.PeerName(peer), " with tag ", user_tag,
-          " (", bytes, " bytes, its send #", tag.seq, ") before posting a Recv for it, and ", unexpected_bytes_,
-          " bytes of such messages are already kept; the limit is ", unexpected_limit_,
-          " (AlgorithmOptions::unexpected_bytes_limit). Post that Recv earlier, or raise the limit"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rank ", transport_.rank(), " got a message from ", transport_.PeerName(peer), " with tag ",
+                       user_tag, " (", bytes, " bytes, its send #", tag.seq, ") before posting a Recv for it, and ",
+                       unexpected_bytes_, " bytes of such messages are already kept; the limit is ", unexpected_limit_,
+                       " (AlgorithmOptions::unexpected_bytes_limit). Post that Recv earlier, or raise the limit"));
     }
     unexpected_bytes_ += bytes;
     routed->tag = user_tag;

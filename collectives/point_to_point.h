@@ -42,7 +42,8 @@ namespace lockstep {
 class PointToPointEngine {
  public:
   PointToPointEngine(Transport& transport, size_t unexpected_bytes_limit)
-      : transport_(transport), unexpected_limit_(unexpected_bytes_limit),
+      : transport_(transport),
+        unexpected_limit_(unexpected_bytes_limit),
         router_active_(static_cast<size_t>(transport.size()), false),
         moved_on_(static_cast<size_t>(transport.size()), false),
         specific_posted_(static_cast<size_t>(transport.size()), 0) {}
@@ -84,13 +85,13 @@ class PointToPointEngine {
   Transport& transport_;
   const size_t unexpected_limit_;
   std::map<uint32_t, std::deque<std::unique_ptr<PostedRecv>>> posted_;  // By user tag, in post order.
-  std::map<uint32_t, std::deque<Kept>> kept_;                          // By user tag, in arrival order.
+  std::map<uint32_t, std::deque<Kept>> kept_;                           // By user tag, in arrival order.
   // The seq of the next message expected from (peer, tag): messages of one
   // stream arrive in send order.
   std::map<std::pair<int, uint32_t>, uint64_t> next_seq_;
   size_t unexpected_bytes_ = 0;
-  std::vector<bool> router_active_;   // Per peer.
-  std::vector<bool> moved_on_;        // Per peer, this batch: its next message is a collective's.
+  std::vector<bool> router_active_;      // Per peer.
+  std::vector<bool> moved_on_;           // Per peer, this batch: its next message is a collective's.
   std::vector<size_t> specific_posted_;  // Per peer: posted receives from it.
   size_t any_source_posted_ = 0;
 };

@@ -66,8 +66,8 @@ TEST(PointToPointTest, SmallBuffersInMemoryToo) {
   testing::FakeNetworkOptions tiny;
   tiny.capacity_bytes = 4096;
   for (int n : {2, 3, 4}) {
-    const auto results =
-        RunFakeThreads(n, [](Communicator& comm) { return SendThenRecvAroundTheRing(comm, 100000); }, tiny);
+    const auto results = RunFakeThreads(
+        n, [](Communicator& comm) { return SendThenRecvAroundTheRing(comm, 100000); }, tiny);
     for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << n << " ranks: " << s;
   }
 }
@@ -160,21 +160,24 @@ TEST(PointToPointTest, TagsMatchIndependentlyAndEarlyMessagesAreKeptAcrossBatche
 TEST(PointToPointTest, AnEarlyMessageBeyondTheLimitIsAClearError) {
   TcpCommunicatorOptions options = testing::TestOptions();
   options.algorithms.unexpected_bytes_limit = 1000;
-  const auto results = RunThreads(2, [](Communicator& comm) -> absl::Status {
-    if (comm.rank() == 0) {
-      (void)comm.Send(Filled(4000, 1), 1, /*tag=*/5)->Wait();  // May fail once rank 1 aborts.
-      return absl::OkStatus();
-    }
-    Tensor t = *Tensor::Zeros({4000}, DType::kF32);
-    const absl::Status s = comm.Recv(t, 0, /*tag=*/6)->Wait();
-    const std::string m(s.message());
-    if (s.code() != absl::StatusCode::kResourceExhausted || m.find("tag 5") == std::string::npos ||
-        m.find("16000 bytes") == std::string::npos || m.find("limit is 1000") == std::string::npos ||
-        m.find("Recv #0") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("unclear error: ", s.ToString()));
-    }
-    return absl::OkStatus();
-  }, options);
+  const auto results = RunThreads(
+      2,
+      [](Communicator& comm) -> absl::Status {
+        if (comm.rank() == 0) {
+          (void)comm.Send(Filled(4000, 1), 1, /*tag=*/5)->Wait();  // May fail once rank 1 aborts.
+          return absl::OkStatus();
+        }
+        Tensor t = *Tensor::Zeros({4000}, DType::kF32);
+        const absl::Status s = comm.Recv(t, 0, /*tag=*/6)->Wait();
+        const std::string m(s.message());
+        if (s.code() != absl::StatusCode::kResourceExhausted || m.find("tag 5") == std::string::npos ||
+            m.find("16000 bytes") == std::string::npos || m.find("limit is 1000") == std::string::npos ||
+            m.find("Recv #0") == std::string::npos) {
+          return absl::InternalError(absl::StrCat("unclear error: ", s.ToString()));
+        }
+        return absl::OkStatus();
+      },
+      options);
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
 }

@@ -52,8 +52,8 @@ Tensor MessageOf(int from, int64_t count) {
 absl::Status CheckMessage(const Tensor& t, int from, const std::string& what) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (t.data<int32_t>()[i] != from * 1000 + i) {
-      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", t.data<int32_t>()[i],
-                                              ", not rank ", from, "'s"));
+      return absl::InternalError(
+          absl::StrCat(what, ": element ", i, " is ", t.data<int32_t>()[i], ", not rank ", from, "'s"));
     }
   }
   return absl::OkStatus();
@@ -202,13 +202,16 @@ TEST_P(RecvAnySourceTest, ASizeMismatchNamesBothSizes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RecvAnySourceTest, ::testing::Values(0, 1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::string(Transports()[info.param].name); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(Transports()[info.param].name);
+                         });
 
 TEST(RecvAnySourceArgumentsTest, AloneOrWithABadTagItIsRefused) {
   ExpectAllOk(testing::RunThreads(1, [](Communicator& comm) -> absl::Status {
     Tensor in = *Tensor::Zeros({1}, DType::kI32);
     const absl::Status alone = comm.RecvAnySource(in)->Wait();
-    if (alone.message().find("alone in its group") == absl::string_view::npos) return absl::InternalError(alone.ToString());
+    if (alone.message().find("alone in its group") == absl::string_view::npos)
+      return absl::InternalError(alone.ToString());
     return absl::OkStatus();
   }));
   ExpectAllOk(testing::RunThreads(2, [](Communicator& comm) -> absl::Status {

@@ -51,8 +51,8 @@ absl::Status CheckGroup(Communicator* sub, const std::vector<int>& members, int 
   }
   LOCKSTEP_RETURN_IF_ERROR(Expect(sub->size() == static_cast<int>(members.size()),
                                   absl::StrCat(what, ": size ", sub->size(), ", expected ", members.size())));
-  LOCKSTEP_RETURN_IF_ERROR(Expect(sub->rank() == expected_rank,
-                                  absl::StrCat(what, ": rank ", sub->rank(), ", expected ", expected_rank)));
+  LOCKSTEP_RETURN_IF_ERROR(
+      Expect(sub->rank() == expected_rank, absl::StrCat(what, ": rank ", sub->rank(), ", expected ", expected_rank)));
   LOCKSTEP_ASSIGN_OR_RETURN(int64_t got, SumOf(*sub, parent_rank));
   return Expect(got == sum, absl::StrCat(what, ": the sum over the subgroup is ", got, ", expected ", sum));
 }
@@ -84,8 +84,8 @@ TEST(NewGroupTest, ListsThatDifferBetweenRanksAreAnErrorOnEveryRank) {
     const std::vector<int> mine = comm.rank() == 2 ? std::vector<int>{0, 2} : std::vector<int>{0, 1};
     absl::StatusOr<std::unique_ptr<Communicator>> sub = comm.NewGroup(mine);
     if (sub.ok()) return absl::InternalError("different lists made a group");
-    LOCKSTEP_RETURN_IF_ERROR(Expect(absl::StrContains(sub.status().message(), "another rank list"),
-                                    sub.status().ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Expect(absl::StrContains(sub.status().message(), "another rank list"), sub.status().ToString()));
     return comm.Barrier()->Wait();  // The parent is unharmed.
   });
   ExpectAllOk(results);
@@ -142,7 +142,8 @@ TEST(SplitTest, SplitsNestAndRepeat) {
   ExpectAllOk(testing::RunShmThreads(4, [](Communicator& comm) -> absl::Status {
     const int r = comm.rank();
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> half, comm.Split(r / 2, r));
-    LOCKSTEP_RETURN_IF_ERROR(CheckGroup(half.get(), r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r, "half"));
+    LOCKSTEP_RETURN_IF_ERROR(
+        CheckGroup(half.get(), r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r, "half"));
     // A split of the split: each rank alone.
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> alone, half->Split(half->rank(), 0));
     LOCKSTEP_RETURN_IF_ERROR(CheckGroup(alone.get(), {half->rank()}, half->rank(), "alone"));
@@ -172,9 +173,10 @@ TEST(SplitTest, ASubgroupChoosesTheTransportForItsOwnMembers) {
         LOCKSTEP_RETURN_IF_ERROR(Expect(absl::StartsWith(comm->capabilities().name, "hierarchical"),
                                         "the parent is " + comm->capabilities().name));
         LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host, comm->Split(r / 2, r));
-        LOCKSTEP_RETURN_IF_ERROR(Expect(host->capabilities().name == "host over shm",
-                                        "a host's subgroup is " + host->capabilities().name));
-        LOCKSTEP_RETURN_IF_ERROR(CheckGroup(host.get(), r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r, "host"));
+        LOCKSTEP_RETURN_IF_ERROR(
+            Expect(host->capabilities().name == "host over shm", "a host's subgroup is " + host->capabilities().name));
+        LOCKSTEP_RETURN_IF_ERROR(
+            CheckGroup(host.get(), r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r, "host"));
         LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> across, comm->Split(r % 2, r));
         LOCKSTEP_RETURN_IF_ERROR(Expect(across->capabilities().name == "host over tcp",
                                         "a subgroup across hosts is " + across->capabilities().name));
@@ -266,8 +268,8 @@ TEST(SplitLeakTest, ManySubgroupsLeaveNoDescriptorThreadOrMappingBehind) {
                                         absl::StrCat("threads: ", threads_before, " before, ",
                                                      testing::Entries("/proc/self/task").size(), " after")));
         LOCKSTEP_RETURN_IF_ERROR(Expect(testing::CountMappingsOf("lockstep-shm") == mappings_before,
-                                        absl::StrCat("mappings: ", mappings_before, " before, ", testing::CountMappingsOf("lockstep-shm"),
-                                                     " after")));
+                                        absl::StrCat("mappings: ", mappings_before, " before, ",
+                                                     testing::CountMappingsOf("lockstep-shm"), " after")));
       }
       return comm.Barrier()->Wait();
     };

@@ -32,9 +32,9 @@ absl::Status Work::Wait(std::chrono::milliseconds timeout) {
   SpinUntilDone(std::min<std::chrono::microseconds>(std::chrono::microseconds(spin_microseconds_), timeout));
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "Work::Wait: the operation did not finish within ", timeout.count(),
-        " ms; it is still running and ends by the communicator's own timeout"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("Work::Wait: the operation did not finish within ", timeout.count(),
+                     " ms; it is still running and ends by the communicator's own timeout"));
   }
   return status_;
 }

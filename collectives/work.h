@@ -167,8 +167,8 @@ class Work : public std::enable_shared_from_this<Work> {
   std::shared_ptr<const Sequencer> sequencer_;
   std::mutex mu_;
   std::condition_variable done_cv_;
-  bool completing_ = false;  // Status recorded, callbacks running.
-  bool done_ = false;        // Callbacks ran; waiters may go on.
+  bool completing_ = false;               // Status recorded, callbacks running.
+  bool done_ = false;                     // Callbacks ran; waiters may go on.
   std::shared_ptr<StreamMarker> marker_;  // Set while queued on a device.
   std::atomic<bool> done_flag_{false};
   std::atomic<int> source_rank_{-1};

@@ -91,8 +91,8 @@ TEST(WorkTest, ThenAndThenWorkReleaseTheirFunctionBeforeTheChainedWorkCompletes)
   probe2->destroyed_after_completion = &late;
   probe2->destroyed = &destroyed;
   DestructionProbe* raw2 = probe2.get();
-  std::shared_ptr<Work> chained_work = first->ThenWork(
-      [probe2 = std::move(probe2), inner]() -> absl::StatusOr<std::shared_ptr<Work>> { return inner; });
+  std::shared_ptr<Work> chained_work =
+      first->ThenWork([probe2 = std::move(probe2), inner]() -> absl::StatusOr<std::shared_ptr<Work>> { return inner; });
   raw2->watched = chained_work.get();
 
   first->Complete(absl::OkStatus());
@@ -181,9 +181,9 @@ TEST(WorkTest, ErrorsPropagateWithoutRunningTheCallback) {
   auto work = CompletableWork::Create();
   bool ran = false;
   std::shared_ptr<Work> last = work->Then([&] {
-                                      ran = true;
-                                      return absl::OkStatus();
-                                    })
+                                     ran = true;
+                                     return absl::OkStatus();
+                                   })
                                    ->Then([&] {
                                      ran = true;
                                      return absl::OkStatus();
@@ -217,8 +217,14 @@ TEST(WorkTest, ACallbackErrorFailsTheChainFromThere) {
 TEST(WorkTest, SeveralCallbacksRunInRegistrationOrder) {
   auto work = CompletableWork::Create();
   std::vector<int> order;
-  auto a = work->Then([&] { order.push_back(1); return absl::OkStatus(); });
-  auto b = work->Then([&] { order.push_back(2); return absl::OkStatus(); });
+  auto a = work->Then([&] {
+    order.push_back(1);
+    return absl::OkStatus();
+  });
+  auto b = work->Then([&] {
+    order.push_back(2);
+    return absl::OkStatus();
+  });
   work->Complete(absl::OkStatus());
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
@@ -259,7 +265,8 @@ TEST(WorkTest, ThenWorkCompletesWithTheContinuationsWork) {
 TEST(WorkTest, ThenWorkChainsOfThreeRoundsEndOk) {
   WorkPromise rounds[3];
   int ran = 0;
-  std::shared_ptr<Work> chain = rounds[0].work()
+  std::shared_ptr<Work> chain = rounds[0]
+                                    .work()
                                     ->ThenWork([&]() -> absl::StatusOr<std::shared_ptr<Work>> {
                                       ++ran;
                                       return rounds[1].work();
@@ -289,13 +296,17 @@ TEST(WorkTest, ThenWorkErrorsEndTheChainWhereTheyHappen) {
     EXPECT_FALSE(ran);
   }
   {  // The continuation fails before starting anything.
-    std::shared_ptr<Work> chained = CompletableWork::Done(absl::OkStatus())->ThenWork(
-        []() -> absl::StatusOr<std::shared_ptr<Work>> { return absl::InvalidArgumentError("bad bucket"); });
+    std::shared_ptr<Work> chained =
+        CompletableWork::Done(absl::OkStatus())->ThenWork([]() -> absl::StatusOr<std::shared_ptr<Work>> {
+          return absl::InvalidArgumentError("bad bucket");
+        });
     EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kInvalidArgument);
   }
   {  // It returns no Work.
-    std::shared_ptr<Work> chained = CompletableWork::Done(absl::OkStatus())->ThenWork(
-        []() -> absl::StatusOr<std::shared_ptr<Work>> { return std::shared_ptr<Work>(); });
+    std::shared_ptr<Work> chained =
+        CompletableWork::Done(absl::OkStatus())->ThenWork([]() -> absl::StatusOr<std::shared_ptr<Work>> {
+          return std::shared_ptr<Work>();
+        });
     EXPECT_EQ(chained->Wait(milliseconds(1000)).code(), absl::StatusCode::kInternal);
   }
 }

@@ -35,8 +35,7 @@ class TempFileRemover {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-absl::Status WriteError(const std::string& path, absl::string_view step, int err,
-                        absl::string_view advice = "") {
+absl::Status WriteError(const std::string& path, absl::string_view step, int err, absl::string_view advice = "") {
   return absl::InternalError(absl::StrCat("WriteFileAtomically(", path, "): ", step, ": ", ErrnoText(err),
                                           advice.empty() ? "" : "; ", advice,
                                           " (the previous file, if any, is unchanged)"));
@@ -121,8 +120,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     if (attempt > 0 || suffix.empty()) {
       absl::StatusOr<std::string> random = RandomSuffix();
       if (!random.ok()) {
-        return absl::InternalError(absl::StrCat("WriteFileAtomically(", path, "): naming the temporary file: ",
-                                                random.status().message(), " (the previous file, if any, is unchanged)"));
+        return absl::InternalError(absl::StrCat("WriteFileAtomically(", path,
+                                                "): naming the temporary file: ", random.status().message(),
+                                                " (the previous file, if any, is unchanged)"));
       }
       suffix = *std::move(random);
     }
@@ -152,9 +152,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     if (n < 0) {
       const int err = errno;
       if (err == EINTR) continue;
-      return WriteError(
-          path, absl::StrCat("writing ", temp, " failed after ", written, " of ", contents.size(), " bytes"),
-          err, err == ENOSPC ? "free some disk space" : "");
+      return WriteError(path,
+                        absl::StrCat("writing ", temp, " failed after ", written, " of ", contents.size(), " bytes"),
+                        err, err == ENOSPC ? "free some disk space" : "");
     }
     written += static_cast<size_t>(n);
   }
@@ -181,9 +181,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd.valid() || ::fsync(dir_fd.get()) != 0) {
     const int err = errno;
-    return absl::InternalError(absl::StrCat(
-        "WriteFileAtomically(", path, "): the new contents are in place but fsync of the directory ", dir,
-        " failed: ", ErrnoText(err), "; they may not survive a power loss, write again"));
+    return absl::InternalError(
+        absl::StrCat("WriteFileAtomically(", path, "): the new contents are in place but fsync of the directory ", dir,
+                     " failed: ", ErrnoText(err), "; they may not survive a power loss, write again"));
   }
   return absl::OkStatus();
 }
@@ -202,9 +202,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, int64_t ma
     return absl::InternalError(absl::StrCat("ReadFileToString(", path, "): fstat failed: ", ErrnoText(err)));
   }
   auto too_large = [&](absl::string_view size) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("ReadFileToString(", path, "): the file has ", size, " bytes, more than the limit of ",
-                     max_bytes, "; raise max_bytes if the file is expected to be this large"));
+    return absl::ResourceExhaustedError(absl::StrCat("ReadFileToString(", path, "): the file has ", size,
+                                                     " bytes, more than the limit of ", max_bytes,
+                                                     "; raise max_bytes if the file is expected to be this large"));
   };
   if (S_ISREG(st.st_mode) && st.st_size > max_bytes) return too_large(absl::StrCat(st.st_size));
 
@@ -218,8 +218,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, int64_t ma
     if (n < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
-      return absl::InternalError(absl::StrCat("ReadFileToString(", path, "): read failed after ", out.size(),
-                                              " bytes: ", ErrnoText(err)));
+      return absl::InternalError(
+          absl::StrCat("ReadFileToString(", path, "): read failed after ", out.size(), " bytes: ", ErrnoText(err)));
     }
     if (n == 0) break;
     if (static_cast<int64_t>(out.size()) + n > max_bytes) {

@@ -155,8 +155,9 @@ TEST(AtomicFileTest, MissingDirectoryIsAClearError) {
   const absl::Status s = WriteFileAtomically(path, "data");
   ASSERT_FALSE(s.ok());
   const std::string prefix = absl::StrCat("WriteFileAtomically(", path, "): cannot create the temporary file ");
-  const std::string suffix = ": No such file or directory; create the directory first "
-                             "(the previous file, if any, is unchanged)";
+  const std::string suffix =
+      ": No such file or directory; create the directory first "
+      "(the previous file, if any, is unchanged)";
   ASSERT_TRUE(absl::StartsWith(s.message(), prefix)) << s;
   ASSERT_TRUE(absl::EndsWith(s.message(), suffix)) << s;
   const absl::string_view temp = s.message().substr(prefix.size(), s.message().size() - prefix.size() - suffix.size());
@@ -192,8 +193,8 @@ TEST(AtomicFileTest, ReadMissingFileIsNotFound) {
   const absl::StatusOr<std::string> r = ReadFileToString(path, 100);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(r.status().message(), absl::StrCat("ReadFileToString(", path,
-                                               "): cannot open: No such file or directory; check the path"));
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("ReadFileToString(", path, "): cannot open: No such file or directory; check the path"));
 }
 
 // Symlinks planted at the old guessable name (`.tmp.<pid>`) and at the name

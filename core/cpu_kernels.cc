@@ -25,8 +25,7 @@ bool UseAvx2() {
 
 const char* KernelIsa() { return UseAvx2() ? "avx2" : "baseline"; }
 
-void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
-            int64_t count) {
+void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count) {
   if (UseAvx2()) return avx2::Reduce(op, dtype, inputs, out, count);
   baseline::Reduce(op, dtype, inputs, out, count);
 }

@@ -12,8 +12,7 @@
 namespace lockstep {
 namespace cpu {
 
-void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
-            int64_t count);
+void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count);
 void Scale(DType dtype, void* data, int64_t count, double factor);
 void Divide(DType dtype, void* data, int64_t count, int divisor);
 // Floating types only.

@@ -23,7 +23,7 @@ Deadline CoarseNow() {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   // libstdc++'s steady_clock is CLOCK_MONOTONIC: the same base.
   return Deadline(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                     std::chrono::nanoseconds(ts.tv_nsec)));
+                                                                    std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
 std::chrono::nanoseconds CoarseResolution() {

@@ -11,10 +11,9 @@ namespace {
 constexpr int kMaxDeviceIndex = 65535;
 
 absl::Status ParseError(absl::string_view text, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "Device::Parse: '", text, "' is not a device (", why,
-      "); expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N' with N a device index from 0 to ",
-      kMaxDeviceIndex));
+  return absl::InvalidArgumentError(
+      absl::StrCat("Device::Parse: '", text, "' is not a device (", why,
+                   "); expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N' with N a device index from 0 to ", kMaxDeviceIndex));
 }
 
 }  // namespace
@@ -49,8 +48,6 @@ absl::StatusOr<Device> Device::Parse(absl::string_view text) {
   return Device(type, index);
 }
 
-std::string Device::ToString() const {
-  return absl::StrCat(is_cpu() ? "cpu:" : "cuda:", index_);
-}
+std::string Device::ToString() const { return absl::StrCat(is_cpu() ? "cpu:" : "cuda:", index_); }
 
 }  // namespace lockstep

@@ -21,14 +21,13 @@ TEST(DeviceTest, ParsesValidDevices) {
 }
 
 TEST(DeviceTest, RejectsAnythingElseWithAClearError) {
-  for (const char* text : {"", "gpu", "gpu:0", "CUDA:0", "cuda:", "cuda:-1", "cuda:1x", "cpu:+1",
-                           "cuda:65536", "cuda:99999999999999999999", " cpu", "cpu:0:1", "cuda 0"}) {
+  for (const char* text : {"", "gpu", "gpu:0", "CUDA:0", "cuda:", "cuda:-1", "cuda:1x", "cpu:+1", "cuda:65536",
+                           "cuda:99999999999999999999", " cpu", "cpu:0:1", "cuda 0"}) {
     const absl::StatusOr<Device> d = Device::Parse(text);
     ASSERT_FALSE(d.ok()) << "'" << text << "' parsed as " << d->ToString();
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
     // Names the input and the accepted forms.
-    EXPECT_NE(d.status().message().find(std::string("'") + text + "'"), absl::string_view::npos)
-        << d.status();
+    EXPECT_NE(d.status().message().find(std::string("'") + text + "'"), absl::string_view::npos) << d.status();
     EXPECT_NE(d.status().message().find("'cuda:N'"), absl::string_view::npos) << d.status();
   }
 }

@@ -67,15 +67,42 @@ bool IsValidDType(uint8_t value);
 // Maps a C++ element type to its DType.
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kF64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::kF16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBF16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kF32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::kF64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::kF16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::kBF16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kI32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kI64;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kU8;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::kI8;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::kBool;
+};
 
 template <typename T>
 struct TypeTag {
@@ -86,15 +113,24 @@ struct TypeTag {
 template <typename Fn>
 decltype(auto) VisitDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kF64: return fn(TypeTag<double>{});
-    case DType::kF16: return fn(TypeTag<Half>{});
-    case DType::kBF16: return fn(TypeTag<BFloat16>{});
-    case DType::kI32: return fn(TypeTag<int32_t>{});
-    case DType::kI64: return fn(TypeTag<int64_t>{});
-    case DType::kU8: return fn(TypeTag<uint8_t>{});
-    case DType::kI8: return fn(TypeTag<int8_t>{});
-    case DType::kBool: return fn(TypeTag<bool>{});
-    case DType::kF32: break;
+    case DType::kF64:
+      return fn(TypeTag<double>{});
+    case DType::kF16:
+      return fn(TypeTag<Half>{});
+    case DType::kBF16:
+      return fn(TypeTag<BFloat16>{});
+    case DType::kI32:
+      return fn(TypeTag<int32_t>{});
+    case DType::kI64:
+      return fn(TypeTag<int64_t>{});
+    case DType::kU8:
+      return fn(TypeTag<uint8_t>{});
+    case DType::kI8:
+      return fn(TypeTag<int8_t>{});
+    case DType::kBool:
+      return fn(TypeTag<bool>{});
+    case DType::kF32:
+      break;
   }
   return fn(TypeTag<float>{});
 }

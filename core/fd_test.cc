@@ -45,7 +45,7 @@ TEST(FdTest, ReleaseKeepsTheDescriptorOpenAndCloseReportsErrors) {
   EXPECT_EQ(w.Close(), 0);
   EXPECT_FALSE(w.valid());
   EXPECT_EQ(w.Close(), 0);  // nothing held
-  Fd bogus(p[1]);            // already closed above
+  Fd bogus(p[1]);           // already closed above
   EXPECT_EQ(bogus.Close(), -1);
   EXPECT_EQ(errno, EBADF);
 }

@@ -25,8 +25,7 @@ double HalfValue(uint16_t h) {
   const int exponent = (h >> 10) & 0x1f;
   const int mantissa = h & 0x3ff;
   if (exponent == 0x1f) {
-    return mantissa ? std::numeric_limits<double>::quiet_NaN()
-                    : sign * std::numeric_limits<double>::infinity();
+    return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
   }
   if (exponent == 0) return sign * std::ldexp(mantissa, -24);
   return sign * std::ldexp(1024 + mantissa, exponent - 25);
@@ -37,8 +36,7 @@ double BFloat16Value(uint16_t b) {
   const int exponent = (b >> 7) & 0xff;
   const int mantissa = b & 0x7f;
   if (exponent == 0xff) {
-    return mantissa ? std::numeric_limits<double>::quiet_NaN()
-                    : sign * std::numeric_limits<double>::infinity();
+    return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
   }
   if (exponent == 0) return sign * std::ldexp(mantissa, -133);
   return sign * std::ldexp(128 + mantissa, exponent - 134);

@@ -43,8 +43,7 @@ absl::Status ReduceInto(ReduceOp op, const Tensor& src, const Tensor& dst);
 // aligned to the element size; `out` may be `first` or `second`, or must
 // not overlap them. For the collectives' hot loops: Reduce on tensors is
 // the checked interface.
-absl::Status ReduceHost(ReduceOp op, DType dtype, const void* first, const void* second, void* out,
-                        int64_t count);
+absl::Status ReduceHost(ReduceOp op, DType dtype, const void* first, const void* second, void* out, int64_t count);
 
 // t *= factor. Floating types compute in their accumulator type and round
 // once; integers truncate toward zero and saturate. `factor` must be finite.

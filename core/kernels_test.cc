@@ -43,9 +43,8 @@ void ExpectSame(const std::vector<T>& actual, const std::vector<T>& expected, co
 
 template <typename T>
 void CheckReduce(ReduceOp op, int num_inputs, int64_t count, bool in_place) {
-  const std::string what = std::string(DTypeName(DTypeOf<T>::value)) + " " +
-                           std::string(ReduceOpName(op)) + " inputs=" +
-                           std::to_string(num_inputs) + " count=" + std::to_string(count) +
+  const std::string what = std::string(DTypeName(DTypeOf<T>::value)) + " " + std::string(ReduceOpName(op)) +
+                           " inputs=" + std::to_string(num_inputs) + " count=" + std::to_string(count) +
                            (in_place ? " in place" : "");
   std::vector<std::vector<T>> values;
   std::vector<Tensor> inputs;
@@ -105,9 +104,11 @@ TYPED_TEST(KernelsTest, OutputMayAliasALaterInput) {
       ASSERT_TRUE(Reduce(op, absl::MakeConstSpan(inputs, n), tb).ok());
       std::vector<T> expected(count);
       for (int64_t i = 0; i < count; ++i) {
-        expected[i] = reference::ReduceElement(op, n == 2 ? std::vector<T>{a[i], b[i]} : std::vector<T>{a[i], b[i], c[i]});
+        expected[i] =
+            reference::ReduceElement(op, n == 2 ? std::vector<T>{a[i], b[i]} : std::vector<T>{a[i], b[i], c[i]});
       }
-      ExpectSame(Values<T>(tb), expected, std::string("aliased ") + std::string(ReduceOpName(op)) + " n=" + std::to_string(n));
+      ExpectSame(Values<T>(tb), expected,
+                 std::string("aliased ") + std::string(ReduceOpName(op)) + " n=" + std::to_string(n));
     }
   }
 }
@@ -120,7 +121,8 @@ TYPED_TEST(KernelsTest, ReduceIntoAccumulatesInPlace) {
   Tensor dst = MakeTensor(a);
   ASSERT_TRUE(ReduceInto(ReduceOp::kSum, MakeTensor(b), dst).ok());
   std::vector<T> expected(count);
-  for (int64_t i = 0; i < count; ++i) expected[i] = reference::ReduceElement(ReduceOp::kSum, std::vector<T>{a[i], b[i]});
+  for (int64_t i = 0; i < count; ++i)
+    expected[i] = reference::ReduceElement(ReduceOp::kSum, std::vector<T>{a[i], b[i]});
   ExpectSame(Values<T>(dst), expected, "ReduceInto");
 }
 
@@ -191,9 +193,12 @@ TYPED_TEST(KernelsTest, AllFiniteFindsInfAndNanAnywhere) {
         if (count == 0) continue;
         for (double bad : {INFINITY, -INFINITY, NAN}) {
           std::vector<T> values = finite;
-          if constexpr (std::is_same_v<T, Half>) values[pos] = reference::HalfFromFloat(static_cast<float>(bad));
-          else if constexpr (std::is_same_v<T, BFloat16>) values[pos] = reference::BFloat16FromFloat(static_cast<float>(bad));
-          else values[pos] = static_cast<T>(bad);
+          if constexpr (std::is_same_v<T, Half>)
+            values[pos] = reference::HalfFromFloat(static_cast<float>(bad));
+          else if constexpr (std::is_same_v<T, BFloat16>)
+            values[pos] = reference::BFloat16FromFloat(static_cast<float>(bad));
+          else
+            values[pos] = static_cast<T>(bad);
           EXPECT_FALSE(*AllFinite(MakeTensor(values))) << "count " << count << " pos " << pos;
         }
       }
@@ -211,9 +216,12 @@ void CheckCast() {
     std::vector<To> expected(count);
     for (int64_t i = 0; i < count; ++i) {
       const double v = reference::ToDouble(values[i]);
-      if constexpr (std::is_same_v<To, Half>) expected[i] = reference::HalfFromDouble(v);
-      else if constexpr (std::is_same_v<To, BFloat16>) expected[i] = reference::BFloat16FromDouble(v);
-      else expected[i] = static_cast<To>(v);
+      if constexpr (std::is_same_v<To, Half>)
+        expected[i] = reference::HalfFromDouble(v);
+      else if constexpr (std::is_same_v<To, BFloat16>)
+        expected[i] = reference::BFloat16FromDouble(v);
+      else
+        expected[i] = static_cast<To>(v);
     }
     ExpectSame(Values<To>(dst), expected,
                std::string("Cast ") + std::string(DTypeName(DTypeOf<From>::value)) + "->" +
@@ -288,8 +296,7 @@ TEST(KernelErrorsTest, BitwiseOpsNeedIntegersAndBoolHasNoAverage) {
   Tensor f = MakeTensor(std::vector<float>{1, 2});
   const absl::Status band = ReduceInto(ReduceOp::kBand, f, f);
   EXPECT_EQ(band.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(band.message().find("BAND applies to integer and bool elements, not f32"), absl::string_view::npos)
-      << band;
+  EXPECT_NE(band.message().find("BAND applies to integer and bool elements, not f32"), absl::string_view::npos) << band;
   EXPECT_EQ(Values<float>(f), (std::vector<float>{1, 2}));
   const std::vector<double> d = {1, 2};
   std::vector<double> out(2);

@@ -8,14 +8,22 @@ namespace lockstep {
 
 absl::string_view ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "SUM";
-    case ReduceOp::kAvg: return "AVG";
-    case ReduceOp::kProd: return "PROD";
-    case ReduceOp::kMin: return "MIN";
-    case ReduceOp::kMax: return "MAX";
-    case ReduceOp::kBand: return "BAND";
-    case ReduceOp::kBor: return "BOR";
-    case ReduceOp::kBxor: return "BXOR";
+    case ReduceOp::kSum:
+      return "SUM";
+    case ReduceOp::kAvg:
+      return "AVG";
+    case ReduceOp::kProd:
+      return "PROD";
+    case ReduceOp::kMin:
+      return "MIN";
+    case ReduceOp::kMax:
+      return "MAX";
+    case ReduceOp::kBand:
+      return "BAND";
+    case ReduceOp::kBor:
+      return "BOR";
+    case ReduceOp::kBxor:
+      return "BXOR";
   }
   return "INVALID";
 }

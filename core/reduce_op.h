@@ -12,19 +12,18 @@ namespace lockstep {
 // The numeric values travel in collective fingerprints: append only.
 enum class ReduceOp : uint8_t {
   kSum = 0,
-  kAvg = 1,   // Sum, then divide by the number of contributions.
+  kAvg = 1,  // Sum, then divide by the number of contributions.
   kProd = 2,
-  kMin = 3,   // NaN-propagating, like torch.minimum.
-  kMax = 4,   // NaN-propagating, like torch.maximum.
+  kMin = 3,  // NaN-propagating, like torch.minimum.
+  kMax = 4,  // NaN-propagating, like torch.maximum.
   // Bitwise and, or, exclusive or: integer and bool dtypes only (as gloo's).
   kBand = 5,
   kBor = 6,
   kBxor = 7,
 };
 
-inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProd,
-                                             ReduceOp::kMin, ReduceOp::kMax,  ReduceOp::kBand,
-                                             ReduceOp::kBor, ReduceOp::kBxor};
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProd, ReduceOp::kMin,
+                                             ReduceOp::kMax, ReduceOp::kBand, ReduceOp::kBor,  ReduceOp::kBxor};
 
 // "SUM", "AVG", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR".
 absl::string_view ReduceOpName(ReduceOp op);

@@ -30,9 +30,8 @@
 // `LOCKSTEP_ASSIGN_OR_RETURN(lhs, expr)`: evaluates `expr` (an
 // absl::StatusOr<T>); on error returns its status, else moves the value into
 // `lhs`, which may be a declaration (`auto x`) or an existing variable.
-#define LOCKSTEP_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  LOCKSTEP_ASSIGN_OR_RETURN_IMPL_(                                             \
-      LOCKSTEP_STATUS_CONCAT_(lockstep_statusor_, __LINE__), lhs, expr)
+#define LOCKSTEP_ASSIGN_OR_RETURN(lhs, expr) \
+  LOCKSTEP_ASSIGN_OR_RETURN_IMPL_(LOCKSTEP_STATUS_CONCAT_(lockstep_statusor_, __LINE__), lhs, expr)
 
 #define LOCKSTEP_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                                    \

@@ -18,8 +18,7 @@ constexpr size_t kHugePageThreshold = size_t{2} << 20;
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device device,
-                                                           bool pinned) {
+absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device device, bool pinned) {
   void* data = nullptr;
   if (device.is_cuda()) {
     LOCKSTEP_ASSIGN_OR_RETURN(data, DefaultCudaAllocator().Allocate(nbytes, device.index()));
@@ -51,15 +50,15 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t nbytes, Device
     data = std::aligned_alloc(kHostAlignment, rounded);
   }
   if (data == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "Storage::Allocate: could not allocate ", nbytes, " bytes of host memory on ",
-        device.ToString(), "; reduce the batch or bucket size"));
+    return absl::ResourceExhaustedError(absl::StrCat("Storage::Allocate: could not allocate ", nbytes,
+                                                     " bytes of host memory on ", device.ToString(),
+                                                     "; reduce the batch or bucket size"));
   }
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false));
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> Storage::Wrap(void* data, size_t nbytes, Device device,
-                                                        std::shared_ptr<const void> keep_alive) {
+                                                       std::shared_ptr<const void> keep_alive) {
   if (keep_alive == nullptr) {
     return absl::InvalidArgumentError("Storage::Wrap: keep_alive is null; it must own the wrapped memory");
   }

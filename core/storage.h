@@ -53,8 +53,7 @@ inline constexpr size_t kHostAlignment = 64;
 
 class Storage {
  public:
-  static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t nbytes, Device device,
-                                                           bool pinned = false);
+  static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t nbytes, Device device, bool pinned = false);
 
   // `nbytes` at `data` on `device`, owned by whoever `keep_alive` keeps
   // alive (its deleter releases them). InvalidArgument for a null `data`

@@ -1,8 +1,8 @@
 #include "core/subprocess.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -139,28 +139,31 @@ absl::StatusOr<std::vector<std::string>> ChildEnvironment(
 
 absl::Status ExecError(const std::string& program, const ChildFailure& failure) {
   if (failure.step == kStepAffinity) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot run '", program, "' on the CPUs asked for: ",
-                                                   ErrnoText(failure.err),
+    return absl::InvalidArgumentError(absl::StrCat("cannot run '", program,
+                                                   "' on the CPUs asked for: ", ErrnoText(failure.err),
                                                    "; name CPUs this process may use (see taskset -p $$)"));
   }
   if (failure.step == kStepStdio || failure.step == kStepParentDeath) {
-    return absl::InternalError(absl::StrCat("cannot run '", program, "': ",
-                                            failure.step == kStepStdio ? "redirecting stdout/stderr (dup2)"
-                                                                       : "prctl(PR_SET_PDEATHSIG)",
-                                            " failed: ", ErrnoText(failure.err)));
+    return absl::InternalError(
+        absl::StrCat("cannot run '", program,
+                     "': ", failure.step == kStepStdio ? "redirecting stdout/stderr (dup2)" : "prctl(PR_SET_PDEATHSIG)",
+                     " failed: ", ErrnoText(failure.err)));
   }
   if (failure.step == kStepInheritFd) {
-    return absl::InternalError(absl::StrCat("cannot run '", program, "': keeping an inherited descriptor open failed: ",
-                                            ErrnoText(failure.err)));
+    return absl::InternalError(absl::StrCat(
+        "cannot run '", program, "': keeping an inherited descriptor open failed: ", ErrnoText(failure.err)));
   }
   const std::string message = absl::StrCat("cannot run '", program, "': ", ErrnoText(failure.err),
                                            "; argv[0] must be the path of an executable (PATH is not searched)");
   switch (failure.err) {
     case ENOENT:
-    case ENOTDIR: return absl::NotFoundError(message);
+    case ENOTDIR:
+      return absl::NotFoundError(message);
     case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    default: return absl::FailedPreconditionError(message);
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::FailedPreconditionError(message);
   }
 }
 
@@ -352,8 +355,8 @@ absl::Status Subprocess::Signal(int sig) {
 absl::Status Subprocess::SignalGroup(int sig) {
   if (pid_ < 0) return absl::FailedPreconditionError("Subprocess::SignalGroup on an empty (moved-from) Subprocess");
   if (!group_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "'", program_, "' has no process group of its own; spawn it with new_process_group = true"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", program_, "' has no process group of its own; spawn it with new_process_group = true"));
   }
   // The group outlives a reaped leader while descendants remain; its id
   // cannot be reused until all of them are gone.

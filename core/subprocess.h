@@ -53,9 +53,7 @@ class ExitStatus {
   // "exited with code 3", "killed by signal 9 (Killed)".
   std::string ToString() const;
 
-  bool operator==(const ExitStatus& other) const {
-    return signaled_ == other.signaled_ && value_ == other.value_;
-  }
+  bool operator==(const ExitStatus& other) const { return signaled_ == other.signaled_ && value_ == other.value_; }
   bool operator!=(const ExitStatus& other) const { return !(*this == other); }
 
  private:

@@ -164,11 +164,11 @@ TEST(SubprocessTest, PassesEnvironmentOnTopOfOurs) {
   // variable of this process (TEST_TMPDIR, set by Bazel) is inherited.
   const char* inherited = std::getenv("TEST_TMPDIR");
   ASSERT_NE(inherited, nullptr);
-  SubprocessOptions options = Shell(absl::StrCat(
-      "test \"$PATH\" = /nonexistent && test \"$LOCKSTEP_X\" = 'two words' && test \"$TEST_TMPDIR\" = '", inherited,
-      "' && test -z \"$LOCKSTEP_EMPTY\" && test \"${LOCKSTEP_EMPTY+set}\" = set"));
-  options.env = {{"PATH", "/nonexistent"}, {"LOCKSTEP_X", "first"}, {"LOCKSTEP_X", "two words"},
-                 {"LOCKSTEP_EMPTY", ""}};
+  SubprocessOptions options = Shell(
+      absl::StrCat("test \"$PATH\" = /nonexistent && test \"$LOCKSTEP_X\" = 'two words' && test \"$TEST_TMPDIR\" = '",
+                   inherited, "' && test -z \"$LOCKSTEP_EMPTY\" && test \"${LOCKSTEP_EMPTY+set}\" = set"));
+  options.env = {
+      {"PATH", "/nonexistent"}, {"LOCKSTEP_X", "first"}, {"LOCKSTEP_X", "two words"}, {"LOCKSTEP_EMPTY", ""}};
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   ASSERT_TRUE(child.ok()) << child.status();
   EXPECT_EQ(*child->Wait(Soon()), ExitStatus::Exited(0));
@@ -280,8 +280,8 @@ TEST(SubprocessTest, BindsTheChildToTheCpusGiven) {
   ASSERT_FALSE(allowed.empty());
   const int cpu = allowed.back();
   // The kernel's view of the child's affinity, compared in the child.
-  SubprocessOptions options = Shell(absl::StrCat(
-      "test \"$(grep Cpus_allowed_list /proc/self/status | cut -f2)\" = ", cpu));
+  SubprocessOptions options =
+      Shell(absl::StrCat("test \"$(grep Cpus_allowed_list /proc/self/status | cut -f2)\" = ", cpu));
   options.cpus = {cpu};
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   ASSERT_TRUE(child.ok()) << child.status();

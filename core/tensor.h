@@ -53,8 +53,7 @@ class Tensor {
 
   // Uninitialized memory. `pinned` asks for page-locked host memory (see
   // core/storage.h); it is ignored for CUDA devices.
-  static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype, Device device = Device::Cpu(),
-                                      bool pinned = false);
+  static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype, Device device = Device::Cpu(), bool pinned = false);
   static absl::StatusOr<Tensor> Zeros(Shape shape, DType dtype, Device device = Device::Cpu());
 
   // A CPU tensor holding a copy of `values` (a vector, array or Span); the
@@ -67,8 +66,7 @@ class Tensor {
   // (e.g. memory another library owns, Storage::Wrap), sharing it. The
   // bytes must lie inside the storage and the first element be aligned to
   // its size; else InvalidArgument.
-  static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, size_t offset, Shape shape,
-                                            DType dtype);
+  static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -108,9 +106,7 @@ class Tensor {
 
   // True when both tensors view the same allocation (not necessarily the same
   // elements).
-  bool SharesStorageWith(const Tensor& other) const {
-    return storage_ != nullptr && storage_ == other.storage_;
-  }
+  bool SharesStorageWith(const Tensor& other) const { return storage_ != nullptr && storage_ == other.storage_; }
   // True when the byte ranges of the two tensors intersect.
   bool Overlaps(const Tensor& other) const;
 
@@ -140,8 +136,7 @@ class Tensor {
 
  private:
   Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, int64_t numel, DType dtype)
-      : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), numel_(numel),
-        dtype_(dtype) {}
+      : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), numel_(numel), dtype_(dtype) {}
 
   absl::Status CheckCopyArgs(const Tensor& src, const char* operation) const;
   [[noreturn]] void AbortDTypeMismatch(DType requested) const;
@@ -159,9 +154,9 @@ absl::StatusOr<Tensor> Tensor::FromVector(absl::Span<const T> values, Shape shap
   absl::StatusOr<Tensor> t = Empty(shape, DTypeOf<T>::value);
   if (!t.ok()) return t.status();
   if (t->numel() != static_cast<int64_t>(values.size())) {
-    return absl::InvalidArgumentError("Tensor::FromVector: shape " + ShapeToString(shape) +
-                                      " has " + std::to_string(t->numel()) + " elements but " +
-                                      std::to_string(values.size()) + " values were given");
+    return absl::InvalidArgumentError("Tensor::FromVector: shape " + ShapeToString(shape) + " has " +
+                                      std::to_string(t->numel()) + " elements but " + std::to_string(values.size()) +
+                                      " values were given");
   }
   if (!values.empty()) std::memcpy(t->raw_data(), values.data(), values.size() * sizeof(T));
   return t;
@@ -170,10 +165,8 @@ absl::StatusOr<Tensor> Tensor::FromVector(absl::Span<const T> values, Shape shap
 template <typename T>
 absl::StatusOr<std::vector<T>> Tensor::ToVector() const {
   if (DTypeOf<T>::value != dtype_) {
-    return absl::InvalidArgumentError("Tensor::ToVector: asked for " +
-                                      std::string(DTypeName(DTypeOf<T>::value)) +
-                                      " elements of a " + std::string(DTypeName(dtype_)) +
-                                      " tensor");
+    return absl::InvalidArgumentError("Tensor::ToVector: asked for " + std::string(DTypeName(DTypeOf<T>::value)) +
+                                      " elements of a " + std::string(DTypeName(dtype_)) + " tensor");
   }
   std::vector<T> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;

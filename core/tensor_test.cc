@@ -44,8 +44,7 @@ TEST(TensorTest, BadShapesAreErrors) {
   EXPECT_FALSE(Tensor::Empty({int64_t{1} << 40, int64_t{1} << 40}, DType::kF32).ok());
   const absl::StatusOr<Tensor> mismatch = Tensor::FromVector<float>({1, 2, 3}, {2, 2});
   ASSERT_FALSE(mismatch.ok());
-  EXPECT_NE(mismatch.status().message().find("4 elements but 3 values"), absl::string_view::npos)
-      << mismatch.status();
+  EXPECT_NE(mismatch.status().message().find("4 elements but 3 values"), absl::string_view::npos) << mismatch.status();
 }
 
 TEST(TensorTest, ZerosAreZero) {

@@ -26,8 +26,7 @@ absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir) {
     std::string hint = dir == kDefaultFortunesDir
                            ? "install Debian's fortunes package (apt-get install fortunes, or bash tools/setup.sh)"
                            : "pass the folder that holds the fortune files";
-    return absl::NotFoundError(
-        absl::StrCat("CharCorpus: cannot open ", dir, " (", std::strerror(err), "): ", hint));
+    return absl::NotFoundError(absl::StrCat("CharCorpus: cannot open ", dir, " (", std::strerror(err), "): ", hint));
   }
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
@@ -40,8 +39,8 @@ absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   if (names.empty()) {
-    return absl::NotFoundError(absl::StrCat("CharCorpus: ", dir,
-                                            " holds no fortune files (regular files without an extension)"));
+    return absl::NotFoundError(
+        absl::StrCat("CharCorpus: ", dir, " holds no fortune files (regular files without an extension)"));
   }
   return names;
 }
@@ -98,8 +97,8 @@ absl::StatusOr<CharVocabulary> CharVocabulary::FromJson(absl::string_view json) 
     return absl::InvalidArgumentError("CharVocabulary::FromJson: not a JSON object");
   }
   if (!j.contains("format") || j["format"] != kVocabularyFormat) {
-    return absl::InvalidArgumentError(absl::StrCat("CharVocabulary::FromJson: \"format\" must be \"",
-                                                   kVocabularyFormat, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CharVocabulary::FromJson: \"format\" must be \"", kVocabularyFormat, "\""));
   }
   if (!j.contains("bytes") || !j["bytes"].is_array() || j["bytes"].empty()) {
     return absl::InvalidArgumentError("CharVocabulary::FromJson: \"bytes\" must be a non-empty array");
@@ -131,16 +130,15 @@ std::string CharVocabulary::ToJson() const {
 
 absl::Status CharVocabulary::Encode(absl::string_view text, absl::Span<int64_t> ids) const {
   if (ids.size() != text.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CharVocabulary::Encode: ", text.size(), " bytes into ",
-                                                   ids.size(), " ids; the sizes must match"));
+    return absl::InvalidArgumentError(absl::StrCat("CharVocabulary::Encode: ", text.size(), " bytes into ", ids.size(),
+                                                   " ids; the sizes must match"));
   }
   for (size_t i = 0; i < text.size(); ++i) {
     const int16_t id = ids_[static_cast<unsigned char>(text[i])];
     if (id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("CharVocabulary::Encode: byte ",
-                                                     static_cast<int>(static_cast<unsigned char>(text[i])),
-                                                     " at offset ", i, " is not in the vocabulary of ", size(),
-                                                     " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CharVocabulary::Encode: byte ", static_cast<int>(static_cast<unsigned char>(text[i])),
+                       " at offset ", i, " is not in the vocabulary of ", size(), " bytes"));
     }
     ids[i] = id;
   }
@@ -151,8 +149,8 @@ absl::StatusOr<std::string> CharVocabulary::Decode(absl::Span<const int64_t> ids
   std::string text(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= size()) {
-      return absl::InvalidArgumentError(absl::StrCat("CharVocabulary::Decode: id ", ids[i], " at offset ", i,
-                                                     " is outside [0, ", size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CharVocabulary::Decode: id ", ids[i], " at offset ", i, " is outside [0, ", size(), ")"));
     }
     text[i] = static_cast<char>(bytes_[static_cast<size_t>(ids[i])]);
   }
@@ -164,8 +162,8 @@ absl::StatusOr<CharCorpus> CharCorpus::Load(const CharCorpusOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("CharCorpus: context is ", options.context, "; it must be >= 1"));
   }
   if (options.test_every < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CharCorpus: test_every is ", options.test_every, "; it must be >= 2 (every k-th fortune is a test one)"));
+    return absl::InvalidArgumentError(absl::StrCat("CharCorpus: test_every is ", options.test_every,
+                                                   "; it must be >= 2 (every k-th fortune is a test one)"));
   }
   absl::StatusOr<std::vector<std::string>> files = FortuneFiles(options.dir);
   if (!files.ok()) return files.status();

@@ -76,8 +76,8 @@ enum class CorpusSplit { kTrain, kTest };
 
 struct CharCorpusOptions {
   std::string dir = kDefaultFortunesDir;
-  int64_t context = 128;   // tokens per window
-  int64_t test_every = 10; // fortune k is a test one when k % test_every == test_every - 1
+  int64_t context = 128;    // tokens per window
+  int64_t test_every = 10;  // fortune k is a test one when k % test_every == test_every - 1
 };
 
 class CharCorpus {
@@ -95,8 +95,7 @@ class CharCorpus {
   int64_t num_windows(CorpusSplit split) const { return (num_tokens(split) - 1) / context_; }
 
   // Window `index` of `split` into `input` and `target` (context() ids each).
-  absl::Status GetWindow(CorpusSplit split, int64_t index, absl::Span<int64_t> input,
-                         absl::Span<int64_t> target) const;
+  absl::Status GetWindow(CorpusSplit split, int64_t index, absl::Span<int64_t> input, absl::Span<int64_t> target) const;
 
  private:
   static int Index(CorpusSplit split) { return split == CorpusSplit::kTrain ? 0 : 1; }

@@ -138,10 +138,9 @@ TEST(CharCorpusTest, VocabularyRoundTripsAndRefusesMalformedJson) {
                           "{\"format\": \"lockstep.char_vocabulary.v1\", \"bytes\": [\"a\"]}", "{\"format\":"}) {
     EXPECT_FALSE(CharVocabulary::FromJson(bad).ok()) << bad;
   }
-  EXPECT_THAT(CharVocabulary::FromJson("{\"format\": \"lockstep.char_vocabulary.v1\", \"bytes\": [10, 9]}")
-                  .status()
-                  .message(),
-              HasSubstr("bytes[1] is 9; expected an integer in (10, 255]"));
+  EXPECT_THAT(
+      CharVocabulary::FromJson("{\"format\": \"lockstep.char_vocabulary.v1\", \"bytes\": [10, 9]}").status().message(),
+      HasSubstr("bytes[1] is 9; expected an integer in (10, 255]"));
 }
 
 TEST(CharCorpusTest, BadFoldersAndArgumentsGetErrors) {
@@ -162,8 +161,9 @@ TEST(CharCorpusTest, BadFoldersAndArgumentsGetErrors) {
   absl::StatusOr<CharCorpus> corpus = CharCorpus::Load(options);
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   std::vector<int64_t> in(4), out(4), small(3);
-  EXPECT_EQ(corpus->GetWindow(CorpusSplit::kTest, corpus->num_windows(CorpusSplit::kTest), absl::MakeSpan(in),
-                              absl::MakeSpan(out))
+  EXPECT_EQ(corpus
+                ->GetWindow(CorpusSplit::kTest, corpus->num_windows(CorpusSplit::kTest), absl::MakeSpan(in),
+                            absl::MakeSpan(out))
                 .code(),
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(corpus->GetWindow(CorpusSplit::kTrain, -1, absl::MakeSpan(in), absl::MakeSpan(out)).code(),
@@ -198,7 +198,7 @@ TEST(CharCorpusTest, DebianFortunes) {
   // A tenth of the fortunes: about a tenth of the bytes.
   EXPECT_GT(test * 100, (train + test) * 7);
   EXPECT_LT(test * 100, (train + test) * 13);
-  EXPECT_GT(corpus->vocabulary().size(), 90);   // printable ASCII and more
+  EXPECT_GT(corpus->vocabulary().size(), 90);  // printable ASCII and more
   EXPECT_LE(corpus->vocabulary().size(), 256);
   // Window 0 is the first fortune of the first file in name order.
   std::ifstream first(std::string(kDefaultFortunesDir) + "/art", std::ios::binary);
@@ -207,7 +207,8 @@ TEST(CharCorpusTest, DebianFortunes) {
   ASSERT_EQ(first.gcount(), 128);
   const std::string window = Window(*corpus, CorpusSplit::kTrain, 0, false);
   const size_t separator = head.find("\n%\n");
-  EXPECT_EQ(window.substr(0, std::min<size_t>(separator + 1, 128)), head.substr(0, std::min<size_t>(separator + 1, 128)));
+  EXPECT_EQ(window.substr(0, std::min<size_t>(separator + 1, 128)),
+            head.substr(0, std::min<size_t>(separator + 1, 128)));
 }
 
 }  // namespace

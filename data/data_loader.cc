@@ -15,9 +15,9 @@ absl::Status CheckOptions(const DataLoaderOptions& options);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
-    std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
-    const DataLoaderOptions& options) {
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const Dataset> dataset,
+                                                               std::shared_ptr<Sampler> sampler,
+                                                               const DataLoaderOptions& options) {
   if (dataset == nullptr || sampler == nullptr) {
     return absl::InvalidArgumentError("DataLoader: dataset and sampler are required");
   }
@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
 
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const ExampleDataset> dataset,
                                                                std::shared_ptr<Sampler> sampler,
-                                                               const DataLoaderOptions& options,
-                                                               CollateFn collate) {
+                                                               const DataLoaderOptions& options, CollateFn collate) {
   if (dataset == nullptr || sampler == nullptr) {
     return absl::InvalidArgumentError("DataLoader: dataset and sampler are required");
   }
@@ -46,15 +45,15 @@ absl::Status CheckOptions(const DataLoaderOptions& options) {
         absl::StrCat("DataLoader: batch_size = ", options.batch_size, "; it must be at least 1"));
   }
   if (options.num_workers < 0 || options.num_workers > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("DataLoader: num_workers = ", options.num_workers,
-                                                   "; use 0 (no threads) to 256"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DataLoader: num_workers = ", options.num_workers, "; use 0 (no threads) to 256"));
   }
   if (!(options.timeout_seconds >= 0)) {
     return absl::InvalidArgumentError("DataLoader: timeout_seconds must be >= 0");
   }
   if (options.num_workers > 0 && options.prefetch_factor < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DataLoader: prefetch_factor = ", options.prefetch_factor, "; it must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DataLoader: prefetch_factor = ", options.prefetch_factor, "; it must be at least 1"));
   }
   return absl::OkStatus();
 }
@@ -65,8 +64,7 @@ DataLoader::~DataLoader() { StopWorkers(); }
 
 int64_t DataLoader::num_batches() const {
   const int64_t n = sampler_->size();
-  return options_.drop_last ? n / options_.batch_size
-                            : (n + options_.batch_size - 1) / options_.batch_size;
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
 void DataLoader::StopWorkers() {
@@ -81,8 +79,8 @@ void DataLoader::StopWorkers() {
 
 absl::Status DataLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
   if (first_batch < 0 || first_batch > num_batches()) {
-    return absl::OutOfRangeError(absl::StrCat("DataLoader::StartEpoch: first_batch = ", first_batch,
-                                              "; an epoch has ", num_batches(),
+    return absl::OutOfRangeError(absl::StrCat("DataLoader::StartEpoch: first_batch = ", first_batch, "; an epoch has ",
+                                              num_batches(),
                                               " batches (was the checkpoint made with another batch "
                                               "size or world size?)"));
   }
@@ -91,8 +89,8 @@ absl::Status DataLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
   order_ = sampler_->Indices();
   for (int64_t index : order_) {
     if (index < 0 || index >= dataset_->size()) {
-      return absl::OutOfRangeError(absl::StrCat("DataLoader: the sampler gave index ", index,
-                                                " for a dataset of ", dataset_->size(),
+      return absl::OutOfRangeError(absl::StrCat("DataLoader: the sampler gave index ", index, " for a dataset of ",
+                                                dataset_->size(),
                                                 " examples; was the sampler made for another dataset?"));
     }
   }
@@ -116,13 +114,11 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(int64_t batch_index) const {
   Batch batch;
   batch.index = batch_index;
   batch.indices.assign(order_.begin() + begin, order_.begin() + end);
-  absl::StatusOr<std::vector<Tensor>> fields =
-      collate_ ? collate_(*dataset_, batch.indices, options_.pin_memory)
-               : StackExamples(*dataset_, batch.indices, options_.pin_memory);
+  absl::StatusOr<std::vector<Tensor>> fields = collate_ ? collate_(*dataset_, batch.indices, options_.pin_memory)
+                                                        : StackExamples(*dataset_, batch.indices, options_.pin_memory);
   if (!fields.ok()) {
     return absl::Status(fields.status().code(), absl::StrCat("DataLoader: batch ", batch_index, ", ",
-                                                             collate_ ? "collate: " : "",
-                                                             fields.status().message()));
+                                                             collate_ ? "collate: " : "", fields.status().message()));
   }
   batch.fields = *std::move(fields);
   if (classification_) {
@@ -192,9 +188,9 @@ absl::StatusOr<std::optional<Batch>> DataLoader::Next() {
         lock.unlock();
         work_cv_.notify_all();
         finished_ = true;
-        return absl::DeadlineExceededError(absl::StrCat(
-            "DataLoader::Next: batch ", late, " was not ready after ", options_.timeout_seconds,
-            " s (timeout_seconds); a Dataset::Get call is stuck or very slow"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("DataLoader::Next: batch ", late, " was not ready after ", options_.timeout_seconds,
+                         " s (timeout_seconds); a Dataset::Get call is stuck or very slow"));
       }
     } else {
       ready_cv_.wait(lock, has_batch);

@@ -106,8 +106,11 @@ class DataLoader {
  private:
   DataLoader(std::shared_ptr<const ExampleDataset> dataset, std::shared_ptr<Sampler> sampler,
              const DataLoaderOptions& options, CollateFn collate, bool classification)
-      : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options),
-        collate_(std::move(collate)), classification_(classification) {}
+      : dataset_(std::move(dataset)),
+        sampler_(std::move(sampler)),
+        options_(options),
+        collate_(std::move(collate)),
+        classification_(classification) {}
 
   absl::StatusOr<Batch> MakeBatch(int64_t batch_index) const;
   void WorkerLoop();
@@ -116,7 +119,7 @@ class DataLoader {
   const std::shared_ptr<const ExampleDataset> dataset_;
   const std::shared_ptr<Sampler> sampler_;
   const DataLoaderOptions options_;
-  const CollateFn collate_;   // null: StackExamples
+  const CollateFn collate_;    // null: StackExamples
   const bool classification_;  // made from a Dataset: fill features and labels
 
   // The current epoch; written only while no worker runs.

@@ -71,8 +71,8 @@ TEST(DataLoaderTest, BatchesHoldTheSamplersExamplesInOrder) {
 
 TEST(DataLoaderTest, OrderIsIndependentOfWorkerCount) {
   auto data = Data(203);
-  auto reference_loader = *DataLoader::Create(data, std::make_shared<RandomSampler>(203, 1),
-                                              DataLoaderOptions{16, false, 0, 2, false});
+  auto reference_loader =
+      *DataLoader::Create(data, std::make_shared<RandomSampler>(203, 1), DataLoaderOptions{16, false, 0, 2, false});
   const std::vector<Batch> reference = Epoch(*reference_loader, 5);
   for (int workers : {1, 2, 4, 7}) {
     for (int prefetch : {1, 2, 3}) {
@@ -89,8 +89,7 @@ TEST(DataLoaderTest, EverySampleExactlyOnceAcrossDistributedRanks) {
   auto data = Data(101);
   std::multiset<int64_t> seen;
   for (int64_t rank = 0; rank < 3; ++rank) {
-    auto sampler = std::make_shared<DistributedSampler>(
-        *DistributedSampler::Create(101, {3, rank, true, 0, false}));
+    auto sampler = std::make_shared<DistributedSampler>(*DistributedSampler::Create(101, {3, rank, true, 0, false}));
     auto loader = *DataLoader::Create(data, sampler, DataLoaderOptions{8, false, 2, 2, false});
     for (const Batch& b : Epoch(*loader, 0)) seen.insert(b.indices.begin(), b.indices.end());
   }
@@ -122,9 +121,9 @@ TEST(DataLoaderTest, StartEpochAtBatchKContinuesTheSameOrder) {
       for (size_t i = 0; i < rest.size(); ++i) {
         EXPECT_EQ(rest[i].index, full[k + i].index);
         EXPECT_EQ(rest[i].indices, full[k + i].indices);
-        EXPECT_EQ(std::memcmp(rest[i].features.raw_data(), full[k + i].features.raw_data(),
-                              full[k + i].features.nbytes()),
-                  0);
+        EXPECT_EQ(
+            std::memcmp(rest[i].features.raw_data(), full[k + i].features.raw_data(), full[k + i].features.nbytes()),
+            0);
       }
       // The next epoch is whole again.
       const std::vector<Batch> next = Epoch(*loader, 4);
@@ -134,8 +133,8 @@ TEST(DataLoaderTest, StartEpochAtBatchKContinuesTheSameOrder) {
 }
 
 TEST(DataLoaderTest, StartEpochRejectsABatchOutsideTheEpoch) {
-  auto loader = *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10),
-                                    DataLoaderOptions{4, false, 0, 2, false});
+  auto loader =
+      *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10), DataLoaderOptions{4, false, 0, 2, false});
   EXPECT_EQ(loader->StartEpoch(0, -1).code(), absl::StatusCode::kOutOfRange);
   const absl::Status s = loader->StartEpoch(0, 4);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
@@ -143,8 +142,8 @@ TEST(DataLoaderTest, StartEpochRejectsABatchOutsideTheEpoch) {
 }
 
 TEST(DataLoaderTest, DropLastDropsTheShortBatch) {
-  auto loader = *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10),
-                                    DataLoaderOptions{4, true, 2, 2, false});
+  auto loader =
+      *DataLoader::Create(Data(10), std::make_shared<SequentialSampler>(10), DataLoaderOptions{4, true, 2, 2, false});
   EXPECT_EQ(loader->num_batches(), 2);
   const std::vector<Batch> batches = Epoch(*loader, 0);
   ASSERT_EQ(batches.size(), 2u);
@@ -185,7 +184,7 @@ TEST(DataLoaderTest, WorkerErrorsSurfaceWithTheirCause) {
     auto loader = *DataLoader::Create(data, std::make_shared<SequentialSampler>(40),
                                       DataLoaderOptions{5, false, workers, 2, false});
     ASSERT_TRUE(loader->StartEpoch(0).ok());
-    for (int k = 0; k < 2; ++k) ASSERT_TRUE(loader->Next().ok());  // Batches 0, 1.
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE(loader->Next().ok());     // Batches 0, 1.
     const absl::StatusOr<std::optional<Batch>> bad = loader->Next();  // Batch 2 holds 13.
     ASSERT_FALSE(bad.ok());
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
@@ -194,7 +193,7 @@ TEST(DataLoaderTest, WorkerErrorsSurfaceWithTheirCause) {
         << bad.status();
     const auto after = loader->Next();
     ASSERT_TRUE(after.ok());
-    EXPECT_FALSE(after->has_value());  // The epoch ended.
+    EXPECT_FALSE(after->has_value());         // The epoch ended.
     ASSERT_TRUE(loader->StartEpoch(1).ok());  // A new epoch starts cleanly.
     EXPECT_TRUE(loader->Next().ok());
   }
@@ -221,7 +220,8 @@ class WatchedDataset : public ForwardingDataset {
   absl::Status Get(int64_t index, absl::Span<float> f, int64_t* label) const override {
     const int64_t ahead = index - consumed.load();
     int64_t seen = max_ahead.load();
-    while (ahead > seen && !max_ahead.compare_exchange_weak(seen, ahead)) {}
+    while (ahead > seen && !max_ahead.compare_exchange_weak(seen, ahead)) {
+    }
     return ForwardingDataset::Get(index, f, label);
   }
   mutable std::atomic<int64_t> consumed{0};
@@ -230,8 +230,8 @@ class WatchedDataset : public ForwardingDataset {
 
 TEST(DataLoaderTest, PrefetchIsBounded) {
   auto data = std::make_shared<WatchedDataset>(Data(300, {8}));
-  auto loader = *DataLoader::Create(data, std::make_shared<SequentialSampler>(300),
-                                    DataLoaderOptions{1, false, 2, 2, false});
+  auto loader =
+      *DataLoader::Create(data, std::make_shared<SequentialSampler>(300), DataLoaderOptions{1, false, 2, 2, false});
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   while (true) {
     auto b = loader->Next();

@@ -40,8 +40,8 @@ class Dataset {
 };
 
 // The shared argument check of Get() implementations.
-absl::Status CheckGetArgs(const Dataset& dataset, const char* name, int64_t index,
-                          absl::Span<float> features, const int64_t* label);
+absl::Status CheckGetArgs(const Dataset& dataset, const char* name, int64_t index, absl::Span<float> features,
+                          const int64_t* label);
 
 }  // namespace lockstep
 

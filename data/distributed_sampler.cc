@@ -6,28 +6,28 @@
 
 namespace lockstep {
 
-absl::StatusOr<DistributedSampler> DistributedSampler::Create(
-    int64_t dataset_size, const DistributedSamplerOptions& options) {
+absl::StatusOr<DistributedSampler> DistributedSampler::Create(int64_t dataset_size,
+                                                              const DistributedSamplerOptions& options) {
   const int64_t n = dataset_size;
   const int64_t r = options.num_replicas;
   if (r <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: num_replicas = ", r, "; it must be at least 1 (the world size)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: num_replicas = ", r, "; it must be at least 1 (the world size)"));
   }
   if (options.rank < 0 || options.rank >= r) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DistributedSampler: invalid rank ", options.rank,
-                     ", rank should be in the interval [0, ", r - 1, "] for num_replicas = ", r));
+    return absl::InvalidArgumentError(absl::StrCat("DistributedSampler: invalid rank ", options.rank,
+                                                   ", rank should be in the interval [0, ", r - 1,
+                                                   "] for num_replicas = ", r));
   }
   if (n <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: the dataset has ", n,
-        " samples; every rank needs at least one. Check the dataset path and split"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: the dataset has ", n,
+                     " samples; every rank needs at least one. Check the dataset path and split"));
   }
   if (options.shuffle && n >= kMaxTorchRandpermSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: shuffling ", n, " samples is not supported (PyTorch switches to ",
-        "another randperm algorithm at ", kMaxTorchRandpermSize, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("DistributedSampler: shuffling ", n,
+                                                   " samples is not supported (PyTorch switches to ",
+                                                   "another randperm algorithm at ", kMaxTorchRandpermSize, ")"));
   }
   if (options.uneven && options.drop_last) {
     return absl::InvalidArgumentError(

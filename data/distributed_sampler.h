@@ -47,8 +47,7 @@ struct DistributedSamplerOptions {
 
 class DistributedSampler : public Sampler {
  public:
-  static absl::StatusOr<DistributedSampler> Create(int64_t dataset_size,
-                                                   const DistributedSamplerOptions& options);
+  static absl::StatusOr<DistributedSampler> Create(int64_t dataset_size, const DistributedSamplerOptions& options);
 
   // Indices per rank (PyTorch's num_samples, len(sampler)).
   int64_t size() const override { return num_samples_; }
@@ -62,8 +61,7 @@ class DistributedSampler : public Sampler {
   std::vector<int64_t> Indices() const override;
 
  private:
-  DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options,
-                     int64_t num_samples)
+  DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options, int64_t num_samples)
       : dataset_size_(dataset_size), options_(options), num_samples_(num_samples) {}
 
   int64_t dataset_size_;

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
-#include <numeric>
 #include <vector>
 
 #include "data/randperm.h"
@@ -150,7 +150,8 @@ TEST(DistributedSamplerTest, UnevenSharesCoverTheDatasetOnceWithoutPadding) {
         padded.SetEpoch(2);
         const std::vector<int64_t> mine = uneven.Indices(), theirs = padded.Indices();
         EXPECT_EQ(uneven.size(), static_cast<int64_t>(mine.size()));
-        EXPECT_EQ(static_cast<int64_t>(mine.size()), (n - r + replicas - 1) / replicas) << n << " " << replicas << " " << r;
+        EXPECT_EQ(static_cast<int64_t>(mine.size()), (n - r + replicas - 1) / replicas)
+            << n << " " << replicas << " " << r;
         // The padded share starts with the uneven one (padding only appends).
         ASSERT_LE(mine.size(), theirs.size());
         EXPECT_TRUE(std::equal(mine.begin(), mine.end(), theirs.begin()));

@@ -64,8 +64,8 @@ absl::Status CheckExampleArgs(const ExampleDataset& dataset, const char* name, i
 
 // Makes one batch of `indices` (in that order) of `dataset`; pinned: the
 // tensors in page-locked memory where a GPU is visible (core/tensor.h).
-using CollateFn = std::function<absl::StatusOr<std::vector<Tensor>>(
-    const ExampleDataset& dataset, absl::Span<const int64_t> indices, bool pinned)>;
+using CollateFn = std::function<absl::StatusOr<std::vector<Tensor>>(const ExampleDataset& dataset,
+                                                                    absl::Span<const int64_t> indices, bool pinned)>;
 
 // The default CollateFn (see above). An example's error comes back naming
 // the example: "example 17: ...".

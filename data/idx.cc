@@ -49,12 +49,18 @@ struct GzCloser {
 
 absl::string_view IdxTypeName(IdxType type) {
   switch (type) {
-    case IdxType::kU8: return "u8";
-    case IdxType::kI8: return "i8";
-    case IdxType::kI16: return "i16";
-    case IdxType::kI32: return "i32";
-    case IdxType::kF32: return "f32";
-    case IdxType::kF64: return "f64";
+    case IdxType::kU8:
+      return "u8";
+    case IdxType::kI8:
+      return "i8";
+    case IdxType::kI16:
+      return "i16";
+    case IdxType::kI32:
+      return "i32";
+    case IdxType::kF32:
+      return "f32";
+    case IdxType::kF64:
+      return "f64";
   }
   return "invalid";
 }
@@ -62,11 +68,15 @@ absl::string_view IdxTypeName(IdxType type) {
 size_t IdxTypeSize(IdxType type) {
   switch (type) {
     case IdxType::kU8:
-    case IdxType::kI8: return 1;
-    case IdxType::kI16: return 2;
+    case IdxType::kI8:
+      return 1;
+    case IdxType::kI16:
+      return 2;
     case IdxType::kI32:
-    case IdxType::kF32: return 4;
-    case IdxType::kF64: return 8;
+    case IdxType::kF32:
+      return 4;
+    case IdxType::kF64:
+      return 8;
   }
   return 0;
 }
@@ -96,12 +106,10 @@ std::string DimsText(const IdxHeaderInfo& h) {
 absl::StatusOr<IdxHeaderInfo> ParseHeader(absl::string_view bytes, absl::string_view name, int64_t max_bytes) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() < 4) {
-    return Corrupt(name, absl::StrCat("truncated header: ", bytes.size(),
-                                      " bytes, an IDX header has at least 4"));
+    return Corrupt(name, absl::StrCat("truncated header: ", bytes.size(), " bytes, an IDX header has at least 4"));
   }
   if (p[0] != 0 || p[1] != 0) {
-    return Corrupt(name, absl::StrCat("bad magic: the first two bytes must be 0, found ",
-                                      int{p[0]}, " and ", int{p[1]},
+    return Corrupt(name, absl::StrCat("bad magic: the first two bytes must be 0, found ", int{p[0]}, " and ", int{p[1]},
                                       " (a compressed file not named .gz is read fine; is this an IDX file?)"));
   }
   if (!ValidType(p[2])) {
@@ -154,16 +162,15 @@ void ToHostOrder(IdxArray& a) {
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name,
-                                  int64_t max_bytes) {
+absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name, int64_t max_bytes) {
   absl::StatusOr<IdxHeaderInfo> h = ParseHeader(bytes, name, max_bytes);
   if (!h.ok()) return h.status();
   const int64_t payload = h->payload_bytes;
   const int64_t available = static_cast<int64_t>(bytes.size() - h->header_bytes);
   if (available < payload) return TruncatedPayload(name, *h, available);
   if (available > payload) {
-    return Corrupt(name, absl::StrCat(available - payload, " unexpected bytes after the ",
-                                      payload, " bytes of data the header describes"));
+    return Corrupt(name, absl::StrCat(available - payload, " unexpected bytes after the ", payload,
+                                      " bytes of data the header describes"));
   }
   IdxArray out;
   out.type = h->type;
@@ -210,8 +217,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
     int err = Z_OK;
     const char* message = gzerror(file.get(), &err);
     if (err != Z_OK && err != Z_STREAM_END) {
-      return absl::DataLossError(absl::StrCat("IDX file '", path, "': ", message,
-                                              " (the gzip stream is truncated or corrupt)"));
+      return absl::DataLossError(
+          absl::StrCat("IDX file '", path, "': ", message, " (the gzip stream is truncated or corrupt)"));
     }
     return absl::OkStatus();
   };
@@ -238,9 +245,9 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
     const int64_t available = file_size - static_cast<int64_t>(h->header_bytes);
     if (available < payload) return TruncatedPayload(path, *h, available);
     if (available > payload) {
-      return Corrupt(path, absl::StrCat("trailing data: the file has ", available, " bytes after its ",
-                                        h->header_bytes, "-byte header, but dimensions ", DimsText(*h),
-                                        " describe ", payload, " bytes of data"));
+      return Corrupt(
+          path, absl::StrCat("trailing data: the file has ", available, " bytes after its ", h->header_bytes,
+                             "-byte header, but dimensions ", DimsText(*h), " describe ", payload, " bytes of data"));
     }
   }
   IdxArray out;
@@ -268,10 +275,10 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_bytes)
   char extra;
   LOCKSTEP_ASSIGN_OR_RETURN(const size_t n, read_into(&extra, 1));
   if (n > 0) {
-    return Corrupt(path, absl::StrCat("trailing data: the stream holds more than the ", payload,
-                                      " bytes of data that dimensions ", DimsText(*h),
-                                      " describe (limit ", max_bytes, "); stopped reading there, after ",
-                                      h->header_bytes + static_cast<size_t>(payload) + 1, " bytes"));
+    return Corrupt(
+        path, absl::StrCat("trailing data: the stream holds more than the ", payload, " bytes of data that dimensions ",
+                           DimsText(*h), " describe (limit ", max_bytes, "); stopped reading there, after ",
+                           h->header_bytes + static_cast<size_t>(payload) + 1, " bytes"));
   }
   if (absl::Status e = stream_error(); !e.ok()) return e;
   ToHostOrder(out);

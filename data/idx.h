@@ -49,8 +49,7 @@ struct IdxArray {
 inline constexpr int64_t kMaxIdxBytes = int64_t{1} << 30;
 
 // Parses an IDX image held in memory. `name` is used in error messages.
-absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name,
-                                  int64_t max_bytes = kMaxIdxBytes);
+absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name, int64_t max_bytes = kMaxIdxBytes);
 
 // Reads and parses a file; gzip files (any name) are decompressed, with the
 // decompressed size capped at `max_bytes` plus the header. The data goes

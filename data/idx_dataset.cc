@@ -18,54 +18,50 @@ absl::StatusOr<std::string> FindFile(const std::string& dir, const std::string& 
   for (const std::string& candidate : {dir + "/" + base + ".gz", dir + "/" + base}) {
     if (FileExists(candidate)) return candidate;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "Fashion-MNIST: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
-      " exists. Install Debian's dataset-fashion-mnist (bash tools/setup.sh does) or point ",
-      "the data directory flag at the four IDX files"));
+  return absl::NotFoundError(
+      absl::StrCat("Fashion-MNIST: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
+                   " exists. Install Debian's dataset-fashion-mnist (bash tools/setup.sh does) or point ",
+                   "the data directory flag at the four IDX files"));
 }
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<IdxDataset>> IdxDataset::FromArrays(IdxArray images,
-                                                                   IdxArray labels,
-                                                                   int64_t num_classes,
-                                                                   absl::string_view name) {
+absl::StatusOr<std::shared_ptr<IdxDataset>> IdxDataset::FromArrays(IdxArray images, IdxArray labels,
+                                                                   int64_t num_classes, absl::string_view name) {
   if (images.type != IdxType::kU8 || images.dims.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": images must be u8 with 3 dimensions [N, rows, cols]; found ",
-        IdxTypeName(images.type), " [", absl::StrJoin(images.dims, ", "), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": images must be u8 with 3 dimensions [N, rows, cols]; found ", IdxTypeName(images.type),
+                     " [", absl::StrJoin(images.dims, ", "), "]"));
   }
   if (labels.type != IdxType::kU8 || labels.dims.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": labels must be u8 with 1 dimension [N]; found ", IdxTypeName(labels.type), " [",
-        absl::StrJoin(labels.dims, ", "), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": labels must be u8 with 1 dimension [N]; found ",
+                                                   IdxTypeName(labels.type), " [", absl::StrJoin(labels.dims, ", "),
+                                                   "]"));
   }
   if (images.dims[0] != labels.dims[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", images.dims[0], " images but ",
-                                                   labels.dims[0], " labels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", images.dims[0], " images but ", labels.dims[0], " labels"));
   }
   if (num_classes < 1 || num_classes > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": num_classes = ", num_classes,
-                                                   " is outside 1..256 (u8 labels)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": num_classes = ", num_classes, " is outside 1..256 (u8 labels)"));
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= num_classes) {
-      return absl::DataLossError(absl::StrCat(name, ": label ", i, " is ", int{labels.data[i]},
-                                              ", outside [0, ", num_classes, ")"));
+      return absl::DataLossError(
+          absl::StrCat(name, ": label ", i, " is ", int{labels.data[i]}, ", outside [0, ", num_classes, ")"));
     }
   }
   return std::shared_ptr<IdxDataset>(new IdxDataset(std::move(images), std::move(labels), num_classes));
 }
 
 absl::StatusOr<std::shared_ptr<IdxDataset>> IdxDataset::Load(const std::string& images_path,
-                                                             const std::string& labels_path,
-                                                             int64_t num_classes) {
+                                                             const std::string& labels_path, int64_t num_classes) {
   absl::StatusOr<IdxArray> images = ReadIdxFile(images_path);
   if (!images.ok()) return images.status();
   absl::StatusOr<IdxArray> labels = ReadIdxFile(labels_path);
   if (!labels.ok()) return labels.status();
-  return FromArrays(*std::move(images), *std::move(labels), num_classes,
-                    absl::StrCat(images_path, " + ", labels_path));
+  return FromArrays(*std::move(images), *std::move(labels), num_classes, absl::StrCat(images_path, " + ", labels_path));
 }
 
 absl::Status IdxDataset::Get(int64_t index, absl::Span<float> features, int64_t* label) const {

@@ -30,11 +30,9 @@ enum class Split { kTrain, kTest };
 class IdxDataset : public Dataset {
  public:
   static absl::StatusOr<std::shared_ptr<IdxDataset>> Load(const std::string& images_path,
-                                                          const std::string& labels_path,
-                                                          int64_t num_classes);
+                                                          const std::string& labels_path, int64_t num_classes);
   // From arrays already in memory (validated the same way).
-  static absl::StatusOr<std::shared_ptr<IdxDataset>> FromArrays(IdxArray images, IdxArray labels,
-                                                                int64_t num_classes,
+  static absl::StatusOr<std::shared_ptr<IdxDataset>> FromArrays(IdxArray images, IdxArray labels, int64_t num_classes,
                                                                 absl::string_view name);
 
   int64_t size() const override { return size_; }
@@ -48,8 +46,12 @@ class IdxDataset : public Dataset {
 
  private:
   IdxDataset(IdxArray images, IdxArray labels, int64_t num_classes)
-      : images_(std::move(images)), labels_(std::move(labels)), size_(images_.dims[0]),
-        rows_(images_.dims[1]), cols_(images_.dims[2]), num_classes_(num_classes) {}
+      : images_(std::move(images)),
+        labels_(std::move(labels)),
+        size_(images_.dims[0]),
+        rows_(images_.dims[1]),
+        cols_(images_.dims[2]),
+        num_classes_(num_classes) {}
 
   IdxArray images_;
   IdxArray labels_;

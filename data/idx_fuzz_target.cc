@@ -11,8 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A small limit keeps huge-but-valid headers cheap; the checks are the same.
-  absl::StatusOr<lockstep::IdxArray> parsed = lockstep::ParseIdx(
-      absl::string_view(reinterpret_cast<const char*>(data), size), "fuzz", /*max_bytes=*/1 << 20);
+  absl::StatusOr<lockstep::IdxArray> parsed =
+      lockstep::ParseIdx(absl::string_view(reinterpret_cast<const char*>(data), size), "fuzz", /*max_bytes=*/1 << 20);
   if (parsed.ok()) {
     // A successful parse must describe exactly the bytes it returned.
     const int64_t expected = parsed->numel() * static_cast<int64_t>(lockstep::IdxTypeSize(parsed->type));

@@ -148,7 +148,8 @@ TEST(IdxTest, GzipBombIsRefusedAtTheHeader) {
   const std::string bytes = IdxHeader(0x08, {1u << 15, 1u << 15}) + std::string(8 << 20, '\0');
   const std::string path = CutGz("bomb-header.gz", bytes, 2000);
   const absl::StatusOr<IdxArray> r = ReadIdxFile(path, /*max_bytes=*/1 << 20);
-  ExpectError(r, absl::StrCat("IDX file '", path, "': dimensions [32768, 32768] of u8 exceed the limit of 1048576 bytes"));
+  ExpectError(r,
+              absl::StrCat("IDX file '", path, "': dimensions [32768, 32768] of u8 exceed the limit of 1048576 bytes"));
   ExpectError(r, "read only the 12-byte header, refusing to read further");
   // Within the default limit the same header is accepted and the cut stream is the error.
   ExpectError(ReadIdxFile(path), "unexpected end of file");
@@ -160,7 +161,10 @@ TEST(IdxTest, GzipBombIsRefusedAtTheHeader) {
 TEST(IdxTest, StreamLongerThanTheHeaderSaysStopsAfterOneByte) {
   const std::string bytes = IdxHeader(0x08, {4, 4}) + std::string(8 << 20, '\x01');
   const std::string path = CutGz("bomb-trailing.gz", bytes, 4000);
-  ExpectError(ReadIdxFile(path), absl::StrCat("IDX file '", path, "': trailing data: the stream holds more than the 16 bytes of data that dimensions [4, 4] of u8 describe (limit 1073741824); stopped reading there, after 29 bytes"));
+  ExpectError(ReadIdxFile(path),
+              absl::StrCat("IDX file '", path,
+                           "': trailing data: the stream holds more than the 16 bytes of data that dimensions [4, 4] "
+                           "of u8 describe (limit 1073741824); stopped reading there, after 29 bytes"));
   // The same for a plain (uncompressed) file.
   ExpectError(ReadIdxFile(WritePlain("trailing.idx", IdxHeader(0x08, {2}) + "abc")), "trailing data");
   EXPECT_TRUE(ReadIdxFile(WritePlain("exact.idx", IdxHeader(0x08, {2}) + "ab")).ok());
@@ -197,9 +201,9 @@ struct ChildRead {
   int64_t before_kib = 0;  // ru_maxrss before reading (what fork inherited)
   int64_t peak_kib = 0;    // ru_maxrss after
   bool ok = false;
-  int64_t bytes = 0;       // data.size() when ok
+  int64_t bytes = 0;        // data.size() when ok
   bool pattern_ok = false;  // the first and last bytes are WriteLarge's
-  char message[512] = {};  // the error when not ok
+  char message[512] = {};   // the error when not ok
 };
 
 int64_t MaxRssKib() {
@@ -227,8 +231,8 @@ ChildRead ReadInChild(const std::string& path) {
       if (a.ok()) {
         r.bytes = static_cast<int64_t>(a->data.size());
         const size_t last = a->data.size() - 1;
-        r.pattern_ok = !a->data.empty() && a->data[0] == 0 &&
-                       a->data[last] == static_cast<uint8_t>(last % (1 << 20) * 7 % 251);
+        r.pattern_ok =
+            !a->data.empty() && a->data[0] == 0 && a->data[last] == static_cast<uint8_t>(last % (1 << 20) * 7 % 251);
       } else {
         std::snprintf(r.message, sizeof(r.message), "%s", std::string(a.status().message()).c_str());
       }
@@ -335,8 +339,7 @@ TEST(IdxDatasetTest, ValidatesImagesAgainstLabels) {
                                 WritePlain("l2.idx", IdxHeader(0x08, {2}) + std::string("\x00\x01", 2)), 3);
   EXPECT_NE(count.status().message().find("3 images but 2 labels"), absl::string_view::npos) << count.status();
   auto range = IdxDataset::Load(WritePlain("i.idx", images), WritePlain("l.idx", labels), 2);
-  EXPECT_NE(range.status().message().find("label 2 is 2, outside [0, 2)"), absl::string_view::npos)
-      << range.status();
+  EXPECT_NE(range.status().message().find("label 2 is 2, outside [0, 2)"), absl::string_view::npos) << range.status();
   auto dims = IdxDataset::Load(WritePlain("l.idx", labels), WritePlain("l.idx", labels), 3);
   EXPECT_NE(dims.status().message().find("images must be u8 with 3 dimensions"), absl::string_view::npos);
   auto missing = LoadFashionMnist(TempPath("no-such-dir"), Split::kTrain);

@@ -7,22 +7,19 @@
 namespace lockstep {
 
 absl::StatusOr<std::shared_ptr<Normalize>> Normalize::Create(std::shared_ptr<const Dataset> base,
-                                                             std::vector<float> mean,
-                                                             std::vector<float> std) {
+                                                             std::vector<float> mean, std::vector<float> std) {
   if (base == nullptr) return absl::InvalidArgumentError("Normalize: no base dataset");
   const std::vector<int64_t> shape = base->example_shape();
   const int64_t channels = shape.empty() ? 1 : shape[0];
   if (mean.size() != std.size() || mean.empty() ||
       (mean.size() != 1 && static_cast<int64_t>(mean.size()) != channels)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Normalize: got ", mean.size(), " means and ", std.size(),
-        " stds; give one of each, or one per channel (", channels, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Normalize: got ", mean.size(), " means and ", std.size(),
+                                                   " stds; give one of each, or one per channel (", channels, ")"));
   }
   for (size_t c = 0; c < std.size(); ++c) {
     if (!(std[c] > 0) || !std::isfinite(std[c]) || !std::isfinite(mean[c])) {
-      return absl::InvalidArgumentError(absl::StrCat("Normalize: channel ", c, " has mean ", mean[c],
-                                                     " and std ", std[c],
-                                                     "; std must be positive and both finite"));
+      return absl::InvalidArgumentError(absl::StrCat("Normalize: channel ", c, " has mean ", mean[c], " and std ",
+                                                     std[c], "; std must be positive and both finite"));
     }
   }
   const float mean0 = mean[0], std0 = std[0];

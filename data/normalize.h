@@ -22,8 +22,7 @@ inline constexpr float kFashionMnistStd = 0.3530f;
 
 class Normalize : public Dataset {
  public:
-  static absl::StatusOr<std::shared_ptr<Normalize>> Create(std::shared_ptr<const Dataset> base,
-                                                           std::vector<float> mean,
+  static absl::StatusOr<std::shared_ptr<Normalize>> Create(std::shared_ptr<const Dataset> base, std::vector<float> mean,
                                                            std::vector<float> std);
 
   int64_t size() const override { return base_->size(); }

@@ -10,9 +10,9 @@ namespace lockstep {
 
 absl::StatusOr<std::vector<int64_t>> TorchRandperm(int64_t n, uint64_t seed) {
   if (n < 0 || n >= kMaxTorchRandpermSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TorchRandperm: n = ", n, " is outside [0, ", kMaxTorchRandpermSize,
-        "), the range where PyTorch's CPU randperm uses the algorithm reproduced here"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TorchRandperm: n = ", n, " is outside [0, ", kMaxTorchRandpermSize,
+                     "), the range where PyTorch's CPU randperm uses the algorithm reproduced here"));
   }
   std::vector<int64_t> r(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) r[i] = i;

@@ -45,8 +45,7 @@ class SequentialSampler : public Sampler {
 // the global generator). n must be below kMaxTorchRandpermSize.
 class RandomSampler : public Sampler {
  public:
-  RandomSampler(int64_t dataset_size, int64_t seed)
-      : size_(dataset_size < 0 ? 0 : dataset_size), seed_(seed) {}
+  RandomSampler(int64_t dataset_size, int64_t seed) : size_(dataset_size < 0 ? 0 : dataset_size), seed_(seed) {}
   int64_t size() const override { return size_; }
   void SetEpoch(int64_t epoch) override { epoch_ = epoch; }
   std::vector<int64_t> Indices() const override;

@@ -50,15 +50,14 @@ uint64_t Key(uint64_t seed, uint64_t kind, uint64_t index) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<SyntheticDataset>> SyntheticDataset::Create(
-    const SyntheticOptions& options) {
+absl::StatusOr<std::shared_ptr<SyntheticDataset>> SyntheticDataset::Create(const SyntheticOptions& options) {
   if (options.size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("SyntheticDataset: size = ", options.size,
-                                                   "; it must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SyntheticDataset: size = ", options.size, "; it must be at least 1"));
   }
   if (options.num_classes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("SyntheticDataset: num_classes = ",
-                                                   options.num_classes, "; it must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SyntheticDataset: num_classes = ", options.num_classes, "; it must be at least 1"));
   }
   int64_t numel = 1;
   for (int64_t d : options.example_shape) {

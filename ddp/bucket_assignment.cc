@@ -16,7 +16,8 @@ absl::Status CheckArguments(size_t count, absl::Span<const size_t> size_limits,
   }
   for (size_t k = 0; k < size_limits.size(); ++k) {
     if (size_limits[k] == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("AssignBuckets: size_limits[", k, "] is 0; limits must be positive"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("AssignBuckets: size_limits[", k, "] is 0; limits must be positive"));
     }
   }
   if (tensor_indices.empty()) return absl::OkStatus();
@@ -45,8 +46,7 @@ struct Bucket {
 
 }  // namespace
 
-absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> items,
-                                               absl::Span<const size_t> size_limits,
+absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> items, absl::Span<const size_t> size_limits,
                                                absl::Span<const int64_t> tensor_indices) {
   absl::Status valid = CheckArguments(items.size(), size_limits, tensor_indices);
   if (!valid.ok()) return valid;
@@ -55,8 +55,8 @@ absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> item
   struct Open {
     Bucket bucket;
     size_t bytes = 0;
-    size_t limit = 0;       // position in size_limits, per key
-    size_t opened_at = 0;   // position in items of the bucket's first tensor
+    size_t limit = 0;      // position in size_limits, per key
+    size_t opened_at = 0;  // position in items of the bucket's first tensor
   };
   std::map<Key, Open> open;
   std::vector<Bucket> result;
@@ -82,7 +82,8 @@ absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> item
   for (auto& [key, o] : open) {
     if (!o.bucket.indices.empty()) leftovers.push_back(&o);
   }
-  std::sort(leftovers.begin(), leftovers.end(), [](const Open* a, const Open* b) { return a->opened_at < b->opened_at; });
+  std::sort(leftovers.begin(), leftovers.end(),
+            [](const Open* a, const Open* b) { return a->opened_at < b->opened_at; });
   for (Open* o : leftovers) result.push_back(std::move(o->bucket));
 
   // Without tensor_indices the items are in parameter order: list buckets by

@@ -80,8 +80,7 @@ struct BucketAssignment {
 // See the rule above. InvalidArgument for an empty `size_limits`, a zero
 // limit, or `tensor_indices` that is not empty and not a permutation of
 // 0..items.size()-1.
-absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> items,
-                                               absl::Span<const size_t> size_limits,
+absl::StatusOr<BucketAssignment> AssignBuckets(absl::Span<const BucketItem> items, absl::Span<const size_t> size_limits,
                                                absl::Span<const int64_t> tensor_indices = {});
 
 }  // namespace lockstep

@@ -64,8 +64,8 @@ absl::StatusOr<std::unique_ptr<CommHook>> MakeCommHook(const std::string& name) 
   if (name == "allreduce") return MakeAllReduceHook();
   if (name == "fp16_compress") return MakeFp16CompressHook();
   if (name == "bf16_compress") return MakeBf16CompressHook();
-  return absl::InvalidArgumentError(absl::StrCat("unknown comm hook '", name,
-                                                 "'; expected none, allreduce, fp16_compress or bf16_compress"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown comm hook '", name, "'; expected none, allreduce, fp16_compress or bf16_compress"));
 }
 
 }  // namespace lockstep

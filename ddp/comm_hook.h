@@ -20,8 +20,8 @@
 #include <string>
 
 #include "collectives/communicator.h"
-#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
+#include "ddp/grad_bucket.h"
 
 namespace lockstep {
 

@@ -8,8 +8,8 @@ namespace lockstep {
 
 absl::StatusOr<ReducerOptions> ToReducerOptions(const DdpOptions& options) {
   if (!(options.bucket_cap_mb > 0) || !std::isfinite(options.bucket_cap_mb)) {
-    return absl::InvalidArgumentError(absl::StrCat("DistributedDataParallel: bucket_cap_mb is ",
-                                                   options.bucket_cap_mb, "; it must be a positive number (MiB)"));
+    return absl::InvalidArgumentError(absl::StrCat("DistributedDataParallel: bucket_cap_mb is ", options.bucket_cap_mb,
+                                                   "; it must be a positive number (MiB)"));
   }
   ReducerOptions r;
   // PyTorch: bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024).

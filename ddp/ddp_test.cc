@@ -18,11 +18,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/testing/group.h"
+#include "core/half.h"
+#include "core/kernels.h"
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
-#include "core/half.h"
-#include "core/kernels.h"
 #include "nn/batch_norm.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
@@ -251,8 +251,8 @@ absl::Status TrainRank(const Case& c, Communicator& comm, std::vector<std::vecto
 void ExpectEquivalent(const Case& c) {
   const std::vector<std::vector<float>> expected = TrainSingle(c);
   std::vector<std::vector<std::vector<float>>> got(kRanks);
-  const std::vector<absl::Status> results = testing::RunThreads(
-      kRanks, [&](Communicator& comm) { return TrainRank(c, comm, &got[comm.rank()]); });
+  const std::vector<absl::Status> results =
+      testing::RunThreads(kRanks, [&](Communicator& comm) { return TrainRank(c, comm, &got[comm.rank()]); });
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_TRUE(results[r].ok()) << c.name << ", rank " << r << ": " << results[r];
     ASSERT_LE(got[r].size(), expected.size());

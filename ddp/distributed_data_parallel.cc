@@ -81,8 +81,8 @@ absl::Status DistributedDataParallel::SyncBuffers(bool is_joined) {
   if (join_.enable) {
     // distributed.py's _find_common_rank(rank, not joined): the largest rank
     // that has not joined sends (an i64 MAX all-reduce).
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor rank, Tensor::FromVector<int64_t>(
-                                               std::vector<int64_t>{is_joined ? -1 : comm_.rank()}));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor rank,
+                              Tensor::FromVector<int64_t>(std::vector<int64_t>{is_joined ? -1 : comm_.rank()}));
     LOCKSTEP_RETURN_IF_ERROR(comm_.AllReduce(rank, ReduceOp::kMax)->Wait());
     src = static_cast<int>(rank.data<int64_t>()[0]);
     if (src < 0) {

@@ -1,13 +1,13 @@
 #include "ddp/fused_all_reduce.h"
 
 #include "absl/strings/str_cat.h"
-#include "ddp/bucket_assignment.h"
 #include "core/status.h"
+#include "ddp/bucket_assignment.h"
 
 namespace lockstep {
 
 absl::StatusOr<std::unique_ptr<FusedAllReduce>> FusedAllReduce::Start(Communicator& comm, std::vector<Tensor> tensors,
-                                                                       ReduceOp op, size_t bucket_cap_bytes) {
+                                                                      ReduceOp op, size_t bucket_cap_bytes) {
   std::vector<BucketItem> items;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) {

@@ -23,9 +23,9 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
 #include "core/tensor.h"
+#include "ddp/grad_bucket.h"
 
 namespace lockstep {
 

@@ -23,7 +23,8 @@ TEST(FusedAllReduceTest, EqualsPerTensorAllReduce) {
       for (size_t k = 0; k < sizes.size(); ++k) {
         const DType dtype = k % 2 == 0 ? DType::kF32 : DType::kBF16;
         Tensor t = *Tensor::Empty({sizes[k]}, DType::kF32);
-        for (int64_t i = 0; i < sizes[k]; ++i) t.data<float>()[i] = static_cast<float>((i * 7 + comm.rank() * 3 + k) % 23) - 11;
+        for (int64_t i = 0; i < sizes[k]; ++i)
+          t.data<float>()[i] = static_cast<float>((i * 7 + comm.rank() * 3 + k) % 23) - 11;
         Tensor typed = *Tensor::Empty({sizes[k]}, dtype);
         if (dtype == DType::kF32) {
           typed = t;

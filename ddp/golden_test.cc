@@ -35,10 +35,10 @@
 #include "ddp/distributed_data_parallel.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 #include "nn/relu.h"
-#include "nn/checkpoint/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "nn/testing/error_bound.h"
@@ -148,8 +148,8 @@ std::vector<Tensor> MomentumBuffers(const Golden& golden, const std::vector<std:
 // as autograd accumulates them), per parameter; empty for a parameter the
 // network does not use.
 struct RankReference {
-  std::vector<eb::Bounded> losses;   // per micro-batch
-  std::vector<eb::Matrix> grads;     // per parameter
+  std::vector<eb::Bounded> losses;  // per micro-batch
+  std::vector<eb::Matrix> grads;    // per parameter
 };
 
 RankReference ReferenceOf(const Golden& golden, const std::vector<Tensor>& params, int rank, int step,
@@ -233,7 +233,8 @@ absl::Status RunRank(const Golden& golden, const std::string& name, Communicator
   options.first_bucket_bytes = config.value("first_bucket_bytes", size_t{1} << 20);
   options.find_unused_parameters = unused;
   LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(*model, comm, options));
-  if (fp16) LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::make_unique<RecordingHook>(MakeFp16CompressHook(), &recorded)));
+  if (fp16)
+    LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::make_unique<RecordingHook>(MakeFp16CompressHook(), &recorded)));
   SgdOptions sgd_options;
   sgd_options.lr = 0.1;
   sgd_options.momentum = 0.9;
@@ -245,8 +246,8 @@ absl::Status RunRank(const Golden& golden, const std::string& name, Communicator
   for (const NamedParameter& p : params) names.push_back(p.name);
   for (const NamedParameter& p : params) {
     if (*p.parameter->value.ToVector<float>() != *golden["init." + p.name].ToVector<float>()) {
-      return absl::InternalError(absl::StrCat("rank ", comm.rank(), ": after the broadcast, ", p.name,
-                                              " is not rank 0's initial value"));
+      return absl::InternalError(
+          absl::StrCat("rank ", comm.rank(), ": after the broadcast, ", p.name, " is not rank 0's initial value"));
     }
   }
   const int micro_batches = golden.meta("micro_batches").get<int>();
@@ -271,8 +272,9 @@ absl::Status RunRank(const Golden& golden, const std::string& name, Communicator
     recorded.pre_hook.emplace_back();
     LOCKSTEP_RETURN_IF_ERROR(model->ZeroGrad(/*set_to_none=*/true));
     for (int m = 0; m < micro_batches; ++m) {
-      const std::string prefix = micro_batches == 1 ? absl::StrCat("rank", comm.rank(), ".step", step, ".")
-                                                    : absl::StrCat("rank", comm.rank(), ".step", step, ".micro", m, ".");
+      const std::string prefix = micro_batches == 1
+                                     ? absl::StrCat("rank", comm.rank(), ".step", step, ".")
+                                     : absl::StrCat("rank", comm.rank(), ".step", step, ".micro", m, ".");
       auto run = [&]() -> absl::Status {
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, ddp->Forward(golden[prefix + "x"]));
         LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, golden[prefix + "y"]));
@@ -295,7 +297,8 @@ absl::Status RunRank(const Golden& golden, const std::string& name, Communicator
       const std::string what = absl::StrCat("rank ", comm.rank(), " ", key);
       if (mine.grads[i].x.empty()) {  // never used: no grad here nor in PyTorch
         if (golden.has(key)) return absl::InternalError(absl::StrCat(what, ": PyTorch has a grad, the reference none"));
-        if (params[i].parameter->grad.defined()) return absl::InternalError(absl::StrCat(what, ": PyTorch has no grad"));
+        if (params[i].parameter->grad.defined())
+          return absl::InternalError(absl::StrCat(what, ": PyTorch has no grad"));
         continue;
       }
       const Tensor& got = params[i].parameter->grad;
@@ -351,9 +354,8 @@ absl::Status RunRank(const Golden& golden, const std::string& name, Communicator
     }
     // Both rebuild at the forward after the first step.
     if (ours != buckets_after[step].get<std::vector<std::vector<std::string>>>()) {
-      return absl::InternalError(absl::StrCat(name, ": buckets after step ", step, " are ",
-                                              nlohmann::json(ours).dump(), ", PyTorch's ",
-                                              buckets_after[step].dump()));
+      return absl::InternalError(absl::StrCat(name, ": buckets after step ", step, " are ", nlohmann::json(ours).dump(),
+                                              ", PyTorch's ", buckets_after[step].dump()));
     }
   }
   return absl::OkStatus();
@@ -368,12 +370,14 @@ void ExpectFp16HookExact(const Golden& golden, const std::vector<Recorded>& reco
     for (const auto& [i, got] : recorded[0].post_hook[step]) {
       const std::vector<float>& a = recorded[0].pre_hook[step].at(i);
       const std::vector<float>& b = recorded[1].pre_hook[step].at(i);
-      const std::vector<float> ta = *golden[absl::StrCat("rank0.step", step, ".local_grad.", names[i])].ToVector<float>();
-      const std::vector<float> tb = *golden[absl::StrCat("rank1.step", step, ".local_grad.", names[i])].ToVector<float>();
+      const std::vector<float> ta =
+          *golden[absl::StrCat("rank0.step", step, ".local_grad.", names[i])].ToVector<float>();
+      const std::vector<float> tb =
+          *golden[absl::StrCat("rank1.step", step, ".local_grad.", names[i])].ToVector<float>();
       const std::vector<float> want = *golden[absl::StrCat("step", step, ".grad.", names[i])].ToVector<float>();
       for (size_t j = 0; j < got.size(); ++j, ++checked) {
-        ASSERT_EQ(got[j], Fp16Hook(a[j], b[j])) << "our hook, step " << step << " " << names[i] << "[" << j
-                                                << "] from pre-hook " << a[j] << ", " << b[j];
+        ASSERT_EQ(got[j], Fp16Hook(a[j], b[j]))
+            << "our hook, step " << step << " " << names[i] << "[" << j << "] from pre-hook " << a[j] << ", " << b[j];
         ASSERT_EQ(recorded[1].post_hook[step].at(i)[j], got[j]) << "rank 1, step " << step << " " << names[i];
         ASSERT_EQ(want[j], Fp16Hook(ta[j], tb[j])) << "PyTorch's hook, step " << step << " " << names[i] << "[" << j
                                                    << "] from its pre-hook " << ta[j] << ", " << tb[j];

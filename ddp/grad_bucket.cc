@@ -23,8 +23,8 @@ absl::StatusOr<GradBucket> GradBucket::Create(size_t index, bool is_last, const 
   const std::string where = absl::StrCat("GradBucket::Create(bucket ", index, "): ");
   if (members.empty()) return absl::InvalidArgumentError(where + "no member tensors; a bucket needs at least one");
   if (indices.size() != members.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, indices.size(), " indices for ", members.size(),
-                                                   " members; pass one index per member"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, indices.size(), " indices for ", members.size(), " members; pass one index per member"));
   }
   for (size_t i = 0; i < members.size(); ++i) {
     if (!members[i].defined()) {
@@ -35,9 +35,9 @@ absl::StatusOr<GradBucket> GradBucket::Create(size_t index, bool is_last, const 
   for (size_t i = 1; i < members.size(); ++i) {
     const Tensor& t = members[i];
     if (t.dtype() != first.dtype() || t.device() != first.device()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "member ", i, " (tensor ", indices[i], ") is ", t.DebugString(), " but member 0 (tensor ",
-          indices[0], ") is ", first.DebugString(), "; a bucket holds one dtype on one device"));
+      return absl::InvalidArgumentError(absl::StrCat(where, "member ", i, " (tensor ", indices[i], ") is ",
+                                                     t.DebugString(), " but member 0 (tensor ", indices[0], ") is ",
+                                                     first.DebugString(), "; a bucket holds one dtype on one device"));
     }
   }
 

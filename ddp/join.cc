@@ -53,8 +53,8 @@ absl::Status Join::Shadow() {
 
 absl::Status Join::SyncFinalModel(bool is_last_joiner) {
   Communicator& comm = ddp_.comm_;
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor rank, Tensor::FromVector<int64_t>(
-                                             std::vector<int64_t>{is_last_joiner ? comm.rank() : -1}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor rank,
+                            Tensor::FromVector<int64_t>(std::vector<int64_t>{is_last_joiner ? comm.rank() : -1}));
   LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(rank, ReduceOp::kMax)->Wait());
   authoritative_rank_ = static_cast<int>(rank.data<int64_t>()[0]);
   if (authoritative_rank_ < 0) {

@@ -23,9 +23,9 @@
 #include "nn/batch_norm.h"
 #include "nn/linear.h"
 #include "nn/relu.h"
-#include "nn/testing/golden_file.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
+#include "nn/testing/golden_file.h"
 
 namespace lockstep {
 namespace {
@@ -92,8 +92,10 @@ void RunGoldenCase(const std::string& c) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(got[r].weights.size(), static_cast<size_t>(batches[r])) << c << " rank " << r;
     for (int i = 0; i < batches[r]; ++i) {
-      EXPECT_EQ(got[r].weights[i], Values(G(absl::StrCat(c, ".step.", r, ".", i, ".weight")))) << c << " rank " << r << " step " << i;
-      EXPECT_EQ(got[r].biases[i], Values(G(absl::StrCat(c, ".step.", r, ".", i, ".bias")))) << c << " rank " << r << " step " << i;
+      EXPECT_EQ(got[r].weights[i], Values(G(absl::StrCat(c, ".step.", r, ".", i, ".weight"))))
+          << c << " rank " << r << " step " << i;
+      EXPECT_EQ(got[r].biases[i], Values(G(absl::StrCat(c, ".step.", r, ".", i, ".bias"))))
+          << c << " rank " << r << " step " << i;
     }
     EXPECT_EQ(got[r].final_weight, Values(G(absl::StrCat(c, ".final.", r, ".weight")))) << c << " rank " << r;
     EXPECT_EQ(got[r].final_bias, Values(G(absl::StrCat(c, ".final.", r, ".bias")))) << c << " rank " << r;
@@ -123,14 +125,16 @@ std::unique_ptr<Sequential> MakeNet() {
   EXPECT_TRUE(net->Add("fc2", *Linear::Create({6, 2})).ok());
   int k = 0;
   for (Parameter* p : net->Parameters()) {
-    for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] = 0.05f * static_cast<float>((k++ % 13) - 6);
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      p->value.data<float>()[i] = 0.05f * static_cast<float>((k++ % 13) - 6);
   }
   return net;
 }
 
 Tensor Batch(int rank, int i, float scale = 1.0f) {
   Tensor x = *Tensor::Empty({4, 4}, DType::kF32);
-  for (int64_t j = 0; j < 16; ++j) x.data<float>()[j] = scale * static_cast<float>(((rank * 7 + i * 5 + j * 3) % 11) - 5);
+  for (int64_t j = 0; j < 16; ++j)
+    x.data<float>()[j] = scale * static_cast<float>(((rank * 7 + i * 5 + j * 3) % 11) - 5);
   return x;
 }
 
@@ -228,7 +232,7 @@ TEST(JoinTest, DisabledJoinIssuesNothingWithEvenInputs) {
   off.enable = false;
   const Trained with_join = Train(2, {3, 3}, {}, off);
   testing::ExpectAllOk(with_join.results);
-  EXPECT_EQ(with_join.after[0].state, with_join.before[0].state);  // No final sync:
+  EXPECT_EQ(with_join.after[0].state, with_join.before[0].state);   // No final sync:
   EXPECT_NE(with_join.after[0].state, with_join.after[1].state);    // the last batch's running stats stay each rank's,
   EXPECT_EQ(with_join.after[0].params, with_join.after[1].params);  // the parameters DDP keeps equal.
 }
@@ -240,8 +244,9 @@ TEST(JoinTest, ThrowOnEarlyTerminationFailsEveryRankInPyTorchsWords) {
   ASSERT_EQ(t.results.size(), 3u);
   EXPECT_NE(t.results[0].message().find("Rank 0 exhausted all inputs."), std::string::npos) << t.results[0];
   for (int r : {1, 2}) {
-    EXPECT_NE(t.results[r].message().find("Detected at least one rank that exhausted inputs. Throwing across all ranks."),
-              std::string::npos)
+    EXPECT_NE(
+        t.results[r].message().find("Detected at least one rank that exhausted inputs. Throwing across all ranks."),
+        std::string::npos)
         << "rank " << r << ": " << t.results[r];
   }
 }

@@ -22,7 +22,8 @@ class PostLocalSgdHook final : public CommHook {
       if (absl::Status s = Divide(buffer, comm.size()); !s.ok()) return WorkPromise::Completed(s);
       return comm.AllReduce(buffer, ReduceOp::kSum);
     }
-    if (!options_.post_local_gradient_allreduce) return WorkPromise::Completed(absl::OkStatus());  // Local gradients as they are.
+    if (!options_.post_local_gradient_allreduce)
+      return WorkPromise::Completed(absl::OkStatus());  // Local gradients as they are.
     if (absl::Status s = Divide(buffer, subgroup_->size()); !s.ok()) return WorkPromise::Completed(s);
     return subgroup_->AllReduce(buffer, ReduceOp::kSum);
   }
@@ -35,8 +36,7 @@ class PostLocalSgdHook final : public CommHook {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CommHook>> MakePostLocalSgdHook(const LocalSgdOptions& options,
-                                                              Communicator* subgroup) {
+absl::StatusOr<std::unique_ptr<CommHook>> MakePostLocalSgdHook(const LocalSgdOptions& options, Communicator* subgroup) {
   if (options.start_local_sgd_iter < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("post-local SGD: start_local_sgd_iter ", options.start_local_sgd_iter, " must be >= 0"));
@@ -84,8 +84,8 @@ absl::Status PeriodicModelAverager::AverageParameters(const std::vector<Paramete
   LOCKSTEP_RETURN_IF_ERROR(Divide(flat, group_->size()));
   absl::Status s = group_->AllReduce(flat, ReduceOp::kSum)->Wait();
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("PeriodicModelAverager at step ", step, " on rank ", group_->rank(),
-                                               ": ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("PeriodicModelAverager at step ", step, " on rank ", group_->rank(), ": ", s.message()));
   }
   at = 0;
   for (Parameter* p : params) {

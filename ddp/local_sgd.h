@@ -51,8 +51,7 @@ struct LocalSgdOptions {
 // `subgroup` (this rank's part of DDP's communicator; it must outlive the
 // hook) is needed when post_local_gradient_allreduce is on (PyTorch would
 // call new_subgroups(), which needs CUDA).
-absl::StatusOr<std::unique_ptr<CommHook>> MakePostLocalSgdHook(const LocalSgdOptions& options,
-                                                              Communicator* subgroup);
+absl::StatusOr<std::unique_ptr<CommHook>> MakePostLocalSgdHook(const LocalSgdOptions& options, Communicator* subgroup);
 
 class PeriodicModelAverager {
  public:

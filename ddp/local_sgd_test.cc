@@ -19,8 +19,8 @@
 #include "ddp/distributed_data_parallel.h"
 #include "gtest/gtest.h"
 #include "nn/linear.h"
-#include "nn/testing/golden_file.h"
 #include "nn/sgd.h"
+#include "nn/testing/golden_file.h"
 
 namespace lockstep {
 namespace {
@@ -68,8 +68,10 @@ void RunCase(const std::string& c, bool allreduce) {
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_EQ(got[r].size(), static_cast<size_t>(kSteps));
     for (int i = 0; i < kSteps; ++i) {
-      EXPECT_EQ(got[r][i].first, Values(G(absl::StrCat(c, ".step.", r, ".", i, ".weight")))) << c << " rank " << r << " step " << i;
-      EXPECT_EQ(got[r][i].second, Values(G(absl::StrCat(c, ".step.", r, ".", i, ".bias")))) << c << " rank " << r << " step " << i;
+      EXPECT_EQ(got[r][i].first, Values(G(absl::StrCat(c, ".step.", r, ".", i, ".weight"))))
+          << c << " rank " << r << " step " << i;
+      EXPECT_EQ(got[r][i].second, Values(G(absl::StrCat(c, ".step.", r, ".", i, ".bias"))))
+          << c << " rank " << r << " step " << i;
     }
   }
   // The local phase is visible: the subgroups differ after step 3 (not

@@ -88,8 +88,8 @@ struct Block {
 
 absl::StatusOr<std::unique_ptr<PowerSgdHook>> PowerSgdHook::Create(PowerSgdOptions options) {
   if (options.matrix_approximation_rank < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("PowerSGD: matrix_approximation_rank ",
-                                                   options.matrix_approximation_rank, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PowerSGD: matrix_approximation_rank ", options.matrix_approximation_rank, " must be >= 1"));
   }
   if ((options.use_error_feedback || options.warm_start) && options.start_powersgd_iter <= 1) {
     return absl::InvalidArgumentError(
@@ -361,22 +361,23 @@ std::shared_ptr<Work> PowerSgdHook::RunBatched(Communicator& comm, GradBucket& b
         LOCKSTEP_RETURN_IF_ERROR(Gemm(matrix, true, p, false, q));
         return c->AllReduce(q, ReduceOp::kSum);
       })
-      ->Then([self, world, matrix, matrix_flat, p, q, state, buffer, copy, total, warm_start, is_last]() -> absl::Status {
-        LOCKSTEP_RETURN_IF_ERROR(Divide(q, world));
-        LOCKSTEP_RETURN_IF_ERROR(Gemm(p, false, q, true, matrix));
-        if (copy.defined()) {
-          const float* x = copy.data<float>();
-          const float* y = matrix_flat.data<float>();
-          float* e = state->error.data<float>();
-          for (int64_t i = 0; i < matrix_flat.numel(); ++i) e[i] = x[i] - y[i];
-        }
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor part, matrix_flat.Flat(0, total));
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, buffer.Reshape({total}));
-        LOCKSTEP_RETURN_IF_ERROR(out.CopyFrom(part));
-        if (!warm_start) state->p = state->q = Tensor();
-        if (is_last) self->iteration_.fetch_add(1);
-        return absl::OkStatus();
-      });
+      ->Then(
+          [self, world, matrix, matrix_flat, p, q, state, buffer, copy, total, warm_start, is_last]() -> absl::Status {
+            LOCKSTEP_RETURN_IF_ERROR(Divide(q, world));
+            LOCKSTEP_RETURN_IF_ERROR(Gemm(p, false, q, true, matrix));
+            if (copy.defined()) {
+              const float* x = copy.data<float>();
+              const float* y = matrix_flat.data<float>();
+              float* e = state->error.data<float>();
+              for (int64_t i = 0; i < matrix_flat.numel(); ++i) e[i] = x[i] - y[i];
+            }
+            LOCKSTEP_ASSIGN_OR_RETURN(Tensor part, matrix_flat.Flat(0, total));
+            LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, buffer.Reshape({total}));
+            LOCKSTEP_RETURN_IF_ERROR(out.CopyFrom(part));
+            if (!warm_start) state->p = state->q = Tensor();
+            if (is_last) self->iteration_.fetch_add(1);
+            return absl::OkStatus();
+          });
 }
 
 }  // namespace lockstep

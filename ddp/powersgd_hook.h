@@ -64,8 +64,8 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "ddp/grad_bucket.h"
 #include "ddp/comm_hook.h"
+#include "ddp/grad_bucket.h"
 
 namespace lockstep {
 

@@ -29,9 +29,9 @@
 #include "nlohmann/json.hpp"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/testing/golden_file.h"
 #include "nn/sgd.h"
 #include "nn/testing/error_bound.h"
+#include "nn/testing/golden_file.h"
 
 namespace lockstep {
 namespace {
@@ -154,7 +154,8 @@ Reference Round(const Vec in[2], const Vec err[2], const Vec& q_start, int64_t r
         eb::Bounded sum;
         for (int r = 0; r < 2; ++r) {
           Vec colm, colp;
-          for (int64_t i = 0; i < b.n; ++i) colm.push_back(mtx[r][b.offset + i * b.m + j]), colp.push_back(p[i * b.r + c]);
+          for (int64_t i = 0; i < b.n; ++i)
+            colm.push_back(mtx[r][b.offset + i * b.m + j]), colp.push_back(p[i * b.r + c]);
           const eb::Bounded part = eb::Dot(colm, colp);
           sum = r == 0 ? part : eb::Add(sum, part);
         }
@@ -250,9 +251,11 @@ void RunCase(const std::string& c) {
     const Reference ref = Round(in, err, q_start, rank);
     for (int r = 0; r < 2; ++r) {
       ExpectWithin(got[r].out, ref.out[r], absl::StrCat("our output, rank ", r));
-      ExpectWithin(Values(G().at(absl::StrCat(c, ".out.", r, ".", it))), ref.out[r], absl::StrCat("PyTorch's output, rank ", r));
+      ExpectWithin(Values(G().at(absl::StrCat(c, ".out.", r, ".", it))), ref.out[r],
+                   absl::StrCat("PyTorch's output, rank ", r));
       ExpectWithin(got[r].error, ref.error[r], absl::StrCat("our error, rank ", r));
-      ExpectWithin(Values(G().at(absl::StrCat(c, ".error.", r, ".", it))), ref.error[r], absl::StrCat("PyTorch's error, rank ", r));
+      ExpectWithin(Values(G().at(absl::StrCat(c, ".error.", r, ".", it))), ref.error[r],
+                   absl::StrCat("PyTorch's error, rank ", r));
       ExpectWithin(got[r].p, ref.p, "our P");
       ExpectWithin(got[r].q, ref.q, "our Q");
     }
@@ -275,7 +278,8 @@ TEST(PowerSgdTest, BatchedCompressesTheWholeBucketAsOneSquareMatrix) {
   for (int it = 0; it < 2; ++it) {
     for (int r = 0; r < 2; ++r) {
       Mt19937 gen(static_cast<uint64_t>(50 + 10 * it + r));
-      for (int64_t i = 0; i < kTotal; ++i) inputs[it][r].push_back(static_cast<float>(gen.Next32() / 4294967296.0 - 0.5));
+      for (int64_t i = 0; i < kTotal; ++i)
+        inputs[it][r].push_back(static_cast<float>(gen.Next32() / 4294967296.0 - 0.5));
     }
   }
   std::vector<float> qinit;

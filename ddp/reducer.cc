@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ddp/bucket_assignment.h"
 #include "core/kernels.h"
 #include "core/status.h"
+#include "ddp/bucket_assignment.h"
 
 namespace lockstep {
 
@@ -23,8 +23,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::unique_ptr<GradSlo
         "directly)");
   }
   if (options.bucket_cap_bytes == 0 || options.first_bucket_bytes == 0) {
-    return absl::InvalidArgumentError(
-        "DistributedDataParallel: bucket_cap_mb and first_bucket_bytes must be positive");
+    return absl::InvalidArgumentError("DistributedDataParallel: bucket_cap_mb and first_bucket_bytes must be positive");
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(names), comm, options));
   // The first buckets (distributed.py's _ddp_init_helper): one bucket per
@@ -51,8 +50,13 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::unique_ptr<GradSlo
 
 Reducer::Reducer(std::unique_ptr<GradSlots> params, std::vector<std::string> names, Communicator& comm,
                  ReducerOptions options)
-    : params_(std::move(params)), names_(std::move(names)), comm_(comm), options_(options),
-      locations_(params_->size()), ready_(params_->size(), false), locally_used_(params_->size(), false) {}
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      comm_(comm),
+      options_(options),
+      locations_(params_->size()),
+      ready_(params_->size(), false),
+      locally_used_(params_->size(), false) {}
 
 absl::Status Reducer::InitializeBuckets(const std::vector<std::vector<size_t>>& buckets) {
   std::vector<Bucket> fresh;
@@ -127,15 +131,15 @@ void Reducer::PrepareForBackward() {
 absl::Status Reducer::MarkReady(size_t index) {
   if (!expect_hooks_) return absl::OkStatus();  // NoSync, or no backward of ours.
   if (index >= params_->size()) {
-    return absl::InternalError(absl::StrCat("DistributedDataParallel: gradient-ready hook for parameter ", index,
-                                            " of ", params_->size()));
+    return absl::InternalError(
+        absl::StrCat("DistributedDataParallel: gradient-ready hook for parameter ", index, " of ", params_->size()));
   }
   if (ready_[index]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Expected to mark a variable ready only once. Parameter ", names_[index], " (index ", index,
-        ") got its gradient twice in one backward on rank ", comm_.rank(),
-        ". A parameter may take part in one backward only once: do not share it between layers or run "
-        "several backwards per forward"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Expected to mark a variable ready only once. Parameter ", names_[index], " (index ", index,
+                     ") got its gradient twice in one backward on rank ", comm_.rank(),
+                     ". A parameter may take part in one backward only once: do not share it between layers or run "
+                     "several backwards per forward"));
   }
   ready_[index] = true;
   locally_used_[index] = true;
@@ -302,8 +306,8 @@ absl::Status Reducer::RebuildBucketsIfNeeded() {
   // Wire form: [number of buckets, size of each, indices...]; its length is
   // the same on every rank (1 + buckets + parameters), except the bucket
   // count, which is sent first.
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor count, Tensor::FromVector<int64_t>(
-                                              std::vector<int64_t>{static_cast<int64_t>(assignment.buckets.size())}));
+  LOCKSTEP_ASSIGN_OR_RETURN(
+      Tensor count, Tensor::FromVector<int64_t>(std::vector<int64_t>{static_cast<int64_t>(assignment.buckets.size())}));
   LOCKSTEP_RETURN_IF_ERROR(comm_.Broadcast(count, 0)->Wait());
   const int64_t n_buckets = count.data<int64_t>()[0];
   if (n_buckets < 1 || n_buckets > static_cast<int64_t>(params_->size())) {

@@ -22,10 +22,10 @@
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
-#include "ddp/grad_bucket.h"
 #include "collectives/work.h"
 #include "ddp/bucket_timing.h"
 #include "ddp/comm_hook.h"
+#include "ddp/grad_bucket.h"
 #include "ddp/grad_slots.h"
 
 namespace lockstep {

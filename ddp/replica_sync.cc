@@ -38,9 +38,9 @@ absl::Status Compare(const std::vector<int64_t>& mine, int me, const std::vector
                      const std::vector<std::string>& names) {
   if (mine == theirs) return absl::OkStatus();
   if (mine[0] != theirs[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedDataParallel: rank ", me, " has ", mine[0], " parameters but rank ", them, " has ", theirs[0],
-        ". DDP expects the same model on every rank: build it the same way everywhere"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedDataParallel: rank ", me, " has ", mine[0], " parameters but rank ", them, " has ",
+                     theirs[0], ". DDP expects the same model on every rank: build it the same way everywhere"));
   }
   size_t pm = 1, pt = 1;
   for (size_t i = 0; i < names.size(); ++i) {

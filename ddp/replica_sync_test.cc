@@ -25,9 +25,9 @@ struct Spec {
 
 // BatchNorm-like buffers (f32 mean and var, i64 count) between parameters of
 // other dtypes, one empty and one large.
-const std::vector<Spec> kSpecs = {{DType::kF32, 7},   {DType::kF32, 7},  {DType::kI64, 1}, {DType::kF16, 33},
-                                  {DType::kF32, 0},   {DType::kU8, 5},   {DType::kF64, 3}, {DType::kF32, 1000},
-                                  {DType::kBF16, 12}, {DType::kI64, 1},  {DType::kF32, 2}, {DType::kI32, 9}};
+const std::vector<Spec> kSpecs = {{DType::kF32, 7},   {DType::kF32, 7}, {DType::kI64, 1}, {DType::kF16, 33},
+                                  {DType::kF32, 0},   {DType::kU8, 5},  {DType::kF64, 3}, {DType::kF32, 1000},
+                                  {DType::kBF16, 12}, {DType::kI64, 1}, {DType::kF32, 2}, {DType::kI32, 9}};
 
 // Rank r's bytes of tensor i: distinct per rank, tensor and byte.
 uint8_t ByteOf(int rank, size_t tensor, size_t byte) {
@@ -47,8 +47,8 @@ absl::Status CheckBroadcast(Communicator& comm, size_t bucket_bytes) {
     const auto* p = static_cast<const uint8_t*>(tensors[i].raw_data());
     for (size_t b = 0; b < tensors[i].nbytes(); ++b) {
       if (p[b] != ByteOf(0, i, b)) {
-        return absl::InternalError(absl::StrCat("cap ", bucket_bytes, ": rank ", comm.rank(), " tensor ", i,
-                                                " byte ", b, " is ", p[b], ", rank 0 had ", ByteOf(0, i, b)));
+        return absl::InternalError(absl::StrCat("cap ", bucket_bytes, ": rank ", comm.rank(), " tensor ", i, " byte ",
+                                                b, " is ", p[b], ", rank 0 had ", ByteOf(0, i, b)));
       }
     }
   }

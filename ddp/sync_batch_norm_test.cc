@@ -21,9 +21,9 @@
 #include "core/status.h"
 #include "gtest/gtest.h"
 #include "nn/batch_norm.h"
-#include "nn/testing/golden_file.h"
 #include "nn/testing/batch_norm_reference.h"
 #include "nn/testing/error_bound.h"
+#include "nn/testing/golden_file.h"
 
 namespace lockstep {
 namespace {
@@ -118,7 +118,8 @@ void RunCase(const std::string& name) {
     for (int r = 0; r < kRanks; ++r) xs.push_back(G(absl::StrCat(p, "x", r))), gs.push_back(G(absl::StrCat(p, "g", r)));
     const Tensor x = Concat(xs), g = Concat(gs);
     const std::string before = k == 0 ? "" : absl::StrCat(name, ".", steps[k - 1], ".");
-    const Tensor mean_prev = k == 0 ? *Tensor::Zeros({G(name + ".weight").numel()}, DType::kF32) : G(before + "running_mean");
+    const Tensor mean_prev =
+        k == 0 ? *Tensor::Zeros({G(name + ".weight").numel()}, DType::kF32) : G(before + "running_mean");
     const Tensor var_prev = k == 0 ? *Tensor::FromVector<float>(std::vector<float>(G(name + ".weight").numel(), 1.0f))
                                    : G(before + "running_var");
     const double factor = name == "bn1d_single" ? 1.0 / static_cast<double>(std::min<size_t>(k, 2) + 1) : 0.1;
@@ -139,8 +140,8 @@ void RunCase(const std::string& name) {
       // with the other ranks' upstream gradients zeroed.
       std::vector<Tensor> masked;
       for (int i = 0; i < kRanks; ++i) masked.push_back(i == r ? gs[i] : *Tensor::Zeros(gs[i].shape(), DType::kF32));
-      const BatchNormReference share =
-          BatchNormStep(x, Concat(masked), G(name + ".weight"), G(name + ".bias"), mean_prev, var_prev, training, factor);
+      const BatchNormReference share = BatchNormStep(x, Concat(masked), G(name + ".weight"), G(name + ".bias"),
+                                                     mean_prev, var_prev, training, factor);
       CheckWithin(mine.grad_weight, share.grad_weight, what + "grad_weight");
       CheckWithin(mine.grad_bias, share.grad_bias, what + "grad_bias");
       CheckWithin(G(absl::StrCat(p, "grad_weight", r)), share.grad_weight, "PyTorch's " + what + "grad_weight");
@@ -180,7 +181,8 @@ TEST(SyncBatchNormTest, TheBatchSizeCheckCountsTheGroup) {
     Tensor none = *Tensor::Zeros({comm.rank() == 0 ? 1 : 0, 2}, DType::kF32);
     absl::StatusOr<Tensor> refused = bn->Forward(none);
     if (refused.ok() || refused.status().message().find("1 over the group") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("expected the group's count in the error, got ", refused.status().ToString()));
+      return absl::InternalError(
+          absl::StrCat("expected the group's count in the error, got ", refused.status().ToString()));
     }
     if (RevertSyncBatchNorm(*bn) != 1) return absl::InternalError("nothing to revert");
     return absl::OkStatus();

@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer
     if (v.dtype() != dtype || v.device() != device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ZeroRedundancyOptimizer only supports using the same dense type for all parameters but got both ",
-          DTypeName(dtype), " on ", device.ToString(), " and ", DTypeName(v.dtype()), " on ",
-          v.device().ToString(), " (parameter '", p.name, "')"));
+          DTypeName(dtype), " on ", device.ToString(), " and ", DTypeName(v.dtype()), " on ", v.device().ToString(),
+          " (parameter '", p.name, "')"));
     }
     numels.push_back(v.numel());
   }
@@ -80,7 +80,8 @@ absl::Status ZeroRedundancyOptimizer::Step() {
   // Every rank's share from its owner, rank 0's first (_sync_params).
   std::vector<std::shared_ptr<Work>> works;
   for (size_t r = 0; r < partition_.size(); ++r) {
-    for (size_t i : partition_[r]) works.push_back(comm_.Broadcast(parameters()[i].parameter->value, static_cast<int>(r)));
+    for (size_t i : partition_[r])
+      works.push_back(comm_.Broadcast(parameters()[i].parameter->value, static_cast<int>(r)));
   }
   absl::Status first;
   for (const std::shared_ptr<Work>& w : works) {
@@ -126,14 +127,13 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateState(int to) {
   // in the optimizer's key order.
   std::map<size_t, std::map<std::string, Tensor>> by_index;
   for (size_t r = 0; r < all.size(); ++r) {
-    LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile shard,
-                              ParseSafetensors(all[r], absl::StrCat("ZeRO state of rank ", r)));
+    LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile shard, ParseSafetensors(all[r], absl::StrCat("ZeRO state of rank ", r)));
     for (auto& [name, tensor] : shard.tensors) {
       size_t index = 0;
       std::string key;
       if (!SplitStateName(name, &index, &key) || index >= parameters().size()) {
-        return absl::DataLossError(absl::StrCat("ZeroRedundancyOptimizer::ConsolidateState: rank ", r,
-                                                " sent a state entry '", name, "'"));
+        return absl::DataLossError(
+            absl::StrCat("ZeroRedundancyOptimizer::ConsolidateState: rank ", r, " sent a state entry '", name, "'"));
       }
       LOCKSTEP_ASSIGN_OR_RETURN(by_index[index][key], tensor.To(parameters()[index].parameter->value.device()));
     }

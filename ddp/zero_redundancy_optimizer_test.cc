@@ -98,7 +98,7 @@ std::vector<std::pair<std::string, std::vector<float>>> Copy(const std::vector<N
 }
 
 struct TrainRun {
-  std::vector<std::vector<std::vector<float>>> params;  // Per step.
+  std::vector<std::vector<std::vector<float>>> params;            // Per step.
   std::vector<std::pair<std::string, std::vector<float>>> state;  // Rank 0's (consolidated) state at the end.
   int64_t local_state_elements = 0;
   std::vector<NamedTensor> state_handles;
@@ -151,12 +151,10 @@ absl::Status Train(Communicator& comm, Kind kind, bool zero, int first_step, int
 
 void ExpectZeroEqualsPlain(int world, Kind kind) {
   std::vector<TrainRun> plain(world), zero(world);
-  testing::ExpectAllOk(testing::RunThreads(world, [&](Communicator& comm) {
-    return Train(comm, kind, false, 0, 4, {}, {}, &plain[comm.rank()]);
-  }));
-  testing::ExpectAllOk(testing::RunThreads(world, [&](Communicator& comm) {
-    return Train(comm, kind, true, 0, 4, {}, {}, &zero[comm.rank()]);
-  }));
+  testing::ExpectAllOk(testing::RunThreads(
+      world, [&](Communicator& comm) { return Train(comm, kind, false, 0, 4, {}, {}, &plain[comm.rank()]); }));
+  testing::ExpectAllOk(testing::RunThreads(
+      world, [&](Communicator& comm) { return Train(comm, kind, true, 0, 4, {}, {}, &zero[comm.rank()]); }));
   // Each rank holds exactly the state of the parameters PyTorch's partition
   // gives it.
   std::vector<int64_t> numels;
@@ -203,16 +201,14 @@ TEST(ZeroTest, TheConsolidatedStateNamesMatchPyTorchsStateDict) {
 // it: the two continuations are bit-identical.
 TEST(ZeroTest, AConsolidatedCheckpointResumesOnAnotherWorldSizeAndIntoAPlainOptimizer) {
   std::vector<TrainRun> first(3);
-  testing::ExpectAllOk(testing::RunThreads(3, [&](Communicator& comm) {
-    return Train(comm, Kind::kAdam, true, 0, 2, {}, {}, &first[comm.rank()]);
-  }));
+  testing::ExpectAllOk(testing::RunThreads(
+      3, [&](Communicator& comm) { return Train(comm, Kind::kAdam, true, 0, 2, {}, {}, &first[comm.rank()]); }));
   const std::vector<NamedTensor> state = first[0].state_handles;
   const std::vector<std::vector<float>> params = first[0].params.back();
   ASSERT_FALSE(state.empty());
   std::vector<TrainRun> zero(2), plain(2);
-  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) {
-    return Train(comm, Kind::kAdam, true, 2, 3, state, params, &zero[comm.rank()]);
-  }));
+  testing::ExpectAllOk(testing::RunThreads(
+      2, [&](Communicator& comm) { return Train(comm, Kind::kAdam, true, 2, 3, state, params, &zero[comm.rank()]); }));
   testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) {
     return Train(comm, Kind::kAdam, false, 2, 3, state, params, &plain[comm.rank()]);
   }));
@@ -226,7 +222,8 @@ TEST(ZeroTest, BadInputIsRefused) {
       return absl::InternalError("an empty parameter list was accepted");
     }
     std::unique_ptr<Sequential> model = Model();
-    LOCKSTEP_ASSIGN_OR_RETURN(auto zero, ZeroRedundancyOptimizer::Create(model->NamedParameters(), comm, Factory(Kind::kAdam)));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto zero,
+                              ZeroRedundancyOptimizer::Create(model->NamedParameters(), comm, Factory(Kind::kAdam)));
     if (zero->ConsolidateState(5).ok()) return absl::InternalError("consolidating at rank 5 was accepted");
     Tensor bad = *Tensor::Zeros({3}, DType::kF32);
     absl::Status s = zero->LoadStateTensors({{"state.99.exp_avg", bad}});

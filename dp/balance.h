@@ -14,8 +14,7 @@ namespace lockstep {
 
 // PyTorch's warning text naming the weakest and the strongest device, or ""
 // when the devices are balanced. `properties[i]` belongs to `device_ids[i]`.
-std::string ImbalanceWarning(const std::vector<int>& device_ids,
-                             const std::vector<cuda::DeviceProperties>& properties);
+std::string ImbalanceWarning(const std::vector<int>& device_ids, const std::vector<cuda::DeviceProperties>& properties);
 
 }  // namespace lockstep
 

@@ -49,8 +49,7 @@ TEST(BlasConcurrency, ConcurrentSgemmEqualsSerial) {
       const Problem& p = problems[t];
       Tensor c = *Tensor::Empty(p.expected.shape(), DType::kF32);
       for (int r = 0; r < kRounds; ++r) {
-        if (!Gemm(p.a, false, p.b, true, c).ok() ||
-            std::memcmp(c.raw_data(), p.expected.raw_data(), c.nbytes()) != 0) {
+        if (!Gemm(p.a, false, p.b, true, c).ok() || std::memcmp(c.raw_data(), p.expected.raw_data(), c.nbytes()) != 0) {
           ++mismatches[t];
         }
       }

@@ -37,10 +37,8 @@ std::vector<Device> DefaultDataParallelDevices(Module& module) {
   return {Device::Cpu()};
 }
 
-absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(Module& module,
-                                                                   DataParallelOptions options) {
-  std::vector<Device> devices =
-      options.device_ids ? *options.device_ids : DefaultDataParallelDevices(module);
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(Module& module, DataParallelOptions options) {
+  std::vector<Device> devices = options.device_ids ? *options.device_ids : DefaultDataParallelDevices(module);
   if (devices.empty()) {
     // PyTorch indexes device_ids[0] and raises IndexError.
     return absl::InvalidArgumentError(
@@ -49,16 +47,16 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(Module& modul
   }
   for (size_t i = 0; i < devices.size(); ++i) {
     if (devices[i].type() != devices[0].type()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DataParallel: device_ids mixes device types (", devices[0].ToString(), " and ",
-          devices[i].ToString(), "); use devices of one type"));
+      return absl::InvalidArgumentError(absl::StrCat("DataParallel: device_ids mixes device types (",
+                                                     devices[0].ToString(), " and ", devices[i].ToString(),
+                                                     "); use devices of one type"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (devices[i] == devices[j]) {
         // PyTorch does not check; two replicas on one device would share its worker.
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DataParallel: device ", devices[i].ToString(), " is listed twice in device_ids (positions ",
-            j, " and ", i, "); list each device once"));
+        return absl::InvalidArgumentError(absl::StrCat("DataParallel: device ", devices[i].ToString(),
+                                                       " is listed twice in device_ids (positions ", j, " and ", i,
+                                                       "); list each device once"));
       }
     }
   }
@@ -95,17 +93,20 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(Module& modul
   return dp;
 }
 
-DataParallel::DataParallel(Module& module, std::vector<Device> device_ids, Device output_device,
-                           int64_t dim, std::unique_ptr<DeviceWorkers> workers)
-    : module_(module), device_ids_(std::move(device_ids)), output_device_(output_device), dim_(dim),
+DataParallel::DataParallel(Module& module, std::vector<Device> device_ids, Device output_device, int64_t dim,
+                           std::unique_ptr<DeviceWorkers> workers)
+    : module_(module),
+      device_ids_(std::move(device_ids)),
+      output_device_(output_device),
+      dim_(dim),
       workers_(std::move(workers)) {}
 
 absl::Status DataParallel::CheckModuleDevice() {
   const Device source = device_ids_[0];
   auto wrong = [&](const Tensor& t) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module must have its parameters and buffers on device ", source.ToString(),
-        " (device_ids[0]) but found one of them on device: ", t.device().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("module must have its parameters and buffers on device ", source.ToString(),
+                     " (device_ids[0]) but found one of them on device: ", t.device().ToString()));
   };
   for (const NamedParameter& p : module_.NamedParameters()) {
     if (p.parameter->value.device() != source) return wrong(p.parameter->value);
@@ -125,8 +126,7 @@ absl::Status DataParallel::RefreshReplicas(size_t n) {
   const std::map<std::string, std::string> extra = module_.ExtraState();
   for (size_t i = 0; i < n; ++i) {
     if (i >= replicas_.size()) {
-      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Module>> made,
-                                Replicate(module_, {device_ids_[i]}));
+      LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Module>> made, Replicate(module_, {device_ids_[i]}));
       replicas_.push_back(std::move(made[0]));
     }
     Module& replica = *replicas_[i];
@@ -241,8 +241,7 @@ absl::StatusOr<Tensor> DataParallel::Backward(const Tensor& grad_output, bool in
   t = Clock::now();
   std::vector<Module*> replicas;
   for (size_t i = 0; i < n; ++i) replicas.push_back(replicas_[i].get());
-  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Tensor> input_grads,
-                            ParallelBackward(*workers_, replicas, grads, input_grad));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Tensor> input_grads, ParallelBackward(*workers_, replicas, grads, input_grad));
   Report("apply", true, t);
 
   t = Clock::now();

@@ -99,8 +99,7 @@ class DataParallel {
   // `module` must outlive the returned object. Errors: an empty or
   // duplicated device list, mixed device types, an output device of another
   // type, parameters or buffers not on device_ids[0].
-  static absl::StatusOr<std::unique_ptr<DataParallel>> Create(Module& module,
-                                                              DataParallelOptions options = {});
+  static absl::StatusOr<std::unique_ptr<DataParallel>> Create(Module& module, DataParallelOptions options = {});
 
   // The output for the whole batch, on output_device.
   absl::StatusOr<Tensor> Forward(const Tensor& input);
@@ -120,9 +119,7 @@ class DataParallel {
   absl::Status LoadStateDict(const std::vector<NamedTensor>& state, bool strict = true);
 
   // Called on the calling thread after each phase (null: none).
-  void SetPhaseObserver(std::function<void(const DpPhaseTiming&)> observer) {
-    observer_ = std::move(observer);
-  }
+  void SetPhaseObserver(std::function<void(const DpPhaseTiming&)> observer) { observer_ = std::move(observer); }
 
  private:
   DataParallel(Module& module, std::vector<Device> device_ids, Device output_device, int64_t dim,
@@ -137,7 +134,7 @@ class DataParallel {
   const std::vector<Device> device_ids_;
   const Device output_device_;
   const int64_t dim_;
-  std::unique_ptr<DeviceWorkers> workers_;  // null with one device
+  std::unique_ptr<DeviceWorkers> workers_;         // null with one device
   std::vector<std::unique_ptr<Module>> replicas_;  // made on first use, per device
   std::function<void(const DpPhaseTiming&)> observer_;
 

@@ -17,13 +17,13 @@
 #include "core/mt19937.h"
 #include "gtest/gtest.h"
 #include "nn/batch_norm.h"
+#include "nn/checkpoint/state_dict_prefix.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
 #include "nn/relu.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
-#include "nn/checkpoint/state_dict_prefix.h"
 
 namespace lockstep {
 namespace {
@@ -95,8 +95,7 @@ void ExpectClose(const std::vector<std::vector<float>>& got, const std::vector<s
     for (size_t i = 0; i < got[t].size(); ++i) {
       const double d = std::fabs(double{got[t][i]} - want[t][i]);
       if (d > 1e-5 * std::fabs(want[t][i]) + 1e-7 && ++bad <= 3) {
-        ADD_FAILURE() << what << ": tensor " << t << " element " << i << ": " << got[t][i] << " vs "
-                      << want[t][i];
+        ADD_FAILURE() << what << ": tensor " << t << " element " << i << ": " << got[t][i] << " vs " << want[t][i];
       }
     }
   }
@@ -162,8 +161,8 @@ TEST_P(EquivalenceTest, MatchesOneDeviceAfterFiveSgdSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Batches, EquivalenceTest,
-                         ::testing::Values(Case{2, 16, 2}, Case{2, 7, 2}, Case{3, 16, 3}, Case{3, 7, 3},
-                                           Case{3, 2, 2}, Case{2, 1, 1}, Case{3, 4, 2}),
+                         ::testing::Values(Case{2, 16, 2}, Case{2, 7, 2}, Case{3, 16, 3}, Case{3, 7, 3}, Case{3, 2, 2},
+                                           Case{2, 1, 1}, Case{3, 4, 2}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return absl::StrCat(info.param.devices, "devices_batch", info.param.batch);
                          });
@@ -237,10 +236,12 @@ TEST(DataParallel, InputGradientGatheredOnTheInputDevice) {
   Batch b = MakeBatch(0, 8);
   CrossEntropyResult ce = *CrossEntropy(*single->Forward(b.x), b.y);
   Tensor want = *single->Backward(ce.grad_logits, true);
-  Tensor got = *dp->Backward(*[&] {
-    (void)*dp->Forward(b.x);
-    return absl::StatusOr<Tensor>(ce.grad_logits);
-  }(), true);
+  Tensor got = *dp->Backward(
+      *[&] {
+        (void)*dp->Forward(b.x);
+        return absl::StatusOr<Tensor>(ce.grad_logits);
+      }(),
+      true);
   EXPECT_EQ(got.device(), Device::Cpu(0));
   ExpectClose({*got.ToVector<float>()}, {*want.ToVector<float>()}, "input gradient");
 }
@@ -310,8 +311,7 @@ class FailOn : public Module {
     std::unique_ptr<FailOn> m(new FailOn(fail_device, in_backward));
     LinearOptions o{kFeatures, kClasses};
     o.device = device;
-    m->linear_ = static_cast<Linear*>(
-        m->RegisterModule("fc", gen ? *Linear::Create(o, *gen) : *Linear::Create(o)));
+    m->linear_ = static_cast<Linear*>(m->RegisterModule("fc", gen ? *Linear::Create(o, *gen) : *Linear::Create(o)));
     return m;
   }
   absl::string_view type_name() const override { return "FailOn"; }

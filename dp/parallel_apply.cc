@@ -28,8 +28,8 @@ DeviceWorkers::DeviceWorkers(std::vector<Device> devices) : devices_(std::move(d
 
 absl::Status DeviceWorkers::Run(size_t n, const std::function<absl::Status(size_t)>& task) {
   if (n > workers_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DeviceWorkers::Run: ", n, " tasks for ",
-                                                   workers_.size(), " devices"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceWorkers::Run: ", n, " tasks for ", workers_.size(), " devices"));
   }
   std::vector<absl::Status> results(n);
   // Each task writes only its own slot; ThreadPool::Wait orders the writes
@@ -40,20 +40,18 @@ absl::Status DeviceWorkers::Run(size_t n, const std::function<absl::Status(size_
   for (size_t i = 0; i < n; ++i) workers_[i]->Wait();
   for (size_t i = 0; i < n; ++i) {
     if (!results[i].ok()) {
-      return absl::Status(results[i].code(), absl::StrCat("replica ", i, " on device ",
-                                                          devices_[i].ToString(), ": ",
+      return absl::Status(results[i].code(), absl::StrCat("replica ", i, " on device ", devices_[i].ToString(), ": ",
                                                           results[i].message()));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Tensor>> ParallelApply(DeviceWorkers& workers,
-                                                  absl::Span<Module* const> replicas,
+absl::StatusOr<std::vector<Tensor>> ParallelApply(DeviceWorkers& workers, absl::Span<Module* const> replicas,
                                                   absl::Span<const Tensor> inputs) {
   if (replicas.size() != inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ParallelApply: ", replicas.size(), " replicas but ",
-                                                   inputs.size(), " inputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParallelApply: ", replicas.size(), " replicas but ", inputs.size(), " inputs"));
   }
   std::vector<Tensor> outputs(replicas.size());
   LOCKSTEP_RETURN_IF_ERROR(workers.Run(replicas.size(), [&](size_t i) -> absl::Status {
@@ -63,14 +61,11 @@ absl::StatusOr<std::vector<Tensor>> ParallelApply(DeviceWorkers& workers,
   return outputs;
 }
 
-absl::StatusOr<std::vector<Tensor>> ParallelBackward(DeviceWorkers& workers,
-                                                     absl::Span<Module* const> replicas,
-                                                     absl::Span<const Tensor> grad_outputs,
-                                                     bool input_grad) {
+absl::StatusOr<std::vector<Tensor>> ParallelBackward(DeviceWorkers& workers, absl::Span<Module* const> replicas,
+                                                     absl::Span<const Tensor> grad_outputs, bool input_grad) {
   if (replicas.size() != grad_outputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ParallelBackward: ", replicas.size(),
-                                                   " replicas but ", grad_outputs.size(),
-                                                   " output gradients"));
+    return absl::InvalidArgumentError(absl::StrCat("ParallelBackward: ", replicas.size(), " replicas but ",
+                                                   grad_outputs.size(), " output gradients"));
   }
   std::vector<Tensor> input_grads(replicas.size());
   LOCKSTEP_RETURN_IF_ERROR(workers.Run(replicas.size(), [&](size_t i) -> absl::Status {

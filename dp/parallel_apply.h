@@ -61,17 +61,14 @@ class DeviceWorkers {
 
 // outputs[i] = replicas[i]->Forward(inputs[i]) on worker i. The spans must
 // have the same length, at most workers.devices().size().
-absl::StatusOr<std::vector<Tensor>> ParallelApply(DeviceWorkers& workers,
-                                                  absl::Span<Module* const> replicas,
+absl::StatusOr<std::vector<Tensor>> ParallelApply(DeviceWorkers& workers, absl::Span<Module* const> replicas,
                                                   absl::Span<const Tensor> inputs);
 
 // input_grads[i] = replicas[i]->Backward(grad_outputs[i], input_grad) on
 // worker i (undefined tensors when !input_grad). Gradient-ready hooks of the
 // replicas run on their workers.
-absl::StatusOr<std::vector<Tensor>> ParallelBackward(DeviceWorkers& workers,
-                                                     absl::Span<Module* const> replicas,
-                                                     absl::Span<const Tensor> grad_outputs,
-                                                     bool input_grad);
+absl::StatusOr<std::vector<Tensor>> ParallelBackward(DeviceWorkers& workers, absl::Span<Module* const> replicas,
+                                                     absl::Span<const Tensor> grad_outputs, bool input_grad);
 
 }  // namespace lockstep
 

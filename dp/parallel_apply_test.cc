@@ -33,18 +33,24 @@ TEST(DeviceWorkers, PersistentThreadPerDeviceRunningConcurrently) {
   std::mutex mu;
   std::condition_variable cv;
   int arrived = 0;
-  ASSERT_TRUE(workers->Run(3, [&](size_t i) {
-    first[i] = std::this_thread::get_id();
-    std::unique_lock<std::mutex> lock(mu);
-    ++arrived;
-    cv.notify_all();
-    cv.wait(lock, [&] { return arrived == 3; });
-    return absl::OkStatus();
-  }).ok());
-  ASSERT_TRUE(workers->Run(2, [&](size_t i) {
-    second[i] = std::this_thread::get_id();
-    return absl::OkStatus();
-  }).ok());
+  ASSERT_TRUE(workers
+                  ->Run(3,
+                        [&](size_t i) {
+                          first[i] = std::this_thread::get_id();
+                          std::unique_lock<std::mutex> lock(mu);
+                          ++arrived;
+                          cv.notify_all();
+                          cv.wait(lock, [&] { return arrived == 3; });
+                          return absl::OkStatus();
+                        })
+                  .ok());
+  ASSERT_TRUE(workers
+                  ->Run(2,
+                        [&](size_t i) {
+                          second[i] = std::this_thread::get_id();
+                          return absl::OkStatus();
+                        })
+                  .ok());
   EXPECT_NE(first[0], first[1]);
   EXPECT_NE(first[1], first[2]);
   EXPECT_NE(first[0], std::this_thread::get_id());

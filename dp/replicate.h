@@ -30,8 +30,7 @@ namespace lockstep {
 
 // One deep copy of `module` per device, in order. An error naming the device
 // when a copy cannot be made (e.g. a layer without kernels for it).
-absl::StatusOr<std::vector<std::unique_ptr<Module>>> Replicate(const Module& module,
-                                                               absl::Span<const Device> devices);
+absl::StatusOr<std::vector<std::unique_ptr<Module>>> Replicate(const Module& module, absl::Span<const Device> devices);
 
 // Overwrites `replica`'s parameters and buffers with `source`'s values and
 // gives it `source`'s training mode; `replica` must have been made from

@@ -46,8 +46,7 @@ TEST(Replicate, CopiesOnEachDevice) {
       EXPECT_EQ(copy[k].first, source[k].first);
       EXPECT_EQ(copy[k].second.device(), devices[i]);
       EXPECT_FALSE(copy[k].second.SharesStorageWith(source[k].second));
-      EXPECT_EQ(0, std::memcmp(copy[k].second.raw_data(), source[k].second.raw_data(),
-                               source[k].second.nbytes()));
+      EXPECT_EQ(0, std::memcmp(copy[k].second.raw_data(), source[k].second.raw_data(), source[k].second.nbytes()));
     }
   }
 }
@@ -65,8 +64,7 @@ TEST(Replicate, CopyStateToRefreshes) {
   EXPECT_FALSE(replica->is_training());
   const std::vector<NamedTensor> a = model->StateDict(), b = replica->StateDict();
   for (size_t k = 0; k < a.size(); ++k) {
-    EXPECT_EQ(0, std::memcmp(a[k].second.raw_data(), b[k].second.raw_data(), a[k].second.nbytes()))
-        << a[k].first;
+    EXPECT_EQ(0, std::memcmp(a[k].second.raw_data(), b[k].second.raw_data(), a[k].second.nbytes())) << a[k].first;
   }
 }
 

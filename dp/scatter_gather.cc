@@ -25,20 +25,18 @@ Layout LayoutAround(const Shape& shape, int64_t dim) {
 absl::Status CheckDim(const char* op, const Tensor& t, int64_t dim) {
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": undefined tensor"));
   if (t.dim() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.DebugString(),
-                                                   " is 0-d; there is no dimension to split"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", t.DebugString(), " is 0-d; there is no dimension to split"));
   }
   if (dim < 0 || dim >= t.dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim, " is out of range for ",
-                                                   t.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim, " is out of range for ", t.DebugString()));
   }
   return absl::OkStatus();
 }
 
 // Copies rows [start, start + size) of `input` along `dim` into a new tensor
 // on `device`, or returns a view when that needs no copy.
-absl::StatusOr<Tensor> Chunk(const Tensor& input, int64_t dim, int64_t start, int64_t size,
-                             Device device) {
+absl::StatusOr<Tensor> Chunk(const Tensor& input, int64_t dim, int64_t start, int64_t size, Device device) {
   if (dim == 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor rows, input.Slice(start, start + size));
     if (device == input.device()) return rows;
@@ -63,8 +61,8 @@ absl::StatusOr<Tensor> Chunk(const Tensor& input, int64_t dim, int64_t start, in
 
 absl::StatusOr<std::vector<int64_t>> ChunkSizes(int64_t n, int64_t chunks) {
   if (n < 1 || chunks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("ChunkSizes: cannot split ", n, " into ", chunks,
-                                                   " chunks; both must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ChunkSizes: cannot split ", n, " into ", chunks, " chunks; both must be at least 1"));
   }
   const int64_t size = (n + chunks - 1) / chunks;
   std::vector<int64_t> sizes;
@@ -72,17 +70,15 @@ absl::StatusOr<std::vector<int64_t>> ChunkSizes(int64_t n, int64_t chunks) {
   return sizes;
 }
 
-absl::StatusOr<std::vector<Tensor>> Scatter(const Tensor& input, absl::Span<const Device> devices,
-                                            int64_t dim) {
+absl::StatusOr<std::vector<Tensor>> Scatter(const Tensor& input, absl::Span<const Device> devices, int64_t dim) {
   LOCKSTEP_RETURN_IF_ERROR(CheckDim("Scatter", input, dim));
   if (devices.empty()) return absl::InvalidArgumentError("Scatter: the device list is empty");
   const int64_t n = input.shape()[dim];
   if (n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Scatter: ", input.DebugString(),
-                                                   " has no elements along dim ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Scatter: ", input.DebugString(), " has no elements along dim ", dim));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
-                            ChunkSizes(n, static_cast<int64_t>(devices.size())));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ChunkSizes(n, static_cast<int64_t>(devices.size())));
   return ScatterSizes(input, sizes, devices.subspan(0, sizes.size()), dim);
 }
 
@@ -90,8 +86,8 @@ absl::StatusOr<std::vector<Tensor>> ScatterSizes(const Tensor& input, absl::Span
                                                  absl::Span<const Device> devices, int64_t dim) {
   LOCKSTEP_RETURN_IF_ERROR(CheckDim("ScatterSizes", input, dim));
   if (sizes.size() != devices.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ScatterSizes: ", sizes.size(), " chunk sizes but ",
-                                                   devices.size(), " devices"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScatterSizes: ", sizes.size(), " chunk sizes but ", devices.size(), " devices"));
   }
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -99,9 +95,9 @@ absl::StatusOr<std::vector<Tensor>> ScatterSizes(const Tensor& input, absl::Span
     total += s;
   }
   if (total != input.shape()[dim]) {
-    return absl::InvalidArgumentError(absl::StrCat("ScatterSizes: chunk sizes add up to ", total,
-                                                   " but ", input.DebugString(), " has ",
-                                                   input.shape()[dim], " along dim ", dim));
+    return absl::InvalidArgumentError(absl::StrCat("ScatterSizes: chunk sizes add up to ", total, " but ",
+                                                   input.DebugString(), " has ", input.shape()[dim], " along dim ",
+                                                   dim));
   }
   std::vector<Tensor> out;
   out.reserve(sizes.size());
@@ -126,9 +122,8 @@ absl::StatusOr<Tensor> Gather(absl::Span<const Tensor> chunks, Device device, in
     for (int64_t d = 0; ok && d < c.dim(); ++d) ok = d == dim || c.shape()[d] == shape[d];
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Gather: tensor ", i, " is ", c.defined() ? c.DebugString() : "undefined",
-          "; every tensor must be ", DTypeName(first.dtype()), " with shape ", ShapeToString(shape),
-          " except along dim ", dim));
+          "Gather: tensor ", i, " is ", c.defined() ? c.DebugString() : "undefined", "; every tensor must be ",
+          DTypeName(first.dtype()), " with shape ", ShapeToString(shape), " except along dim ", dim));
     }
     total += c.shape()[dim];
   }

@@ -42,8 +42,7 @@ absl::StatusOr<std::vector<int64_t>> ChunkSizes(int64_t n, int64_t chunks);
 // chunk i goes to devices[i]. The result may have fewer entries than
 // `devices`. An error for an empty device list, a 0-d or undefined input,
 // a dimension out of range or of size 0.
-absl::StatusOr<std::vector<Tensor>> Scatter(const Tensor& input, absl::Span<const Device> devices,
-                                            int64_t dim = 0);
+absl::StatusOr<std::vector<Tensor>> Scatter(const Tensor& input, absl::Span<const Device> devices, int64_t dim = 0);
 
 // Splits `input` along `dim` into chunks of the given sizes (which must add
 // up to the dimension; one device per size): torch.cuda.comm.scatter with

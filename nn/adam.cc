@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "nn/internal/optimizer_checks.h"
 #include "nn/kernels/cuda_math.h"
 #include "nn/kernels/nn_elementwise.h"
-#include "nn/internal/optimizer_checks.h"
 
 namespace lockstep {
 
@@ -17,8 +17,7 @@ AdamOptions AdamWOptions() {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<Adam>> Adam::Create(std::vector<NamedParameter> params,
-                                                   const AdamOptions& options) {
+absl::StatusOr<std::unique_ptr<Adam>> Adam::Create(std::vector<NamedParameter> params, const AdamOptions& options) {
   const char* name = options.decoupled_weight_decay ? "AdamW" : "Adam";
   if (!(options.lr >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": Invalid learning rate: ", options.lr));
@@ -27,16 +26,13 @@ absl::StatusOr<std::unique_ptr<Adam>> Adam::Create(std::vector<NamedParameter> p
     return absl::InvalidArgumentError(absl::StrCat(name, ": Invalid epsilon value: ", options.eps));
   }
   if (!(options.beta1 >= 0.0 && options.beta1 < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": Invalid beta parameter at index 0: ", options.beta1));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": Invalid beta parameter at index 0: ", options.beta1));
   }
   if (!(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": Invalid beta parameter at index 1: ", options.beta2));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": Invalid beta parameter at index 1: ", options.beta2));
   }
   if (!(options.weight_decay >= 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": Invalid weight_decay value: ", options.weight_decay));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": Invalid weight_decay value: ", options.weight_decay));
   }
   LOCKSTEP_RETURN_IF_ERROR(optimizer_internal::CheckParameters(name, params));
   return std::unique_ptr<Adam>(new Adam(std::move(params), options));
@@ -71,8 +67,7 @@ absl::Status Adam::Step() {
       LOCKSTEP_ASSIGN_OR_RETURN(state["step"], Tensor::Zeros({}, DType::kF32));
       for (const StateKey& k : StateKeys()) {
         if (k.scalar) continue;
-        LOCKSTEP_ASSIGN_OR_RETURN(state[k.key],
-                                  Tensor::Zeros(p.value.shape(), DType::kF32, p.value.device()));
+        LOCKSTEP_ASSIGN_OR_RETURN(state[k.key], Tensor::Zeros(p.value.shape(), DType::kF32, p.value.device()));
       }
     }
     // The step counter is a host f32 scalar (0-d), incremented in f32 as
@@ -110,8 +105,7 @@ absl::Status Adam::Step() {
     float* v_max = options_.amsgrad ? state["max_exp_avg_sq"].data<float>() : nullptr;
     const int64_t n = p.value.numel();
     if (p.value.device().is_cuda()) {
-      LOCKSTEP_RETURN_IF_ERROR(
-          nn_cuda::Adam(p.value.device().index(), params, flags, value, grad, m, v, v_max, n));
+      LOCKSTEP_RETURN_IF_ERROR(nn_cuda::Adam(p.value.device().index(), params, flags, value, grad, m, v, v_max, n));
       continue;
     }
     // One loop per flag combination: no branches inside, so it vectorizes.

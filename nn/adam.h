@@ -35,11 +35,8 @@ AdamOptions AdamWOptions();
 class Adam : public Optimizer {
  public:
   // Validates as PyTorch does (lr, eps, weight_decay >= 0; betas in [0, 1)).
-  static absl::StatusOr<std::unique_ptr<Adam>> Create(std::vector<NamedParameter> params,
-                                                      const AdamOptions& options);
-  absl::string_view type_name() const override {
-    return options_.decoupled_weight_decay ? "AdamW" : "Adam";
-  }
+  static absl::StatusOr<std::unique_ptr<Adam>> Create(std::vector<NamedParameter> params, const AdamOptions& options);
+  absl::string_view type_name() const override { return options_.decoupled_weight_decay ? "AdamW" : "Adam"; }
   absl::Status Step() override;
   std::map<std::string, std::string> Hyperparameters() const override;
   const AdamOptions& options() const { return options_; }

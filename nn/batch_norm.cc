@@ -16,8 +16,7 @@ namespace {
 
 // A [count] f32 tensor of `value` on `device` (filled on the host).
 absl::StatusOr<Tensor> Filled(int64_t count, float value, Device device) {
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<float>(
-                                          std::vector<float>(static_cast<size_t>(count), value)));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<float>(std::vector<float>(static_cast<size_t>(count), value)));
   if (t.device() == device) return t;  // cpu:N with N > 0 included.
   return t.To(device);
 }
@@ -47,8 +46,7 @@ namespace bn = ::lockstep::batch_norm_elementwise;
 absl::Status PlaneSums(const Tensor& input, const Planes& p, const float* mean, std::vector<double>& out) {
   out.assign(static_cast<size_t>(p.n * p.c), 0.0);
   if (input.device().is_cuda()) {
-    return nn_cuda::BatchNormPlaneSums(input.device().index(), p.n, p.c, p.s, input.data<float>(), mean,
-                                       out.data());
+    return nn_cuda::BatchNormPlaneSums(input.device().index(), p.n, p.c, p.s, input.data<float>(), mean, out.data());
   }
   const float* x = input.data<float>();
   for (int64_t i = 0; i < p.n; ++i) {
@@ -113,12 +111,11 @@ absl::Status Transform(const Tensor& input, const Planes& p, const std::vector<f
 
 // dx with batch statistics (k and grad_mean non-null), else dy (invstd w):
 // the running statistics are constants.
-absl::Status InputGrad(const Tensor& input, const Tensor& grad, const Planes& p, const float* mean,
-                       const float* invstd, const float* w, const double* k, const double* grad_mean,
-                       const Tensor& out) {
+absl::Status InputGrad(const Tensor& input, const Tensor& grad, const Planes& p, const float* mean, const float* invstd,
+                       const float* w, const double* k, const double* grad_mean, const Tensor& out) {
   if (input.device().is_cuda()) {
-    return nn_cuda::BatchNormInputGrad(input.device().index(), p.n, p.c, p.s, input.data<float>(),
-                                       grad.data<float>(), mean, invstd, w, k, grad_mean, out.data<float>());
+    return nn_cuda::BatchNormInputGrad(input.device().index(), p.n, p.c, p.s, input.data<float>(), grad.data<float>(),
+                                       mean, invstd, w, k, grad_mean, out.data<float>());
   }
   const float* x = input.data<float>();
   const float* dy = grad.data<float>();
@@ -172,16 +169,14 @@ absl::StatusOr<Tensor> FromHost(const std::vector<float>& values, Device device)
 absl::Status BatchNorm::Init() {
   const BatchNormOptions& o = options_;
   if (o.num_features < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(type_name(), ": num_features must be >= 1, got ", o.num_features));
+    return absl::InvalidArgumentError(absl::StrCat(type_name(), ": num_features must be >= 1, got ", o.num_features));
   }
   if (!(o.eps > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(type_name(), ": eps must be > 0, got ", o.eps));
   }
   if (o.momentum && !(*o.momentum >= 0.0 && *o.momentum <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), ": momentum must be in [0, 1] (or nullopt for a cumulative average), got ",
-        *o.momentum));
+        type_name(), ": momentum must be in [0, 1] (or nullopt for a cumulative average), got ", *o.momentum));
   }
   // Registration order is torch's state_dict order.
   if (o.affine) {
@@ -204,16 +199,15 @@ absl::Status BatchNorm::Init() {
 absl::Status BatchNorm::CheckInput(const Tensor& input) const {
   const Device device = options_.device;
   const bool rank_ok = input.defined() && input.dim() >= min_rank_ && input.dim() <= max_rank_;
-  const bool dtype_ok =
-      input.defined() && (input.dtype() == DType::kF32 || input.dtype() == DType::kBF16 || input.dtype() == DType::kF16);
+  const bool dtype_ok = input.defined() &&
+                        (input.dtype() == DType::kF32 || input.dtype() == DType::kBF16 || input.dtype() == DType::kF16);
   if (!rank_ok || !dtype_ok || input.shape()[1] != options_.num_features || input.device() != device) {
-    const std::string ranks = min_rank_ == max_rank_
-                                  ? absl::StrCat(min_rank_, "D")
-                                  : absl::StrCat(min_rank_, "D or ", max_rank_, "D");
-    return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), "(", options_.num_features, ").Forward: expected ", ranks,
-        " f32, bf16 or f16 input with ", options_.num_features, " channels in dim 1 on ", device.ToString(),
-        ", got ", input.defined() ? input.DebugString() : "undefined"));
+    const std::string ranks =
+        min_rank_ == max_rank_ ? absl::StrCat(min_rank_, "D") : absl::StrCat(min_rank_, "D or ", max_rank_, "D");
+    return absl::InvalidArgumentError(absl::StrCat(type_name(), "(", options_.num_features, ").Forward: expected ",
+                                                   ranks, " f32, bf16 or f16 input with ", options_.num_features,
+                                                   " channels in dim 1 on ", device.ToString(), ", got ",
+                                                   input.defined() ? input.DebugString() : "undefined"));
   }
   return absl::OkStatus();
 }
@@ -253,7 +247,8 @@ absl::StatusOr<Tensor> BatchNorm::ForwardF32(const Tensor& input) {
     std::copy(channel.begin(), channel.end(), sums.begin());
     if (sync != nullptr) {
       absl::Status s = sync->AllSum(sums);
-      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
     }
   }
   const double count_d = sums[channels];
@@ -274,7 +269,8 @@ absl::StatusOr<Tensor> BatchNorm::ForwardF32(const Tensor& input) {
     std::vector<double> var_sums = ChannelSums(planes, p);
     if (sync != nullptr) {
       absl::Status s = sync->AllSum(var_sums);
-      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat(type_name(), ".Forward (synchronized statistics): ", s.message()));
     }
     double factor = 0.0;
     std::vector<float> rm, rv;
@@ -332,18 +328,18 @@ absl::StatusOr<Tensor> BatchNorm::ForwardF32(const Tensor& input) {
 absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool input_grad,
                                                const ParameterReadyFn& ready) {
   if (!saved_input_.defined()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        type_name(), ".Backward: no pending Forward (each Backward consumes the last Forward)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(type_name(), ".Backward: no pending Forward (each Backward consumes the last Forward)"));
   }
   // Checked before the Forward is consumed: a refused gradient loses nothing.
   if (!grad_output.defined() || grad_output.shape() != saved_input_.shape() ||
       !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
         grad_output.dtype() == DType::kF16) ||
       grad_output.device() != saved_input_.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        type_name(), ".Backward: expected an f32, bf16 or f16 gradient of shape ",
-        ShapeToString(saved_input_.shape()), " on ", saved_input_.device().ToString(), ", got ",
-        grad_output.defined() ? grad_output.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(type_name(), ".Backward: expected an f32, bf16 or f16 gradient of shape ",
+                     ShapeToString(saved_input_.shape()), " on ", saved_input_.device().ToString(), ", got ",
+                     grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const Tensor input = std::exchange(saved_input_, Tensor());
   const DType input_dtype = saved_input_dtype_;
@@ -378,9 +374,10 @@ absl::StatusOr<Tensor> BatchNorm::BackwardImpl(const Tensor& grad_output, bool i
     // averages them).
     std::vector<double> both(sum);
     both.insert(both.end(), dotp.begin(), dotp.end());
-    absl::Status s = sync_ == nullptr ? absl::FailedPreconditionError("the sync was removed after Forward")
-                                      : sync_->AllSum(both);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(type_name(), ".Backward (synchronized statistics): ", s.message()));
+    absl::Status s =
+        sync_ == nullptr ? absl::FailedPreconditionError("the sync was removed after Forward") : sync_->AllSum(both);
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrCat(type_name(), ".Backward (synchronized statistics): ", s.message()));
     std::copy(both.begin(), both.begin() + p.c, sum.begin());
     std::copy(both.begin() + p.c, both.end(), dotp.begin());
   }

@@ -13,12 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gtest/gtest.h"
 #include "core/kernels.h"
+#include "gtest/gtest.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/linear.h"
 #include "nn/max_pool2d.h"
 #include "nn/relu.h"
-#include "nn/checkpoint/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/testing/batch_norm_reference.h"
 #include "nn/testing/error_bound.h"
@@ -78,9 +78,7 @@ void ExpectClose(const Tensor& actual, const Tensor& expected, const std::string
 }
 
 // As json.dumps(list_of_names).
-std::string JsonList(const std::vector<std::string>& names) {
-  return "[\"" + absl::StrJoin(names, "\", \"") + "\"]";
-}
+std::string JsonList(const std::vector<std::string>& names) { return "[\"" + absl::StrJoin(names, "\", \"") + "\"]"; }
 
 std::vector<std::string> StateNames(Module& m) {
   std::vector<std::string> names;
@@ -145,8 +143,7 @@ TEST_F(BatchNormGoldenTest, TrainThenEvalMatchesPyTorch) {
       if (training) {
         ExpectBothWithin(bn->running_mean(), G(p + "running_mean"), ref.running_mean, p + "running_mean");
         ExpectBothWithin(bn->running_var(), G(p + "running_var"), ref.running_var, p + "running_var");
-        EXPECT_EQ(*bn->num_batches_tracked().ToVector<int64_t>(),
-                  *G(p + "num_batches_tracked").ToVector<int64_t>());
+        EXPECT_EQ(*bn->num_batches_tracked().ToVector<int64_t>(), *G(p + "num_batches_tracked").ToVector<int64_t>());
         mean_prev = G(p + "running_mean");
         var_prev = G(p + "running_var");
         ++t;
@@ -305,16 +302,14 @@ TEST(BatchNormTest, Errors) {
   std::unique_ptr<BatchNorm2d> bn2 = *BatchNorm2d::Create(o);
   absl::StatusOr<Tensor> y = bn1->Forward(*Tensor::Zeros({2, 2, 2, 2}, DType::kF32));
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(y.status().message().find("BatchNorm1d(2).Forward: expected 2D or 3D"),
-            absl::string_view::npos)
+  EXPECT_NE(y.status().message().find("BatchNorm1d(2).Forward: expected 2D or 3D"), absl::string_view::npos)
       << y.status();
   EXPECT_FALSE(bn2->Forward(*Tensor::Zeros({2, 2}, DType::kF32)).ok());
   EXPECT_FALSE(bn2->Forward(*Tensor::Zeros({2, 3, 2, 2}, DType::kF32)).ok());  // channels
   // One value per channel cannot be normalized in training, and nothing changes.
   y = bn1->Forward(*Tensor::Zeros({1, 2}, DType::kF32));
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(y.status().message().find("more than 1 value per channel"), absl::string_view::npos)
-      << y.status();
+  EXPECT_NE(y.status().message().find("more than 1 value per channel"), absl::string_view::npos) << y.status();
   EXPECT_EQ((*bn1->num_batches_tracked().ToVector<int64_t>())[0], 0);
   bn1->Eval();
   EXPECT_TRUE(bn1->Forward(*Tensor::Zeros({1, 2}, DType::kF32)).ok());  // fine in eval

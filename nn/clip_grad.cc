@@ -44,7 +44,8 @@ absl::StatusOr<std::vector<double>> HostValues(const Tensor& t) {
 double Norm(const std::vector<double>& x, double p, bool f32) {
   double r = 0.0;
   if (std::isinf(p)) {
-    for (double v : x) r = std::isnan(v) || std::isnan(r) ? std::numeric_limits<double>::quiet_NaN() : std::max(r, std::abs(v));
+    for (double v : x)
+      r = std::isnan(v) || std::isnan(r) ? std::numeric_limits<double>::quiet_NaN() : std::max(r, std::abs(v));
   } else {
     double s = 0.0;
     if (p == 2.0) {
@@ -83,9 +84,9 @@ absl::StatusOr<double> ClipGradNorm(const std::vector<Parameter*>& parameters, d
   const double total = norms.size() == 1 && std::isinf(p) ? norms[0] : Norm(norms, p, f32);
   if (options.error_if_nonfinite && !std::isfinite(total)) {
     // PyTorch prints the order as a Python float: "2.0", "inf".
-    const std::string order = std::isinf(p) ? "inf"
+    const std::string order = std::isinf(p)                              ? "inf"
                               : p == std::floor(p) && std::abs(p) < 1e15 ? absl::StrCat(static_cast<int64_t>(p), ".0")
-                                                                          : absl::StrCat(p);
+                                                                         : absl::StrCat(p);
     return absl::InvalidArgumentError(absl::StrCat(
         "The total norm of order ", order,
         " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale "

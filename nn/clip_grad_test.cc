@@ -20,8 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "nn/testing/golden_file.h"
 #include "nn/testing/error_bound.h"
+#include "nn/testing/golden_file.h"
 
 namespace lockstep {
 namespace {
@@ -67,7 +67,8 @@ eb::Bounded Norm(const std::vector<eb::Bounded>& values, double p) {
   }
   if (p == 2.0) return eb::Sqrt(eb::Dot(values, values));
   std::vector<eb::Bounded> terms;
-  for (const eb::Bounded& v : values) terms.push_back(p == 1.0 ? eb::Bounded{std::abs(v.v), v.e} : Pow({std::abs(v.v), v.e}, p));
+  for (const eb::Bounded& v : values)
+    terms.push_back(p == 1.0 ? eb::Bounded{std::abs(v.v), v.e} : Pow({std::abs(v.v), v.e}, p));
   const eb::Bounded sum = eb::Sum(terms);
   return p == 1.0 ? sum : Pow(sum, 1.0 / p);
 }
@@ -104,8 +105,7 @@ TEST_P(ClipGradNormGoldenTest, MatchesPyTorchWithinTheDerivedBound) {
   const eb::Bounded reciprocal = eb::Div(eb::Exact(1.0), eb::Add(total, eb::Exact(1e-6f)));
   eb::Bounded coef = eb::Mul(reciprocal, eb::Exact(static_cast<float>(max_norm)));
   coef = {std::min(coef.v, 1.0), coef.e};
-  const float our_coef =
-      std::min((1.0f / (static_cast<float>(*ours) + 1e-6f)) * static_cast<float>(max_norm), 1.0f);
+  const float our_coef = std::min((1.0f / (static_cast<float>(*ours) + 1e-6f)) * static_cast<float>(max_norm), 1.0f);
   for (int i = 0; i < kGrads; ++i) {
     const Tensor& before = At(absl::StrCat("grad.", i));
     const Tensor& theirs = At(absl::StrCat(c, ".grad.", i));

@@ -19,26 +19,24 @@ bool IsComputeDType(DType d) { return d == DType::kF32 || d == DType::kBF16 || d
 
 absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(const Conv2dOptions& o, Mt19937& gen) {
   if (o.in_channels < 1 || o.out_channels < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Conv2d: channels must be >= 1, got in=",
-                                                   o.in_channels, " out=", o.out_channels));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Conv2d: channels must be >= 1, got in=", o.in_channels, " out=", o.out_channels));
   }
   if (!IsComputeDType(o.compute_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("Conv2d: compute dtype must be f32, bf16 or f16, got ",
-                                                   DTypeName(o.compute_dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Conv2d: compute dtype must be f32, bf16 or f16, got ", DTypeName(o.compute_dtype)));
   }
   std::unique_ptr<Conv2d> conv(new Conv2d(o));
   // Validates the window (a 1x1 image is the smallest the kernel may not fit,
   // so check the arguments alone here).
-  if (o.kernel_h < 1 || o.kernel_w < 1 || o.stride_h < 1 || o.stride_w < 1 || o.pad_h < 0 ||
-      o.pad_w < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Conv2d: need kernel >= 1, stride >= 1, padding >= 0; got kernel ", o.kernel_h, "x",
-        o.kernel_w, ", stride ", o.stride_h, "x", o.stride_w, ", padding ", o.pad_h, "x", o.pad_w));
+  if (o.kernel_h < 1 || o.kernel_w < 1 || o.stride_h < 1 || o.stride_w < 1 || o.pad_h < 0 || o.pad_w < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Conv2d: need kernel >= 1, stride >= 1, padding >= 0; got kernel ",
+                                                   o.kernel_h, "x", o.kernel_w, ", stride ", o.stride_h, "x",
+                                                   o.stride_w, ", padding ", o.pad_h, "x", o.pad_w));
   }
   const int64_t fan_in = o.in_channels * o.kernel_h * o.kernel_w;
-  LOCKSTEP_ASSIGN_OR_RETURN(
-      conv->weight_.value,
-      Tensor::Empty({o.out_channels, o.in_channels, o.kernel_h, o.kernel_w}, DType::kF32, o.device));
+  LOCKSTEP_ASSIGN_OR_RETURN(conv->weight_.value, Tensor::Empty({o.out_channels, o.in_channels, o.kernel_h, o.kernel_w},
+                                                               DType::kF32, o.device));
   const double bound = KaimingUniformBound(fan_in, std::sqrt(5.0));
   LOCKSTEP_RETURN_IF_ERROR(UniformFill(conv->weight_.value, -bound, bound, gen));
   conv->RegisterParameter("weight", &conv->weight_);
@@ -54,10 +52,11 @@ absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(const Conv2dOptions& o, M
 }
 
 nn_internal::ConvShape Conv2d::ShapeFor(const Tensor& input, const Shape& out_hw) const {
-  return nn_internal::ConvShape{input.shape()[0], options_.in_channels, input.shape()[2], input.shape()[3],
-                                options_.out_channels, options_.kernel_h, options_.kernel_w, options_.stride_h,
-                                options_.stride_w, options_.pad_h, options_.pad_w, out_hw[0], out_hw[1],
-                                options_.bias, options_.compute_dtype};
+  return nn_internal::ConvShape{input.shape()[0],  options_.in_channels,  input.shape()[2],
+                                input.shape()[3],  options_.out_channels, options_.kernel_h,
+                                options_.kernel_w, options_.stride_h,     options_.stride_w,
+                                options_.pad_h,    options_.pad_w,        out_hw[0],
+                                out_hw[1],         options_.bias,         options_.compute_dtype};
 }
 
 absl::Status Conv2d::set_compute_dtype(DType dtype) {
@@ -88,8 +87,8 @@ absl::StatusOr<std::unique_ptr<Module>> Conv2d::NewLike(Device device) const {
 
 absl::StatusOr<Tensor> Conv2d::Ones(int64_t count, Shape shape) {
   if (!ones_.defined() || ones_.numel() != count) {
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector<float>(
-                                               std::vector<float>(static_cast<size_t>(count), 1.0f)));
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor host,
+                              Tensor::FromVector<float>(std::vector<float>(static_cast<size_t>(count), 1.0f)));
     LOCKSTEP_ASSIGN_OR_RETURN(ones_, host.To(weight_.value.device()));
   }
   return ones_.Reshape(std::move(shape));
@@ -168,8 +167,7 @@ absl::Status Conv2d::Im2ColForward(const Tensor& input, const Tensor& weight, co
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                            const ParameterReadyFn& ready) {
+absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool input_grad, const ParameterReadyFn& ready) {
   if (!saved_input_.defined()) {
     return absl::FailedPreconditionError(
         "Conv2d.Backward: no pending Forward (each Backward consumes the last Forward)");
@@ -181,9 +179,9 @@ absl::StatusOr<Tensor> Conv2d::BackwardImpl(const Tensor& grad_output, bool inpu
   // Checked before the Forward is consumed: a refused gradient loses nothing.
   if (!grad_output.defined() || grad_output.shape() != expected || !IsComputeDType(grad_output.dtype()) ||
       grad_output.device() != device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Conv2d.Backward: expected an f32, bf16 or f16 gradient of shape ", ShapeToString(expected), " on ",
-        device.ToString(), ", got ", grad_output.defined() ? grad_output.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("Conv2d.Backward: expected an f32, bf16 or f16 gradient of shape ",
+                                                   ShapeToString(expected), " on ", device.ToString(), ", got ",
+                                                   grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const Tensor x = std::exchange(saved_input_, Tensor());
   const Tensor wc = std::exchange(saved_weight_, Tensor());

@@ -61,8 +61,7 @@ struct Conv2dOptions {
 
 class Conv2d : public Module {
  public:
-  static absl::StatusOr<std::unique_ptr<Conv2d>> Create(const Conv2dOptions& options,
-                                                        Mt19937& gen);
+  static absl::StatusOr<std::unique_ptr<Conv2d>> Create(const Conv2dOptions& options, Mt19937& gen);
 
   absl::string_view type_name() const override { return "Conv2d"; }
   absl::StatusOr<Tensor> Forward(const Tensor& input) override;

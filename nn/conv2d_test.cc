@@ -239,8 +239,7 @@ TEST(Conv2dTest, RefusesBadDtypesAndKeepsThePendingForward) {
     for (const Tensor& g : {*Tensor::Zeros({2, 4, 6, 6}, DType::kF64), *Tensor::Zeros({2, 4, 5, 6}, DType::kF32)}) {
       absl::StatusOr<Tensor> dx = conv->Backward(g);
       EXPECT_EQ(dx.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_NE(dx.status().message().find("gradient of shape [2, 4, 6, 6]"), absl::string_view::npos)
-          << dx.status();
+      EXPECT_NE(dx.status().message().find("gradient of shape [2, 4, 6, 6]"), absl::string_view::npos) << dx.status();
     }
     EXPECT_FALSE(conv->weight().grad.defined());
     absl::StatusOr<Tensor> dx = conv->Backward(*Random({2, 4, 6, 6}, gen));

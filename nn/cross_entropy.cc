@@ -17,33 +17,31 @@ absl::StatusOr<std::vector<int64_t>> LabelsOf(const Tensor& labels) {
     LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int32_t> v, labels.ToVector<int32_t>());
     return std::vector<int64_t>(v.begin(), v.end());
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "CrossEntropy: labels must be i64 or i32 class indices, got ", labels.DebugString()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("CrossEntropy: labels must be i64 or i32 class indices, got ", labels.DebugString()));
 }
 
 }  // namespace
 
-absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tensor& labels,
-                                                int64_t ignore_index) {
+absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   if (!logits.defined() || logits.dim() != 2 ||
-      !(logits.dtype() == DType::kF32 || logits.dtype() == DType::kF64 ||
-        logits.dtype() == DType::kF16 || logits.dtype() == DType::kBF16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CrossEntropy: expected floating logits [batch, classes], got ",
-        logits.defined() ? logits.DebugString() : "undefined"));
+      !(logits.dtype() == DType::kF32 || logits.dtype() == DType::kF64 || logits.dtype() == DType::kF16 ||
+        logits.dtype() == DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat("CrossEntropy: expected floating logits [batch, classes], got ",
+                                                   logits.defined() ? logits.DebugString() : "undefined"));
   }
   const int64_t rows = logits.shape()[0];
   const int64_t classes = logits.shape()[1];
   if (!labels.defined() || labels.dim() != 1 || labels.shape()[0] != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CrossEntropy: expected labels of shape [", rows, "] for logits ", logits.DebugString(),
-        ", got ", labels.defined() ? labels.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("CrossEntropy: expected labels of shape [", rows, "] for logits ",
+                                                   logits.DebugString(), ", got ",
+                                                   labels.defined() ? labels.DebugString() : "undefined"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> y, LabelsOf(labels));
   for (int64_t i = 0; i < rows; ++i) {
     if (y[i] != ignore_index && (y[i] < 0 || y[i] >= classes)) {
-      return absl::InvalidArgumentError(absl::StrCat("CrossEntropy: label ", y[i], " at row ", i,
-                                                     " is outside [0, ", classes,
+      return absl::InvalidArgumentError(absl::StrCat("CrossEntropy: label ", y[i], " at row ", i, " is outside [0, ",
+                                                     classes,
                                                      "); check the dataset's labels and the "
                                                      "model's number of outputs"));
     }
@@ -51,8 +49,8 @@ absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tens
   // Host f64 copy of the logits.
   Tensor host = logits;
   if (!logits.device().is_cpu()) {
-      LOCKSTEP_ASSIGN_OR_RETURN(host, logits.To(Device::Cpu()));
-    }
+    LOCKSTEP_ASSIGN_OR_RETURN(host, logits.To(Device::Cpu()));
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor wide, Tensor::Empty(logits.shape(), DType::kF64));
   LOCKSTEP_RETURN_IF_ERROR(Cast(host, wide));
   const double* z = wide.data<double>();
@@ -88,8 +86,8 @@ absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tens
       grow[j] = static_cast<float>((softmax - (j == y[i] ? 1.0 : 0.0)) * inv_count);
     }
   }
-  result.loss = result.counted > 0 ? total / static_cast<double>(result.counted)
-                                   : std::numeric_limits<double>::quiet_NaN();
+  result.loss =
+      result.counted > 0 ? total / static_cast<double>(result.counted) : std::numeric_limits<double>::quiet_NaN();
   if (logits.device().is_cpu()) {
     result.grad_logits = grad;
   } else {

@@ -10,8 +10,8 @@ namespace lockstep {
 namespace {
 
 TEST(CrossEntropyTest, LossGradientAndAccuracyAgainstFormula) {
-  const std::vector<float> z = {2.0f, 1.0f, 0.1f,    // label 0, argmax 0
-                                0.5f, 2.5f, -1.0f,   // label 2, argmax 1
+  const std::vector<float> z = {2.0f,    1.0f, 0.1f,       // label 0, argmax 0
+                                0.5f,    2.5f, -1.0f,      // label 2, argmax 1
                                 1000.0f, 0.0f, -1000.0f};  // label 1: stable at extremes
   Tensor logits = *Tensor::FromVector<float>(z, {3, 3});
   Tensor labels = *Tensor::FromVector<int64_t>({0, 2, 1});
@@ -65,8 +65,7 @@ TEST(CrossEntropyTest, BadInputsNameTheProblem) {
   Tensor logits = *Tensor::Zeros({2, 3}, DType::kF32);
   absl::StatusOr<CrossEntropyResult> r = CrossEntropy(logits, *Tensor::FromVector<int64_t>({0, 3}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("label 3 at row 1 is outside [0, 3)"), absl::string_view::npos)
-      << r.status();
+  EXPECT_NE(r.status().message().find("label 3 at row 1 is outside [0, 3)"), absl::string_view::npos) << r.status();
   EXPECT_FALSE(CrossEntropy(logits, *Tensor::FromVector<int64_t>({0})).ok());
   EXPECT_FALSE(CrossEntropy(logits, *Tensor::FromVector<float>({0, 1})).ok());
   EXPECT_FALSE(CrossEntropy(*Tensor::Zeros({6}, DType::kF32), *Tensor::FromVector<int64_t>({0})).ok());

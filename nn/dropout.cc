@@ -21,12 +21,9 @@ absl::StatusOr<Tensor> Apply(const Tensor& in, double p, uint64_t seed, uint64_t
 
 }  // namespace
 
-std::map<std::string, std::string> Dropout::OwnExtraState() const {
-  return {{"calls", absl::StrCat(calls_)}};
-}
+std::map<std::string, std::string> Dropout::OwnExtraState() const { return {{"calls", absl::StrCat(calls_)}}; }
 
-absl::Status Dropout::LoadOwnExtraState(const std::string& key, const std::string& value,
-                                        bool apply) {
+absl::Status Dropout::LoadOwnExtraState(const std::string& key, const std::string& value, bool apply) {
   uint64_t calls = 0;
   if (key != "calls") return absl::InvalidArgumentError("Dropout has no extra state '" + key + "'");
   if (!absl::SimpleAtoi(value, &calls)) {
@@ -38,8 +35,7 @@ absl::Status Dropout::LoadOwnExtraState(const std::string& key, const std::strin
 
 absl::StatusOr<Tensor> Dropout::Forward(const Tensor& input) {
   if (!(p_ >= 0.0 && p_ <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Dropout: probability has to be between 0 and 1, but got ", p_));
+    return absl::InvalidArgumentError(absl::StrCat("Dropout: probability has to be between 0 and 1, but got ", p_));
   }
   if (!input.defined()) return absl::InvalidArgumentError("Dropout.Forward: undefined input");
   pending_ = true;
@@ -59,9 +55,9 @@ absl::StatusOr<Tensor> Dropout::BackwardImpl(const Tensor& grad_output, bool inp
   pending_ = false;
   if (!input_grad) return Tensor();
   if (!grad_output.defined() || grad_output.shape() != saved_shape_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Dropout.Backward: expected a gradient of shape ", ShapeToString(saved_shape_), ", got ",
-        grad_output.defined() ? grad_output.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("Dropout.Backward: expected a gradient of shape ",
+                                                   ShapeToString(saved_shape_), ", got ",
+                                                   grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   if (identity_) return grad_output;
   return Apply(grad_output, p_, seed_, mask_call_);

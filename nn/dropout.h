@@ -38,8 +38,7 @@ class Dropout : public Module {
   }
   // "calls": the mask counter, so a resumed run draws the same masks.
   std::map<std::string, std::string> OwnExtraState() const override;
-  absl::Status LoadOwnExtraState(const std::string& key, const std::string& value,
-                                 bool apply) override;
+  absl::Status LoadOwnExtraState(const std::string& key, const std::string& value, bool apply) override;
 
  private:
   double p_;

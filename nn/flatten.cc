@@ -6,9 +6,8 @@ namespace lockstep {
 
 absl::StatusOr<Tensor> Flatten::Forward(const Tensor& input) {
   if (!input.defined() || input.dim() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Flatten.Forward: expected a tensor with a batch dimension, got ",
-        input.defined() ? input.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("Flatten.Forward: expected a tensor with a batch dimension, got ",
+                                                   input.defined() ? input.DebugString() : "undefined"));
   }
   saved_shape_ = input.shape();
   pending_ = true;

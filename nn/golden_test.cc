@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "core/mt19937.h"
-#include "nn/testing/error_bound.h"
 #include "gtest/gtest.h"
 #include "nn/adam.h"
-#include "nn/conv2d.h"
-#include "nn/flatten.h"
-#include "nn/max_pool2d.h"
-#include "nn/relu.h"
-#include "nn/cross_entropy.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
 #include "nn/checkpoint/safetensors.h"
+#include "nn/conv2d.h"
+#include "nn/cross_entropy.h"
+#include "nn/flatten.h"
+#include "nn/linear.h"
+#include "nn/max_pool2d.h"
+#include "nn/mlp.h"
+#include "nn/relu.h"
 #include "nn/sgd.h"
+#include "nn/testing/error_bound.h"
 
 namespace lockstep {
 namespace {
@@ -110,8 +110,7 @@ TEST_F(GoldenTest, InitialWeightsAreBitIdentical) {
   const std::vector<std::string> names = {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"};
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(params[i].name, names[i]);
-    EXPECT_EQ(*params[i].parameter->value.ToVector<float>(), *G("init." + names[i]).ToVector<float>())
-        << names[i];
+    EXPECT_EQ(*params[i].parameter->value.ToVector<float>(), *G("init." + names[i]).ToVector<float>()) << names[i];
   }
 }
 

@@ -10,12 +10,11 @@ namespace lockstep {
 
 absl::Status UniformFill(const Tensor& t, double from, double to, Mt19937& gen) {
   if (!t.defined() || t.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UniformFill: expected an f32 tensor, got ", t.defined() ? t.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("UniformFill: expected an f32 tensor, got ", t.defined() ? t.DebugString() : "undefined"));
   }
   if (!std::isfinite(from) || !std::isfinite(to) || from > to) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UniformFill: need finite from <= to, got [", from, ", ", to, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("UniformFill: need finite from <= to, got [", from, ", ", to, ")"));
   }
   const float lo = static_cast<float>(from);
   const float width = static_cast<float>(to) - lo;

@@ -14,10 +14,11 @@ absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, con
   const Shape& shape = logits.shape();
   Shape expected(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
   if (shape.size() < 2 || targets.shape() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cross-entropy: the model's output has shape [", absl::StrJoin(shape, ", "), "] and the targets [",
-        absl::StrJoin(targets.shape(), ", "), "]; expected targets of the output's shape without its last "
-        "dimension (the classes)"));
+    return absl::InvalidArgumentError(absl::StrCat("cross-entropy: the model's output has shape [",
+                                                   absl::StrJoin(shape, ", "), "] and the targets [",
+                                                   absl::StrJoin(targets.shape(), ", "),
+                                                   "]; expected targets of the output's shape without its last "
+                                                   "dimension (the classes)"));
   }
   const int64_t classes = shape.back();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_logits, logits.Reshape({targets.numel(), classes}));

@@ -16,15 +16,13 @@ bool IsComputeDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options,
-                                                        Mt19937& gen) {
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options, Mt19937& gen) {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Linear> layer, Create(options));
   // PyTorch's order: the whole weight, then the bias.
   const double weight_bound = KaimingUniformBound(options.in_features, std::sqrt(5.0));
   LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->weight_.value, -weight_bound, weight_bound, gen));
   if (options.bias) {
-    const double bound =
-        options.in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(options.in_features)) : 0.0;
+    const double bound = options.in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(options.in_features)) : 0.0;
     LOCKSTEP_RETURN_IF_ERROR(UniformFill(layer->bias_.value, -bound, bound, gen));
   }
   return layer;
@@ -32,22 +30,19 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& opti
 
 absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& options) {
   if (options.in_features < 0 || options.out_features < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: features must be >= 0, got in=",
-                                                   options.in_features,
-                                                   " out=", options.out_features));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: features must be >= 0, got in=", options.in_features, " out=", options.out_features));
   }
   if (!IsComputeDType(options.compute_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: compute dtype must be f32, f16 or bf16, got ",
-                                                   DTypeName(options.compute_dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: compute dtype must be f32, f16 or bf16, got ", DTypeName(options.compute_dtype)));
   }
   std::unique_ptr<Linear> layer(new Linear(options));
-  LOCKSTEP_ASSIGN_OR_RETURN(
-      layer->weight_.value,
-      Tensor::Zeros({options.out_features, options.in_features}, DType::kF32, options.device));
+  LOCKSTEP_ASSIGN_OR_RETURN(layer->weight_.value,
+                            Tensor::Zeros({options.out_features, options.in_features}, DType::kF32, options.device));
   layer->RegisterParameter("weight", &layer->weight_);
   if (options.bias) {
-    LOCKSTEP_ASSIGN_OR_RETURN(layer->bias_.value,
-                              Tensor::Zeros({options.out_features}, DType::kF32, options.device));
+    LOCKSTEP_ASSIGN_OR_RETURN(layer->bias_.value, Tensor::Zeros({options.out_features}, DType::kF32, options.device));
     layer->RegisterParameter("bias", &layer->bias_);
   }
   return layer;
@@ -83,14 +78,12 @@ absl::StatusOr<Tensor> Linear::OnesColumn(int64_t rows) {
 
 absl::StatusOr<Tensor> Linear::Forward(const Tensor& input) {
   const Device device = weight_.value.device();
-  if (!input.defined() || input.dim() != 2 || input.shape()[1] != options_.in_features ||
-      input.device() != device ||
-      !(input.dtype() == DType::kF32 || input.dtype() == DType::kF16 ||
-        input.dtype() == DType::kBF16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear(", options_.in_features, " -> ", options_.out_features, ").Forward: expected a [batch, ",
-        options_.in_features, "] floating tensor on ", device.ToString(), ", got ",
-        input.defined() ? input.DebugString() : "undefined"));
+  if (!input.defined() || input.dim() != 2 || input.shape()[1] != options_.in_features || input.device() != device ||
+      !(input.dtype() == DType::kF32 || input.dtype() == DType::kF16 || input.dtype() == DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear(", options_.in_features, " -> ", options_.out_features,
+                                                   ").Forward: expected a [batch, ", options_.in_features,
+                                                   "] floating tensor on ", device.ToString(), ", got ",
+                                                   input.defined() ? input.DebugString() : "undefined"));
   }
   const DType dtype = options_.compute_dtype;
   const int64_t rows = input.shape()[0];
@@ -114,23 +107,21 @@ absl::StatusOr<Tensor> Linear::Forward(const Tensor& input) {
   return y;
 }
 
-absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                            const ParameterReadyFn& ready) {
+absl::StatusOr<Tensor> Linear::BackwardImpl(const Tensor& grad_output, bool input_grad, const ParameterReadyFn& ready) {
   if (!saved_input_.defined()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Linear(", options_.in_features, " -> ", options_.out_features,
-        ").Backward: no pending Forward (each Backward consumes the last Forward; call Forward "
-        "first)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Linear(", options_.in_features, " -> ", options_.out_features,
+                     ").Backward: no pending Forward (each Backward consumes the last Forward; call Forward "
+                     "first)"));
   }
   const Tensor x = std::exchange(saved_input_, Tensor());
   const Tensor w = std::exchange(saved_weight_, Tensor());
   const int64_t rows = x.shape()[0];
   if (!grad_output.defined() || grad_output.dim() != 2 || grad_output.shape()[0] != rows ||
       grad_output.shape()[1] != options_.out_features || grad_output.device() != x.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear.Backward: expected a gradient of shape [", rows, ", ", options_.out_features,
-        "] on ", x.device().ToString(), ", got ",
-        grad_output.defined() ? grad_output.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("Linear.Backward: expected a gradient of shape [", rows, ", ",
+                                                   options_.out_features, "] on ", x.device().ToString(), ", got ",
+                                                   grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const DType dtype = options_.compute_dtype;
   const Device device = x.device();

@@ -45,8 +45,7 @@ struct LinearOptions {
 
 class Linear : public Module {
  public:
-  static absl::StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options,
-                                                        Mt19937& gen);
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options, Mt19937& gen);
   // Zero weight and bias (see above).
   static absl::StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options);
 

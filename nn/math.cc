@@ -23,16 +23,13 @@ namespace {
 
 namespace ew = ::lockstep::elementwise;
 
-bool IsFloating(DType d) {
-  return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16;
-}
+bool IsFloating(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16; }
 
 absl::Status CheckSame(const char* op, const char* name, const Tensor& t, const Tensor& ref) {
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` is undefined"));
   if (t.dtype() != ref.dtype() || t.device() != ref.device() || t.numel() != ref.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` is ", t.DebugString(),
-                                                   " but must match ", ref.DebugString(),
-                                                   " (dtype, device and number of elements)"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` is ", t.DebugString(), " but must match ",
+                                                   ref.DebugString(), " (dtype, device and number of elements)"));
   }
   return absl::OkStatus();
 }
@@ -40,8 +37,8 @@ absl::Status CheckSame(const char* op, const char* name, const Tensor& t, const 
 absl::Status CheckFloating(const char* op, const Tensor& t) {
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": undefined tensor"));
   if (!IsFloating(t.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.DebugString(),
-                                                   " is not a floating tensor (f32, f64, f16, bf16)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", t.DebugString(), " is not a floating tensor (f32, f64, f16, bf16)"));
   }
   return absl::OkStatus();
 }
@@ -62,11 +59,20 @@ void ApplyDefaultThreads() {
 template <typename Fn>
 void ForFloat(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn(float{}); break;
-    case DType::kF64: fn(double{}); break;
-    case DType::kF16: fn(Half{}); break;
-    case DType::kBF16: fn(BFloat16{}); break;
-    default: break;
+    case DType::kF32:
+      fn(float{});
+      break;
+    case DType::kF64:
+      fn(double{});
+      break;
+    case DType::kF16:
+      fn(Half{});
+      break;
+    case DType::kBF16:
+      fn(BFloat16{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -94,8 +100,8 @@ void Threshold16(const uint16_t* ref, const uint16_t* src, uint16_t* out, int64_
 
 uint16_t InfinityBits(DType dtype) { return dtype == DType::kBF16 ? 0x7f80 : 0x7c00; }
 
-absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                     int64_t m, int64_t n, int64_t k, float alpha, float beta) {
+absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, int64_t m, int64_t n,
+                     int64_t k, float alpha, float beta) {
   ApplyDefaultThreads();
   const CBLAS_TRANSPOSE op_a = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE op_b = tb ? CblasTrans : CblasNoTrans;
@@ -103,13 +109,13 @@ absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const T
   const int ldb = static_cast<int>(tb ? k : n);
   const int ldc = static_cast<int>(n);
   if (c.dtype() == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(),
-                ldb, beta, c.data<float>(), ldc);
+    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
+                c.data<float>(), ldc);
     return absl::OkStatus();
   }
   if (c.dtype() == DType::kF64) {
-    cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<double>(), lda,
-                b.data<double>(), ldb, beta, c.data<double>(), ldc);
+    cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a.data<double>(), lda, b.data<double>(), ldb, beta,
+                c.data<double>(), ldc);
     return absl::OkStatus();
   }
   // f16/bf16: widen (exact), multiply in f32, round once.
@@ -119,8 +125,8 @@ absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const T
   LOCKSTEP_RETURN_IF_ERROR(Cast(a, a32));
   LOCKSTEP_RETURN_IF_ERROR(Cast(b, b32));
   if (beta != 0.0f) LOCKSTEP_RETURN_IF_ERROR(Cast(c, c32));
-  cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a32.data<float>(), lda,
-              b32.data<float>(), ldb, beta, c32.data<float>(), ldc);
+  cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a32.data<float>(), lda, b32.data<float>(), ldb, beta,
+              c32.data<float>(), ldc);
   return Cast(c32, c);
 }
 
@@ -128,37 +134,34 @@ absl::Status CpuGemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const T
 
 absl::Status SetCpuMathThreads(int threads) {
   if (threads < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SetCpuMathThreads: threads must be >= 1, got ", threads));
+    return absl::InvalidArgumentError(absl::StrCat("SetCpuMathThreads: threads must be >= 1, got ", threads));
   }
   std::call_once(ThreadDefaultOnce(), [] {});
   openblas_set_num_threads(threads);
   return absl::OkStatus();
 }
 
-absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-                  float alpha, float beta) {
+absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                  float beta) {
   LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Gemm", c));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
     if (!t->defined() || t->dtype() != c.dtype() || t->device() != c.device() || t->dim() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: operand `", name, "` is ", t->defined() ? t->DebugString() : "undefined",
-          "; expected a 2-D tensor of the output's dtype and device (output ", c.DebugString(),
-          ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: operand `", name, "` is ", t->defined() ? t->DebugString() : "undefined",
+                       "; expected a 2-D tensor of the output's dtype and device (output ", c.DebugString(), ")"));
     }
   }
   if (c.dim() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: the output must be 2-D, got ", c.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: the output must be 2-D, got ", c.DebugString()));
   }
   const int64_t m = trans_a ? a.shape()[1] : a.shape()[0];
   const int64_t k = trans_a ? a.shape()[0] : a.shape()[1];
   const int64_t kb = trans_b ? b.shape()[1] : b.shape()[0];
   const int64_t n = trans_b ? b.shape()[0] : b.shape()[1];
   if (k != kb || c.shape()[0] != m || c.shape()[1] != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: shapes do not multiply: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ", n,
-        "], output is ", ShapeToString(c.shape()), "; expected op(a) [m, k] x op(b) [k, n] -> [m, n]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: shapes do not multiply: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ", n,
+                     "], output is ", ShapeToString(c.shape()), "; expected op(a) [m, k] x op(b) [k, n] -> [m, n]"));
   }
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
     return absl::InvalidArgumentError(
@@ -166,8 +169,8 @@ absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   if (c.device().is_cuda()) {
-    return nn_cuda::Gemm(c.device().index(), c.dtype(), trans_a, trans_b, m, n, k, alpha,
-                         a.raw_data(), b.raw_data(), beta, c.raw_data());
+    return nn_cuda::Gemm(c.device().index(), c.dtype(), trans_a, trans_b, m, n, k, alpha, a.raw_data(), b.raw_data(),
+                         beta, c.raw_data());
   }
   return CpuGemm(a, trans_a, b, trans_b, c, m, n, k, alpha, beta);
 }
@@ -211,8 +214,8 @@ absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tenso
   LOCKSTEP_RETURN_IF_ERROR(CheckSame("ReluBackward", "grad_out", grad_out, out));
   LOCKSTEP_RETURN_IF_ERROR(CheckSame("ReluBackward", "grad_in", grad_in, out));
   if (out.device().is_cuda()) {
-    return nn_cuda::ReluBackward(out.device().index(), out.dtype(), grad_out.raw_data(),
-                                 out.raw_data(), grad_in.raw_data(), out.numel());
+    return nn_cuda::ReluBackward(out.device().index(), out.dtype(), grad_out.raw_data(), out.raw_data(),
+                                 grad_in.raw_data(), out.numel());
   }
   if (out.dtype() == DType::kF32) {
     ThresholdF32(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
@@ -233,20 +236,19 @@ absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tenso
   return absl::OkStatus();
 }
 
-absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability,
-                          uint64_t seed, uint64_t offset) {
+absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability, uint64_t seed,
+                          uint64_t offset) {
   LOCKSTEP_RETURN_IF_ERROR(CheckFloating("Dropout", in));
   LOCKSTEP_RETURN_IF_ERROR(CheckSame("Dropout", "out", out, in));
   if (!(keep_probability > 0.0 && keep_probability <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Dropout: keep probability must be in (0, 1], got ", keep_probability));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dropout: keep probability must be in (0, 1], got ", keep_probability));
   }
-  const uint32_t threshold =
-      static_cast<uint32_t>(std::min(std::ldexp(keep_probability, 24), 16777216.0));
+  const uint32_t threshold = static_cast<uint32_t>(std::min(std::ldexp(keep_probability, 24), 16777216.0));
   const float scale = static_cast<float>(1.0 / keep_probability);
   if (in.device().is_cuda()) {
-    return nn_cuda::Dropout(in.device().index(), in.dtype(), in.raw_data(), out.raw_data(),
-                            in.numel(), seed, offset, threshold, scale);
+    return nn_cuda::Dropout(in.device().index(), in.dtype(), in.raw_data(), out.raw_data(), in.numel(), seed, offset,
+                            threshold, scale);
   }
   ForFloat(in.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -261,39 +263,37 @@ absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_proba
 }
 
 absl::StatusOr<Shape> WindowOutputSize(int64_t height, int64_t width, const Window2d& w) {
-  if (w.kernel_h < 1 || w.kernel_w < 1 || w.stride_h < 1 || w.stride_w < 1 || w.pad_h < 0 ||
-      w.pad_w < 0 || height < 0 || width < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "window: need kernel >= 1, stride >= 1, padding >= 0; got kernel ", w.kernel_h, "x",
-        w.kernel_w, ", stride ", w.stride_h, "x", w.stride_w, ", padding ", w.pad_h, "x", w.pad_w));
+  if (w.kernel_h < 1 || w.kernel_w < 1 || w.stride_h < 1 || w.stride_w < 1 || w.pad_h < 0 || w.pad_w < 0 ||
+      height < 0 || width < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("window: need kernel >= 1, stride >= 1, padding >= 0; got kernel ",
+                                                   w.kernel_h, "x", w.kernel_w, ", stride ", w.stride_h, "x",
+                                                   w.stride_w, ", padding ", w.pad_h, "x", w.pad_w));
   }
   const int64_t out_h = (height + 2 * w.pad_h - w.kernel_h) / w.stride_h + 1;
   const int64_t out_w = (width + 2 * w.pad_w - w.kernel_w) / w.stride_w + 1;
-  if (height + 2 * w.pad_h < w.kernel_h || width + 2 * w.pad_w < w.kernel_w || out_h < 1 ||
-      out_w < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "window: a ", w.kernel_h, "x", w.kernel_w, " kernel does not fit a ", height, "x", width,
-        " input padded by ", w.pad_h, "x", w.pad_w, " (output size too small)"));
+  if (height + 2 * w.pad_h < w.kernel_h || width + 2 * w.pad_w < w.kernel_w || out_h < 1 || out_w < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("window: a ", w.kernel_h, "x", w.kernel_w, " kernel does not fit a ",
+                                                   height, "x", width, " input padded by ", w.pad_h, "x", w.pad_w,
+                                                   " (output size too small)"));
   }
   return Shape{out_h, out_w};
 }
 
 namespace {
 
-absl::StatusOr<window_elementwise::Geometry> GeometryOf(int64_t c, int64_t h, int64_t w,
-                                                        const Window2d& window) {
+absl::StatusOr<window_elementwise::Geometry> GeometryOf(int64_t c, int64_t h, int64_t w, const Window2d& window) {
   LOCKSTEP_ASSIGN_OR_RETURN(Shape out, WindowOutputSize(h, w, window));
-  return window_elementwise::Geometry{c, h, w, window.kernel_h, window.kernel_w,
-                                      window.stride_h, window.stride_w, window.pad_h,
-                                      window.pad_w, out[0], out[1]};
+  return window_elementwise::Geometry{
+      c,      h,     w, window.kernel_h, window.kernel_w, window.stride_h, window.stride_w, window.pad_h, window.pad_w,
+      out[0], out[1]};
 }
 
-absl::Status CheckF32(const char* op, const char* name, const Tensor& t, const Shape& shape,
-                      Device device, DType dtype = DType::kF32) {
+absl::Status CheckF32(const char* op, const char* name, const Tensor& t, const Shape& shape, Device device,
+                      DType dtype = DType::kF32) {
   if (!t.defined() || t.dtype() != dtype || t.shape() != shape || t.device() != device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": `", name, "` must be ", DTypeName(dtype), ShapeToString(shape), " on ",
-        device.ToString(), ", got ", t.defined() ? t.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": `", name, "` must be ", DTypeName(dtype),
+                                                   ShapeToString(shape), " on ", device.ToString(), ", got ",
+                                                   t.defined() ? t.DebugString() : "undefined"));
   }
   return absl::OkStatus();
 }
@@ -301,9 +301,8 @@ absl::Status CheckF32(const char* op, const char* name, const Tensor& t, const S
 // An image [C, H, W] (Im2Col/Col2Im) or a batch [N, C, H, W] (pooling).
 absl::Status CheckImage(const char* op, const Tensor& t, int64_t dims) {
   if (!t.defined() || t.dtype() != DType::kF32 || t.dim() != dims) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": expected an f32 tensor with ", dims, " dimensions, got ",
-        t.defined() ? t.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": expected an f32 tensor with ", dims, " dimensions, got ",
+                                                   t.defined() ? t.DebugString() : "undefined"));
   }
   return absl::OkStatus();
 }
@@ -315,8 +314,7 @@ absl::Status Im2Col(const Tensor& image, const Window2d& window, const Tensor& c
   const Shape& s = image.shape();
   LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[0], s[1], s[2], window));
   LOCKSTEP_RETURN_IF_ERROR(CheckF32("Im2Col", "columns", columns,
-                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w},
-                                    image.device()));
+                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w}, image.device()));
   if (image.device().is_cuda()) {
     return nn_cuda::Im2Col(image.device().index(), g, image.data<float>(), columns.data<float>());
   }
@@ -331,8 +329,7 @@ absl::Status Col2Im(const Tensor& columns, const Window2d& window, const Tensor&
   const Shape& s = image.shape();
   LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[0], s[1], s[2], window));
   LOCKSTEP_RETURN_IF_ERROR(CheckF32("Col2Im", "columns", columns,
-                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w},
-                                    image.device()));
+                                    {g.channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w}, image.device()));
   if (image.device().is_cuda()) {
     return nn_cuda::Col2Im(image.device().index(), g, columns.data<float>(), image.data<float>());
   }
@@ -342,22 +339,20 @@ absl::Status Col2Im(const Tensor& columns, const Window2d& window, const Tensor&
   return absl::OkStatus();
 }
 
-absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out,
-                              const Tensor& indices) {
+absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out, const Tensor& indices) {
   LOCKSTEP_RETURN_IF_ERROR(CheckImage("MaxPool2d", in, 4));
   const Shape& s = in.shape();
   if (window.pad_h * 2 > window.kernel_h || window.pad_w * 2 > window.kernel_w) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MaxPool2d: padding should be at most half of the kernel size, got padding ", window.pad_h,
-        "x", window.pad_w, " for a ", window.kernel_h, "x", window.kernel_w, " kernel"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MaxPool2d: padding should be at most half of the kernel size, got padding ", window.pad_h, "x",
+                     window.pad_w, " for a ", window.kernel_h, "x", window.kernel_w, " kernel"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[1], s[2], s[3], window));
   const Shape out_shape = {s[0], s[1], g.out_h, g.out_w};
   LOCKSTEP_RETURN_IF_ERROR(CheckF32("MaxPool2d", "out", out, out_shape, in.device()));
   LOCKSTEP_RETURN_IF_ERROR(CheckF32("MaxPool2d", "indices", indices, out_shape, in.device(), DType::kI32));
   if (in.device().is_cuda()) {
-    return nn_cuda::MaxPool(in.device().index(), g, s[0], in.data<float>(), out.data<float>(),
-                            indices.data<int32_t>());
+    return nn_cuda::MaxPool(in.device().index(), g, s[0], in.data<float>(), out.data<float>(), indices.data<int32_t>());
   }
   // Plane by plane with the window clipped once per position (the CUDA
   // kernel's MaxPoolAt per element spends most of its time on / and %);
@@ -428,8 +423,8 @@ absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Te
   return absl::OkStatus();
 }
 
-absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
-                               const Window2d& window, const Tensor& grad_in) {
+absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices, const Window2d& window,
+                               const Tensor& grad_in) {
   LOCKSTEP_RETURN_IF_ERROR(CheckImage("MaxPool2d backward", grad_in, 4));
   const Shape& s = grad_in.shape();
   LOCKSTEP_ASSIGN_OR_RETURN(window_elementwise::Geometry g, GeometryOf(s[1], s[2], s[3], window));
@@ -438,8 +433,8 @@ absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
   LOCKSTEP_RETURN_IF_ERROR(
       CheckF32("MaxPool2d backward", "indices", indices, out_shape, grad_in.device(), DType::kI32));
   if (grad_in.device().is_cuda()) {
-    return nn_cuda::MaxPoolBackward(grad_in.device().index(), g, s[0], grad_out.data<float>(),
-                                    indices.data<int32_t>(), grad_in.data<float>());
+    return nn_cuda::MaxPoolBackward(grad_in.device().index(), g, s[0], grad_out.data<float>(), indices.data<int32_t>(),
+                                    grad_in.data<float>());
   }
   // Scattered, as PyTorch's CPU kernel: each window's gradient added to its
   // winner, windows in increasing order. A pixel that wins several windows

@@ -29,8 +29,8 @@ namespace lockstep {
 // c = alpha * op(a) * op(b) + beta * c, op(x) = x^T when its flag is set.
 // op(a) is [m, k], op(b) [k, n], c [m, n]; all of one floating dtype and one
 // device. With beta == 0, c's old contents are ignored (NaNs included).
-absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-                  float alpha = 1.0f, float beta = 0.0f);
+absl::Status Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha = 1.0f,
+                  float beta = 0.0f);
 
 // Sets the OpenBLAS thread count for this process (>= 1).
 absl::Status SetCpuMathThreads(int threads);
@@ -51,8 +51,7 @@ absl::Status ReluBackward(const Tensor& grad_out, const Tensor& out, const Tenso
 // keep_probability, and scale = 1 / keep_probability. The same (seed, offset)
 // gives the same mask on every device, so backward reapplies it to the
 // gradient without storing it. 0 < keep_probability <= 1.
-absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability,
-                          uint64_t seed, uint64_t offset);
+absl::Status DropoutApply(const Tensor& in, const Tensor& out, double keep_probability, uint64_t seed, uint64_t offset);
 
 // A sliding window over [channels, height, width] images, for Conv2d (via
 // im2col + GEMM) and MaxPool2d. f32 tensors only.
@@ -77,11 +76,10 @@ absl::Status Col2Im(const Tensor& columns, const Window2d& window, const Tensor&
 // out [N, C, out_h, out_w] = window maxima of in [N, C, H, W], with the
 // winner's index (ih * W + iw, i32) in `indices`, as PyTorch's CPU
 // max_pool2d (first maximum; NaN propagates).
-absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out,
-                              const Tensor& indices);
+absl::Status MaxPool2dForward(const Tensor& in, const Window2d& window, const Tensor& out, const Tensor& indices);
 // grad_in [N, C, H, W] = each window's gradient routed to its winner.
-absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices,
-                               const Window2d& window, const Tensor& grad_in);
+absl::Status MaxPool2dBackward(const Tensor& grad_out, const Tensor& indices, const Window2d& window,
+                               const Tensor& grad_in);
 
 }  // namespace lockstep
 

@@ -23,8 +23,8 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 }
 
 // Row-major reference in double: op(A) [m, k] x op(B) [k, n].
-std::vector<double> Reference(const std::vector<float>& a, bool ta, const std::vector<float>& b,
-                              bool tb, int m, int n, int k) {
+std::vector<double> Reference(const std::vector<float>& a, bool ta, const std::vector<float>& b, bool tb, int m, int n,
+                              int k) {
   std::vector<double> c(static_cast<size_t>(m) * n, 0.0);
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -219,11 +219,7 @@ TEST(WindowTest, Im2ColAndCol2ImAreAdjoint) {
 
 TEST(WindowTest, MaxPoolPicksFirstMaximumPropagatesNaNAndRoutesGradients) {
   // One 1x4x4 image, 2x2 windows, stride 2.
-  Tensor x = *Tensor::FromVector<float>({1, 5, 2, 2,
-                                         5, 3, 2, 2,
-                                         0, NAN, 7, 1,
-                                         NAN, 4, 1, 7},
-                                        {1, 1, 4, 4});
+  Tensor x = *Tensor::FromVector<float>({1, 5, 2, 2, 5, 3, 2, 2, 0, NAN, 7, 1, NAN, 4, 1, 7}, {1, 1, 4, 4});
   Tensor y = *Tensor::Empty({1, 1, 2, 2}, DType::kF32);
   Tensor idx = *Tensor::Empty({1, 1, 2, 2}, DType::kI32);
   ASSERT_TRUE(MaxPool2dForward(x, Window2d{2, 2, 2, 2, 0, 0}, y, idx).ok());
@@ -238,8 +234,7 @@ TEST(WindowTest, MaxPoolPicksFirstMaximumPropagatesNaNAndRoutesGradients) {
   Tensor g = *Tensor::FromVector<float>({10, 20, 30, 40}, {1, 1, 2, 2});
   Tensor gx = *Tensor::Empty({1, 1, 4, 4}, DType::kF32);
   ASSERT_TRUE(MaxPool2dBackward(g, idx, Window2d{2, 2, 2, 2, 0, 0}, gx).ok());
-  EXPECT_EQ(*gx.ToVector<float>(),
-            (std::vector<float>{0, 10, 20, 0, 0, 0, 0, 0, 0, 0, 40, 0, 30, 0, 0, 0}));
+  EXPECT_EQ(*gx.ToVector<float>(), (std::vector<float>{0, 10, 20, 0, 0, 0, 0, 0, 0, 0, 40, 0, 30, 0, 0, 0}));
 }
 
 TEST(WindowTest, BadWindowsAreErrors) {
@@ -269,16 +264,15 @@ TEST(WindowTest, MaxPoolCpuLoopsMatchThePerElementFormulation) {
     for (float& v : xv) v = small(rng) == 0 && small(rng) == 0 ? NAN : static_cast<float>(small(rng));
     Tensor x = *Tensor::FromVector<float>(xv, {n, c, h, wd});
     const Shape out_hw = *WindowOutputSize(h, wd, w);
-    window_elementwise::Geometry g{c, h, wd, w.kernel_h, w.kernel_w, w.stride_h, w.stride_w,
-                                   w.pad_h, w.pad_w, out_hw[0], out_hw[1]};
+    window_elementwise::Geometry g{c,          h,       wd,      w.kernel_h, w.kernel_w, w.stride_h,
+                                   w.stride_w, w.pad_h, w.pad_w, out_hw[0],  out_hw[1]};
     Tensor y = *Tensor::Empty({n, c, out_hw[0], out_hw[1]}, DType::kF32);
     Tensor idx = *Tensor::Empty({n, c, out_hw[0], out_hw[1]}, DType::kI32);
     ASSERT_TRUE(MaxPool2dForward(x, w, y, idx).ok());
     const int64_t per_out = c * out_hw[0] * out_hw[1], per_in = c * h * wd;
     for (int64_t i = 0; i < y.numel(); ++i) {
       int32_t want_index = 0;
-      const float want = window_elementwise::MaxPoolAt(g, xv.data() + (i / per_out) * per_in, i % per_out,
-                                                       &want_index);
+      const float want = window_elementwise::MaxPoolAt(g, xv.data() + (i / per_out) * per_in, i % per_out, &want_index);
       ASSERT_EQ(idx.data<int32_t>()[i], want_index) << "window " << i;
       if (std::isnan(want)) {
         ASSERT_TRUE(std::isnan(y.data<float>()[i]));
@@ -305,8 +299,7 @@ TEST(WindowTest, MaxPoolBackwardRejectsForeignIndices) {
   Tensor idx = *Tensor::FromVector<int32_t>({0, 1, 99, 2}, {1, 1, 2, 2});
   Tensor gx = *Tensor::Empty({1, 1, 4, 4}, DType::kF32);
   absl::Status s = MaxPool2dBackward(gy, idx, Window2d{2, 2, 2, 2, 0, 0}, gx);
-  EXPECT_NE(s.message().find("index 99 of window 2 of plane 0 is outside the 4x4 input"),
-            absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("index 99 of window 2 of plane 0 is outside the 4x4 input"), absl::string_view::npos) << s;
 }
 
 }  // namespace

@@ -9,9 +9,8 @@ namespace lockstep {
 
 absl::StatusOr<Tensor> MaxPool2d::Forward(const Tensor& input) {
   if (!input.defined() || input.dim() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MaxPool2d.Forward: expected [batch, channels, height, width], got ",
-        input.defined() ? input.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("MaxPool2d.Forward: expected [batch, channels, height, width], got ",
+                                                   input.defined() ? input.DebugString() : "undefined"));
   }
   const Shape& s = input.shape();
   LOCKSTEP_ASSIGN_OR_RETURN(Shape out_hw, WindowOutputSize(s[2], s[3], window_));
@@ -41,17 +40,16 @@ absl::StatusOr<Tensor> MaxPool2d::BackwardImpl(const Tensor& grad_output, bool i
         "MaxPool2d.Backward: no pending Forward (each Backward consumes the last Forward)");
   }
   // Checked before the Forward is consumed: a refused gradient loses nothing.
-  if (input_grad && (!grad_output.defined() ||
-                     !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
-                       grad_output.dtype() == DType::kF16))) {
+  if (input_grad &&
+      (!grad_output.defined() || !(grad_output.dtype() == DType::kF32 || grad_output.dtype() == DType::kBF16 ||
+                                   grad_output.dtype() == DType::kF16))) {
     return absl::InvalidArgumentError(absl::StrCat("MaxPool2d.Backward: expected an f32, bf16 or f16 gradient, got ",
                                                    grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   const Tensor indices = std::exchange(saved_indices_, Tensor());
   if (!input_grad) return Tensor();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, CastTo(grad_output, DType::kF32));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(saved_input_shape_, DType::kF32,
-                                                          indices.device()));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(saved_input_shape_, DType::kF32, indices.device()));
   LOCKSTEP_RETURN_IF_ERROR(MaxPool2dBackward(g, indices, window_, grad_in));
   return CastTo(grad_in, saved_input_dtype_);
 }

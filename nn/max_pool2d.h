@@ -21,8 +21,7 @@ class MaxPool2d : public Module {
  public:
   // stride 0 means "the kernel size"; padding at most half the kernel.
   MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
-      : window_{kernel, kernel, stride == 0 ? kernel : stride, stride == 0 ? kernel : stride,
-                padding, padding} {}
+      : window_{kernel, kernel, stride == 0 ? kernel : stride, stride == 0 ? kernel : stride, padding, padding} {}
   explicit MaxPool2d(const Window2d& window) : window_(window) {}
 
   absl::string_view type_name() const override { return "MaxPool2d"; }

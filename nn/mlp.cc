@@ -11,9 +11,8 @@ namespace lockstep {
 
 absl::StatusOr<std::unique_ptr<Sequential>> MakeMlp(const MlpOptions& options, Mt19937& gen) {
   if (options.sizes.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MakeMlp: sizes needs at least the input and output sizes, got ", options.sizes.size(),
-        " entries"));
+    return absl::InvalidArgumentError(absl::StrCat("MakeMlp: sizes needs at least the input and output sizes, got ",
+                                                   options.sizes.size(), " entries"));
   }
   auto model = std::make_unique<Sequential>();
   if (options.flatten) model->Add(std::make_unique<Flatten>());

@@ -28,9 +28,9 @@ namespace lockstep {
 struct MlpOptions {
   // Input features, hidden sizes..., classes (at least two entries).
   std::vector<int64_t> sizes;
-  bool flatten = true;         // a leading Flatten (images [N, 1, 28, 28] in)
-  double dropout = 0.0;        // > 0 adds Dropout after each hidden ReLU
-  uint64_t dropout_seed = 0;   // layer k uses dropout_seed + k
+  bool flatten = true;        // a leading Flatten (images [N, 1, 28, 28] in)
+  double dropout = 0.0;       // > 0 adds Dropout after each hidden ReLU
+  uint64_t dropout_seed = 0;  // layer k uses dropout_seed + k
   DType compute_dtype = DType::kF32;
   Device device = Device::Cpu();
 };

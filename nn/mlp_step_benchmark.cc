@@ -55,8 +55,8 @@ void TrainStep(benchmark::State& state, bool adamw) {
   for (auto _ : state) {
     absl::StatusOr<Tensor> logits = s.model->Forward(s.images);
     absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, s.labels);
-    if (!ce.ok() || !s.model->Backward(ce->grad_logits, /*input_grad=*/false).ok() ||
-        !s.optimizer->Step().ok() || !s.optimizer->ZeroGrad().ok()) {
+    if (!ce.ok() || !s.model->Backward(ce->grad_logits, /*input_grad=*/false).ok() || !s.optimizer->Step().ok() ||
+        !s.optimizer->ZeroGrad().ok()) {
       state.SkipWithError("training step failed");
       return;
     }

@@ -51,33 +51,32 @@ absl::StatusOr<Tensor> Module::Backward(const Tensor& grad_output, bool input_gr
   const ParameterReadyFn ready = [this](Parameter& parameter) -> absl::Status {
     auto it = hook_index_.find(&parameter);
     if (it == hook_index_.end()) {
-      return absl::InternalError(absl::StrCat(
-          "gradient-ready hook of ", type_name(),
-          ": a layer reported a parameter that is not registered below this module (register "
-          "every parameter with RegisterParameter)"));
+      return absl::InternalError(
+          absl::StrCat("gradient-ready hook of ", type_name(),
+                       ": a layer reported a parameter that is not registered below this module (register "
+                       "every parameter with RegisterParameter)"));
     }
     const std::string& name = hook_names_[it->second];
     absl::Status s = hook_(GradReadyEvent{parameter, it->second, name});
     if (s.ok()) return s;
-    return absl::Status(s.code(), absl::StrCat("gradient-ready hook for '", name, "' (index ",
-                                               it->second, "): ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("gradient-ready hook for '", name, "' (index ", it->second, "): ", s.message()));
   };
   return BackwardImpl(grad_output, input_grad, ready);
 }
 
-absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_output,
-                                             bool input_grad, const ParameterReadyFn& ready) {
+absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_output, bool input_grad,
+                                             const ParameterReadyFn& ready) {
   return child.BackwardImpl(grad_output, input_grad, ready);
 }
 
-absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
-                                    const ParameterReadyFn& ready) {
+absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad, const ParameterReadyFn& ready) {
   if (!parameter.requires_grad) return absl::OkStatus();  // Frozen: no gradient, no hook.
   const Tensor& value = parameter.value;
   if (!grad.defined() || grad.numel() != value.numel() || grad.device() != value.device()) {
-    return absl::InternalError(absl::StrCat(
-        "AccumulateGrad: gradient ", grad.defined() ? grad.DebugString() : "undefined",
-        " does not fit parameter ", value.DebugString()));
+    return absl::InternalError(absl::StrCat("AccumulateGrad: gradient ",
+                                            grad.defined() ? grad.DebugString() : "undefined",
+                                            " does not fit parameter ", value.DebugString()));
   }
   Tensor converted = grad;
   if (grad.dtype() != value.dtype()) {
@@ -86,8 +85,7 @@ absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad,
   }
   if (!parameter.grad.defined()) {
     // The first gradient is copied, not added to zeros: x + 0 would turn -0 into +0.
-    LOCKSTEP_ASSIGN_OR_RETURN(parameter.grad,
-                              Tensor::Empty(value.shape(), value.dtype(), value.device()));
+    LOCKSTEP_ASSIGN_OR_RETURN(parameter.grad, Tensor::Empty(value.shape(), value.dtype(), value.device()));
     LOCKSTEP_RETURN_IF_ERROR(parameter.grad.CopyFrom(converted));
   } else {
     LOCKSTEP_RETURN_IF_ERROR(ReduceInto(ReduceOp::kSum, converted, parameter.grad));
@@ -100,9 +98,7 @@ void Module::RegisterParameter(std::string name, Parameter* parameter) {
   Generation().fetch_add(1, std::memory_order_acq_rel);
 }
 
-void Module::RegisterBuffer(std::string name, Tensor* buffer) {
-  buffers_.emplace_back(std::move(name), buffer);
-}
+void Module::RegisterBuffer(std::string name, Tensor* buffer) { buffers_.emplace_back(std::move(name), buffer); }
 
 Module* Module::RegisterModule(std::string name, std::unique_ptr<Module> child) {
   Module* raw = child.get();
@@ -127,8 +123,7 @@ void Module::CollectState(const std::string& prefix, std::vector<NamedTensor>& o
   for (auto& [name, child] : children_) child->CollectState(prefix + name + ".", out);
 }
 
-void Module::CollectExtraState(const std::string& prefix,
-                               std::map<std::string, std::string>& out) const {
+void Module::CollectExtraState(const std::string& prefix, std::map<std::string, std::string>& out) const {
   for (const auto& [key, value] : OwnExtraState()) out[prefix + key] = value;
   for (const auto& [name, child] : children_) child->CollectExtraState(prefix + name + ".", out);
 }
@@ -141,11 +136,10 @@ std::map<std::string, std::string> Module::ExtraState() const {
 
 // Offers each entry under `prefix` whose remaining key has no '.' to this
 // module, the rest to the child named by the next component.
-absl::Status Module::VisitExtraState(const std::string& prefix,
-                                     const std::map<std::string, std::string>& state, bool apply,
-                                     std::vector<std::string>& problems,
-                                     std::set<std::string>& seen) {
-  for (auto it = state.lower_bound(prefix); it != state.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+absl::Status Module::VisitExtraState(const std::string& prefix, const std::map<std::string, std::string>& state,
+                                     bool apply, std::vector<std::string>& problems, std::set<std::string>& seen) {
+  for (auto it = state.lower_bound(prefix); it != state.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
     const std::string key = it->first.substr(prefix.size());
     if (key.find('.') != std::string::npos) continue;
     seen.insert(it->first);
@@ -166,8 +160,8 @@ absl::Status Module::LoadExtraState(const std::map<std::string, std::string>& st
     if (!seen.count(key)) problems.push_back("'" + key + "' names no module of this model");
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("LoadExtraState into ", type_name(), ": ",
-                                                   absl::StrJoin(problems, "; ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadExtraState into ", type_name(), ": ", absl::StrJoin(problems, "; ")));
   }
   return VisitExtraState("", state, /*apply=*/true, problems, seen);
 }
@@ -202,8 +196,8 @@ absl::StatusOr<int64_t> Module::SetRequiresGrad(absl::string_view name_prefix, b
     std::vector<std::string> names;
     for (const NamedParameter& p : named) names.push_back(p.name);
     return absl::NotFoundError(absl::StrCat("SetRequiresGrad: no parameter of this ", type_name(), " is named '",
-                                            name_prefix, "' or below it; its parameters are: ",
-                                            absl::StrJoin(names, ", ")));
+                                            name_prefix,
+                                            "' or below it; its parameters are: ", absl::StrJoin(names, ", ")));
   }
   for (const NamedParameter& p : named) {
     if (selected(p.name)) p.parameter->requires_grad = requires_grad;
@@ -245,11 +239,9 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
     matched.insert(name);
     const Tensor& src = *it->second;
     if (!src.defined() || src.shape() != target.shape() || src.dtype() != target.dtype()) {
-      problems.push_back(absl::StrCat("'", name, "': expected ", DTypeName(target.dtype()),
-                                      ShapeToString(target.shape()), ", got ",
-                                      src.defined() ? std::string(DTypeName(src.dtype())) +
-                                                          ShapeToString(src.shape())
-                                                    : std::string("undefined")));
+      problems.push_back(absl::StrCat(
+          "'", name, "': expected ", DTypeName(target.dtype()), ShapeToString(target.shape()), ", got ",
+          src.defined() ? std::string(DTypeName(src.dtype())) + ShapeToString(src.shape()) : std::string("undefined")));
     }
   }
   if (strict) {
@@ -261,9 +253,9 @@ absl::Status Module::LoadStateDict(const std::vector<NamedTensor>& state, bool s
     if (!unexpected.empty()) problems.push_back("unexpected: " + absl::StrJoin(unexpected, ", "));
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadStateDict into ", type_name(), ": ", absl::StrJoin(problems, "; "),
-        ". Check that the checkpoint was written by the same model architecture"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadStateDict into ", type_name(), ": ", absl::StrJoin(problems, "; "),
+                     ". Check that the checkpoint was written by the same model architecture"));
   }
   for (const auto& [name, target] : own) {
     auto it = given.find(name);

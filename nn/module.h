@@ -201,10 +201,8 @@ class Module {
   // This module's own extra state (not its children's); see ExtraState.
   virtual std::map<std::string, std::string> OwnExtraState() const { return {}; }
   // Checks (apply = false) or applies (apply = true) one entry of it.
-  virtual absl::Status LoadOwnExtraState(const std::string& key, const std::string& value,
-                                         bool apply) {
-    return absl::InvalidArgumentError("unknown extra state '" + key + "' for " +
-                                      std::string(type_name()));
+  virtual absl::Status LoadOwnExtraState(const std::string& key, const std::string& value, bool apply) {
+    return absl::InvalidArgumentError("unknown extra state '" + key + "' for " + std::string(type_name()));
   }
 
   void RegisterParameter(std::string name, Parameter* parameter);
@@ -213,8 +211,8 @@ class Module {
   Module* RegisterModule(std::string name, std::unique_ptr<Module> child);
 
   // For containers: runs a child's backward with the caller's callback.
-  static absl::StatusOr<Tensor> ChildBackward(Module& child, const Tensor& grad_output,
-                                              bool input_grad, const ParameterReadyFn& ready);
+  static absl::StatusOr<Tensor> ChildBackward(Module& child, const Tensor& grad_output, bool input_grad,
+                                              const ParameterReadyFn& ready);
   static absl::StatusOr<std::unique_ptr<Module>> ChildNewLike(const Module& child, Device device) {
     return child.NewLike(device);
   }
@@ -229,20 +227,16 @@ class Module {
   // device on first use; `grad` may be of another floating dtype and is
   // converted), then reports it (GradReady). Nothing for a frozen parameter
   // (layers may skip computing its gradient: see requires_grad).
-  static absl::Status AccumulateGrad(Parameter& parameter, const Tensor& grad,
-                                     const ParameterReadyFn& ready);
+  static absl::Status AccumulateGrad(Parameter& parameter, const Tensor& grad, const ParameterReadyFn& ready);
 
-  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const {
-    return children_;
-  }
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
 
  private:
   void CollectParameters(const std::string& prefix, std::vector<NamedParameter>& out);
   void CollectState(const std::string& prefix, std::vector<NamedTensor>& out);
   void CollectBuffers(const std::string& prefix, std::vector<NamedTensor>& out);
   void CollectExtraState(const std::string& prefix, std::map<std::string, std::string>& out) const;
-  absl::Status VisitExtraState(const std::string& prefix,
-                               const std::map<std::string, std::string>& state, bool apply,
+  absl::Status VisitExtraState(const std::string& prefix, const std::map<std::string, std::string>& state, bool apply,
                                std::vector<std::string>& problems, std::set<std::string>& seen);
 
   void BuildHookTable();

@@ -52,8 +52,7 @@ TEST(ModuleTest, NamesFollowPyTorch) {
   std::unique_ptr<Sequential> model = Mlp();
   std::vector<std::string> names;
   for (const NamedParameter& p : model->NamedParameters()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias",
-                                             "5.weight", "5.bias"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"}));
   std::vector<std::string> state;
   for (const NamedTensor& t : model->StateDict()) state.push_back(t.first);
   EXPECT_EQ(state, names);
@@ -119,8 +118,7 @@ TEST(ModuleTest, HooksFireOncePerParameterInReverseOrderWithFinalGradients) {
     order.clear();
     at_hook.clear();
     Step(*model, x, y);
-    EXPECT_EQ(order, (std::vector<std::string>{"5.bias", "5.weight", "3.bias", "3.weight",
-                                               "1.bias", "1.weight"}));
+    EXPECT_EQ(order, (std::vector<std::string>{"5.bias", "5.weight", "3.bias", "3.weight", "1.bias", "1.weight"}));
     // What the hook saw is what backward left: the gradient was final.
     std::vector<NamedParameter> params = model->NamedParameters();
     for (size_t i = 0; i < order.size(); ++i) {
@@ -165,12 +163,11 @@ TEST(ModuleTest, AHookErrorStopsBackwardAtOnce) {
   EXPECT_NE(gx.status().message().find("gradient-ready hook for '3.weight' (index 2): peer 2 is gone"),
             absl::string_view::npos)
       << gx.status();
-  EXPECT_NE(gx.status().message().find("Sequential child 3 (Linear)"), absl::string_view::npos)
-      << gx.status();
+  EXPECT_NE(gx.status().message().find("Sequential child 3 (Linear)"), absl::string_view::npos) << gx.status();
   EXPECT_EQ(seen, (std::vector<std::string>{"5.bias", "5.weight", "3.bias", "3.weight"}));
   std::vector<NamedParameter> params = model->NamedParameters();
-  EXPECT_TRUE(params[2].parameter->grad.defined());    // 3.weight: accumulated, then the hook failed
-  EXPECT_FALSE(params[1].parameter->grad.defined());   // 1.bias: never reached
+  EXPECT_TRUE(params[2].parameter->grad.defined());   // 3.weight: accumulated, then the hook failed
+  EXPECT_FALSE(params[1].parameter->grad.defined());  // 1.bias: never reached
   // Without the hook, the model trains on.
   model->SetGradReadyHook(nullptr);
   ASSERT_TRUE(model->ZeroGrad(/*set_to_none=*/true).ok());
@@ -307,9 +304,9 @@ TEST(ModuleTest, StateDictRoundTripAndStrictErrors) {
   std::unique_ptr<Sequential> c = Mlp(3);
   const std::vector<float> before = *c->StateDict()[0].second.ToVector<float>();
   std::vector<NamedTensor> bad = state;
-  bad.erase(bad.begin() + 1);                                          // missing 1.bias
-  bad.emplace_back("9.weight", *Tensor::Zeros({1}, DType::kF32));       // unexpected
-  bad[2].second = *Tensor::Zeros({7, 7}, DType::kF32);                  // 3.bias (after the erase) mis-shaped
+  bad.erase(bad.begin() + 1);                                      // missing 1.bias
+  bad.emplace_back("9.weight", *Tensor::Zeros({1}, DType::kF32));  // unexpected
+  bad[2].second = *Tensor::Zeros({7, 7}, DType::kF32);             // 3.bias (after the erase) mis-shaped
   absl::Status s = c->LoadStateDict(bad);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("missing: 1.bias"), absl::string_view::npos) << s;
@@ -373,8 +370,7 @@ TEST(ModuleTest, CloneToIsADeepCopy) {
   std::vector<float> b = *(*copy)->Forward(x)->ToVector<float>();
   EXPECT_EQ(a, b);
   (*copy)->Parameters()[0]->value.data<float>()[0] += 1.0f;
-  EXPECT_NE((*copy)->Parameters()[0]->value.data<float>()[0],
-            model->Parameters()[0]->value.data<float>()[0]);
+  EXPECT_NE((*copy)->Parameters()[0]->value.data<float>()[0], model->Parameters()[0]->value.data<float>()[0]);
 }
 
 TEST(ModuleTest, DropoutTrainAndEval) {

@@ -42,10 +42,8 @@ absl::Status Optimizer::LoadStateTensors(const std::vector<NamedTensor>& state) 
   for (const auto& [name, tensor] : state) {
     const std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('.', 2));
     size_t index = 0;
-    if (parts.size() != 3 || parts[0] != "state" || !absl::SimpleAtoi(parts[1], &index) ||
-        index >= params_.size()) {
-      problems.push_back(absl::StrCat("'", name, "' is not state.<index < ", params_.size(),
-                                      ">.<key>"));
+    if (parts.size() != 3 || parts[0] != "state" || !absl::SimpleAtoi(parts[1], &index) || index >= params_.size()) {
+      problems.push_back(absl::StrCat("'", name, "' is not state.<index < ", params_.size(), ">.<key>"));
       continue;
     }
     const StateKey* key = nullptr;
@@ -62,8 +60,7 @@ absl::Status Optimizer::LoadStateTensors(const std::vector<NamedTensor>& state) 
     if (!tensor.defined() || tensor.dtype() != DType::kF32 || tensor.shape() != expected) {
       problems.push_back(absl::StrCat(
           "'", name, "': expected f32", ShapeToString(expected), ", got ",
-          tensor.defined() ? absl::StrCat(DTypeName(tensor.dtype()), ShapeToString(tensor.shape()))
-                           : "undefined"));
+          tensor.defined() ? absl::StrCat(DTypeName(tensor.dtype()), ShapeToString(tensor.shape())) : "undefined"));
       continue;
     }
     if (!loaded[index].emplace(key->key, tensor).second) {
@@ -78,9 +75,8 @@ absl::Status Optimizer::LoadStateTensors(const std::vector<NamedTensor>& state) 
     }
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Optimizer::LoadStateTensors: ", absl::StrJoin(problems, "; "),
-                     ". Was the checkpoint written with another optimizer or model?"));
+    return absl::InvalidArgumentError(absl::StrCat("Optimizer::LoadStateTensors: ", absl::StrJoin(problems, "; "),
+                                                   ". Was the checkpoint written with another optimizer or model?"));
   }
   std::map<size_t, std::map<std::string, Tensor>> copies;
   for (const auto& [index, entries] : loaded) {

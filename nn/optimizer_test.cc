@@ -48,12 +48,10 @@ TEST(SgdTest, ValidationMatchesPyTorch) {
   auto p = MakeParams();
   SgdOptions o;
   o.lr = -1;
-  EXPECT_NE(Sgd::Create(p->named(), o).status().message().find("Invalid learning rate"),
-            absl::string_view::npos);
+  EXPECT_NE(Sgd::Create(p->named(), o).status().message().find("Invalid learning rate"), absl::string_view::npos);
   o.lr = 0.1;
   o.nesterov = true;
-  EXPECT_NE(Sgd::Create(p->named(), o).status().message().find("Nesterov momentum requires"),
-            absl::string_view::npos);
+  EXPECT_NE(Sgd::Create(p->named(), o).status().message().find("Nesterov momentum requires"), absl::string_view::npos);
   o.momentum = 0.9;
   o.dampening = 0.1;
   EXPECT_FALSE(Sgd::Create(p->named(), o).ok());
@@ -63,8 +61,7 @@ TEST(SgdTest, ValidationMatchesPyTorch) {
   EXPECT_NE(Sgd::Create(twice, o).status().message().find("appears twice"), absl::string_view::npos);
   Parameter half;
   half.value = *Tensor::Zeros({2}, DType::kF16);
-  EXPECT_NE(Sgd::Create({{"h", &half}}, o).status().message().find("f32 (master) weights"),
-            absl::string_view::npos);
+  EXPECT_NE(Sgd::Create({{"h", &half}}, o).status().message().find("f32 (master) weights"), absl::string_view::npos);
 }
 
 TEST(AdamTest, ValidationMatchesPyTorch) {
@@ -76,8 +73,7 @@ TEST(AdamTest, ValidationMatchesPyTorch) {
   o = AdamWOptions();
   EXPECT_EQ(o.weight_decay, 1e-2);
   o.eps = -1;
-  EXPECT_NE(Adam::Create(p->named(), o).status().message().find("AdamW: Invalid epsilon"),
-            absl::string_view::npos);
+  EXPECT_NE(Adam::Create(p->named(), o).status().message().find("AdamW: Invalid epsilon"), absl::string_view::npos);
 }
 
 TEST(AdamTest, FirstStepMovesEachWeightByAboutLr) {

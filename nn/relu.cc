@@ -16,18 +16,16 @@ absl::StatusOr<Tensor> ReLU::Forward(const Tensor& input) {
   return out;
 }
 
-absl::StatusOr<Tensor> ReLU::BackwardImpl(const Tensor& grad_output, bool input_grad,
-                                          const ParameterReadyFn& ready) {
+absl::StatusOr<Tensor> ReLU::BackwardImpl(const Tensor& grad_output, bool input_grad, const ParameterReadyFn& ready) {
   if (!saved_output_.defined()) {
-    return absl::FailedPreconditionError(
-        "ReLU.Backward: no pending Forward (each Backward consumes the last Forward)");
+    return absl::FailedPreconditionError("ReLU.Backward: no pending Forward (each Backward consumes the last Forward)");
   }
   const Tensor out = std::exchange(saved_output_, Tensor());
   if (!input_grad) return Tensor();
   if (!grad_output.defined() || grad_output.shape() != out.shape()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReLU.Backward: expected a gradient of shape ", ShapeToString(out.shape()), ", got ",
-        grad_output.defined() ? grad_output.DebugString() : "undefined"));
+    return absl::InvalidArgumentError(absl::StrCat("ReLU.Backward: expected a gradient of shape ",
+                                                   ShapeToString(out.shape()), ", got ",
+                                                   grad_output.defined() ? grad_output.DebugString() : "undefined"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad_in, Tensor::Empty(out.shape(), out.dtype(), out.device()));
   LOCKSTEP_RETURN_IF_ERROR(ReluBackward(grad_output, out, grad_in));

@@ -33,8 +33,7 @@ absl::Status Sequential::CheckChildName(const std::string& name, const Module* c
     }
   }
   if (problem.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("Sequential::Add(\"", name, "\", ...): ", problem));
+  return absl::InvalidArgumentError(absl::StrCat("Sequential::Add(\"", name, "\", ...): ", problem));
 }
 
 absl::StatusOr<Tensor> Sequential::Forward(const Tensor& input) {
@@ -42,9 +41,8 @@ absl::StatusOr<Tensor> Sequential::Forward(const Tensor& input) {
   for (size_t i = 0; i < size(); ++i) {
     absl::StatusOr<Tensor> y = child(i).Forward(x);
     if (!y.ok()) {
-      return absl::Status(y.status().code(),
-                          absl::StrCat("Sequential child ", Label(i, child_name(i)), " (", child(i).type_name(),
-                                       "): ", y.status().message()));
+      return absl::Status(y.status().code(), absl::StrCat("Sequential child ", Label(i, child_name(i)), " (",
+                                                          child(i).type_name(), "): ", y.status().message()));
     }
     x = *std::move(y);
   }
@@ -64,9 +62,8 @@ absl::StatusOr<Tensor> Sequential::BackwardImpl(const Tensor& grad_output, bool 
     const bool child_input_grad = input_grad || i > first_trainable;
     absl::StatusOr<Tensor> gi = ChildBackward(child(i), g, child_input_grad, ready);
     if (!gi.ok()) {
-      return absl::Status(gi.status().code(),
-                          absl::StrCat("Sequential child ", Label(i, child_name(i)), " (", child(i).type_name(),
-                                       "): ", gi.status().message()));
+      return absl::Status(gi.status().code(), absl::StrCat("Sequential child ", Label(i, child_name(i)), " (",
+                                                           child(i).type_name(), "): ", gi.status().message()));
     }
     g = *std::move(gi);
   }

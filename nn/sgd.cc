@@ -2,14 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "nn/internal/optimizer_checks.h"
 #include "nn/kernels/cuda_math.h"
 #include "nn/kernels/nn_elementwise.h"
-#include "nn/internal/optimizer_checks.h"
 
 namespace lockstep {
 
-absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(std::vector<NamedParameter> params,
-                                                 const SgdOptions& options) {
+absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(std::vector<NamedParameter> params, const SgdOptions& options) {
   if (!(options.lr >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("SGD: Invalid learning rate: ", options.lr));
   }
@@ -17,12 +16,10 @@ absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(std::vector<NamedParameter> par
     return absl::InvalidArgumentError(absl::StrCat("SGD: Invalid momentum value: ", options.momentum));
   }
   if (!(options.weight_decay >= 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SGD: Invalid weight_decay value: ", options.weight_decay));
+    return absl::InvalidArgumentError(absl::StrCat("SGD: Invalid weight_decay value: ", options.weight_decay));
   }
   if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0)) {
-    return absl::InvalidArgumentError(
-        "SGD: Nesterov momentum requires a momentum and zero dampening");
+    return absl::InvalidArgumentError("SGD: Nesterov momentum requires a momentum and zero dampening");
   }
   LOCKSTEP_RETURN_IF_ERROR(optimizer_internal::CheckParameters("SGD", params));
   return std::unique_ptr<Sgd>(new Sgd(std::move(params), options));
@@ -63,8 +60,7 @@ absl::Status Sgd::Step() {
       std::map<std::string, Tensor>& state = StateOf(i);
       auto it = state.find("momentum_buffer");
       if (it == state.end()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor created,
-                                  Tensor::Empty(p.value.shape(), DType::kF32, p.value.device()));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor created, Tensor::Empty(p.value.shape(), DType::kF32, p.value.device()));
         it = state.emplace("momentum_buffer", created).first;
         flags.first_step = true;
       }
@@ -74,8 +70,7 @@ absl::Status Sgd::Step() {
     const float* grad = p.grad.data<float>();
     const int64_t n = p.value.numel();
     if (p.value.device().is_cuda()) {
-      LOCKSTEP_RETURN_IF_ERROR(
-          nn_cuda::Sgd(p.value.device().index(), params, flags, value, grad, buf, n));
+      LOCKSTEP_RETURN_IF_ERROR(nn_cuda::Sgd(p.value.device().index(), params, flags, value, grad, buf, n));
       continue;
     }
     // One loop per flag combination: no branches inside, so it vectorizes.

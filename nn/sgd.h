@@ -29,8 +29,7 @@ class Sgd : public Optimizer {
  public:
   // Validates as PyTorch does (lr, momentum, weight_decay >= 0; Nesterov
   // needs momentum > 0 and zero dampening).
-  static absl::StatusOr<std::unique_ptr<Sgd>> Create(std::vector<NamedParameter> params,
-                                                     const SgdOptions& options);
+  static absl::StatusOr<std::unique_ptr<Sgd>> Create(std::vector<NamedParameter> params, const SgdOptions& options);
   absl::string_view type_name() const override { return "SGD"; }
   absl::Status Step() override;
   std::map<std::string, std::string> Hyperparameters() const override;

@@ -62,11 +62,11 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   LOCKSTEP_ASSIGN_OR_RETURN(const int64_t batch_size, ParseInt(md, kBatchSizeKey, path));
   LOCKSTEP_ASSIGN_OR_RETURN(const int64_t world_size, ParseInt(md, kWorldSizeKey, path));
   if (batch_size != o.batch_size || world_size != o.world_size || loaded.progress.seed != o.seed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " was written with batch size ", batch_size, ", world size ", world_size, " and seed ",
-        loaded.progress.seed, "; this run has ", o.batch_size, ", ", o.world_size, " and ", o.seed,
-        ". Resume with the same values (the batch position depends on them) or use another "
-        "--checkpoint_dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " was written with batch size ", batch_size, ", world size ", world_size, " and seed ",
+                     loaded.progress.seed, "; this run has ", o.batch_size, ", ", o.world_size, " and ", o.seed,
+                     ". Resume with the same values (the batch position depends on them) or use another "
+                     "--checkpoint_dir"));
   }
   if (at.batch < 0 || at.batch > batches || at.epoch < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": batch ", at.batch, " of epoch ", at.epoch,
@@ -81,10 +81,11 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   for (const auto& [key, value] : o.checkpoint_metadata) {
     auto it = md.find(key);
     if (it == md.end() || it->second != value) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, ": its '", key, "' ", it == md.end() ? "is missing" : absl::StrCat("is ", it->second),
-          " but this run's is ", value, ". Resume with the settings it was written with, or use another "
-          "--checkpoint_dir"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": its '", key, "' ", it == md.end() ? "is missing" : absl::StrCat("is ", it->second),
+                       " but this run's is ", value,
+                       ". Resume with the settings it was written with, or use another "
+                       "--checkpoint_dir"));
     }
   }
   auto loss = md.find(kLossSumKey);
@@ -102,13 +103,20 @@ struct Found {
 
 const char* TypeName(std::filesystem::file_type type) {
   switch (type) {
-    case std::filesystem::file_type::directory: return "a directory";
-    case std::filesystem::file_type::symlink: return "a symbolic link";
-    case std::filesystem::file_type::fifo: return "a FIFO";
-    case std::filesystem::file_type::socket: return "a socket";
-    case std::filesystem::file_type::block: return "a block device";
-    case std::filesystem::file_type::character: return "a character device";
-    default: return "not a regular file";
+    case std::filesystem::file_type::directory:
+      return "a directory";
+    case std::filesystem::file_type::symlink:
+      return "a symbolic link";
+    case std::filesystem::file_type::fifo:
+      return "a FIFO";
+    case std::filesystem::file_type::socket:
+      return "a socket";
+    case std::filesystem::file_type::block:
+      return "a block device";
+    case std::filesystem::file_type::character:
+      return "a character device";
+    default:
+      return "not a regular file";
   }
 }
 
@@ -129,8 +137,7 @@ std::vector<Found> FindCheckpoints(const std::string& dir, bool log) {
       continue;
     }
     const std::string digits = name.substr(
-        sizeof(kCheckpointPrefix) - 1,
-        name.size() - (sizeof(kCheckpointPrefix) - 1) - (sizeof(kCheckpointSuffix) - 1));
+        sizeof(kCheckpointPrefix) - 1, name.size() - (sizeof(kCheckpointPrefix) - 1) - (sizeof(kCheckpointSuffix) - 1));
     int64_t step;
     if (digits.empty() || !absl::SimpleAtoi(digits, &step)) continue;  // e.g. a temporary file
     std::error_code type_ec;
@@ -174,8 +181,8 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
 
 namespace train_loop_internal {
 
-absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at, Module& model,
-                                   Optimizer& optimizer, const GradScaler& scaler) {
+absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at, Module& model, Optimizer& optimizer,
+                                   const GradScaler& scaler) {
   TrainingProgress progress;
   progress.epoch = at.epoch;
   progress.step = at.step;
@@ -190,8 +197,8 @@ absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at
   metadata[kExamplesKey] = absl::StrCat(at.carried.examples);
   for (const auto& [key, value] : o.checkpoint_metadata) {
     if (metadata.count(key) > 0 || absl::StartsWith(key, "trainer.") || absl::StartsWith(key, kScalerPrefix)) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint_metadata key '", key,
-                                                     "' is one of the training loop's own; choose another name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint_metadata key '", key, "' is one of the training loop's own; choose another name"));
     }
     metadata[key] = value;
   }
@@ -241,8 +248,8 @@ absl::StatusOr<std::optional<Restored>> RestoreTrainerCheckpoint(const TrainLoop
     if (scaler.enabled()) LOCKSTEP_RETURN_IF_ERROR(scaler.LoadStateFromMetadata(loaded->metadata, kScalerPrefix));
     return std::optional<Restored>(std::move(r));
   }
-  return absl::DataLossError(absl::StrCat("no checkpoint in ", o.checkpoint_dir,
-                                          " could be loaded: ", absl::StrJoin(problems, "; ")));
+  return absl::DataLossError(
+      absl::StrCat("no checkpoint in ", o.checkpoint_dir, " could be loaded: ", absl::StrJoin(problems, "; ")));
 }
 
 }  // namespace train_loop_internal

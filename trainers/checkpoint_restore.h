@@ -33,8 +33,8 @@ struct Position {
 // header is complete and whose metadata has the step of its name): a
 // damaged file, or a FIFO, directory or symlink named like a checkpoint,
 // is neither counted nor removed (it is reported on stderr).
-absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at, Module& model,
-                                   Optimizer& optimizer, const GradScaler& scaler);
+absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at, Module& model, Optimizer& optimizer,
+                                   const GradScaler& scaler);
 
 struct Restored {
   std::string path;

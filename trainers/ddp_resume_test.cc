@@ -19,9 +19,17 @@ namespace {
 
 void Train(const std::string& dir, const std::vector<std::string>& extra) {
   SubprocessOptions options;
-  options.argv = {"trainers/ddp_trainer", "--nproc=2", "--model=mlp", "--dataset=synthetic",
-                  "--synthetic_train_size=640", "--synthetic_test_size=64", "--batch_size=32", "--epochs=2",
-                  "--seed=3", "--num_workers=1", "--checkpoint_dir=" + dir};
+  options.argv = {"trainers/ddp_trainer",
+                  "--nproc=2",
+                  "--model=mlp",
+                  "--dataset=synthetic",
+                  "--synthetic_train_size=640",
+                  "--synthetic_test_size=64",
+                  "--batch_size=32",
+                  "--epochs=2",
+                  "--seed=3",
+                  "--num_workers=1",
+                  "--checkpoint_dir=" + dir};
   options.argv.insert(options.argv.end(), extra.begin(), extra.end());
   options.alarm_seconds = 240;
   absl::StatusOr<Subprocess> trainer = Subprocess::Spawn(options);

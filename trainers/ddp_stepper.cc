@@ -41,10 +41,9 @@ std::function<void(const BucketTiming&)> BucketTraceObserver(TraceRecorder* trac
   if (trace == nullptr) return nullptr;
   // Runs on the thread that completed the bucket; the recorder is thread-safe.
   return [trace](const BucketTiming& t) {
-    trace->Complete(absl::StrCat("allreduce bucket ", t.bucket_index), "ddp", t.launched,
-                    t.completed, TraceRecorder::kCommThread,
-                    {{"bucket", static_cast<int64_t>(t.bucket_index)},
-                     {"bytes", static_cast<int64_t>(t.bytes)}});
+    trace->Complete(absl::StrCat("allreduce bucket ", t.bucket_index), "ddp", t.launched, t.completed,
+                    TraceRecorder::kCommThread,
+                    {{"bucket", static_cast<int64_t>(t.bucket_index)}, {"bytes", static_cast<int64_t>(t.bytes)}});
   };
 }
 

@@ -36,8 +36,7 @@ class DdpStepper : public ModelStepper {
   // `module` and `comm` must outlive the stepper; `hook` may be null (the
   // default all-reduce).
   static absl::StatusOr<std::unique_ptr<DdpStepper>> Create(Module& module, Communicator& comm,
-                                                            const DdpOptions& options,
-                                                            std::unique_ptr<CommHook> hook);
+                                                            const DdpOptions& options, std::unique_ptr<CommHook> hook);
 
   Module& module() override { return ddp_->module(); }
   absl::StatusOr<Tensor> Forward(const Tensor& input) override { return ddp_->Forward(input); }

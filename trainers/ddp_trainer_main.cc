@@ -42,8 +42,10 @@ ABSL_FLAG(int, timeout, 300, "seconds the group's setup and each collective may 
 ABSL_FLAG(std::string, dump_on_failure, "",
           "a directory: when the group fails, each rank writes its flight recorder (its last operations and "
           "what the other ranks reported) there as flight_recorder_rank<r>.json (empty: only the error says it)");
-ABSL_FLAG(double, first_bucket_mb, 1, "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
-ABSL_FLAG(std::string, comm_hook, "none", "none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd");
+ABSL_FLAG(double, first_bucket_mb, 1,
+          "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
+ABSL_FLAG(std::string, comm_hook, "none",
+          "none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd");
 ABSL_FLAG(bool, find_unused_parameters, false, "DDP: allow parameters without gradients");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, "DDP: gradients are views into the buckets");
 ABSL_FLAG(bool, static_graph, false, "DDP: the set of used parameters never changes");
@@ -78,7 +80,8 @@ namespace {
 constexpr char kProgram[] = "ddp_trainer";
 constexpr char kDdpUsage[] =
     "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n"
-    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd|batched_powersgd  --powersgd_rank=1  --powersgd_start_iter=1000\n"
+    "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd|batched_powersgd  --powersgd_rank=1  "
+    "--powersgd_start_iter=1000\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
     "  --uneven_shards  --sync_bn  --zero\n"
     "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
@@ -100,9 +103,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& grou
   LOCKSTEP_RETURN_IF_ERROR(group.comm->AllReduce(vote, ReduceOp::kMin)->Wait());
   const bool all_nccl = vote.data<int32_t>()[0] == 1;
   if (group.env.rank == 0) {
-    std::printf("%s: backend choice: %s%s\n", kProgram, choice.reason.c_str(),
-                choice.kind == BackendKind::kNccl && !all_nccl ? " (but another rank cannot use NCCL: host backend)"
-                                                              : "");
+    std::printf(
+        "%s: backend choice: %s%s\n", kProgram, choice.reason.c_str(),
+        choice.kind == BackendKind::kNccl && !all_nccl ? " (but another rank cannot use NCCL: host backend)" : "");
   }
   if (!all_nccl) return std::unique_ptr<Communicator>();
   NcclCommunicatorOptions options;
@@ -112,8 +115,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& grou
   return CreateNcclCommunicator(group.store, group.env.rank, group.env.world_size, device, options);
 }
 
-absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
-                     const DdpOptions& ddp_options, const std::string& comm_hook) {
+absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, const DdpOptions& ddp_options,
+                     const std::string& comm_hook) {
   InitOptions init;
   const Milliseconds timeout(int64_t{absl::GetFlag(FLAGS_timeout)} * 1000);
   init.store_timeout = timeout;
@@ -127,16 +130,18 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   if (device.is_cuda()) {
     const int gpus = cuda::DeviceCount();
     if (gpus == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--device=cuda on rank ", rank, ": no CUDA device is visible (", cuda::BuiltWithCuda() ? "check "
-          "CUDA_VISIBLE_DEVICES and the driver" : "this build has no CUDA; build with --config=cuda", ")"));
+      return absl::FailedPreconditionError(absl::StrCat("--device=cuda on rank ", rank, ": no CUDA device is visible (",
+                                                        cuda::BuiltWithCuda()
+                                                            ? "check "
+                                                              "CUDA_VISIBLE_DEVICES and the driver"
+                                                            : "this build has no CUDA; build with --config=cuda",
+                                                        ")"));
     }
     // One GPU per local rank; with fewer GPUs than local ranks they share
     // round-robin, and the host backend carries the gradients.
     device = Device::Cuda(group.env.local_rank % gpus);
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl_comm,
-                            MaybeCreateNccl(group, device, timeout));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl_comm, MaybeCreateNccl(group, device, timeout));
   // Gradients go over NCCL when chosen; metrics stay on the host group.
   Communicator& grad_comm = nccl_comm != nullptr ? *nccl_comm : *group.comm;
   // Every rank builds the same model (same seed); DDP broadcasts rank 0's anyway.
@@ -151,11 +156,11 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
   std::unique_ptr<Optimizer> optimizer;
   if (absl::GetFlag(FLAGS_zero)) {
     // The parameter broadcasts go where the gradients go.
-    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, ZeroRedundancyOptimizer::Create(
-                                             model->NamedParameters(), grad_comm,
-                                             [&config](std::vector<NamedParameter> shard) {
-                                               return MakeOptimizerFor(config, std::move(shard));
-                                             }));
+    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, ZeroRedundancyOptimizer::Create(model->NamedParameters(), grad_comm,
+                                                                         [&config](std::vector<NamedParameter> shard) {
+                                                                           return MakeOptimizerFor(config,
+                                                                                                   std::move(shard));
+                                                                         }));
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(optimizer, MakeOptimizer(config, *model));
   }
@@ -187,10 +192,11 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                                                            local_sgd_period, options.start_local_sgd_iter, &grad_comm));
     averager = std::make_unique<PeriodicModelAverager>(std::move(a));
     if (rank == 0) {
-      std::printf("%s: post-local SGD from iteration %lld: gradients averaged in groups of %d ranks, parameters over "
-                  "all %d every %lld steps\n",
-                  kProgram, static_cast<long long>(options.start_local_sgd_iter), size, world_size,
-                  static_cast<long long>(local_sgd_period));
+      std::printf(
+          "%s: post-local SGD from iteration %lld: gradients averaged in groups of %d ranks, parameters over "
+          "all %d every %lld steps\n",
+          kProgram, static_cast<long long>(options.start_local_sgd_iter), size, world_size,
+          static_cast<long long>(local_sgd_period));
     }
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(hook, MakeCommHook(comm_hook));
@@ -200,13 +206,13 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data,
                             DdpStepper::Create(*model, grad_comm, ddp_options, std::move(hook)));
   if (averager != nullptr) stepper->SetAverager(std::move(averager));
   if (rank == 0) {
-    std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
-                "device %s, comm hook %s, %zu buckets, BLAS kernels %s%s\n",
-                kProgram, world_size, group.env.source.c_str(), config.model.c_str(),
-                static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
-                config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
-                device.ToString().c_str(), comm_hook.c_str(), stepper->ddp().bucket_indices().size(),
-                BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
+    std::printf(
+        "%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, "
+        "device %s, comm hook %s, %zu buckets, BLAS kernels %s%s\n",
+        kProgram, world_size, group.env.source.c_str(), config.model.c_str(),
+        static_cast<long long>(model->NumParameterElements()), data.description.c_str(), config.optimizer.c_str(),
+        PrecisionName(config.precision).c_str(), device.ToString().c_str(), comm_hook.c_str(),
+        stepper->ddp().bucket_indices().size(), BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
     std::printf("%s: gradient backend %s\n", kProgram, grad_comm.capabilities().name.c_str());
     std::fflush(stdout);
   }
@@ -286,18 +292,21 @@ int main(int argc, char** argv) {
       return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat("--comm_hook=powersgd: ", s.message())));
     }
   } else if (absl::StatusOr<std::unique_ptr<CommHook>> hook = MakeCommHook(comm_hook); !hook.ok()) {
-    return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
-                                    "--comm_hook=", comm_hook,
-                                    ": expected none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd")));
+    return UsageError(kProgram,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "--comm_hook=", comm_hook,
+                          ": expected none, allreduce, fp16_compress, bf16_compress, powersgd or batched_powersgd")));
   } else if (absl::GetFlag(FLAGS_powersgd_rank) != 1 || absl::GetFlag(FLAGS_powersgd_start_iter) != 1000) {
-    return UsageError(kProgram, absl::InvalidArgumentError(
-                                    "--powersgd_rank and --powersgd_start_iter need --comm_hook=powersgd or batched_powersgd"));
+    return UsageError(kProgram,
+                      absl::InvalidArgumentError(
+                          "--powersgd_rank and --powersgd_start_iter need --comm_hook=powersgd or batched_powersgd"));
   }
   const int64_t local_sgd_period = absl::GetFlag(FLAGS_local_sgd_period);
   if (local_sgd_period < 0 || absl::GetFlag(FLAGS_local_sgd_start_iter) < 0 ||
       absl::GetFlag(FLAGS_local_sgd_group_size) < 0) {
-    return UsageError(kProgram, absl::InvalidArgumentError(
-                                    "--local_sgd_period, --local_sgd_start_iter and --local_sgd_group_size must be >= 0"));
+    return UsageError(kProgram,
+                      absl::InvalidArgumentError(
+                          "--local_sgd_period, --local_sgd_start_iter and --local_sgd_group_size must be >= 0"));
   }
   if (local_sgd_period > 0 && comm_hook != "none") {
     return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
@@ -340,8 +349,8 @@ int main(int argc, char** argv) {
   }
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
   if (bind_to != "core" && bind_to != "none") {
-    return UsageError(kProgram, absl::InvalidArgumentError(
-                                    absl::StrCat("--bind_to=", bind_to, ": expected core or none")));
+    return UsageError(kProgram,
+                      absl::InvalidArgumentError(absl::StrCat("--bind_to=", bind_to, ": expected core or none")));
   }
   // Check --dataset before starting ranks, so a typo is one message, not N.
   absl::StatusOr<TrainerDatasets> data = LoadTrainerDatasets(*config);

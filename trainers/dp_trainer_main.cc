@@ -56,8 +56,7 @@ class DpStepper : public ModelStepper {
       std::string name = absl::StrCat("dp ", t.phase);
       if (t.backward) name += std::string(t.phase) == "apply" ? " backward" : " grad";
       if (t.backward && std::string(t.phase) == "reduce") name = "dp reduce";
-      trace->Complete(std::move(name), "dp", t.start, t.end, TraceRecorder::kTrainThread,
-                      {{"replicas", t.replicas}});
+      trace->Complete(std::move(name), "dp", t.start, t.end, TraceRecorder::kTrainThread, {{"replicas", t.replicas}});
     });
   }
 
@@ -80,8 +79,7 @@ absl::StatusOr<std::vector<Device>> ParseDevices(const std::string& text) {
   return devices;
 }
 
-absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
-                 const std::vector<Device>& devices) {
+absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data, const std::vector<Device>& devices) {
   const Device master = devices[0];
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
                             MakeModel(config.model, config.seed, config.precision.compute_dtype, master));
@@ -93,12 +91,13 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data,
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp, DataParallel::Create(*model, options));
   std::vector<std::string> names;
   for (Device d : devices) names.push_back(d.ToString());
-  std::printf("%s: devices %s, model %s (%lld parameters), %s, optimizer %s, precision %s, "
-              "global batch %lld, BLAS kernels %s%s\n",
-              kProgram, absl::StrJoin(names, ",").c_str(), config.model.c_str(),
-              static_cast<long long>(model->NumParameterElements()), data.description.c_str(),
-              config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
-              static_cast<long long>(config.batch_size), BlasCoreName().c_str(), ConvolutionKernelsNote(config).c_str());
+  std::printf(
+      "%s: devices %s, model %s (%lld parameters), %s, optimizer %s, precision %s, "
+      "global batch %lld, BLAS kernels %s%s\n",
+      kProgram, absl::StrJoin(names, ",").c_str(), config.model.c_str(),
+      static_cast<long long>(model->NumParameterElements()), data.description.c_str(), config.optimizer.c_str(),
+      PrecisionName(config.precision).c_str(), static_cast<long long>(config.batch_size), BlasCoreName().c_str(),
+      ConvolutionKernelsNote(config).c_str());
   std::fflush(stdout);
   DpStepper stepper(std::move(dp));
   TrainParts parts;
@@ -126,8 +125,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < devices->size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if ((*devices)[i] == (*devices)[j]) {
-        return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
-                                        "--devices: ", (*devices)[i].ToString(), " is listed twice")));
+        return UsageError(kProgram, absl::InvalidArgumentError(
+                                        absl::StrCat("--devices: ", (*devices)[i].ToString(), " is listed twice")));
       }
     }
   }

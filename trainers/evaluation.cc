@@ -14,18 +14,15 @@
 
 namespace lockstep {
 
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device) {
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset, int rank,
+                                         int world_size, int64_t batch_size, int num_workers, Device device) {
   return EvaluateShard(module, AsExamples(std::move(dataset)), rank, world_size, batch_size, num_workers, device);
 }
 
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device) {
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset, int rank,
+                                         int world_size, int64_t batch_size, int num_workers, Device device) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EvaluateShard: rank ", rank, " of world size ", world_size));
+    return absl::InvalidArgumentError(absl::StrCat("EvaluateShard: rank ", rank, " of world size ", world_size));
   }
   auto sampler = std::make_shared<StridedSampler>(dataset->size(), rank, world_size);
   EvalCounts counts;

@@ -41,14 +41,12 @@ struct EvalCounts {
 
 // Evaluates rank `rank`'s share (StridedSampler) of `dataset` on `module`
 // (switched to eval mode and back to the mode it was in); no reduction.
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device);
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const Dataset> dataset, int rank,
+                                         int world_size, int64_t batch_size, int num_workers, Device device);
 
 // The same over examples of any fields (field 0 input, field 1 targets).
-absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset,
-                                         int rank, int world_size, int64_t batch_size,
-                                         int num_workers, Device device);
+absl::StatusOr<EvalCounts> EvaluateShard(Module& module, std::shared_ptr<const ExampleDataset> dataset, int rank,
+                                         int world_size, int64_t batch_size, int num_workers, Device device);
 
 // Sums `counts` over the ranks of `comm` (a no-op when comm is null). Every
 // rank of `comm` must call it: it is one all-reduce.

@@ -75,8 +75,8 @@ TEST(EvaluationTest, BadRanksAndEmptyShards) {
 
 // The header's example on two ranks (threads over loopback TCP): both get
 // the whole test set's counts.
-absl::Status Example(Module& model, std::shared_ptr<const Dataset> test_set, int rank, int world_size,
-                     Device device, Communicator* comm, EvalCounts& out) {
+absl::Status Example(Module& model, std::shared_ptr<const Dataset> test_set, int rank, int world_size, Device device,
+                     Communicator* comm, EvalCounts& out) {
   LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(model, test_set, rank, world_size,
                                                            /*batch_size=*/64, /*num_workers=*/0, device));
   LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts all, SumOverRanks(mine, comm));  // comm null: one process

@@ -24,7 +24,7 @@ absl::Status Example(Module* model, const Tensor& input, const Tensor& grad_logi
   LocalStepper stepper(*model);  // or DdpStepper (ddp_stepper.h)
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, stepper.Forward(input));
   LOCKSTEP_RETURN_IF_ERROR(stepper.Backward(grad_logits));  // gradients final
-  parts.stepper = &stepper;  // RunTraining drives it (train_loop.h)
+  parts.stepper = &stepper;                                 // RunTraining drives it (train_loop.h)
   EXPECT_EQ(&parts.stepper->module(), model);
   parts.stepper = nullptr;  // The stepper ends here.
   return absl::OkStatus();

@@ -40,9 +40,17 @@ std::vector<Event> ReadTrace(const std::string& path) {
 TEST(OverlapTest, ABucketAllReduceStartsBeforeBackwardEnds) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/overlap";
   SubprocessOptions options;
-  options.argv = {"trainers/ddp_trainer", "--nproc=2", "--model=mlp", "--dataset=synthetic",
-                  "--synthetic_train_size=2048", "--synthetic_test_size=64", "--batch_size=64",
-                  "--max_steps=6", "--bucket_cap_mb=0.25", "--first_bucket_mb=0.25", "--trace=" + dir,
+  options.argv = {"trainers/ddp_trainer",
+                  "--nproc=2",
+                  "--model=mlp",
+                  "--dataset=synthetic",
+                  "--synthetic_train_size=2048",
+                  "--synthetic_test_size=64",
+                  "--batch_size=64",
+                  "--max_steps=6",
+                  "--bucket_cap_mb=0.25",
+                  "--first_bucket_mb=0.25",
+                  "--trace=" + dir,
                   "--num_workers=0"};
   options.alarm_seconds = 240;
   absl::StatusOr<Subprocess> trainer = Subprocess::Spawn(options);

@@ -181,19 +181,18 @@ TEST_P(ResumeTest, StoppedAndResumedEqualsUninterruptedBitForBit) {
   EXPECT_EQ(r->epochs.back().test.correct, full->epochs.back().test.correct);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ResumeTest,
-    ::testing::Values(
-        // Mid-epoch 1 (batch 3 of 10), SGD with momentum, no workers.
-        Case{"sgd", Opt::kSgd, DType::kF32, 0, 13, 0, false},
-        // Prefetching workers, AdamW; the stop's checkpoint is lost (a crash):
-        // resume from step 12's.
-        Case{"adamw_crash", Opt::kAdamW, DType::kF32, 2, 14, 4, true},
-        // f16 with loss scaling (skipped steps, a changing scale).
-        Case{"fp16", Opt::kSgd, DType::kF16, 1, 17, 5, false},
-        // bf16, stopped exactly at an epoch end.
-        Case{"bf16_epoch_end", Opt::kSgd, DType::kBF16, 0, 20, 0, false}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, ResumeTest,
+                         ::testing::Values(
+                             // Mid-epoch 1 (batch 3 of 10), SGD with momentum, no workers.
+                             Case{"sgd", Opt::kSgd, DType::kF32, 0, 13, 0, false},
+                             // Prefetching workers, AdamW; the stop's checkpoint is lost (a crash):
+                             // resume from step 12's.
+                             Case{"adamw_crash", Opt::kAdamW, DType::kF32, 2, 14, 4, true},
+                             // f16 with loss scaling (skipped steps, a changing scale).
+                             Case{"fp16", Opt::kSgd, DType::kF16, 1, 17, 5, false},
+                             // bf16, stopped exactly at an epoch end.
+                             Case{"bf16_epoch_end", Opt::kSgd, DType::kBF16, 0, 20, 0, false}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(ResumeTest, WithoutACheckpointItStartsFresh) {
   const Data data = MakeData();

@@ -16,8 +16,7 @@ constexpr char kProgram[] = "single_trainer";
 
 absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
-                            MakeModel(config.model, config.seed, config.precision.compute_dtype,
-                                      config.device));
+                            MakeModel(config.model, config.seed, config.precision.compute_dtype, config.device));
   LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
   LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));

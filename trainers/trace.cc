@@ -29,12 +29,10 @@ std::string JsonString(const std::string& s) {
 TraceRecorder::TraceRecorder(int rank, size_t max_events)
     : rank_(rank), max_events_(max_events), origin_(Clock::now()) {}
 
-void TraceRecorder::Complete(std::string name, const char* category, Clock::time_point start,
-                             Clock::time_point end, int tid,
-                             std::vector<std::pair<std::string, int64_t>> args) {
+void TraceRecorder::Complete(std::string name, const char* category, Clock::time_point start, Clock::time_point end,
+                             int tid, std::vector<std::pair<std::string, int64_t>> args) {
   using Us = std::chrono::duration<double, std::micro>;
-  Event e{std::move(name), category, Us(start - origin_).count(), Us(end - start).count(), tid,
-          std::move(args)};
+  Event e{std::move(name), category, Us(start - origin_).count(), Us(end - start).count(), tid, std::move(args)};
   std::lock_guard<std::mutex> lock(mu_);
   if (events_.size() >= max_events_) {
     ++dropped_;
@@ -79,13 +77,10 @@ std::string TraceRecorder::ToJson() const {
     }
     out += "}";
   }
-  absl::StrAppendFormat(&out, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped_events\":%d}}\n",
-                        dropped_);
+  absl::StrAppendFormat(&out, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped_events\":%d}}\n", dropped_);
   return out;
 }
 
-absl::Status TraceRecorder::WriteFile(const std::string& path) const {
-  return WriteFileAtomically(path, ToJson());
-}
+absl::Status TraceRecorder::WriteFile(const std::string& path) const { return WriteFileAtomically(path, ToJson()); }
 
 }  // namespace lockstep

@@ -39,9 +39,8 @@ class TraceRecorder {
   explicit TraceRecorder(int rank, size_t max_events = 1 << 20);
 
   // One complete event [start, end] with optional integer arguments.
-  void Complete(std::string name, const char* category, Clock::time_point start,
-                Clock::time_point end, int tid = kTrainThread,
-                std::vector<std::pair<std::string, int64_t>> args = {});
+  void Complete(std::string name, const char* category, Clock::time_point start, Clock::time_point end,
+                int tid = kTrainThread, std::vector<std::pair<std::string, int64_t>> args = {});
 
   size_t size() const;
   size_t dropped() const;

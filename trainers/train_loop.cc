@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <system_error>
@@ -37,20 +37,19 @@ EvalCounts Add(const EvalCounts& a, const EvalCounts& b) {
 // JSON numbers must be finite.
 std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.9g", v) : "null"; }
 
-std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has_test,
-                      float loss_scale) {
+std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has_test, float loss_scale) {
   std::string s = absl::StrFormat(
       "{\"event\":\"epoch\",\"epoch\":%d,\"epochs\":%d,\"step\":%d,\"world_size\":%d,"
       "\"batch_size\":%d,\"loss\":%s,\"accuracy\":%s,\"train_examples\":%d",
-      m.epoch, o.epochs, m.step, o.world_size, o.batch_size, Num(m.train.loss()),
-      Num(m.train.accuracy()), m.train.examples);
+      m.epoch, o.epochs, m.step, o.world_size, o.batch_size, Num(m.train.loss()), Num(m.train.accuracy()),
+      m.train.examples);
   if (o.report_perplexity) {
     absl::StrAppendFormat(&s, ",\"perplexity\":%s,\"train_predictions\":%d", Num(std::exp(m.train.loss())),
                           m.train.count);
   }
   if (has_test) {
-    absl::StrAppendFormat(&s, ",\"test_loss\":%s,\"test_accuracy\":%s,\"test_examples\":%d",
-                          Num(m.test.loss()), Num(m.test.accuracy()), m.test.examples);
+    absl::StrAppendFormat(&s, ",\"test_loss\":%s,\"test_accuracy\":%s,\"test_examples\":%d", Num(m.test.loss()),
+                          Num(m.test.accuracy()), m.test.examples);
     if (o.report_perplexity) {
       absl::StrAppendFormat(&s, ",\"test_perplexity\":%s,\"test_predictions\":%d", Num(std::exp(m.test.loss())),
                             m.test.count);
@@ -60,9 +59,9 @@ std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has
                         ",\"seconds\":%s,\"samples_per_s\":%s,\"data_wait_s\":%s,\"forward_s\":%s,"
                         "\"backward_s\":%s,\"optimizer_s\":%s,\"skipped_steps\":%d,"
                         "\"loss_scale\":%s,\"peak_rss_bytes\":[%s]",
-                        Num(m.seconds), Num(m.samples_per_second), Num(m.data_wait_s),
-                        Num(m.forward_s), Num(m.backward_s), Num(m.optimizer_s), m.skipped_steps,
-                        Num(loss_scale), absl::StrJoin(m.peak_rss_bytes, ","));
+                        Num(m.seconds), Num(m.samples_per_second), Num(m.data_wait_s), Num(m.forward_s),
+                        Num(m.backward_s), Num(m.optimizer_s), m.skipped_steps, Num(loss_scale),
+                        absl::StrJoin(m.peak_rss_bytes, ","));
   if (o.device.is_cuda()) {
     absl::StrAppendFormat(&s, ",\"cuda_peak_allocated_bytes\":[%s],\"cuda_peak_reserved_bytes\":[%s]",
                           absl::StrJoin(m.cuda_peak_allocated_bytes, ","),
@@ -78,9 +77,14 @@ std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has
 class Trainer {
  public:
   Trainer(const TrainLoopOptions& o, const TrainParts& p, GradScaler& scaler)
-      : o_(o), p_(p), model_(p.stepper->module()), scaler_(scaler),
+      : o_(o),
+        p_(p),
+        model_(p.stepper->module()),
+        scaler_(scaler),
         train_(p.train_examples != nullptr ? p.train_examples : AsExamples(p.train)),
-        test_(p.test_examples != nullptr ? p.test_examples : p.test != nullptr ? AsExamples(p.test) : nullptr),
+        test_(p.test_examples != nullptr ? p.test_examples
+              : p.test != nullptr        ? AsExamples(p.test)
+                                         : nullptr),
         grads_(p.optimizer->parameters().size()) {
     for (const NamedParameter& np : p.optimizer->parameters()) params_.push_back(np.parameter);
   }
@@ -93,7 +97,7 @@ class Trainer {
  private:
   // Where an epoch's training stopped.
   struct EpochEnd {
-    int64_t batch = 0;  // Batches done.
+    int64_t batch = 0;          // Batches done.
     bool at_max_steps = false;  // Stopped by max_steps before the epoch's end.
   };
 
@@ -107,8 +111,8 @@ class Trainer {
   absl::StatusOr<EpochEnd> TrainEpoch(DataLoader& loader, int64_t epoch, int64_t first, int64_t batches,
                                       const EvalCounts& carried, EpochMetrics& m, EvalCounts& local);
   // One step; whether the optimizer stepped (GradScaler skips Inf/NaN).
-  absl::StatusOr<bool> TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local,
-                                  Clock::time_point t0, Clock::time_point t1);
+  absl::StatusOr<bool> TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local, Clock::time_point t0,
+                                  Clock::time_point t1);
   // After a whole epoch: evaluation, every rank's peak memory, the metrics
   // line, the progress line and the epoch's checkpoint.
   absl::Status FinishEpoch(EpochMetrics& m);
@@ -128,7 +132,7 @@ class Trainer {
   Module& model_;
   GradScaler& scaler_;
   const std::shared_ptr<const ExampleDataset> train_, test_;
-  std::vector<Tensor> grads_;  // The parameters' gradients, for the scaler.
+  std::vector<Tensor> grads_;       // The parameters' gradients, for the scaler.
   std::vector<Parameter*> params_;  // The optimizer's parameters, for clipping.
   std::optional<train_loop_internal::ProgressDisplay> progress_;
   std::unique_ptr<TraceRecorder> trace_;
@@ -144,8 +148,8 @@ absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums)
   // Every rank: a sharded optimizer's state gathers on rank 0.
   LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ConsolidateState(0));
   if (o_.rank != 0) return absl::OkStatus();
-  LOCKSTEP_RETURN_IF_ERROR(train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_,
-                                                                      *p_.optimizer, scaler_));
+  LOCKSTEP_RETURN_IF_ERROR(
+      train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_, *p_.optimizer, scaler_));
   if (trace_) trace_->Complete("checkpoint", "io", start, Clock::now());
   return absl::OkStatus();
 }
@@ -196,9 +200,9 @@ absl::StatusOr<train_loop_internal::Position> Trainer::Start(int64_t batches, Tr
     }
   }
   if (checkpointing && o_.resume) {
-    LOCKSTEP_ASSIGN_OR_RETURN(std::optional<train_loop_internal::Restored> restored,
-                              train_loop_internal::RestoreTrainerCheckpoint(o_, model_, *p_.optimizer, scaler_,
-                                                                            batches));
+    LOCKSTEP_ASSIGN_OR_RETURN(
+        std::optional<train_loop_internal::Restored> restored,
+        train_loop_internal::RestoreTrainerCheckpoint(o_, model_, *p_.optimizer, scaler_, batches));
     if (restored) {
       at = restored->at;
       step_ = at.step;
@@ -228,8 +232,8 @@ absl::StatusOr<train_loop_internal::Position> Trainer::Start(int64_t batches, Tr
     }
   }
   if (result.resumed) {
-    WriteMetrics(absl::StrFormat("{\"event\":\"resumed\",\"epoch\":%d,\"batch\":%d,\"step\":%d}", at.epoch,
-                                 at.batch, step_));
+    WriteMetrics(
+        absl::StrFormat("{\"event\":\"resumed\",\"epoch\":%d,\"batch\":%d,\"step\":%d}", at.epoch, at.batch, step_));
   }
   return at;
 }
@@ -256,14 +260,14 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     m.train = Add(part, carried);
     result.samples_per_second = m.samples_per_second;
     if (end.at_max_steps) {
-      WriteMetrics(absl::StrFormat(
-          "{\"event\":\"stopped\",\"epoch\":%d,\"batch\":%d,\"step\":%d,\"loss\":%s,"
-          "\"accuracy\":%s,\"samples_per_s\":%s,\"checkpoint\":%s}",
-          epoch, end.batch, step_, Num(m.train.loss()), Num(m.train.accuracy()), Num(m.samples_per_second),
-          checkpointing && !o_.uneven_shards ? "true" : "false"));
-      progress_->Line(absl::StrFormat("stopped at --max_steps=%d (epoch %d, batch %d of %d)%s", o_.max_steps,
-                                      epoch + 1, end.batch, batches,
-                                      !checkpointing       ? ""
+      WriteMetrics(
+          absl::StrFormat("{\"event\":\"stopped\",\"epoch\":%d,\"batch\":%d,\"step\":%d,\"loss\":%s,"
+                          "\"accuracy\":%s,\"samples_per_s\":%s,\"checkpoint\":%s}",
+                          epoch, end.batch, step_, Num(m.train.loss()), Num(m.train.accuracy()),
+                          Num(m.samples_per_second), checkpointing && !o_.uneven_shards ? "true" : "false"));
+      progress_->Line(absl::StrFormat("stopped at --max_steps=%d (epoch %d, batch %d of %d)%s", o_.max_steps, epoch + 1,
+                                      end.batch, batches,
+                                      !checkpointing     ? ""
                                       : o_.uneven_shards ? "; no checkpoint (uneven shards: epoch ends only)"
                                                          : "; checkpoint saved"));
       result.stopped_at_max_steps = true;
@@ -282,9 +286,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   return result;
 }
 
-absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_t epoch, int64_t first,
-                                                      int64_t batches, const EvalCounts& carried, EpochMetrics& m,
-                                                      EvalCounts& local) {
+absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_t epoch, int64_t first, int64_t batches,
+                                                      const EvalCounts& carried, EpochMetrics& m, EvalCounts& local) {
   const bool checkpointing = !o_.checkpoint_dir.empty();
   model_.Train();
   LOCKSTEP_RETURN_IF_ERROR(loader.StartEpoch(epoch, first));
@@ -329,8 +332,8 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
   return end;
 }
 
-absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local,
-                                         Clock::time_point t0, Clock::time_point t1) {
+absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local, Clock::time_point t0,
+                                         Clock::time_point t1) {
   if (batch.fields.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("RunTraining: a batch has ", batch.fields.size(),
                                                    " fields; the training set needs the input and the targets"));
@@ -358,8 +361,8 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
   LOCKSTEP_RETURN_IF_ERROR(p_.stepper->AfterStep(step_));
   LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
   const Clock::time_point t4 = Clock::now();
-  const EvalCounts counts{ce.loss * ce.counted, ce.correct, ce.counted, batch.fields[1].dim() > 0
-                                                                            ? batch.fields[1].shape()[0] : 0};
+  const EvalCounts counts{ce.loss * ce.counted, ce.correct, ce.counted,
+                          batch.fields[1].dim() > 0 ? batch.fields[1].shape()[0] : 0};
   local = Add(local, counts);
   window_ = Add(window_, counts);
   m.data_wait_s += Seconds(t1 - t0);
@@ -431,19 +434,17 @@ absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainPa
     return absl::InvalidArgumentError(absl::StrCat("RunTraining: log_every (", o.log_every, ") must be >= 0"));
   }
   if (o.epochs < 1 || o.batch_size < 1 || o.checkpoint_every < 0 || o.max_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RunTraining: epochs (", o.epochs, ") and batch_size (", o.batch_size,
-        ") must be >= 1, checkpoint_every (", o.checkpoint_every, ") and max_steps (", o.max_steps,
-        ") >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: epochs (", o.epochs, ") and batch_size (",
+                                                   o.batch_size, ") must be >= 1, checkpoint_every (",
+                                                   o.checkpoint_every, ") and max_steps (", o.max_steps, ") >= 0"));
   }
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RunTraining: rank ", o.rank, " outside world size ", o.world_size));
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: rank ", o.rank, " outside world size ", o.world_size));
   }
   if (p.comm != nullptr && (p.comm->rank() != o.rank || p.comm->size() != o.world_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RunTraining: the communicator is rank ", p.comm->rank(), " of ", p.comm->size(),
-        " but the options say rank ", o.rank, " of ", o.world_size));
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: the communicator is rank ", p.comm->rank(), " of ",
+                                                   p.comm->size(), " but the options say rank ", o.rank, " of ",
+                                                   o.world_size));
   }
   if (p.comm == nullptr && o.world_size != 1) {
     return absl::InvalidArgumentError(
@@ -456,8 +457,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainPa
         "ends (drop --checkpoint_every)");
   }
   if (!(o.clip_grad_norm >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("RunTraining: clip_grad_norm ", o.clip_grad_norm,
-                                                   " must be >= 0 (0: no clipping)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunTraining: clip_grad_norm ", o.clip_grad_norm, " must be >= 0 (0: no clipping)"));
   }
   std::optional<GradScaler> disabled;
   GradScaler* scaler = p.scaler;

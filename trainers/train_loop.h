@@ -100,7 +100,7 @@
 namespace lockstep {
 
 enum class ProgressMode {
-  kAuto,   // a bar when the stream is a terminal, else one line per epoch
+  kAuto,  // a bar when the stream is a terminal, else one line per epoch
   kBar,
   kLines,
   kNone,
@@ -131,13 +131,13 @@ struct TrainLoopOptions {
   // to this global L2 norm (nn/clip_grad.h, PyTorch's clip_grad_norm_).
   double clip_grad_norm = 0;
 
-  std::string metrics_path;  // JSON lines (rank 0); empty: none.
-  int64_t log_every = 0;     // A "step" metrics line every this many steps; 0: none.
+  std::string metrics_path;        // JSON lines (rank 0); empty: none.
+  int64_t log_every = 0;           // A "step" metrics line every this many steps; 0: none.
   bool report_perplexity = false;  // Language models: exp(loss) in lines and metrics.
   // Written into every checkpoint; must match on resume (keys must not use
   // nn/checkpoint/checkpoint.h's reserved prefixes, nor "trainer." or "scaler.").
   std::map<std::string, std::string> checkpoint_metadata;
-  std::string trace_dir;     // trace_rank<r>.json per rank; empty: none.
+  std::string trace_dir;  // trace_rank<r>.json per rank; empty: none.
   ProgressMode progress = ProgressMode::kAuto;
   std::FILE* progress_stream = stdout;  // Rank 0 only.
 };
@@ -161,10 +161,10 @@ struct TrainParts {
 
 struct EpochMetrics {
   int64_t epoch = 0;
-  int64_t step = 0;  // Steps done at the end of the epoch.
-  EvalCounts train;  // Over all ranks (DistributedSampler's padding included).
-  EvalCounts test;   // Over all ranks, every test example once.
-  double seconds = 0;         // Training time of this process's part of the epoch.
+  int64_t step = 0;               // Steps done at the end of the epoch.
+  EvalCounts train;               // Over all ranks (DistributedSampler's padding included).
+  EvalCounts test;                // Over all ranks, every test example once.
+  double seconds = 0;             // Training time of this process's part of the epoch.
   double samples_per_second = 0;  // Training examples (all ranks) per second.
   // This rank's time in each phase of the step, seconds, summed over the epoch.
   double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;

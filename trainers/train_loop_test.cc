@@ -61,8 +61,8 @@ class TracingStepper : public LocalStepper {
     const auto start = TraceRecorder::Clock::now();
     LOCKSTEP_RETURN_IF_ERROR(LocalStepper::Backward(grad_output));
     if (trace_) {
-      trace_->Complete("allreduce bucket 0", "ddp", start, TraceRecorder::Clock::now(),
-                       TraceRecorder::kCommThread, {{"bytes", 4096}});
+      trace_->Complete("allreduce bucket 0", "ddp", start, TraceRecorder::Clock::now(), TraceRecorder::kCommThread,
+                       {{"bytes", 4096}});
     }
     return absl::OkStatus();
   }
@@ -115,9 +115,9 @@ TEST(TrainLoopTest, MetricsAreJsonLinesWithEveryField) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     ASSERT_FALSE(j.is_discarded()) << line;
     ASSERT_EQ(j.value("event", ""), "epoch") << line;
-    for (const char* key : {"epoch", "step", "loss", "accuracy", "test_loss", "test_accuracy",
-                            "test_examples", "samples_per_s", "data_wait_s", "forward_s",
-                            "backward_s", "optimizer_s", "peak_rss_bytes", "seconds"}) {
+    for (const char* key :
+         {"epoch", "step", "loss", "accuracy", "test_loss", "test_accuracy", "test_examples", "samples_per_s",
+          "data_wait_s", "forward_s", "backward_s", "optimizer_s", "peak_rss_bytes", "seconds"}) {
       EXPECT_TRUE(j.contains(key)) << key << " missing in " << line;
     }
     EXPECT_EQ(j["epoch"], epochs);
@@ -176,8 +176,7 @@ TEST(TrainLoopTest, TraceHasCompleteEventsForEveryPhase) {
   Trainee run;
   absl::StatusOr<TrainResult> r = run.Train(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  const nlohmann::json j =
-      nlohmann::json::parse(ReadAll(o.trace_dir + "/trace_rank0.json"), nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(o.trace_dir + "/trace_rank0.json"), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   ASSERT_TRUE(j.contains("traceEvents"));
   std::map<std::string, int> count;
@@ -214,7 +213,7 @@ TEST(TrainLoopTest, TwoRanksOverACommunicatorReportEveryTestExampleOnce) {
   for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
   for (const TrainResult& r : results) {
     ASSERT_EQ(r.epochs.size(), 1u);
-    EXPECT_EQ(r.epochs[0].test.count, 37);  // 19 + 18, no padding
+    EXPECT_EQ(r.epochs[0].test.count, 37);    // 19 + 18, no padding
     EXPECT_EQ(r.epochs[0].train.count, 100);  // 50 per rank: 100 divides evenly
     EXPECT_EQ(r.epochs[0].peak_rss_bytes.size(), 2u);
     EXPECT_TRUE(r.epochs[0].cuda_peak_allocated_bytes.empty());

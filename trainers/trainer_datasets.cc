@@ -51,8 +51,7 @@ absl::StatusOr<TrainerDatasets> Synthetic(const TrainerConfig& c) {
   TrainerDatasets d;
   d.train = std::make_shared<RangeDataset>(all, 0, c.synthetic_train_size);
   d.test = std::make_shared<RangeDataset>(all, c.synthetic_train_size, c.synthetic_test_size);
-  d.description = absl::StrCat("synthetic (", c.synthetic_train_size, " train, ",
-                               c.synthetic_test_size, " test)");
+  d.description = absl::StrCat("synthetic (", c.synthetic_train_size, " train, ", c.synthetic_test_size, " test)");
   return d;
 }
 
@@ -66,8 +65,8 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& c) {
     if (!absl::IsNotFound(fashion.status())) return fashion.status();  // installed but broken
     absl::StatusOr<TrainerDatasets> synthetic = Synthetic(c);
     if (synthetic.ok()) {
-      synthetic->description += absl::StrCat("; Fashion-MNIST is not in ", kDefaultFashionMnistDir,
-                                             " (bash tools/setup.sh installs it)");
+      synthetic->description +=
+          absl::StrCat("; Fashion-MNIST is not in ", kDefaultFashionMnistDir, " (bash tools/setup.sh installs it)");
     }
     return synthetic;
   }
@@ -75,8 +74,8 @@ absl::StatusOr<TrainerDatasets> LoadTrainerDatasets(const TrainerConfig& c) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat(
-        "--dataset=", c.dataset, ": ", dir, " is not a directory. Give fashion-mnist (",
-        kDefaultFashionMnistDir, ", from Debian's dataset-fashion-mnist: bash tools/setup.sh), "
+        "--dataset=", c.dataset, ": ", dir, " is not a directory. Give fashion-mnist (", kDefaultFashionMnistDir,
+        ", from Debian's dataset-fashion-mnist: bash tools/setup.sh), "
         "synthetic, auto, or a directory holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"));
   }
   return FashionMnist(dir);

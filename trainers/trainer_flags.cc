@@ -33,8 +33,7 @@ ABSL_FLAG(std::string, amp, "off", "mixed precision: off, fp16 (with loss scalin
 ABSL_FLAG(uint64_t, seed, 0, "model initialization and sampler shuffling");
 ABSL_FLAG(std::string, checkpoint_dir, "", "where checkpoints go (empty: none)");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at epoch ends only)");
-ABSL_FLAG(bool, resume, false,
-          "continue from the newest checkpoint in --checkpoint_dir when there is one");
+ABSL_FLAG(bool, resume, false, "continue from the newest checkpoint in --checkpoint_dir when there is one");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps in all (0: no limit)");
 ABSL_FLAG(std::string, metrics, "", "JSON-lines metrics file (empty: none)");
 ABSL_FLAG(std::string, trace, "", "directory for Chrome traces trace_rank<r>.json (empty: none)");
@@ -55,8 +54,8 @@ absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::string& model) {
   for (absl::string_view part : absl::StrSplit(absl::string_view(model).substr(4), ',')) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1 || n > (int64_t{1} << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat("--model=", model, ": '", part,
-                                                     "' is not a layer size in [1, 2^20]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model=", model, ": '", part, "' is not a layer size in [1, 2^20]"));
     }
     sizes.push_back(n);
   }
@@ -79,8 +78,7 @@ constexpr char kSharedUsage[] =
 
 // absl keeps the usage message that ParseTrainerFlagsOrExit set.
 void PrintUsage() {
-  std::fprintf(stderr, "%s(--helpfull lists every flag)\n",
-               std::string(absl::ProgramUsageMessage()).c_str());
+  std::fprintf(stderr, "%s(--helpfull lists every flag)\n", std::string(absl::ProgramUsageMessage()).c_str());
 }
 
 [[noreturn]] void ExitWithUsage(const char* program, const std::string& problem) {
@@ -157,16 +155,14 @@ absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
   }
   c.optimizer = absl::GetFlag(FLAGS_optimizer);
   if (c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer=", c.optimizer, ": expected sgd, adam or adamw"));
+    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", c.optimizer, ": expected sgd, adam or adamw"));
   }
   c.dataset = absl::GetFlag(FLAGS_dataset);
   if (c.dataset.empty()) return absl::InvalidArgumentError("--dataset is empty");
   c.synthetic_train_size = absl::GetFlag(FLAGS_synthetic_train_size);
   c.synthetic_test_size = absl::GetFlag(FLAGS_synthetic_test_size);
   if (c.synthetic_train_size < 1 || c.synthetic_test_size < 0) {
-    return absl::InvalidArgumentError(
-        "--synthetic_train_size must be >= 1 and --synthetic_test_size >= 0");
+    return absl::InvalidArgumentError("--synthetic_train_size must be >= 1 and --synthetic_test_size >= 0");
   }
   const std::string amp = absl::GetFlag(FLAGS_amp);
   if (amp != "off") {

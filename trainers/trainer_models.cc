@@ -21,8 +21,8 @@
 
 namespace lockstep {
 
-absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
-                                                  DType compute_dtype, Device device) {
+absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed, DType compute_dtype,
+                                                  Device device) {
   Mt19937 gen(seed);  // torch.manual_seed(seed), then the constructors draw in order.
   if (name == "mlp" || absl::StartsWith(name, "mlp:")) {
     MlpOptions options;

@@ -35,8 +35,8 @@ namespace lockstep {
 // torch.manual_seed(seed). Linear and Conv2d layers compute in
 // `compute_dtype` (autocast's lower-precision ops; BatchNorm, ReLU and
 // MaxPool then run on their bf16/f16 outputs, as under torch.autocast).
-absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed,
-                                                  DType compute_dtype, Device device);
+absl::StatusOr<std::unique_ptr<Module>> MakeModel(const std::string& name, uint64_t seed, DType compute_dtype,
+                                                  Device device);
 
 // --freeze: requires_grad false for the parameters it names (Module::
 // SetRequiresGrad); InvalidArgument naming the flag when a name matches

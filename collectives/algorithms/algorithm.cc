@@ -13,7 +13,8 @@ absl::StatusOr<Tensor> Scratch::Get(int slot, int64_t count, DType dtype) {
   if (bytes_.size() <= static_cast<size_t>(slot)) bytes_.resize(slot + 1);
   const int64_t need = count * static_cast<int64_t>(DTypeSize(dtype));
   if (!bytes_[slot].defined() || bytes_[slot].numel() < need) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bytes_[slot], Tensor::Empty({std::max<int64_t>(need, 64)}, DType::kU8, Device::Cpu(), pinned_));
+    LOCKSTEP_ASSIGN_OR_RETURN(bytes_[slot],
+                              Tensor::Empty({std::max<int64_t>(need, 64)}, DType::kU8, Device::Cpu(), pinned_));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor region, bytes_[slot].Flat(0, need));
   return region.ViewAs(dtype);
@@ -50,8 +51,8 @@ absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size) {
   return Divide(t, world_size);
 }
 
-absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst,
-                         int64_t dst_offset, int64_t count) {
+absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset,
+                         int64_t count) {
   if (count == 0) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor s, src.Flat(src_offset, count));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor d, dst.Flat(dst_offset, count));

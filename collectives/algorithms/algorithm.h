@@ -105,8 +105,8 @@ inline ReduceOp StepOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kS
 absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size);
 
 // dst = op(dst, src) for `count` elements at element `offset` of both.
-absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst,
-                         int64_t dst_offset, int64_t count);
+absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset,
+                         int64_t count);
 
 inline char* BytePtr(const Tensor& t, int64_t element) {
   return static_cast<char*>(t.raw_data()) + element * static_cast<int64_t>(t.element_size());

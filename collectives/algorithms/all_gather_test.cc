@@ -26,7 +26,8 @@ TEST(AllGatherTest, EveryRankGetsEveryChunk) {
       auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
         Tensor t = *Tensor::Zeros({count}, DType::kF32);
         const Chunk mine = ChunkOf(count, ctx.size(), ctx.rank());
-        for (int64_t i = 0; i < mine.count; ++i) t.data<float>()[mine.offset + i] = InputValue(ctx.rank(), mine.offset + i);
+        for (int64_t i = 0; i < mine.count; ++i)
+          t.data<float>()[mine.offset + i] = InputValue(ctx.rank(), mine.offset + i);
         LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, t));
         return CheckValues(t, [&](int64_t i) { return InputValue(owner(i), i); });
       });

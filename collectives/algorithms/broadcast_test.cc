@@ -22,7 +22,8 @@ TEST(BroadcastTest, EveryRankGetsTheRootsData) {
           LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, t, root));
           return CheckValues(t, [&](int64_t i) { return InputValue(root, i); });
         });
-        for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ": " << s;
+        for (const absl::Status& s : results)
+          ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ": " << s;
       }
     }
   }

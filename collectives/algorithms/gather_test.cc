@@ -24,7 +24,8 @@ TEST(GatherTest, TheRootGetsEveryRanksBlock) {
         LOCKSTEP_RETURN_IF_ERROR(DirectGather(ctx, mine, slots, root));
         return CheckValues(slots, [&](int64_t i) { return InputValue(static_cast<int>(i / kCount), i % kCount); });
       });
-      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
+      for (const absl::Status& s : results)
+        ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
     }
   }
 }

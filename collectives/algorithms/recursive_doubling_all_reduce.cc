@@ -33,8 +33,14 @@ class CombiningReceive {
   // on_done must call SendDone(). Init() makes `transfer` (a default
   // Transfer, the caller's, living as long as this) the receive.
   CombiningReceive(AlgorithmContext& ctx, ReduceOp op, const Tensor& buffer, int partner, bool sending)
-      : ctx_(ctx), op_(op), buffer_(buffer), partner_(partner), mine_first_(ctx.rank() < partner),
-        element_(DTypeSize(buffer.dtype())), in_place_(ctx.transport.ConsumesInPlace()), send_done_(!sending) {}
+      : ctx_(ctx),
+        op_(op),
+        buffer_(buffer),
+        partner_(partner),
+        mine_first_(ctx.rank() < partner),
+        element_(DTypeSize(buffer.dtype())),
+        in_place_(ctx.transport.ConsumesInPlace()),
+        send_done_(!sending) {}
 
   // Filled in place: a Transfer (six std::functions) is not built twice
   // per operation.
@@ -48,7 +54,9 @@ class CombiningReceive {
       return absl::OkStatus();
     }
     transfer.data = nullptr;
-    transfer.consume = [this](size_t offset, const void* bytes, size_t length) { return Consume(offset, bytes, length); };
+    transfer.consume = [this](size_t offset, const void* bytes, size_t length) {
+      return Consume(offset, bytes, length);
+    };
     return absl::OkStatus();
   }
 
@@ -80,8 +88,7 @@ class CombiningReceive {
       char* mine = static_cast<char*>(buffer_.raw_data()) + offset;
       const void* first = mine_first_ ? static_cast<const void*>(mine) : bytes;
       const void* second = mine_first_ ? bytes : static_cast<const void*>(mine);
-      return ReduceHost(StepOp(op_), buffer_.dtype(), first, second, mine,
-                        static_cast<int64_t>(length / element_));
+      return ReduceHost(StepOp(op_), buffer_.dtype(), first, second, mine, static_cast<int64_t>(length / element_));
     }
     LOCKSTEP_RETURN_IF_ERROR(TakeScratch());
     std::memcpy(static_cast<char*>(theirs_.raw_data()) + offset, bytes, length);
@@ -154,8 +161,8 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
   // Unfold: odd ranks hand the result back to their even neighbour.
   const MessageTag unfold_tag = ctx.NextTag();
   if (r < 2 * extra) {
-    Transfer t = r % 2 == 1 ? Transfer::Send(r - 1, buffer.raw_data(), bytes)
-                            : Transfer::Recv(r + 1, buffer.raw_data(), bytes);
+    Transfer t =
+        r % 2 == 1 ? Transfer::Send(r - 1, buffer.raw_data(), bytes) : Transfer::Recv(r + 1, buffer.raw_data(), bytes);
     LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, unfold_tag, ctx.deadline));
   }
   return absl::OkStatus();

@@ -21,9 +21,8 @@ TEST(RecursiveDoublingAllReduceTest, SumsAndMinsExactlyOnEveryRank) {
         auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
           Tensor t = RankInput(ctx.rank(), count);
           LOCKSTEP_RETURN_IF_ERROR(RecursiveDoublingAllReduce(ctx, t, op));
-          return CheckValues(t, [&](int64_t i) {
-            return op == ReduceOp::kSum ? SumOver(run.size, i) : InputValue(0, i);
-          });
+          return CheckValues(t,
+                             [&](int64_t i) { return op == ReduceOp::kSum ? SumOver(run.size, i) : InputValue(0, i); });
         });
         for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
       }

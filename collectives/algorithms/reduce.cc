@@ -9,8 +9,7 @@ absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceO
   return BinomialReduce(ctx, buffer, buffer, op, root);
 }
 
-absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op,
-                            int root) {
+absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op, int root) {
   const int n = ctx.size(), r = ctx.rank();
   const int v = (r - root + n) % n;
   const size_t bytes = input.nbytes();

@@ -15,8 +15,7 @@ absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceO
 // Out of place: `input` is never written or copied. The root's `output`
 // gets the result; on other ranks partial results go to a scratch tensor
 // (output ignored), and ranks without children send `input` itself.
-absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op,
-                            int root);
+absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op, int root);
 
 }  // namespace lockstep
 

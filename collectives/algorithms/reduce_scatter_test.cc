@@ -40,7 +40,8 @@ TEST(ReduceScatterTest, OutOfPlaceLeavesTheInputUntouched) {
           const Chunk mine = ChunkOf(count, ctx.size(), ctx.rank());
           LOCKSTEP_ASSIGN_OR_RETURN(Tensor chunk, buffer.Flat(mine.offset, mine.count));
           return CheckValues(chunk, [&](int64_t i) {
-            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i) : InputValue(run.size - 1, mine.offset + i);
+            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i)
+                                        : InputValue(run.size - 1, mine.offset + i);
           });
         });
         for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
@@ -62,7 +63,8 @@ TEST(ReduceScatterTest, UnevenBlocksIncludingEmptyOnes) {
           const Chunk mine = blocks[ctx.rank()];
           LOCKSTEP_ASSIGN_OR_RETURN(Tensor block, buffer.Flat(mine.offset, mine.count));
           return CheckValues(block, [&](int64_t i) {
-            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i) : InputValue(run.size - 1, mine.offset + i);
+            return op == ReduceOp::kSum ? SumOver(run.size, mine.offset + i)
+                                        : InputValue(run.size - 1, mine.offset + i);
           });
         });
         for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;

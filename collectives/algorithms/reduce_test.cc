@@ -23,7 +23,8 @@ TEST(ReduceTest, TheRootGetsTheSum) {
           if (ctx.rank() != root) return absl::OkStatus();
           return CheckValues(t, [&](int64_t i) { return SumOver(run.size, i); });
         });
-        for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ": " << s;
+        for (const absl::Status& s : results)
+          ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ": " << s;
       }
     }
   }
@@ -41,7 +42,8 @@ TEST(ReduceTest, OutOfPlaceLeavesTheInputUntouched) {
         if (ctx.rank() != root) return absl::OkStatus();
         return CheckValues(output, [&](int64_t i) { return SumOver(run.size, i); });
       });
-      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
+      for (const absl::Status& s : results)
+        ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
     }
   }
 }

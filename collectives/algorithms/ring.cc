@@ -15,8 +15,8 @@ constexpr size_t kRingStageBytes = 32 << 10;
 
 }  // namespace
 
-absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases,
-                     const Tensor* input, absl::Span<const Chunk> chunks) {
+absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, RingPhases phases, const Tensor* input,
+                     absl::Span<const Chunk> chunks) {
   const int n = ctx.size(), r = ctx.rank();
   if (!chunks.empty() && (static_cast<int>(chunks.size()) != n || TotalOf(chunks) != buffer.numel())) {
     return absl::InvalidArgumentError("RunRing: the chunks do not tile the buffer, one per rank");
@@ -49,8 +49,8 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
     int64_t largest = 0;
     for (int i = 0; i < n; ++i) largest = std::max(largest, chunk_of(i).count);
     const int64_t stage = std::max<int64_t>(1, static_cast<int64_t>(kRingStageBytes / element));
-    LOCKSTEP_ASSIGN_OR_RETURN(scratch, ctx.ScratchTensor(0, in_place ? std::min(largest, stage) : largest,
-                                                         buffer.dtype()));
+    LOCKSTEP_ASSIGN_OR_RETURN(scratch,
+                              ctx.ScratchTensor(0, in_place ? std::min(largest, stage) : largest, buffer.dtype()));
   }
   // In-place receives: the bytes of an element split between two pieces.
   char carry[16];
@@ -76,8 +76,8 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
     const Chunk in = chunk_of(received_chunk(j));
     const bool reduces = j < rs_steps;
     const bool last_reduction = j == rs_steps - 1;
-    Transfer recv = Transfer::Recv(left, reduces ? (in_place ? nullptr : scratch.raw_data()) : BytePtr(buffer, in.offset),
-                                   in.count * element);
+    Transfer recv = Transfer::Recv(
+        left, reduces ? (in_place ? nullptr : scratch.raw_data()) : BytePtr(buffer, in.offset), in.count * element);
     recv.tag = base_tag + j;
     recv.segment_bytes = segment;
     // Reduces the `len` whole elements staged in scratch[0, len) into
@@ -114,8 +114,8 @@ absl::Status RunRing(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, R
           const size_t len_bytes = static_cast<size_t>(len) * element;
           const int64_t at = in.offset + static_cast<int64_t>(offset / element);
           char* result = BytePtr(buffer, at);
-          LOCKSTEP_RETURN_IF_ERROR(ReduceHost(StepOp(op), buffer.dtype(),
-                                              input != nullptr ? BytePtr(*input, at) : result, p, result, len));
+          LOCKSTEP_RETURN_IF_ERROR(
+              ReduceHost(StepOp(op), buffer.dtype(), input != nullptr ? BytePtr(*input, at) : result, p, result, len));
           p += len_bytes;
           offset += len_bytes;
           length -= len_bytes;

@@ -77,8 +77,8 @@ std::vector<absl::Status> RunRanks(int n, size_t segment_bytes,
     threads.emplace_back([&, r] {
       PieceByPieceTransport transport(std::move(inner[r]));
       Scratch scratch;
-      AlgorithmContext ctx{transport, /*seq=*/1, 0, DeadlineIn(std::chrono::milliseconds(30000)), segment_bytes,
-                           &scratch};
+      AlgorithmContext ctx{transport,     /*seq=*/1, 0, DeadlineIn(std::chrono::milliseconds(30000)),
+                           segment_bytes, &scratch};
       results[r] = body(ctx);
     });
   }

@@ -29,7 +29,8 @@ TEST(ScatterTest, EachRankGetsItsBlock) {
         LOCKSTEP_RETURN_IF_ERROR(DirectScatter(ctx, slots, mine, root));
         return CheckValues(mine, [&](int64_t i) { return InputValue(ctx.rank(), i); });
       });
-      for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
+      for (const absl::Status& s : results)
+        ASSERT_TRUE(s.ok()) << Describe(run, kCount) << ", root " << root << ": " << s;
     }
   }
 }

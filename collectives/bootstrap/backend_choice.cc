@@ -16,8 +16,7 @@ absl::StatusOr<Request> ParseRequest(absl::string_view text, absl::string_view w
   if (value.empty() || value == "auto") return Request::kAuto;
   if (value == "host" || value == "tcp" || value == "gloo") return Request::kHost;
   if (value == "nccl") return Request::kNccl;
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, " is \"", text, "\"; expected auto, host or nccl"));
+  return absl::InvalidArgumentError(absl::StrCat(where, " is \"", text, "\"; expected auto, host or nccl"));
 }
 
 }  // namespace

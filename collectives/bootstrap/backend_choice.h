@@ -36,11 +36,11 @@ enum class BackendKind { kHost, kNccl };
 absl::string_view BackendKindName(BackendKind kind);
 
 struct BackendChoiceInput {
-  std::string requested;    // Flag: "", "auto", "host" or "nccl" (wins).
-  std::string environment;  // LOCKSTEP_BACKEND: same values.
-  Device device;            // Where this rank's tensors live.
-  int nccl_version = 0;     // The linked NCCL (ncclGetVersion); 0: none.
-  int visible_gpus = 0;     // CUDA devices this rank sees.
+  std::string requested;     // Flag: "", "auto", "host" or "nccl" (wins).
+  std::string environment;   // LOCKSTEP_BACKEND: same values.
+  Device device;             // Where this rank's tensors live.
+  int nccl_version = 0;      // The linked NCCL (ncclGetVersion); 0: none.
+  int visible_gpus = 0;      // CUDA devices this rank sees.
   int local_world_size = 1;  // Ranks on this host.
 };
 

@@ -74,8 +74,8 @@ absl::StatusOr<std::string> AgreedTransport(const std::vector<std::string>& aske
   return asked[0];
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, Store& store, int rank,
-                                                              int size, const CommunicatorFactoryOptions& options) {
+absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, Store& store, int rank, int size,
+                                                              const CommunicatorFactoryOptions& options) {
   if (kind == "shm") {
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> t, ShmTransport::Create(store, rank, size, options.shm));
     return std::unique_ptr<Transport>(std::move(t));
@@ -118,8 +118,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHierarchical(std::shared_ptr
 
 absl::Status ValidateCommunicatorFactoryOptions(const CommunicatorFactoryOptions& options) {
   if (!IsTransportName(options.transport)) {
-    return absl::InvalidArgumentError(absl::StrCat("CommunicatorFactoryOptions.transport is '", options.transport,
-                                                   "'; expected auto, tcp or shm"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CommunicatorFactoryOptions.transport is '", options.transport, "'; expected auto, tcp or shm"));
   }
   if (options.local_transport != "shm" && options.local_transport != "tcp") {
     return absl::InvalidArgumentError(absl::StrCat("CommunicatorFactoryOptions.local_transport is '",
@@ -207,11 +207,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_
     kind = layout.single_host() ? "shm" : layout.one_rank_per_host() ? "tcp" : "hierarchical";
   }
   if (kind == "shm" && !layout.single_host()) {
-    const absl::Status error = absl::InvalidArgumentError(absl::StrCat(
-        "CreateCommunicator: transport shm was forced but the ranks run on ", layout.num_hosts(),
-        " hosts (ranks by host: ", layout.Describe(), "; rank 0 on '", all.identities[0], "', rank ",
-        layout.leader(1), " on '", all.identities[layout.leader(1)], "'); shared memory joins ranks of one host "
-        "only: use auto or tcp"));
+    const absl::Status error = absl::InvalidArgumentError(
+        absl::StrCat("CreateCommunicator: transport shm was forced but the ranks run on ", layout.num_hosts(),
+                     " hosts (ranks by host: ", layout.Describe(), "; rank 0 on '", all.identities[0], "', rank ",
+                     layout.leader(1), " on '", all.identities[layout.leader(1)],
+                     "'); shared memory joins ranks of one host "
+                     "only: use auto or tcp"));
     return AfterAllRead(*prefixed, size, window, error);
   }
   if (kind == "shm") {

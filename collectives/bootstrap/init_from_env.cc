@@ -20,8 +20,7 @@ namespace {
 // The group's communicator over `group.store`, for `group.env`'s rank,
 // with `options` and the environment's overrides; `what` names the caller.
 absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
-absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what,
-                                ProcessGroup* out);
+absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
 
 // The group's TcpStore at env's master address; `serve`: this rank runs it.
 absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& env, bool serve,
@@ -35,10 +34,10 @@ absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& en
   store_options.token = env.store_token;
   absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(store_options);
   if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat(what, ": rank ", env.rank, " (from ", env.source, ") could not ",
-                                     serve ? "serve" : "reach", " the store at ", env.master_addr, ":",
-                                     env.master_port, ": ", store.status().message()));
+    return absl::Status(
+        store.status().code(),
+        absl::StrCat(what, ": rank ", env.rank, " (from ", env.source, ") could not ", serve ? "serve" : "reach",
+                     " the store at ", env.master_addr, ":", env.master_port, ": ", store.status().message()));
   }
   return store;
 }
@@ -85,8 +84,8 @@ absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const c
   ApplyAddressEnvironment(&selection);
   absl::StatusOr<std::string> host = ChooseLocalAddress(selection);
   if (!host.ok()) {
-    return absl::Status(host.status().code(), absl::StrCat(what, ": rank ", group.env.rank, ": ",
-                                                           host.status().message()));
+    return absl::Status(host.status().code(),
+                        absl::StrCat(what, ": rank ", group.env.rank, ": ", host.status().message()));
   }
   communicator.transport.host = *host;
   if (communicator.transport.secret.empty()) communicator.transport.secret = group.env.store_token;
@@ -103,16 +102,14 @@ absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const c
   if (!applied.ok()) {
     return absl::Status(applied.code(), absl::StrCat(what, ": rank ", group.env.rank, ": ", applied.message()));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(group.comm,
-                            CreateCommunicator(group.store, group.env.rank, group.env.world_size, factory));
+  LOCKSTEP_ASSIGN_OR_RETURN(group.comm, CreateCommunicator(group.store, group.env.rank, group.env.world_size, factory));
   return absl::OkStatus();
 }
 
 // Only the rank and the world size are known: which ranks share this host
 // (so which address to advertise) comes from their host identities,
 // published in the group's store; then JoinGroup.
-absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what,
-                                ProcessGroup* out) {
+absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out) {
   ProcessGroup& group = *out;
   std::string identity = options.host_id;
   if (identity.empty()) {
@@ -122,7 +119,8 @@ absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options
   group.env.local_rank = 0;
   group.env.local_world_size = 0;
   for (int peer = 0; peer < group.env.world_size; ++peer) {
-    absl::StatusOr<std::string> theirs = group.store->Get(absl::StrCat("init_method/host/", peer), options.store_timeout);
+    absl::StatusOr<std::string> theirs =
+        group.store->Get(absl::StrCat("init_method/host/", peer), options.store_timeout);
     if (!theirs.ok()) {
       return absl::Status(theirs.status().code(),
                           absl::StrCat(what, ": rank ", group.env.rank, " waited for rank ", peer, " (",
@@ -138,10 +136,10 @@ absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options
 
 // torch's init_method URL, taken apart.
 struct InitMethod {
-  std::string scheme;  // "env", "tcp", "file"
-  std::string host;    // tcp
-  int port = 0;        // tcp
-  std::string path;    // file
+  std::string scheme;              // "env", "tcp", "file"
+  std::string host;                // tcp
+  int port = 0;                    // tcp
+  std::string path;                // file
   int rank = -1, world_size = -1;  // ?rank=&world_size=
 };
 
@@ -203,8 +201,8 @@ absl::StatusOr<int> Pick(int given, int in_url, const char* name, absl::string_v
                                                    " but the call says ", given, "; give it once"));
   }
   if (given < 0 && in_url < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("init_method '", url, "' needs the ", name,
-                                                   ": pass it, or add ?", name, "=N to the URL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_method '", url, "' needs the ", name, ": pass it, or add ?", name, "=N to the URL"));
   }
   return given >= 0 ? given : in_url;
 }
@@ -217,9 +215,9 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
   if (m.scheme == "env") {
     LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv(env, options));
     if ((rank >= 0 && rank != group.env.rank) || (world_size >= 0 && world_size != group.env.world_size)) {
-      return absl::InvalidArgumentError(absl::StrCat("InitProcessGroup(env://): the call says rank ", rank,
-                                                     " of ", world_size, " but the environment (", group.env.source,
-                                                     ") says ", group.env.rank, " of ", group.env.world_size));
+      return absl::InvalidArgumentError(absl::StrCat("InitProcessGroup(env://): the call says rank ", rank, " of ",
+                                                     world_size, " but the environment (", group.env.source, ") says ",
+                                                     group.env.rank, " of ", group.env.world_size));
     }
     return group;
   }
@@ -235,8 +233,7 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
   if (m.scheme == "tcp") {
     group.env.master_addr = m.host;
     group.env.master_port = m.port;
-    LOCKSTEP_ASSIGN_OR_RETURN(group.store,
-                              OpenTcpStore(group.env, group.env.rank == 0, options, "InitProcessGroup"));
+    LOCKSTEP_ASSIGN_OR_RETURN(group.store, OpenTcpStore(group.env, group.env.rank == 0, options, "InitProcessGroup"));
   } else {
     // Reached by no address: the ranks advertise this host's route to
     // loopback unless told otherwise (LOCKSTEP_SOCKET_ADDR / _IFNAME).
@@ -246,8 +243,8 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
     store_options.num_users = group.env.world_size;  // The last rank to leave removes the file.
     absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(m.path, store_options);
     if (!store.ok()) {
-      return absl::Status(store.status().code(), absl::StrCat("InitProcessGroup: rank ", group.env.rank, ": ",
-                                                              store.status().message()));
+      return absl::Status(store.status().code(),
+                          absl::StrCat("InitProcessGroup: rank ", group.env.rank, ": ", store.status().message()));
     }
     group.store = std::move(*store);
   }
@@ -257,8 +254,8 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
 
 absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int rank, int world_size,
                                               const InitOptions& options) {
-  return InitProcessGroup(init_method, rank, world_size,
-                          [](const char* name) -> const char* { return std::getenv(name); }, options);
+  return InitProcessGroup(
+      init_method, rank, world_size, [](const char* name) -> const char* { return std::getenv(name); }, options);
 }
 
 absl::StatusOr<ProcessGroup> JoinGroupOnStore(std::shared_ptr<Store> store, int rank, int world_size,
@@ -266,8 +263,8 @@ absl::StatusOr<ProcessGroup> JoinGroupOnStore(std::shared_ptr<Store> store, int 
                                               const InitOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("JoinGroupOnStore: no store");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("JoinGroupOnStore(", source, "): rank ", rank, " is not in [0, ",
-                                                   world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("JoinGroupOnStore(", source, "): rank ", rank, " is not in [0, ", world_size, ")"));
   }
   ProcessGroup group;
   group.env.rank = rank;

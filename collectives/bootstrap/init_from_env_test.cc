@@ -51,8 +51,8 @@ void ExpectGroupWorks(const std::vector<Env>& envs, const std::string& transport
       Tensor t = *Tensor::Empty({4}, DType::kF32);
       for (int k = 0; k < 4; ++k) t.data<float>()[k] = static_cast<float>(group->env.rank + 1);
       if (group->comm->capabilities().name != transport) {
-        results[i] = absl::InternalError(absl::StrCat("transport '", group->comm->capabilities().name,
-                                                      "', expected '", transport, "'"));
+        results[i] = absl::InternalError(
+            absl::StrCat("transport '", group->comm->capabilities().name, "', expected '", transport, "'"));
         return;
       }
       results[i] = group->comm->AllReduce(t, ReduceOp::kSum)->Wait();
@@ -82,8 +82,11 @@ TEST(InitFromEnvTest, TorchrunVariablesWithAnAgentStore) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<Env> envs;
   for (int r = 0; r < 3; ++r) {
-    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", std::to_string(r)},
-                    {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+    envs.push_back({{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "3"},
+                    {"LOCAL_RANK", std::to_string(r)},
+                    {"LOCAL_WORLD_SIZE", "3"},
+                    {"MASTER_ADDR", "127.0.0.1"},
                     {"MASTER_PORT", std::to_string((*server)->port())},
                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   }
@@ -96,9 +99,14 @@ TEST(InitFromEnvTest, AnAgentStoreIsPrefixedPerAttemptAsTorchDoes) {
   auto server = TcpStoreServer::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto attempt = [&](const char* restart_count) {
-    Env env = {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
-               {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string((*server)->port())},
-               {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", restart_count}};
+    Env env = {{"RANK", "0"},
+               {"WORLD_SIZE", "1"},
+               {"LOCAL_RANK", "0"},
+               {"LOCAL_WORLD_SIZE", "1"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", std::to_string((*server)->port())},
+               {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+               {"TORCHELASTIC_RESTART_COUNT", restart_count}};
     InitOptions options;
     options.store_timeout = Milliseconds(30000);
     absl::StatusOr<ProcessGroup> group = InitFromEnv(Lookup(env), options);
@@ -127,11 +135,15 @@ TEST(InitFromEnvTest, OpenMpiOnOneNodeWithATokenAndRankZeroServing) {
   const int port = RecentlyFreePort();  // Rank 0 serves there.
   std::vector<Env> envs;
   for (int r = 0; r < 2; ++r) {
-    envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                    {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                    {"MASTER_PORT", std::to_string(port)}, {"LOCKSTEP_STORE_TOKEN", "s3cret"},
+    envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                    {"OMPI_COMM_WORLD_SIZE", "2"},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                    {"MASTER_PORT", std::to_string(port)},
+                    {"LOCKSTEP_STORE_TOKEN", "s3cret"},
                     // mpirun inside an allocation: Slurm's rank must be ignored.
-                    {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+                    {"SLURM_PROCID", "0"},
+                    {"SLURM_NTASKS", "1"}});
   }
   ExpectGroupWorks(envs);
 }
@@ -143,10 +155,14 @@ TEST(InitFromEnvTest, LockstepTransportForcesTcp) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<Env> envs;
   for (int r = 0; r < 2; ++r) {
-    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
-                    {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+    envs.push_back({{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "2"},
+                    {"LOCAL_RANK", std::to_string(r)},
+                    {"LOCAL_WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "127.0.0.1"},
                     {"MASTER_PORT", std::to_string((*server)->port())},
-                    {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"LOCKSTEP_TRANSPORT", "tcp"}});
+                    {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                    {"LOCKSTEP_TRANSPORT", "tcp"}});
   }
   ExpectGroupWorks(envs, "host over tcp");
 }
@@ -217,14 +233,17 @@ TEST(InitFromEnvTest, MissingVariablesAreNamed) {
 
 TEST(InitFromEnvTest, AnUnreachableStoreNamesTheAddress) {
   const int port = RecentlyFreePort();  // Nobody serves there.
-  Env env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-             {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  Env env = {{"RANK", "1"},
+             {"WORLD_SIZE", "2"},
+             {"LOCAL_RANK", "1"},
+             {"LOCAL_WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "127.0.0.1"},
+             {"MASTER_PORT", std::to_string(port)}};
   InitOptions options;
   options.store_timeout = Milliseconds(300);
   absl::StatusOr<ProcessGroup> group = InitFromEnv(Lookup(env), options);
   ASSERT_FALSE(group.ok());
-  EXPECT_NE(group.status().message().find(absl::StrCat("127.0.0.1:", port)), absl::string_view::npos)
-      << group.status();
+  EXPECT_NE(group.status().message().find(absl::StrCat("127.0.0.1:", port)), absl::string_view::npos) << group.status();
 }
 
 }  // namespace

@@ -34,8 +34,8 @@ std::vector<absl::Status> RunGroup(int n, const std::function<std::string(int ra
       results[r] = [&]() -> absl::Status {
         InitOptions options;
         options.store_timeout = Milliseconds(30000);
-        LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitProcessGroup(url(r), pass_ranks ? r : -1,
-                                                                       pass_ranks ? n : -1, NoEnv, options));
+        LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group,
+                                  InitProcessGroup(url(r), pass_ranks ? r : -1, pass_ranks ? n : -1, NoEnv, options));
         if (group.env.rank != r || group.env.world_size != n || group.env.local_world_size != n) {
           return absl::InternalError(absl::StrCat("rank ", group.env.rank, " of ", group.env.world_size, ", ",
                                                   group.env.local_world_size, " local"));
@@ -70,7 +70,8 @@ using testing::ExpectAllOk;
 
 TEST(InitMethodTest, TcpWithRanksAsArgumentsOrInTheUrl) {
   const int port = FreePort();
-  ExpectAllOk(RunGroup(3, [port](int) { return absl::StrCat("tcp://127.0.0.1:", port); }, true));
+  ExpectAllOk(RunGroup(
+      3, [port](int) { return absl::StrCat("tcp://127.0.0.1:", port); }, true));
   const int port2 = FreePort();
   ExpectAllOk(RunGroup(
       2, [port2](int r) { return absl::StrCat("tcp://127.0.0.1:", port2, "?rank=", r, "&world_size=2"); }, false));
@@ -78,8 +79,9 @@ TEST(InitMethodTest, TcpWithRanksAsArgumentsOrInTheUrl) {
 
 TEST(InitMethodTest, FileOnASharedFileSystemIsRemovedByTheLastRank) {
   const std::string path = TempPath();
-  ExpectAllOk(RunGroup(3, [&](int) { return "file://" + path; }, true));
-  struct stat st{};
+  ExpectAllOk(RunGroup(
+      3, [&](int) { return "file://" + path; }, true));
+  struct stat st {};
   EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " was left behind";
 }
 

@@ -25,14 +25,13 @@ std::string RandomStoreToken() {
 
 absl::Status RunLocalRanks(const LocalLaunchOptions& options) {
   if (options.nproc < 1 || options.argv.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(options.name, ": nproc (", options.nproc,
-                                                   ") must be >= 1 and argv non-empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.name, ": nproc (", options.nproc, ") must be >= 1 and argv non-empty"));
   }
   TcpStoreServerOptions server_options;
   server_options.host = "127.0.0.1";
   server_options.token = RandomStoreToken();
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStoreServer> server,
-                            TcpStoreServer::Start(server_options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStoreServer> server, TcpStoreServer::Start(server_options));
   const std::vector<int> cpus = AllowedCpus();
   const bool bind = options.bind_to_core && options.nproc <= static_cast<int>(cpus.size());
   // Destroying `children` (any return) kills and reaps the ranks still running.
@@ -51,19 +50,17 @@ absl::Status RunLocalRanks(const LocalLaunchOptions& options) {
                          {"LOCKSTEP_STORE_TOKEN", server_options.token}};
     absl::StatusOr<Subprocess> child = Subprocess::Spawn(child_options);
     if (!child.ok()) {
-      return absl::Status(child.status().code(), absl::StrCat(options.name, ": cannot start rank ",
-                                                              rank, ": ", child.status().message()));
+      return absl::Status(child.status().code(),
+                          absl::StrCat(options.name, ": cannot start rank ", rank, ": ", child.status().message()));
     }
     children.push_back(*std::move(child));
   }
   absl::Status first_failure;
   for (int running = options.nproc; running > 0; --running) {
-    LOCKSTEP_ASSIGN_OR_RETURN(WaitAnyResult ended,
-                              WaitAny(absl::MakeSpan(children), Subprocess::Deadline::max()));
+    LOCKSTEP_ASSIGN_OR_RETURN(WaitAnyResult ended, WaitAny(absl::MakeSpan(children), Subprocess::Deadline::max()));
     if (ended.status.success() || !first_failure.ok()) continue;
-    first_failure = absl::InternalError(absl::StrCat(options.name, ": rank ", ended.index, " ",
-                                                     ended.status.ToString(),
-                                                     "; stopped the other ranks"));
+    first_failure = absl::InternalError(
+        absl::StrCat(options.name, ": rank ", ended.index, " ", ended.status.ToString(), "; stopped the other ranks"));
     for (Subprocess& child : children) (void)child.Kill();
   }
   return first_failure;

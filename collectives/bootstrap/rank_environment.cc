@@ -29,16 +29,27 @@ struct Source {
 };
 
 constexpr Source kTorchrun = {
-    "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "torchrun",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
     "start the program with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT consistently on "
     "every rank"};
 constexpr Source kOpenMpi = {
-    "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "openmpi",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
     "these are set by Open MPI's mpirun; start the program with mpirun and do not set OMPI_COMM_WORLD_* yourself"};
 // SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE stand for the local world size.
 constexpr Source kSlurm = {
-    "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE",
+    "slurm",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_TASKS_PER_NODE",
     "these are set by srun for each task; start every rank with srun (not directly in the batch script), or set "
     "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself"};
 
@@ -84,8 +95,7 @@ absl::StatusOr<int> ParseVar(const char* name, const std::string& value, int64_t
         absl::StrCat(name, "='", value, "' is not a whole number: expected ", expected, "; ", fix));
   }
   if (*number < 0 && min >= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "=", value, " is negative: expected ", expected, "; ", fix));
+    return absl::InvalidArgumentError(absl::StrCat(name, "=", value, " is negative: expected ", expected, "; ", fix));
   }
   if (*number < min || *number > max) {
     return absl::InvalidArgumentError(
@@ -112,8 +122,8 @@ absl::Status RequireAll(const Vars& vars, const Source& source, const std::vecto
 // The relations between the four numbers, once each parsed.
 absl::Status CheckRanks(const Source& source, const char* local_world_name, const RankEnvironment& env) {
   if (env.rank >= env.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(source.rank, "=", env.rank, " is not below ", source.world_size,
-                                                   "=", env.world_size, ": expected 0 <= ", source.rank, " < ",
+    return absl::InvalidArgumentError(absl::StrCat(source.rank, "=", env.rank, " is not below ", source.world_size, "=",
+                                                   env.world_size, ": expected 0 <= ", source.rank, " < ",
                                                    source.world_size, "; ", source.fix));
   }
   if (env.local_world_size > env.world_size) {
@@ -122,9 +132,9 @@ absl::Status CheckRanks(const Source& source, const char* local_world_name, cons
                                                    ": expected at most the world size; ", source.fix));
   }
   if (env.local_rank >= env.local_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(source.local_rank, "=", env.local_rank, " is not below ",
-                                                   local_world_name, "=", env.local_world_size, ": expected 0 <= ",
-                                                   source.local_rank, " < ", local_world_name, "; ", source.fix));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source.local_rank, "=", env.local_rank, " is not below ", local_world_name, "=", env.local_world_size,
+        ": expected 0 <= ", source.local_rank, " < ", local_world_name, "; ", source.fix));
   }
   return absl::OkStatus();
 }
@@ -151,8 +161,7 @@ absl::StatusOr<RankEnvironment> FromTorchrun(const Vars& vars) {
   } else {
     LOCKSTEP_RETURN_IF_ERROR(RequireAll(vars, s, {s.local_rank, s.local_world_size}));
     LOCKSTEP_ASSIGN_OR_RETURN(env.local_rank, ParseRank(s, s.local_rank, *vars.Get(s.local_rank)));
-    LOCKSTEP_ASSIGN_OR_RETURN(env.local_world_size,
-                              ParseSize(s, s.local_world_size, *vars.Get(s.local_world_size)));
+    LOCKSTEP_ASSIGN_OR_RETURN(env.local_world_size, ParseSize(s, s.local_world_size, *vars.Get(s.local_world_size)));
   }
   LOCKSTEP_RETURN_IF_ERROR(CheckRanks(s, s.local_world_size, env));
   if (!vars.Has("MASTER_ADDR")) {
@@ -178,10 +187,11 @@ absl::StatusOr<RankEnvironment> FromOpenMpi(const Vars& vars) {
   } else if (env.local_world_size == env.world_size) {
     env.master_addr = "127.0.0.1";  // Every rank is on this node.
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MASTER_ADDR is not set and mpirun runs ", env.world_size, " ranks on several nodes (",
-        s.local_world_size, "=", env.local_world_size, " here): expected the host of rank 0; start with "
-        "`mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> ...`"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_ADDR is not set and mpirun runs ", env.world_size, " ranks on several nodes (",
+                     s.local_world_size, "=", env.local_world_size,
+                     " here): expected the host of rank 0; start with "
+                     "`mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=<free port> ...`"));
   }
   return env;
 }
@@ -202,8 +212,8 @@ absl::StatusOr<RankEnvironment> FromSlurm(const Vars& vars) {
     local_world_name = "SLURM_TASKS_PER_NODE";
     absl::StatusOr<std::vector<int>> counts = ExpandSlurmTasksPerNode(*tasks);
     if (!counts.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("SLURM_TASKS_PER_NODE='", *tasks, "': ",
-                                                     counts.status().message(), "; ", s.fix));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SLURM_TASKS_PER_NODE='", *tasks, "': ", counts.status().message(), "; ", s.fix));
     }
     int node = 0;
     if (std::optional<std::string> node_id = vars.Get("SLURM_NODEID")) {
@@ -386,10 +396,9 @@ absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view tasks
     if (paren != absl::string_view::npos) {
       count_text = item.substr(0, paren);
       const absl::string_view times = item.substr(paren);
-      const std::optional<int64_t> r =
-          times.size() > 3 && times.substr(0, 2) == "(x" && times.back() == ')'
-              ? ParseWhole(times.substr(2, times.size() - 3))
-              : std::nullopt;
+      const std::optional<int64_t> r = times.size() > 3 && times.substr(0, 2) == "(x" && times.back() == ')'
+                                           ? ParseWhole(times.substr(2, times.size() - 3))
+                                           : std::nullopt;
       if (!r || *r < 1) {
         return absl::InvalidArgumentError(absl::StrCat("'", item, "' is not a count such as 2 or 2(x3)"));
       }
@@ -425,9 +434,8 @@ absl::StatusOr<RankEnvironment> RankEnvironmentFromEnv(const EnvLookup& lookup) 
   }
   if (!env.ok()) return env.status();
   if (std::optional<std::string> port = vars.Get("MASTER_PORT")) {
-    LOCKSTEP_ASSIGN_OR_RETURN(env->master_port,
-                              ParseVar("MASTER_PORT", *port, 1, 65535, "a TCP port in 1..65535",
-                                       "set MASTER_PORT to the port of the store on MASTER_ADDR"));
+    LOCKSTEP_ASSIGN_OR_RETURN(env->master_port, ParseVar("MASTER_PORT", *port, 1, 65535, "a TCP port in 1..65535",
+                                                         "set MASTER_PORT to the port of the store on MASTER_ADDR"));
   }
   if (std::optional<std::string> token = vars.Get("LOCKSTEP_STORE_TOKEN")) env->store_token = *token;
   LOCKSTEP_ASSIGN_OR_RETURN(env->agent_store, ParseAgentStore(vars));

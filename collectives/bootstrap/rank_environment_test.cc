@@ -34,8 +34,12 @@ void ExpectInvalid(const Vars& vars, const std::vector<std::string>& parts) {
 }
 
 Vars Torchrun() {
-  return {{"RANK", "3"},        {"WORLD_SIZE", "8"},    {"LOCAL_RANK", "1"},
-          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}};
+  return {{"RANK", "3"},
+          {"WORLD_SIZE", "8"},
+          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "10.0.0.1"},
+          {"MASTER_PORT", "29400"}};
 }
 
 Vars OpenMpi(int rank, int size, int local_rank, int local_size) {
@@ -47,8 +51,12 @@ Vars OpenMpi(int rank, int size, int local_rank, int local_size) {
 
 // Task 5 of 8 on the second of three nodes holding 3, 3 and 2 tasks.
 Vars Slurm() {
-  return {{"SLURM_PROCID", "5"},   {"SLURM_NTASKS", "8"},           {"SLURM_LOCALID", "2"},
-          {"SLURM_NODEID", "1"},   {"SLURM_TASKS_PER_NODE", "3(x2),2"}, {"SLURM_JOB_NODELIST", "gpu[007-009]"},
+  return {{"SLURM_PROCID", "5"},
+          {"SLURM_NTASKS", "8"},
+          {"SLURM_LOCALID", "2"},
+          {"SLURM_NODEID", "1"},
+          {"SLURM_TASKS_PER_NODE", "3(x2),2"},
+          {"SLURM_JOB_NODELIST", "gpu[007-009]"},
           {"SLURM_JOB_ID", "123456"}};
 }
 
@@ -219,8 +227,12 @@ TEST(RankEnvironmentTest, SlurmChoices) {
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->master_port, 29500);
   // One node: SLURM_NODEID may be absent.
-  env = Parse({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
-               {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "solo"}, {"SLURM_JOB_ID", "7"}});
+  env = Parse({{"SLURM_PROCID", "1"},
+               {"SLURM_NTASKS", "2"},
+               {"SLURM_LOCALID", "1"},
+               {"SLURM_TASKS_PER_NODE", "2"},
+               {"SLURM_JOB_NODELIST", "solo"},
+               {"SLURM_JOB_ID", "7"}});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->local_world_size, 2);
   EXPECT_EQ(env->master_addr, "solo");
@@ -230,8 +242,7 @@ TEST(RankEnvironmentTest, SlurmChoices) {
 TEST(RankEnvironmentTest, SlurmErrors) {
   ExpectInvalid(Without(Slurm(), {"SLURM_NTASKS"}), {"slurm", "SLURM_NTASKS is not", "srun"});
   ExpectInvalid(Without(Slurm(), {"SLURM_LOCALID"}), {"SLURM_LOCALID is not"});
-  ExpectInvalid(Without(Slurm(), {"SLURM_TASKS_PER_NODE"}),
-                {"SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE is not"});
+  ExpectInvalid(Without(Slurm(), {"SLURM_TASKS_PER_NODE"}), {"SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE is not"});
   ExpectInvalid(Without(Slurm(), {"SLURM_NODEID"}), {"SLURM_TASKS_PER_NODE='3(x2),2' lists 3 nodes", "SLURM_NODEID"});
   ExpectInvalid(With(Slurm(), {{"SLURM_NODEID", "3"}}), {"SLURM_NODEID=3 is out of range", "below 3"});
   ExpectInvalid(With(Slurm(), {{"SLURM_NODEID", "x"}}), {"SLURM_NODEID='x'"});

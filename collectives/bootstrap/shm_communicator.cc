@@ -13,8 +13,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(std::shared_
                                                                     const ShmCommunicatorOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateShmCommunicator: no store");
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("CreateShmCommunicator: rank ", rank, " is not in [0, ", size,
-                                                   ") (world size ", size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateShmCommunicator: rank ", rank, " is not in [0, ", size, ") (world size ", size, ")"));
   }
   if (options.store_prefix.empty()) {
     return absl::InvalidArgumentError("ShmCommunicatorOptions.store_prefix is empty; give each group its own prefix");

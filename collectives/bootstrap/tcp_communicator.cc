@@ -13,8 +13,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(std::shared_
                                                                     const TcpCommunicatorOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateTcpCommunicator: no store");
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("CreateTcpCommunicator: rank ", rank, " is not in [0, ", size,
-                                                   ") (world size ", size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateTcpCommunicator: rank ", rank, " is not in [0, ", size, ") (world size ", size, ")"));
   }
   if (options.store_prefix.empty()) {
     return absl::InvalidArgumentError("TcpCommunicatorOptions.store_prefix is empty; give each group its own prefix");

@@ -16,6 +16,7 @@
 #include "collectives/cost_model/predict.h"
 #include "collectives/cost_model/rooted_cost.h"
 #include "collectives/cost_model/setup_cost.h"
+#include "collectives/cost_model/simulate.h"
 #include "collectives/cost_model/step_cost.h"
 #include "collectives/cost_model/topology.h"
 #include "gtest/gtest.h"
@@ -146,6 +147,20 @@ TEST(HeaderExamples, CostModelJson) {
   absl::StatusOr<LinkPoint> point = ParseLinkPoint(R"({"bytes": 4096, "time_us": 12.5})");
   EXPECT_TRUE(back.ok());
   EXPECT_EQ(point->time_us, 12.5);
+}
+
+TEST(HeaderExamples, Simulate) {
+  using namespace lockstep::cost_model;
+  absl::StatusOr<Topology> t = MakeTopology(1024, 8);
+  absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizes("4K,1M,64M");
+  SimulateOptions options;
+  options.nccl_link_gbit = 25;
+  std::vector<SimulationRow> rows;
+  for (int64_t bytes : *sizes) rows.push_back(*Simulate(Op::kAllReduce, bytes, *t, DefaultCostModel(), options));
+  std::string table = FormatTable(Op::kAllReduce, *t, rows);
+  std::string line = FormatJsonLine(Op::kAllReduce, *t, rows[0]);
+  EXPECT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(table.empty() || line.empty());
 }
 
 }  // namespace

@@ -35,27 +35,27 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
         absl::StrCat("HierarchicalBackend::Create: rank ", rank, " is not in [0, ", world, ")"));
   }
   if (levels.flat == nullptr || levels.flat->size() != world || levels.flat->rank() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "HierarchicalBackend::Create: rank ", rank, ": the flat level must be a backend of all ", world,
-        " ranks with this rank's number; got ",
-        levels.flat == nullptr ? std::string("none")
-                               : absl::StrCat("rank ", levels.flat->rank(), " of ", levels.flat->size())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HierarchicalBackend::Create: rank ", rank, ": the flat level must be a backend of all ", world,
+                     " ranks with this rank's number; got ",
+                     levels.flat == nullptr ? std::string("none")
+                                            : absl::StrCat("rank ", levels.flat->rank(), " of ", levels.flat->size())));
   }
   const int host = layout.host_of[rank];
   const int local_size = static_cast<int>(layout.hosts[host].size());
   const int local_rank = layout.local_index[rank];
-  if (local_size > 1 && (levels.local == nullptr || levels.local->size() != local_size ||
-                         levels.local->rank() != local_rank)) {
+  if (local_size > 1 &&
+      (levels.local == nullptr || levels.local->size() != local_size || levels.local->rank() != local_rank)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HierarchicalBackend::Create: rank ", rank, " on host ", host, " (ranks ",
-        absl::StrJoin(layout.hosts[host], ","),
-        ") needs a local transport of ", local_size, " ranks in which it is rank ", local_rank, "; got ",
+        absl::StrJoin(layout.hosts[host], ","), ") needs a local transport of ", local_size,
+        " ranks in which it is rank ", local_rank, "; got ",
         levels.local == nullptr ? std::string("none")
                                 : absl::StrCat("rank ", levels.local->rank(), " of ", levels.local->size())));
   }
   const bool needs_leaders = local_rank == 0 && layout.num_hosts() > 1;
-  if (needs_leaders && (levels.leaders == nullptr || levels.leaders->size() != layout.num_hosts() ||
-                        levels.leaders->rank() != host)) {
+  if (needs_leaders &&
+      (levels.leaders == nullptr || levels.leaders->size() != layout.num_hosts() || levels.leaders->rank() != host)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HierarchicalBackend::Create: rank ", rank, " leads host ", host, " and needs a leaders' transport of ",
         layout.num_hosts(), " ranks in which it is rank ", host, "; got ",
@@ -73,8 +73,12 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
 }
 
 HierarchicalBackend::HierarchicalBackend(HostLayout layout, int rank, Levels levels, AlgorithmOptions options)
-    : layout_(std::move(layout)), rank_(rank), options_(options), local_(std::move(levels.local)),
-      leaders_(std::move(levels.leaders)), flat_(std::move(levels.flat)),
+    : layout_(std::move(layout)),
+      rank_(rank),
+      options_(options),
+      local_(std::move(levels.local)),
+      leaders_(std::move(levels.leaders)),
+      flat_(std::move(levels.flat)),
       name_(absl::StrCat("hierarchical(", levels.local_name, "+", levels.leaders_name, ")")) {}
 
 BackendCapabilities HierarchicalBackend::capabilities() const {
@@ -87,8 +91,7 @@ BackendCapabilities HierarchicalBackend::capabilities() const {
   return c;
 }
 
-AlgorithmContext HierarchicalBackend::Context(Level level, const OpContext& op_ctx, DType dtype,
-                                              uint32_t first_tag) {
+AlgorithmContext HierarchicalBackend::Context(Level level, const OpContext& op_ctx, DType dtype, uint32_t first_tag) {
   Transport& transport = level == Level::kLocal ? *local_ : *leaders_;
   AlgorithmContext ctx{transport, op_ctx.seq, first_tag, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
@@ -100,8 +103,8 @@ absl::Status HierarchicalBackend::Annotate(absl::Status status, Level level, con
   if (status.ok()) return status;
   std::string where;
   if (level == Level::kLocal) {
-    where = absl::StrCat("inside host ", host(), " (local rank i is rank [",
-                         absl::StrJoin(layout_.hosts[host()], ","), "][i])");
+    where = absl::StrCat("inside host ", host(), " (local rank i is rank [", absl::StrJoin(layout_.hosts[host()], ","),
+                         "][i])");
   } else {
     std::vector<int> leaders;
     for (int h = 0; h < layout_.num_hosts(); ++h) leaders.push_back(layout_.leader(h));
@@ -167,9 +170,9 @@ absl::Status HierarchicalBackend::Reduce(const Tensor& input, const Tensor& outp
   }
   if (root != root_leader && host() == root_host) {
     // The last hop, inside the root's host: its leader holds the result.
-    Transfer t = rank_ == root_leader
-                     ? Transfer::Send(layout_.local_index[root], partial.raw_data(), partial.nbytes())
-                     : rank_ == root ? Transfer::Recv(0, output.raw_data(), output.nbytes()) : Transfer();
+    Transfer t = rank_ == root_leader ? Transfer::Send(layout_.local_index[root], partial.raw_data(), partial.nbytes())
+                 : rank_ == root      ? Transfer::Recv(0, output.raw_data(), output.nbytes())
+                                      : Transfer();
     if (rank_ == root_leader || rank_ == root) {
       const MessageTag tag{op_ctx.seq, kHopTag, static_cast<uint8_t>(static_cast<int>(input.dtype()) + 1)};
       LOCKSTEP_RETURN_IF_ERROR(Annotate(local_->Exchange({&t, 1}, tag, op_ctx.deadline), Level::kLocal, "reduce"));

@@ -105,16 +105,15 @@ class HierarchicalBackend : public Backend {
   absl::Status Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override {
     return flat_->Scatter(input, output, root, op_ctx);
   }
-  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                             const OpContext& op_ctx) override {
+  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) override {
     return flat_->ReduceScatter(input, output, op, op_ctx);
   }
   absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
                           const OpContext& op_ctx) override {
     return flat_->AllGatherV(input, output, counts, op_ctx);
   }
-  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                              ReduceOp op, const OpContext& op_ctx) override {
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, ReduceOp op,
+                              const OpContext& op_ctx) override {
     return flat_->ReduceScatterV(input, output, counts, op, op_ctx);
   }
   absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
@@ -161,8 +160,8 @@ class HierarchicalBackend : public Backend {
   std::unique_ptr<Transport> local_, leaders_;
   std::unique_ptr<Backend> flat_;
   const std::string name_;
-  Scratch scratch_;   // The algorithms' temporaries.
-  Scratch partial_;   // A leader's partial result in Reduce.
+  Scratch scratch_;  // The algorithms' temporaries.
+  Scratch partial_;  // A leader's partial result in Reduce.
 };
 
 }  // namespace lockstep

@@ -51,9 +51,8 @@ ShmTransportOptions TestShmOptions() {
 
 // One rank of a hierarchical group with `local` ("tcp" or "shm") inside
 // hosts and TCP among them, as collectives/bootstrap/communicator_factory.cc builds it.
-absl::StatusOr<std::unique_ptr<Communicator>> MakeRank(std::shared_ptr<Store> store, const HostLayout& layout,
-                                                       int rank, const std::string& local_kind,
-                                                       CommunicatorOptions options) {
+absl::StatusOr<std::unique_ptr<Communicator>> MakeRank(std::shared_ptr<Store> store, const HostLayout& layout, int rank,
+                                                       const std::string& local_kind, CommunicatorOptions options) {
   const int host = layout.host_of[rank];
   const int local_size = static_cast<int>(layout.hosts[host].size());
   HierarchicalBackend::Levels levels;
@@ -118,9 +117,7 @@ absl::StatusOr<Tensor> Filled(DType dtype, int64_t count, int rank, int64_t offs
   return t;
 }
 
-void Append(std::string* out, const Tensor& t) {
-  out->append(static_cast<const char*>(t.raw_data()), t.nbytes());
-}
+void Append(std::string* out, const Tensor& t) { out->append(static_cast<const char*>(t.raw_data()), t.nbytes()); }
 
 // Every collective on known data; the bytes of every result this rank is
 // given, in order, go to `out`.
@@ -129,7 +126,7 @@ absl::Status Script(Communicator& comm, std::string* out) {
   for (DType dtype : {DType::kF32, DType::kI32, DType::kF64}) {
     for (ReduceOp op : kAllReduceOps) {
       if (IsBitwise(op) && !IsIntegral(dtype)) continue;  // Refused (communicator_test checks it).
-      for (int64_t count : {0, 1, 7, 1000, 70001}) {  // 70001 f32: the ring among leaders.
+      for (int64_t count : {0, 1, 7, 1000, 70001}) {      // 70001 f32: the ring among leaders.
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Filled(dtype, count, r));
         LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(t, op)->Wait());
         Append(out, t);
@@ -177,10 +174,13 @@ void ExpectSameAsFlatTcp(const std::vector<std::string>& hosts, const std::strin
   const int n = static_cast<int>(hosts.size());
   std::vector<std::string> ours(n), flat(n);
   std::vector<std::string> names(n);
-  std::vector<absl::Status> results = RunHierarchical(hosts, [&](Communicator& comm) {
-    names[comm.rank()] = comm.capabilities().name;
-    return Script(comm, &ours[comm.rank()]);
-  }, local_kind);
+  std::vector<absl::Status> results = RunHierarchical(
+      hosts,
+      [&](Communicator& comm) {
+        names[comm.rank()] = comm.capabilities().name;
+        return Script(comm, &ours[comm.rank()]);
+      },
+      local_kind);
   for (int r = 0; r < n; ++r) ASSERT_TRUE(results[r].ok()) << "hierarchical rank " << r << ": " << results[r];
   results = testing::RunThreads(n, [&](Communicator& comm) { return Script(comm, &flat[comm.rank()]); });
   for (int r = 0; r < n; ++r) ASSERT_TRUE(results[r].ok()) << "flat rank " << r << ": " << results[r];
@@ -213,21 +213,24 @@ TEST_P(LayoutTest, DegenerateLayoutsMatchFlatTcp) {
 TEST(HierarchicalBackendTest, AllReduceGivesExactValues) {
   // Independent of the flat group: SUM and AVG of known integers.
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
-  std::vector<absl::Status> results = RunHierarchical(hosts, [](Communicator& comm) -> absl::Status {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Filled(DType::kF32, 70001, comm.rank()));
-      LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(t, op)->Wait());
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        float sum = 0;
-        for (int q = 0; q < 4; ++q) sum += static_cast<float>(Value(q, i));
-        const float want = op == ReduceOp::kAvg ? sum / 4.0f : sum;
-        if (t.data<float>()[i] != want) {
-          return absl::InternalError(absl::StrCat("element ", i, ": ", t.data<float>()[i], ", expected ", want));
+  std::vector<absl::Status> results = RunHierarchical(
+      hosts,
+      [](Communicator& comm) -> absl::Status {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Filled(DType::kF32, 70001, comm.rank()));
+          LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(t, op)->Wait());
+          for (int64_t i = 0; i < t.numel(); ++i) {
+            float sum = 0;
+            for (int q = 0; q < 4; ++q) sum += static_cast<float>(Value(q, i));
+            const float want = op == ReduceOp::kAvg ? sum / 4.0f : sum;
+            if (t.data<float>()[i] != want) {
+              return absl::InternalError(absl::StrCat("element ", i, ": ", t.data<float>()[i], ", expected ", want));
+            }
+          }
         }
-      }
-    }
-    return absl::OkStatus();
-  }, "shm");
+        return absl::OkStatus();
+      },
+      "shm");
   for (int r = 0; r < 4; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 

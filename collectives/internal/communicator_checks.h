@@ -24,8 +24,8 @@ inline absl::Status CheckTensor(const Tensor& t, const char* op, const char* wha
 inline absl::Status CheckSame(const Tensor& a, const Tensor& b, const char* op, int64_t b_factor, const char* a_name,
                               const char* b_name) {
   if (a.dtype() != b.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is ", DTypeName(a.dtype()), " but ", b_name,
-                                                   " is ", DTypeName(b.dtype())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", a_name, " is ", DTypeName(a.dtype()), " but ", b_name, " is ", DTypeName(b.dtype())));
   }
   if (a.numel() * b_factor != b.numel()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -34,22 +34,21 @@ inline absl::Status CheckSame(const Tensor& a, const Tensor& b, const char* op, 
                       : absl::StrCat(" (world size ", b_factor, " x ", a.numel(), " of the ", a_name, ")")));
   }
   if (a.device() != b.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is on ", a.device().ToString(), " but ",
-                                                   b_name, " on ", b.device().ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is on ", a.device().ToString(), " but ", b_name,
+                                                   " on ", b.device().ToString()));
   }
   return absl::OkStatus();
 }
 
 // a and b: the same dtype and device (element counts checked elsewhere).
-inline absl::Status CheckKin(const Tensor& a, const Tensor& b, const char* op, const char* a_name,
-                             const char* b_name) {
+inline absl::Status CheckKin(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
   if (a.dtype() != b.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is ", DTypeName(a.dtype()), " but ", b_name,
-                                                   " is ", DTypeName(b.dtype())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", a_name, " is ", DTypeName(a.dtype()), " but ", b_name, " is ", DTypeName(b.dtype())));
   }
   if (a.device() != b.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is on ", a.device().ToString(), " but ",
-                                                   b_name, " on ", b.device().ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is on ", a.device().ToString(), " but ", b_name,
+                                                   " on ", b.device().ToString()));
   }
   return absl::OkStatus();
 }

@@ -99,8 +99,8 @@ absl::Status ShareFailure(const absl::Status& status, const FailureReporter& rep
 void WriteFlightRecorderDump(const FailureReporter& reporter, const std::vector<std::string>& peers) {
   const std::string path = absl::StrCat(reporter.dump_dir, "/flight_recorder_rank", reporter.rank, ".json");
   const std::string json = absl::StrCat("{\"rank\": ", reporter.rank, ", \"size\": ", reporter.size,
-                                        ", \"recorder\": ", reporter.recorder->ToJson(reporter.rank),
-                                        ", \"peers\": [", absl::StrJoin(peers, ", "), "]}\n");
+                                        ", \"recorder\": ", reporter.recorder->ToJson(reporter.rank), ", \"peers\": [",
+                                        absl::StrJoin(peers, ", "), "]}\n");
   // Written aside under an unguessable name that is never a planted file or
   // symlink, then renamed: a reader never sees half a file, and a local user
   // cannot redirect the write.

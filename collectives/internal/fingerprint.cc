@@ -37,8 +37,8 @@ constexpr const char* kOpTypeNames[kOpTypes] = {
 const char* OpTypeName(uint8_t op) { return op < kOpTypes ? kOpTypeNames[op] : "?"; }
 
 bool Fingerprint::reduces() const {
-  return is(OpType::kAllReduce) || is(OpType::kReduce) || is(OpType::kReduceScatter) ||
-         is(OpType::kReduceScatterV) || is(OpType::kAllReduceCoalesced);
+  return is(OpType::kAllReduce) || is(OpType::kReduce) || is(OpType::kReduceScatter) || is(OpType::kReduceScatterV) ||
+         is(OpType::kAllReduceCoalesced);
 }
 
 FlightRecord RecordOf(const Fingerprint& f) {

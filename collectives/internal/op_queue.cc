@@ -14,8 +14,10 @@ namespace lockstep {
 namespace communicator_internal {
 
 OpQueue::OpQueue(OpRunner* runner, int worker_spin_microseconds, int wait_spin_microseconds)
-    : runner_(runner), worker_spin_microseconds_(worker_spin_microseconds),
-      wait_spin_microseconds_(wait_spin_microseconds), help_gate_(std::make_shared<Gate>()),
+    : runner_(runner),
+      worker_spin_microseconds_(worker_spin_microseconds),
+      wait_spin_microseconds_(wait_spin_microseconds),
+      help_gate_(std::make_shared<Gate>()),
       sequence_gate_(std::make_shared<Gate>()) {
   help_gate_->queue = this;
   sequence_gate_->queue = this;
@@ -157,9 +159,9 @@ void OpQueue::PushPointToPoint(std::shared_ptr<CompletableWork> work, Fingerprin
     // number travels with it; a receive's only names it in messages.
     const int peer = p2p->peer;
     const uint32_t tag = p2p->tag;
-    const uint64_t seq = p2p->send                                ? send_seq_[{peer, tag}]++
+    const uint64_t seq = p2p->send                            ? send_seq_[{peer, tag}]++
                          : peer == PointToPointOp::kAnySource ? recv_any_seq_[tag]++
-                                                                : recv_seq_[{peer, tag}]++;
+                                                              : recv_seq_[{peer, tag}]++;
     fingerprint.seq = seq;
     p2p->seq = seq;
     ++op_counts_[fingerprint.op % kOpTypes];

@@ -36,11 +36,11 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "collectives/backend.h"
 #include "collectives/completable_work.h"
 #include "collectives/internal/fingerprint.h"
 #include "collectives/internal/ring_queue.h"
 #include "collectives/internal/task_work.h"
-#include "collectives/backend.h"
 #include "collectives/work.h"
 #include "core/fd.h"
 

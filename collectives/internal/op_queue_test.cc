@@ -5,10 +5,10 @@
 #include "collectives/internal/op_queue.h"
 
 #include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
-#include <deque>
 #include <string>
 #include <thread>
 #include <utility>
@@ -171,9 +171,13 @@ TEST_F(OpQueueTest, PointToPointBatchesStopAtTheNextCollectiveAndAreNumberedPerP
   std::shared_ptr<Work> a = Push("A", &gate);
   ASSERT_TRUE(gate.WaitArrived());
   std::vector<std::shared_ptr<Work>> works = {
-      PushPointToPoint(true, 1, 0), PushPointToPoint(true, 1, 0), PushPointToPoint(false, 1, 0),
-      PushPointToPoint(true, 1, 7), Push("C"),
-      PushPointToPoint(true, 1, 0), PushPointToPoint(false, PointToPointOp::kAnySource, 0),
+      PushPointToPoint(true, 1, 0),
+      PushPointToPoint(true, 1, 0),
+      PushPointToPoint(false, 1, 0),
+      PushPointToPoint(true, 1, 7),
+      Push("C"),
+      PushPointToPoint(true, 1, 0),
+      PushPointToPoint(false, PointToPointOp::kAnySource, 0),
   };
   gate.Open();
   for (auto& w : works) ExpectDone(*w);
@@ -188,8 +192,9 @@ TEST_F(OpQueueTest, DeviceOperationsFinishInOrderOnTheFinisher) {
   std::vector<std::shared_ptr<Work>> works;
   for (int i = 0; i < 20; ++i) {
     auto task = [i](const OpContext& ctx) {
-      ctx.queued(nullptr, [i]() { return i % 3 == 2 ? absl::InternalError(absl::StrCat("device error ", i))
-                                                   : absl::OkStatus(); });
+      ctx.queued(nullptr, [i]() {
+        return i % 3 == 2 ? absl::InternalError(absl::StrCat("device error ", i)) : absl::OkStatus();
+      });
       return absl::OkStatus();
     };
     auto work = std::make_shared<TaskWorkOf<decltype(task)>>(0, std::move(task));

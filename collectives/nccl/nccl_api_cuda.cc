@@ -3,9 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
-#include <unistd.h>
 
 #include <cstring>
 #include <mutex>
@@ -42,37 +42,52 @@ absl::Status FromNccl(ncclResult_t result, absl::string_view call, ncclComm_t co
 
 absl::StatusOr<ncclDataType_t> ToNccl(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
-    case DType::kI8: return ncclInt8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
+    case DType::kI8:
+      return ncclInt8;
     // One byte of 0 or 1; the backend maps SUM to MAX and PROD to MIN, so
     // results stay 0 or 1 (as ProcessGroupNCCL does).
-    case DType::kBool: return ncclUint8;
+    case DType::kBool:
+      return ncclUint8;
   }
   return absl::InvalidArgumentError(absl::StrCat("NCCL has no type for dtype ", static_cast<int>(dtype)));
 }
 
 absl::StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kProd: return ncclProd;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kProd:
+      return ncclProd;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
     // The backend says it has no bitwise reductions
     // (BackendCapabilities::bitwise_reductions), so the Communicator refuses
     // them first; this is the last guard.
     case ReduceOp::kBand:
     case ReduceOp::kBor:
-    case ReduceOp::kBxor: break;
+    case ReduceOp::kBxor:
+      break;
   }
-  return absl::InvalidArgumentError(absl::StrCat("NCCL has no reduction ", ReduceOpName(op),
-                                                 " (BAND, BOR and BXOR run on the host backend)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("NCCL has no reduction ", ReduceOpName(op), " (BAND, BOR and BXOR run on the host backend)"));
 }
 
 class CudaNcclEvent final : public NcclEvent {
@@ -99,7 +114,10 @@ class CudaNcclEvent final : public NcclEvent {
 class CudaNcclComm final : public NcclComm {
  public:
   CudaNcclComm(ncclComm_t comm, int device, cuda::Stream stream, cudaEvent_t caller_event, bool non_blocking)
-      : comm_(comm), device_(device), stream_(std::move(stream)), caller_event_(caller_event),
+      : comm_(comm),
+        device_(device),
+        stream_(std::move(stream)),
+        caller_event_(caller_event),
         non_blocking_(non_blocking) {}
   ~CudaNcclComm() override {
     cudaSetDevice(device_);
@@ -112,8 +130,8 @@ class CudaNcclComm final : public NcclComm {
 
   absl::Status WaitFor(void* stream) override {
     LOCKSTEP_RETURN_IF_ERROR(Use("WaitFor"));
-    LOCKSTEP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(caller_event_, static_cast<cudaStream_t>(stream)),
-                                      "cudaEventRecord(caller stream)"));
+    LOCKSTEP_RETURN_IF_ERROR(
+        FromCuda(cudaEventRecord(caller_event_, static_cast<cudaStream_t>(stream)), "cudaEventRecord(caller stream)"));
     return FromCuda(cudaStreamWaitEvent(native(), caller_event_, 0), "cudaStreamWaitEvent");
   }
 
@@ -256,9 +274,10 @@ class CudaNcclComm final : public NcclComm {
     while (result == ncclInProgress) {
       if (SteadyClock::now() >= deadline) {
         ncclCommAbort(comm);
-        return absl::DeadlineExceededError(absl::StrCat(
-            call, " did not complete by its deadline: a rank did not join. Check that every rank started, "
-                  "reached the same store and uses its own GPU; or raise NcclCommunicatorOptions.init_timeout"));
+        return absl::DeadlineExceededError(
+            absl::StrCat(call,
+                         " did not complete by its deadline: a rank did not join. Check that every rank started, "
+                         "reached the same store and uses its own GPU; or raise NcclCommunicatorOptions.init_timeout"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;

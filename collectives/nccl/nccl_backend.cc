@@ -130,15 +130,15 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(std::unique_ptr
         absl::StrCat("NcclBackend::Create: rank ", rank, " is not in [0, ", size, ") (world size ", size, ")"));
   }
   if (!device.is_cuda()) {
-    return absl::InvalidArgumentError(absl::StrCat("NcclBackend::Create on rank ", rank, ": device ",
-                                                   device.ToString(), " is not a CUDA device; NCCL runs on GPUs, use "
+    return absl::InvalidArgumentError(absl::StrCat("NcclBackend::Create on rank ", rank, ": device ", device.ToString(),
+                                                   " is not a CUDA device; NCCL runs on GPUs, use "
                                                    "the host backend (LOCKSTEP_BACKEND=host) for CPU tensors"));
   }
   if (nccl_version < kNcclMinimumVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "NcclBackend::Create on rank ", rank, ": the linked NCCL is ", NcclVersionString(nccl_version),
-        ", older than ", NcclVersionString(kNcclMinimumVersion),
-        " (send/recv); put a newer libnccl.so.2 on LD_LIBRARY_PATH or use the host backend"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("NcclBackend::Create on rank ", rank, ": the linked NCCL is ", NcclVersionString(nccl_version),
+                     ", older than ", NcclVersionString(kNcclMinimumVersion),
+                     " (send/recv); put a newer libnccl.so.2 on LD_LIBRARY_PATH or use the host backend"));
   }
   if (options.watchdog_interval <= std::chrono::milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("NcclBackendOptions.watchdog_interval is ",
@@ -149,7 +149,11 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(std::unique_ptr
 
 NcclBackend::NcclBackend(std::unique_ptr<NcclComm> comm, int rank, int size, Device device, int nccl_version,
                          NcclBackendOptions options)
-    : comm_(std::move(comm)), rank_(rank), size_(size), device_(device), nccl_version_(nccl_version),
+    : comm_(std::move(comm)),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      nccl_version_(nccl_version),
       options_(options) {
   NcclComm* raw = comm_.get();
   NcclWatchdog::Hooks hooks;
@@ -203,8 +207,8 @@ absl::Status NcclBackend::NotRun(const std::string& fingerprint) {
                                                  " did not complete: the communicator failed: ", cause.message()));
 }
 
-NcclBackend::QueuedFn NcclBackend::QueuedIfOnDevice(
-    const OpContext& op_ctx, std::initializer_list<const Tensor*> tensors) const {
+NcclBackend::QueuedFn NcclBackend::QueuedIfOnDevice(const OpContext& op_ctx,
+                                                    std::initializer_list<const Tensor*> tensors) const {
   for (const Tensor* t : tensors) {
     if (t->defined() && options_.cpu_tensors && t->device().is_cpu()) return nullptr;
   }
@@ -260,21 +264,23 @@ absl::Status NcclBackend::AwaitEvent(const std::string& fingerprint, NcclEvent& 
   }
 }
 
-absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp given, const OpContext& op_ctx) {
+absl::Status NcclBackend::AllReduce(const Tensor& input, const Tensor& output, ReduceOp given,
+                                    const OpContext& op_ctx) {
   const ReduceOp op = ForNccl(given, input.dtype());
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("AllReduce", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
-    Stager stage(*comm_, options_.cpu_tensors);
-    const int in = stage.Add(input, true, false);
-    const int out = stage.Add(output, false, true);
-    LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-    LOCKSTEP_RETURN_IF_ERROR(
-        comm_->AllReduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
-    if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
-    return stage.CopyOut();
-  });
+  return Run(Fingerprint("AllReduce", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               LOCKSTEP_RETURN_IF_ERROR(comm_->AllReduce(stage.Ptr(in), stage.Ptr(out), n, dtype,
+                                                         divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
+               if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
+               return stage.CopyOut();
+             });
 }
 
 absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, ReduceOp given, int root,
@@ -283,41 +289,43 @@ absl::Status NcclBackend::Reduce(const Tensor& input, const Tensor& output, Redu
   const size_t n = static_cast<size_t>(input.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("Reduce", op_ctx.seq, input, ReduceOpName(op), root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
-             [&]() -> absl::Status {
+  return Run(Fingerprint("Reduce", op_ctx.seq, input, ReduceOpName(op), root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
                Stager stage(*comm_, options_.cpu_tensors);
                const int in = stage.Add(input, true, false);
                // NCCL writes recvbuff only on the root; elsewhere `output` may be undefined.
                const int out = rank_ == root ? stage.Add(output, false, true) : in;
                LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-               LOCKSTEP_RETURN_IF_ERROR(
-                   comm_->Reduce(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
+               LOCKSTEP_RETURN_IF_ERROR(comm_->Reduce(stage.Ptr(in), stage.Ptr(out), n, dtype,
+                                                      divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
                if (divide && rank_ == root) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
                return stage.CopyOut();
              });
 }
 
 absl::Status NcclBackend::Broadcast(const Tensor& tensor, int root, const OpContext& op_ctx) {
-  return Run(Fingerprint("Broadcast", op_ctx.seq, tensor, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&tensor}), [&]() -> absl::Status {
-    Stager stage(*comm_, options_.cpu_tensors);
-    const int t = stage.Add(tensor, rank_ == root, rank_ != root);
-    LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-    LOCKSTEP_RETURN_IF_ERROR(
-        comm_->Broadcast(stage.Ptr(t), stage.Ptr(t), static_cast<size_t>(tensor.numel()), tensor.dtype(), root));
-    return stage.CopyOut();
-  });
+  return Run(Fingerprint("Broadcast", op_ctx.seq, tensor, {}, root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&tensor}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int t = stage.Add(tensor, rank_ == root, rank_ != root);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               LOCKSTEP_RETURN_IF_ERROR(comm_->Broadcast(stage.Ptr(t), stage.Ptr(t),
+                                                         static_cast<size_t>(tensor.numel()), tensor.dtype(), root));
+               return stage.CopyOut();
+             });
 }
 
 absl::Status NcclBackend::AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) {
-  return Run(Fingerprint("AllGather", op_ctx.seq, input), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
-    Stager stage(*comm_, options_.cpu_tensors);
-    const int in = stage.Add(input, true, false);
-    const int out = stage.Add(output, false, true);
-    LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-    LOCKSTEP_RETURN_IF_ERROR(
-        comm_->AllGather(stage.Ptr(in), stage.Ptr(out), static_cast<size_t>(input.numel()), input.dtype()));
-    return stage.CopyOut();
-  });
+  return Run(Fingerprint("AllGather", op_ctx.seq, input), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
+             [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               LOCKSTEP_RETURN_IF_ERROR(
+                   comm_->AllGather(stage.Ptr(in), stage.Ptr(out), static_cast<size_t>(input.numel()), input.dtype()));
+               return stage.CopyOut();
+             });
 }
 
 absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp given,
@@ -326,14 +334,14 @@ absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
   const size_t n = static_cast<size_t>(output.numel());
   const DType dtype = input.dtype();
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
-  return Run(Fingerprint("ReduceScatter", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
-             [&]() -> absl::Status {
+  return Run(Fingerprint("ReduceScatter", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
                Stager stage(*comm_, options_.cpu_tensors);
                const int in = stage.Add(input, true, false);
                const int out = stage.Add(output, false, true);
                LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-               LOCKSTEP_RETURN_IF_ERROR(
-                   comm_->ReduceScatter(stage.Ptr(in), stage.Ptr(out), n, dtype, divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
+               LOCKSTEP_RETURN_IF_ERROR(comm_->ReduceScatter(stage.Ptr(in), stage.Ptr(out), n, dtype,
+                                                             divide ? ReduceOp::kSum : OneRankAvgAsSum(op)));
                if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), n, dtype, size_));
                return stage.CopyOut();
              });
@@ -342,74 +350,78 @@ absl::Status NcclBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
 absl::Status NcclBackend::Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   const size_t n = static_cast<size_t>(input.numel());
   const size_t bytes = input.nbytes();
-  return Run(Fingerprint("Gather", op_ctx.seq, input, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
-    Stager stage(*comm_, options_.cpu_tensors);
-    const int in = stage.Add(input, true, false);
-    const int out = rank_ == root ? stage.Add(output, false, true) : -1;
-    LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-    if (rank_ != root) {
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-      LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in), n, input.dtype(), root));
-      return comm_->GroupEnd();
-    }
-    char* own = stage.Ptr(out) + rank_ * bytes;
-    if (own != stage.Ptr(in)) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(own, stage.Ptr(in), bytes));
-    if (size_ > 1) {
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-      for (int peer = 0; peer < size_; ++peer) {
-        if (peer == rank_) continue;
-        LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out) + peer * bytes, n, input.dtype(), peer));
-      }
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
-    }
-    return stage.CopyOut();
-  });
+  return Run(Fingerprint("Gather", op_ctx.seq, input, {}, root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = stage.Add(input, true, false);
+               const int out = rank_ == root ? stage.Add(output, false, true) : -1;
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               if (rank_ != root) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in), n, input.dtype(), root));
+                 return comm_->GroupEnd();
+               }
+               char* own = stage.Ptr(out) + rank_ * bytes;
+               if (own != stage.Ptr(in)) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(own, stage.Ptr(in), bytes));
+               if (size_ > 1) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+                 for (int peer = 0; peer < size_; ++peer) {
+                   if (peer == rank_) continue;
+                   LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out) + peer * bytes, n, input.dtype(), peer));
+                 }
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               }
+               return stage.CopyOut();
+             });
 }
 
 absl::Status NcclBackend::Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) {
   const size_t n = static_cast<size_t>(output.numel());
   const size_t bytes = output.nbytes();
-  return Run(Fingerprint("Scatter", op_ctx.seq, output, {}, root), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
-    Stager stage(*comm_, options_.cpu_tensors);
-    const int in = rank_ == root ? stage.Add(input, true, false) : -1;
-    const int out = stage.Add(output, false, true);
-    LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-    if (rank_ != root) {
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-      LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out), n, output.dtype(), root));
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
-      return stage.CopyOut();
-    }
-    const char* own = stage.Ptr(in) + rank_ * bytes;
-    if (own != stage.Ptr(out)) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out), own, bytes));
-    if (size_ > 1) {
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-      for (int peer = 0; peer < size_; ++peer) {
-        if (peer == rank_) continue;
-        LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in) + peer * bytes, n, output.dtype(), peer));
-      }
-      LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
-    }
-    return stage.CopyOut();
-  });
+  return Run(Fingerprint("Scatter", op_ctx.seq, output, {}, root), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+               Stager stage(*comm_, options_.cpu_tensors);
+               const int in = rank_ == root ? stage.Add(input, true, false) : -1;
+               const int out = stage.Add(output, false, true);
+               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+               if (rank_ != root) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out), n, output.dtype(), root));
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+                 return stage.CopyOut();
+               }
+               const char* own = stage.Ptr(in) + rank_ * bytes;
+               if (own != stage.Ptr(out)) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out), own, bytes));
+               if (size_ > 1) {
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+                 for (int peer = 0; peer < size_; ++peer) {
+                   if (peer == rank_) continue;
+                   LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in) + peer * bytes, n, output.dtype(), peer));
+                 }
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+               }
+               return stage.CopyOut();
+             });
 }
 
 absl::Status NcclBackend::AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
                                      const OpContext& op_ctx) {
   const DType dtype = output.dtype();
   const std::vector<size_t> at = ByteOffsets(counts, output.element_size());
-  return Run(Fingerprint("AllGatherV", op_ctx.seq, output), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
-             [&]() -> absl::Status {
+  return Run(Fingerprint("AllGatherV", op_ctx.seq, output), op_ctx.deadline,
+             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
                Stager stage(*comm_, options_.cpu_tensors);
                const int in = stage.Add(input, true, false);
                const int out = stage.Add(output, false, true);
                LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-               if (input.nbytes() > 0) LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + at[rank_], stage.Ptr(in), input.nbytes()));
+               if (input.nbytes() > 0)
+                 LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + at[rank_], stage.Ptr(in), input.nbytes()));
                LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
                for (int peer = 0; peer < size_; ++peer) {
                  if (peer == rank_) continue;
                  LOCKSTEP_RETURN_IF_ERROR(comm_->Send(stage.Ptr(in), static_cast<size_t>(counts[rank_]), dtype, peer));
-                 LOCKSTEP_RETURN_IF_ERROR(comm_->Recv(stage.Ptr(out) + at[peer], static_cast<size_t>(counts[peer]), dtype, peer));
+                 LOCKSTEP_RETURN_IF_ERROR(
+                     comm_->Recv(stage.Ptr(out) + at[peer], static_cast<size_t>(counts[peer]), dtype, peer));
                }
                LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
                return stage.CopyOut();
@@ -422,27 +434,29 @@ absl::Status NcclBackend::ReduceScatterV(const Tensor& input, const Tensor& outp
   const ReduceOp op = ForNccl(given, dtype);
   const bool divide = op == ReduceOp::kAvg && !UsesNcclAvg(dtype);
   const std::vector<size_t> at = ByteOffsets(counts, input.element_size());
-  return Run(Fingerprint("ReduceScatterV", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
-             QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
-               Stager stage(*comm_, options_.cpu_tensors);
-               const int in = stage.Add(input, true, false);
-               const int out = stage.Add(output, false, true);
-               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-               // One reduce per rank's block, rooted at that rank, grouped.
-               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-               for (int root = 0; root < size_; ++root) {
-                 LOCKSTEP_RETURN_IF_ERROR(comm_->Reduce(stage.Ptr(in) + at[root], root == rank_ ? stage.Ptr(out) : nullptr,
-                                                        static_cast<size_t>(counts[root]), dtype,
-                                                        divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
-               }
-               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
-               if (divide) LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), static_cast<size_t>(counts[rank_]), dtype, size_));
-               return stage.CopyOut();
-             });
+  return Run(
+      Fingerprint("ReduceScatterV", op_ctx.seq, input, ReduceOpName(op)), op_ctx.deadline,
+      QueuedIfOnDevice(op_ctx, {&input, &output}), [&]() -> absl::Status {
+        Stager stage(*comm_, options_.cpu_tensors);
+        const int in = stage.Add(input, true, false);
+        const int out = stage.Add(output, false, true);
+        LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+        // One reduce per rank's block, rooted at that rank, grouped.
+        LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+        for (int root = 0; root < size_; ++root) {
+          LOCKSTEP_RETURN_IF_ERROR(comm_->Reduce(stage.Ptr(in) + at[root], root == rank_ ? stage.Ptr(out) : nullptr,
+                                                 static_cast<size_t>(counts[root]), dtype,
+                                                 divide ? ReduceOp::kSum : OneRankAvgAsSum(op), root));
+        }
+        LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+        if (divide)
+          LOCKSTEP_RETURN_IF_ERROR(comm_->Divide(stage.Ptr(out), static_cast<size_t>(counts[rank_]), dtype, size_));
+        return stage.CopyOut();
+      });
 }
 
-absl::Status NcclBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                                  int root, const OpContext& op_ctx) {
+absl::Status NcclBackend::GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
+                                  const OpContext& op_ctx) {
   const DType dtype = input.dtype();
   const std::vector<size_t> at = ByteOffsets(counts, input.element_size());
   return Run(Fingerprint("GatherV", op_ctx.seq, input, {}, root), op_ctx.deadline,
@@ -502,35 +516,37 @@ absl::Status NcclBackend::AllToAll(const Tensor& input, const Tensor& output, ab
   const DType dtype = output.dtype();
   const std::vector<size_t> send_at = ByteOffsets(send_counts, input.element_size());
   const std::vector<size_t> recv_at = ByteOffsets(recv_counts, output.element_size());
-  return Run(Fingerprint("AllToAll", op_ctx.seq, output), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
-             [&]() -> absl::Status {
-               Stager stage(*comm_, options_.cpu_tensors);
-               const int in = stage.Add(input, true, false);
-               const int out = stage.Add(output, false, true);
-               LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
-               const size_t own = static_cast<size_t>(send_counts[rank_]) * output.element_size();
-               if (own > 0) {
-                 LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + recv_at[rank_], stage.Ptr(in) + send_at[rank_], own));
-               }
-               // All pairs in one group: NCCL schedules them without deadlock.
-               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
-               for (int s = 1; s < size_; ++s) {
-                 const int to = (rank_ + s) % size_, from = (rank_ - s + size_) % size_;
-                 LOCKSTEP_RETURN_IF_ERROR(
-                     comm_->Send(stage.Ptr(in) + send_at[to], static_cast<size_t>(send_counts[to]), dtype, to));
-                 LOCKSTEP_RETURN_IF_ERROR(
-                     comm_->Recv(stage.Ptr(out) + recv_at[from], static_cast<size_t>(recv_counts[from]), dtype, from));
-               }
-               LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
-               return stage.CopyOut();
-             });
+  return Run(
+      Fingerprint("AllToAll", op_ctx.seq, output), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {&input, &output}),
+      [&]() -> absl::Status {
+        Stager stage(*comm_, options_.cpu_tensors);
+        const int in = stage.Add(input, true, false);
+        const int out = stage.Add(output, false, true);
+        LOCKSTEP_RETURN_IF_ERROR(stage.CopyIn());
+        const size_t own = static_cast<size_t>(send_counts[rank_]) * output.element_size();
+        if (own > 0) {
+          LOCKSTEP_RETURN_IF_ERROR(comm_->Copy(stage.Ptr(out) + recv_at[rank_], stage.Ptr(in) + send_at[rank_], own));
+        }
+        // All pairs in one group: NCCL schedules them without deadlock.
+        LOCKSTEP_RETURN_IF_ERROR(comm_->GroupStart());
+        for (int s = 1; s < size_; ++s) {
+          const int to = (rank_ + s) % size_, from = (rank_ - s + size_) % size_;
+          LOCKSTEP_RETURN_IF_ERROR(
+              comm_->Send(stage.Ptr(in) + send_at[to], static_cast<size_t>(send_counts[to]), dtype, to));
+          LOCKSTEP_RETURN_IF_ERROR(
+              comm_->Recv(stage.Ptr(out) + recv_at[from], static_cast<size_t>(recv_counts[from]), dtype, from));
+        }
+        LOCKSTEP_RETURN_IF_ERROR(comm_->GroupEnd());
+        return stage.CopyOut();
+      });
 }
 
 absl::Status NcclBackend::Barrier(const OpContext& op_ctx) {
-  return Run(absl::StrCat("Barrier seq ", op_ctx.seq), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {}), [&]() -> absl::Status {
-    LOCKSTEP_ASSIGN_OR_RETURN(void* word, comm_->Scratch(1));
-    return comm_->AllReduce(word, word, 1, DType::kU8, ReduceOp::kMax);
-  });
+  return Run(absl::StrCat("Barrier seq ", op_ctx.seq), op_ctx.deadline, QueuedIfOnDevice(op_ctx, {}),
+             [&]() -> absl::Status {
+               LOCKSTEP_ASSIGN_OR_RETURN(void* word, comm_->Scratch(1));
+               return comm_->AllReduce(word, word, 1, DType::kU8, ReduceOp::kMax);
+             });
 }
 
 absl::Status NcclBackend::AllGatherBytes(const void* mine, size_t bytes, void* all, const OpContext& op_ctx) {
@@ -581,9 +597,9 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(int color, int key, 
   if (watchdog_->failed()) return NotRun(absl::StrCat("Split seq ", op_ctx.seq));
   absl::StatusOr<std::unique_ptr<NcclComm>> child = comm_->Split(color, key, op_ctx.deadline);
   if (!child.ok()) {
-    absl::Status error = absl::Status(child.status().code(),
-                                      absl::StrCat("NCCL Split seq ", op_ctx.seq, " on rank ", rank_, " (color ", color,
-                                                   "): ", child.status().message()));
+    absl::Status error =
+        absl::Status(child.status().code(), absl::StrCat("NCCL Split seq ", op_ctx.seq, " on rank ", rank_, " (color ",
+                                                         color, "): ", child.status().message()));
     watchdog_->Fail(error);
     return error;
   }
@@ -594,8 +610,8 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(int color, int key, 
 }
 
 void NcclBackend::Abort(absl::string_view reason) {
-  watchdog_->Fail(absl::AbortedError(absl::StrCat("NCCL communicator of rank ", rank_, " on ", device_.ToString(),
-                                                  " aborted: ", reason)));
+  watchdog_->Fail(absl::AbortedError(
+      absl::StrCat("NCCL communicator of rank ", rank_, " on ", device_.ToString(), " aborted: ", reason)));
 }
 
 TrafficCounters NcclBackend::Traffic() const {

@@ -89,13 +89,12 @@ class NcclBackend final : public Backend {
   absl::Status AllGather(const Tensor& input, const Tensor& output, const OpContext& op_ctx) override;
   absl::Status Gather(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
   absl::Status Scatter(const Tensor& input, const Tensor& output, int root, const OpContext& op_ctx) override;
-  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                             const OpContext& op_ctx) override;
+  absl::Status ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) override;
   absl::Status Barrier(const OpContext& op_ctx) override;
   absl::Status AllGatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
                           const OpContext& op_ctx) override;
-  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts,
-                              ReduceOp op, const OpContext& op_ctx) override;
+  absl::Status ReduceScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, ReduceOp op,
+                              const OpContext& op_ctx) override;
   absl::Status GatherV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,
                        const OpContext& op_ctx) override;
   absl::Status ScatterV(const Tensor& input, const Tensor& output, absl::Span<const int64_t> counts, int root,

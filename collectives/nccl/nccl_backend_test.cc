@@ -39,8 +39,8 @@ std::unique_ptr<NcclBackend> MakeBackend(std::shared_ptr<FakeNcclState> state, i
   NcclBackendOptions options;
   options.cpu_tensors = cpu_tensors;
   options.watchdog_interval = Milliseconds(2);
-  auto backend = NcclBackend::Create(std::make_unique<FakeNcclComm>(state), rank, size, Device::Cuda(0),
-                                     state->version, options);
+  auto backend =
+      NcclBackend::Create(std::make_unique<FakeNcclComm>(state), rank, size, Device::Cuda(0), state->version, options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   return *std::move(backend);
 }
@@ -125,10 +125,10 @@ TEST(NcclBackendTest, GatherAndScatterAreGroupedSendRecv) {
   ASSERT_TRUE(root->Gather(block, all, /*root=*/1, Op(1)).ok());
   EXPECT_EQ(*all.ToVector<float>(), (std::vector<float>{0, 0, 7, 8, 0, 0}));
   ASSERT_TRUE(root->Scatter(all, block, /*root=*/1, Op(2)).ok());
-  EXPECT_THAT(root_state->Calls(),
-              ElementsAre("WaitFor", "Copy 8", "GroupStart", "Recv f32 2 from 0", "Recv f32 2 from 2", "GroupEnd",
-                          "Record", "WaitFor", "Copy 8", "GroupStart", "Send f32 2 to 0", "Send f32 2 to 2",
-                          "GroupEnd", "Record"));
+  EXPECT_THAT(
+      root_state->Calls(),
+      ElementsAre("WaitFor", "Copy 8", "GroupStart", "Recv f32 2 from 0", "Recv f32 2 from 2", "GroupEnd", "Record",
+                  "WaitFor", "Copy 8", "GroupStart", "Send f32 2 to 0", "Send f32 2 to 2", "GroupEnd", "Record"));
 
   auto leaf_state = std::make_shared<FakeNcclState>();
   auto leaf = MakeBackend(leaf_state, /*rank=*/2, /*size=*/3);
@@ -502,13 +502,12 @@ TEST(NcclBackendTest, UnevenAndAllToAllOpsAreGroupedSendRecv) {
   Tensor block = *Tensor::Zeros({2}, DType::kF32);
   ASSERT_TRUE(backend->ReduceScatterV(sums, block, counts, ReduceOp::kSum, Op(2)).ok());
   ASSERT_TRUE(backend->AllToAll(sums, all, {3, 2, 1}, {1, 2, 3}, Op(3)).ok());
-  EXPECT_THAT(state->Calls(),
-              ElementsAre("WaitFor", "Copy 8", "GroupStart", "Send f32 2 to 0", "Recv f32 1 from 0", "Send f32 2 to 2",
-                          "Recv f32 3 from 2", "GroupEnd", "Record",  //
-                          "WaitFor", "GroupStart", "Reduce SUM f32 1 to 0", "Reduce SUM f32 2 to 1",
-                          "Reduce SUM f32 3 to 2", "GroupEnd", "Record",  //
-                          "WaitFor", "Copy 8", "GroupStart", "Send f32 1 to 2", "Recv f32 1 from 0", "Send f32 3 to 0",
-                          "Recv f32 3 from 2", "GroupEnd", "Record"));
+  EXPECT_THAT(state->Calls(), ElementsAre("WaitFor", "Copy 8", "GroupStart", "Send f32 2 to 0", "Recv f32 1 from 0",
+                                          "Send f32 2 to 2", "Recv f32 3 from 2", "GroupEnd", "Record",  //
+                                          "WaitFor", "GroupStart", "Reduce SUM f32 1 to 0", "Reduce SUM f32 2 to 1",
+                                          "Reduce SUM f32 3 to 2", "GroupEnd", "Record",  //
+                                          "WaitFor", "Copy 8", "GroupStart", "Send f32 1 to 2", "Recv f32 1 from 0",
+                                          "Send f32 3 to 0", "Recv f32 3 from 2", "GroupEnd", "Record"));
 }
 
 TEST(NcclBackendTest, BoolReducesAsUint8MaxAndMinAndBitwiseOpsAreRefused) {
@@ -547,7 +546,8 @@ TEST(NcclBackendTest, SplitIsNcclCommSplitFrom2_18) {
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, nullptr);
   calls = state->Calls();
-  EXPECT_NE(std::find(calls.begin(), calls.end(), "Split color -1 key 0"), calls.end()) << ::testing::PrintToString(calls);
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "Split color -1 key 0"), calls.end())
+      << ::testing::PrintToString(calls);
 }
 
 TEST(NcclBackendTest, BeforeNccl2_18SubgroupsComeFromTheStore) {

@@ -23,15 +23,15 @@ absl::Status CheckOneRankPerGpu(NcclRuntime& runtime, Store& store, int rank, in
     if (peer == rank) continue;
     absl::StatusOr<std::string> theirs = store.Get(absl::StrCat("nccl_device/", peer), timeout);
     if (!theirs.ok()) {
-      return absl::Status(theirs.status().code(),
-                          absl::StrCat("CreateNcclCommunicator on rank ", rank, ": rank ", peer,
-                                       " did not publish its GPU within ", timeout.count(), " ms: ",
-                                       theirs.status().message(), "; check that every rank started"));
+      return absl::Status(
+          theirs.status().code(),
+          absl::StrCat("CreateNcclCommunicator on rank ", rank, ": rank ", peer, " did not publish its GPU within ",
+                       timeout.count(), " ms: ", theirs.status().message(), "; check that every rank started"));
     }
     if (*theirs == mine) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "CreateNcclCommunicator: ranks ", std::min(rank, peer), " and ", std::max(rank, peer),
-          " both use GPU ", mine, " (", device.ToString(), " on rank ", rank,
+          "CreateNcclCommunicator: ranks ", std::min(rank, peer), " and ", std::max(rank, peer), " both use GPU ", mine,
+          " (", device.ToString(), " on rank ", rank,
           "); NCCL needs one rank per GPU. Give each local rank its own device (cuda:<local rank>), or use the "
           "host backend (LOCKSTEP_BACKEND=host), which stages CUDA tensors through pinned host memory"));
     }
@@ -48,20 +48,20 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> CreateNcclBackend(NcclRuntime& runt
         absl::StrCat("CreateNcclCommunicator: rank ", rank, " is not in [0, ", size, ") (world size ", size, ")"));
   }
   if (options.init_timeout <= Milliseconds(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("NcclCommunicatorOptions.init_timeout is ",
-                                                   options.init_timeout.count(), " ms; it must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NcclCommunicatorOptions.init_timeout is ", options.init_timeout.count(), " ms; it must be > 0"));
   }
   const int version = runtime.Version();
   if (version == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CreateNcclCommunicator on rank ", rank,
-        ": this build has no NCCL; build with the CUDA toolkit (--config=cuda) or use the host backend "
-        "(LOCKSTEP_BACKEND=host)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("CreateNcclCommunicator on rank ", rank,
+                     ": this build has no NCCL; build with the CUDA toolkit (--config=cuda) or use the host backend "
+                     "(LOCKSTEP_BACKEND=host)"));
   }
   if (version < kNcclMinimumVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "CreateNcclCommunicator on rank ", rank, ": the linked NCCL is ", NcclVersionString(version),
-        ", older than ", NcclVersionString(kNcclMinimumVersion),
+        "CreateNcclCommunicator on rank ", rank, ": the linked NCCL is ", NcclVersionString(version), ", older than ",
+        NcclVersionString(kNcclMinimumVersion),
         " (send/recv); put a newer libnccl.so.2 on LD_LIBRARY_PATH or use the host backend (LOCKSTEP_BACKEND=host)"));
   }
   const int devices = runtime.DeviceCount();
@@ -79,10 +79,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> CreateNcclBackend(NcclRuntime& runt
   // communicator with the same prefix) never reads a stale id.
   absl::StatusOr<int64_t> generation = store.Add(absl::StrCat(kGenerationKeyPrefix, rank), 1);
   if (!generation.ok()) {
-    return absl::Status(generation.status().code(),
-                        absl::StrCat("CreateNcclCommunicator on rank ", rank,
-                                     ": could not count this rank's communicators in the store: ",
-                                     generation.status().message()));
+    return absl::Status(
+        generation.status().code(),
+        absl::StrCat("CreateNcclCommunicator on rank ", rank,
+                     ": could not count this rank's communicators in the store: ", generation.status().message()));
   }
   const std::string id_key = absl::StrCat(kUniqueIdKey, "/", *generation);
   std::string id;
@@ -92,11 +92,11 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> CreateNcclBackend(NcclRuntime& runt
   } else {
     absl::StatusOr<std::string> got = store.Get(id_key, options.init_timeout);
     if (!got.ok()) {
-      return absl::Status(got.status().code(),
-                          absl::StrCat("CreateNcclCommunicator on rank ", rank,
-                                       ": rank 0 did not publish NCCL's unique id (", id_key, ") within ",
-                                       options.init_timeout.count(), " ms: ", got.status().message(),
-                                       "; check that rank 0 started and uses the same store and store_prefix"));
+      return absl::Status(
+          got.status().code(),
+          absl::StrCat("CreateNcclCommunicator on rank ", rank, ": rank 0 did not publish NCCL's unique id (", id_key,
+                       ") within ", options.init_timeout.count(), " ms: ", got.status().message(),
+                       "; check that rank 0 started and uses the same store and store_prefix"));
     }
     id = *std::move(got);
   }
@@ -109,18 +109,17 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> CreateNcclBackend(NcclRuntime& runt
   absl::StatusOr<std::unique_ptr<NcclComm>> comm =
       runtime.InitRank(id, rank, size, device.index(), non_blocking, deadline);
   if (!comm.ok()) {
-    return absl::Status(comm.status().code(),
-                        absl::StrCat("CreateNcclCommunicator: NCCL ", NcclVersionString(version), " init of rank ",
-                                     rank, " of ", size, " on ", device.ToString(), " failed: ",
-                                     comm.status().message()));
+    return absl::Status(comm.status().code(), absl::StrCat("CreateNcclCommunicator: NCCL ", NcclVersionString(version),
+                                                           " init of rank ", rank, " of ", size, " on ",
+                                                           device.ToString(), " failed: ", comm.status().message()));
   }
   return NcclBackend::Create(*std::move(comm), rank, size, device, version, options.backend);
 }
 
 int LinkedNcclVersion() { return SystemNcclRuntime()->Version(); }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<Store> store, int rank,
-                                                                     int size, Device device,
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                     Device device,
                                                                      const NcclCommunicatorOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateNcclCommunicator: no store");
   if (options.store_prefix.empty()) {

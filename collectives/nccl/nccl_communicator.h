@@ -42,8 +42,8 @@ struct NcclCommunicatorOptions {
   std::string store_prefix = "nccl";
 };
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<Store> store, int rank,
-                                                                     int size, Device device,
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                                     Device device,
                                                                      const NcclCommunicatorOptions& options);
 
 // The NCCL this binary runs with (ncclGetVersion; 0 in a build without

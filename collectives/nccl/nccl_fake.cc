@@ -142,7 +142,7 @@ absl::StatusOr<std::string> FakeNcclRuntime::NewUniqueId() {
 }
 
 absl::StatusOr<std::unique_ptr<NcclComm>> FakeNcclRuntime::InitRank(const std::string& unique_id, int rank, int size,
-                                                                   int device, bool non_blocking, Deadline) {
+                                                                    int device, bool non_blocking, Deadline) {
   state_->RecordInit(absl::StrCat("rank ", rank, " of ", size, " on ", device,
                                   non_blocking ? " non-blocking" : " blocking", " id ", unique_id.substr(0, 1)));
   if (!state_->init_error.ok()) return state_->init_error;

@@ -63,7 +63,7 @@ constexpr const char* kUsersKey = "__file_store_closed_users";
 
 // "uid 65534 (nobody)".
 std::string UserName(uid_t uid) {
-  struct passwd pw{};
+  struct passwd pw {};
   struct passwd* found = nullptr;
   char buffer[1024];
   if (::getpwuid_r(uid, &pw, buffer, sizeof(buffer), &found) == 0 && found != nullptr) {
@@ -79,15 +79,16 @@ std::string UserName(uid_t uid) {
 absl::Status CheckTrusted(const struct stat& st, const std::string& path) {
   if (st.st_uid != ::geteuid()) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "FileStore ", path, " is owned by ", UserName(st.st_uid), ", not by this process's ",
-        UserName(::geteuid()), ": another user could have written its keys. Remove it if it is yours to remove, "
+        "FileStore ", path, " is owned by ", UserName(st.st_uid), ", not by this process's ", UserName(::geteuid()),
+        ": another user could have written its keys. Remove it if it is yours to remove, "
         "or use a path in a directory only the job's user can write (not /tmp)"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "FileStore ", path, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group",
-        " (mode ", absl::StrFormat("%04o", st.st_mode & 07777), "): another user could have written its keys. "
-        "chmod 600 it if nobody else did, or use a new path"));
+    return absl::PermissionDeniedError(absl::StrCat("FileStore ", path, " is writable by ",
+                                                    (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group", " (mode ",
+                                                    absl::StrFormat("%04o", st.st_mode & 07777),
+                                                    "): another user could have written its keys. "
+                                                    "chmod 600 it if nobody else did, or use a new path"));
   }
   return absl::OkStatus();
 }
@@ -107,7 +108,7 @@ absl::StatusOr<std::unique_ptr<FileStore>> FileStore::Open(std::string path, Fil
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("open", path);
   Fd owned(fd);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return Errno("fstat", path);
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat("FileStore ", path, " is not a regular file"));
@@ -125,9 +126,9 @@ absl::StatusOr<std::unique_ptr<FileStore>> FileStore::Open(std::string path, Fil
       char magic[8] = {};
       const ssize_t n = ::pread(fd, magic, sizeof(magic), 0);
       if (n != static_cast<ssize_t>(sizeof(magic)) || absl::string_view(magic, sizeof(magic)) != file_store::kMagic) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "FileStore ", path, " exists but is not a FileStore's file (it does not start with \"",
-            file_store::kMagic, "\"); choose a new path, or remove the file if it is a stale one"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("FileStore ", path, " exists but is not a FileStore's file (it does not start with \"",
+                         file_store::kMagic, "\"); choose a new path, or remove the file if it is a stale one"));
       }
     }
   }
@@ -147,7 +148,7 @@ FileStore::~FileStore() {
 }
 
 absl::Status FileStore::CatchUp(bool writer) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd_.get(), &st) != 0) return Errno("fstat", path_);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < offset_) {

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,7 +38,7 @@ class FileStoreTest : public ::testing::Test {
     ::rmdir(dir_.c_str());
   }
   bool Exists() const {
-    struct stat st{};
+    struct stat st {};
     return ::stat(path_.c_str(), &st) == 0;
   }
   std::string dir_, path_;

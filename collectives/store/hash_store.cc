@@ -9,8 +9,7 @@ namespace {
 // A saturated deadline: a huge timeout (Milliseconds::max()) waits for
 // good instead of overflowing into an immediate timeout.
 template <typename Predicate>
-bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Deadline deadline,
-               Predicate ready) {
+bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Deadline deadline, Predicate ready) {
   if (deadline == kNoDeadline) {
     cv.wait(lock, ready);
     return true;
@@ -19,7 +18,6 @@ bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, 
 }
 
 }  // namespace
-
 
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
   {

@@ -11,9 +11,9 @@ absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta) {
   int64_t value = 0;
   auto it = data.find(key);
   if (it != data.end() && !absl::SimpleAtoi(it->second, &value)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Store::Add('", key, "'): the key holds '", it->second.substr(0, 64),
-        "', not an integer; use a separate key for counters"));
+    return absl::FailedPreconditionError(absl::StrCat("Store::Add('", key, "'): the key holds '",
+                                                      it->second.substr(0, 64),
+                                                      "', not an integer; use a separate key for counters"));
   }
   // Wrap like the int64 arithmetic of c10d's server would, without UB.
   value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(delta));
@@ -21,8 +21,7 @@ absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta) {
   return value;
 }
 
-std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected,
-                       absl::string_view desired) {
+std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected, absl::string_view desired) {
   auto it = data.find(key);
   if (it == data.end()) {
     if (expected.empty()) {
@@ -47,11 +46,10 @@ absl::Status WaitTimeout(const Map& data, const std::vector<std::string>& keys, 
   for (const std::string& k : keys) {
     if (data.find(k) == data.end()) missing.push_back(k);
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "Store: timed out after ", timeout.count(), " ms waiting for key(s) ",
-      absl::StrJoin(missing, ", "),
-      "; a process that should set them has not (started late, crashed, or uses another "
-      "prefix/run id). Raise the timeout or check that process's log"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("Store: timed out after ", timeout.count(), " ms waiting for key(s) ", absl::StrJoin(missing, ", "),
+                   "; a process that should set them has not (started late, crashed, or uses another "
+                   "prefix/run id). Raise the timeout or check that process's log"));
 }
 
 }  // namespace store_ops

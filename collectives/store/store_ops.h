@@ -19,8 +19,7 @@ namespace store_ops {
 using Map = std::map<std::string, std::string, std::less<>>;
 
 absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta);
-std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected,
-                       absl::string_view desired);
+std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected, absl::string_view desired);
 bool AllPresent(const Map& data, const std::vector<std::string>& keys);
 absl::Status WaitTimeout(const Map& data, const std::vector<std::string>& keys, Milliseconds timeout);
 

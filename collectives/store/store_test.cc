@@ -62,10 +62,10 @@ TEST_P(StoreContractTest, SetGetAddCompareSetCheckDelete) {
   ASSERT_FALSE(not_int.ok());
   EXPECT_NE(not_int.status().message().find("not an integer"), absl::string_view::npos);
   // CompareSet, c10d's rules.
-  EXPECT_EQ(*s.CompareSet("c", "", "first"), "first");     // Absent + empty expected: set.
+  EXPECT_EQ(*s.CompareSet("c", "", "first"), "first");        // Absent + empty expected: set.
   EXPECT_EQ(*s.CompareSet("c", "wrong", "second"), "first");  // Mismatch: unchanged.
   EXPECT_EQ(*s.CompareSet("c", "first", "second"), "second");
-  EXPECT_EQ(*s.CompareSet("absent", "x", "y"), "x");        // Absent + expected given.
+  EXPECT_EQ(*s.CompareSet("absent", "x", "y"), "x");  // Absent + expected given.
   EXPECT_FALSE(*s.Check({"absent"}));
   EXPECT_TRUE(*s.Check({"a", "n", "c"}));
   EXPECT_FALSE(*s.Check({"a", "zzz"}));
@@ -102,8 +102,7 @@ TEST_P(StoreContractTest, WaitReturnsWhenAnotherThreadSets) {
   setter.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest,
-                         ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix, &MakeFile));
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix, &MakeFile));
 
 TEST(PrefixStoreTest, NamespacesKeys) {
   auto base = std::make_shared<HashStore>();

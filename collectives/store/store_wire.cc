@@ -38,8 +38,8 @@ class Reader {
       return false;
     }
     if (n > data_.size()) {
-      error_ = absl::StrCat(what_, ": ", field, " claims ", n, " bytes but only ", data_.size(),
-                            " remain in the frame");
+      error_ =
+          absl::StrCat(what_, ": ", field, " claims ", n, " bytes but only ", data_.size(), " remain in the frame");
       return false;
     }
     s->assign(data_.data(), n);
@@ -76,23 +76,34 @@ void PutString(std::string* out, absl::string_view s) {
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kHello: return "HELLO";
-    case Op::kSet: return "SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kWait: return "WAIT";
-    case Op::kCheck: return "CHECK";
-    case Op::kDelete: return "DELETE";
-    case Op::kNumKeys: return "NUM_KEYS";
-    case Op::kResponse: return "RESPONSE";
+    case Op::kHello:
+      return "HELLO";
+    case Op::kSet:
+      return "SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kDelete:
+      return "DELETE";
+    case Op::kNumKeys:
+      return "NUM_KEYS";
+    case Op::kResponse:
+      return "RESPONSE";
   }
   return "INVALID";
 }
 
 absl::StatusOr<FrameHeader> ParseHeader(absl::string_view bytes) {
   if (bytes.size() != kHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("store frame header: ", bytes.size(), " bytes, expected ", kHeaderBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store frame header: ", bytes.size(), " bytes, expected ", kHeaderBytes));
   }
   uint32_t magic, body;
   std::memcpy(&magic, bytes.data(), 4);
@@ -100,8 +111,8 @@ absl::StatusOr<FrameHeader> ParseHeader(absl::string_view bytes) {
   const uint8_t version = static_cast<uint8_t>(bytes[4]);
   const uint8_t op = static_cast<uint8_t>(bytes[5]);
   if (magic != kMagic) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "store frame: bad magic 0x", absl::Hex(magic), " (not a lockstep store client, or a mismatched protocol)"));
+    return absl::InvalidArgumentError(absl::StrCat("store frame: bad magic 0x", absl::Hex(magic),
+                                                   " (not a lockstep store client, or a mismatched protocol)"));
   }
   if (version != kVersion) {
     return absl::InvalidArgumentError(absl::StrCat("store frame: protocol version ", int{version},
@@ -113,7 +124,8 @@ absl::StatusOr<FrameHeader> ParseHeader(absl::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat("store frame: unknown op ", int{op}));
   }
   if (body > kMaxBodyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("store frame: body of ", body, " bytes exceeds the limit of ", kMaxBodyBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store frame: body of ", body, " bytes exceeds the limit of ", kMaxBodyBytes));
   }
   return FrameHeader{static_cast<Op>(op), body};
 }
@@ -163,7 +175,8 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
       uint32_t count = 0;
       if (!in.U32(&count)) break;
       if (count > kMaxKeys || count > body.size() / 4) {
-        return absl::InvalidArgumentError(absl::StrCat(OpName(op), ": ", count, " keys is more than the frame can hold"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(OpName(op), ": ", count, " keys is more than the frame can hold"));
       }
       r.keys.resize(count);
       bool ok = true;
@@ -191,10 +204,18 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
 std::string EncodeRequest(const Request& r) {
   std::string body;
   switch (r.op) {
-    case Op::kHello: PutString(&body, r.value); break;
-    case Op::kSet: PutString(&body, r.keys.at(0)); PutString(&body, r.value); break;
+    case Op::kHello:
+      PutString(&body, r.value);
+      break;
+    case Op::kSet:
+      PutString(&body, r.keys.at(0));
+      PutString(&body, r.value);
+      break;
     case Op::kGet:
-    case Op::kAdd: PutString(&body, r.keys.at(0)); PutI64(&body, r.integer); break;
+    case Op::kAdd:
+      PutString(&body, r.keys.at(0));
+      PutI64(&body, r.integer);
+      break;
     case Op::kCompareSet:
       PutString(&body, r.keys.at(0));
       PutString(&body, r.value);
@@ -206,9 +227,12 @@ std::string EncodeRequest(const Request& r) {
       for (const std::string& k : r.keys) PutString(&body, k);
       if (r.op == Op::kWait) PutI64(&body, r.integer);
       break;
-    case Op::kDelete: PutString(&body, r.keys.at(0)); break;
+    case Op::kDelete:
+      PutString(&body, r.keys.at(0));
+      break;
     case Op::kNumKeys:
-    case Op::kResponse: break;
+    case Op::kResponse:
+      break;
   }
   return EncodeFrame(r.op, body);
 }

@@ -43,9 +43,9 @@ struct Connection {
   Deadline frame_deadline;   // For the frame in `in`, set at its first byte.
   std::string out;           // At most one reply (see ServerLoop::WantsInput).
   size_t out_offset = 0;
-  Deadline out_deadline;     // For the reply in `out`.
+  Deadline out_deadline;  // For the reply in `out`.
   Deadline hello_deadline;
-  bool hello = false;        // HELLO accepted.
+  bool hello = false;  // HELLO accepted.
   bool close_after_flush = false;
   bool dead = false;
   std::optional<wire::Request> pending;  // A GET/WAIT waiting for keys.
@@ -62,9 +62,7 @@ wire::Response Ok(std::string value = "", int64_t integer = 0) {
   return wire::Response{absl::StatusCode::kOk, std::move(value), integer};
 }
 
-wire::Response Error(const absl::Status& s) {
-  return wire::Response{s.code(), std::string(s.message()), 0};
-}
+wire::Response Error(const absl::Status& s) { return wire::Response{s.code(), std::string(s.message()), 0}; }
 
 // The server's state and request handling, owned by its thread.
 class ServerLoop {
@@ -144,8 +142,7 @@ class ServerLoop {
   }
 
   void AcceptSome() {
-    for (int i = 0; i < kAcceptsPerRound && static_cast<int64_t>(conns_.size()) < limits_.max_connections;
-         ++i) {
+    for (int i = 0; i < kAcceptsPerRound && static_cast<int64_t>(conns_.size()) < limits_.max_connections; ++i) {
       Fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (!fd.valid()) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -176,8 +173,7 @@ class ServerLoop {
   // accepted, so an unauthenticated client cannot make the server buffer a
   // large frame.
   bool AcceptHeader(Connection& c) {
-    absl::StatusOr<wire::FrameHeader> header =
-        wire::ParseHeader(absl::string_view(c.in).substr(0, wire::kHeaderBytes));
+    absl::StatusOr<wire::FrameHeader> header = wire::ParseHeader(absl::string_view(c.in).substr(0, wire::kHeaderBytes));
     if (!header.ok()) return false;
     if (!c.hello && (header->op != wire::Op::kHello || header->body_bytes > wire::kMaxHelloBodyBytes)) {
       return false;
@@ -328,8 +324,8 @@ class ServerLoop {
 
   void Flush(Connection& c) {
     while (c.out_pending()) {
-      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_offset, c.out.size() - c.out_offset,
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n =
+          ::send(c.fd.get(), c.out.data() + c.out_offset, c.out.size() - c.out_offset, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         c.out_offset += static_cast<size_t>(n);
         continue;
@@ -375,8 +371,7 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const TcpS
   if (limits.max_connections < 1 || limits.hello_timeout.count() <= 0 || limits.frame_timeout.count() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TcpStoreServer: limits must be positive, got max_connections=", limits.max_connections,
-        " hello_timeout=", limits.hello_timeout.count(), " ms frame_timeout=", limits.frame_timeout.count(),
-        " ms"));
+        " hello_timeout=", limits.hello_timeout.count(), " ms frame_timeout=", limits.frame_timeout.count(), " ms"));
   }
   if (options.token.size() > wire::kMaxTokenBytes) {
     return absl::InvalidArgumentError(absl::StrCat("TcpStoreServer: the token has ", options.token.size(),
@@ -453,10 +448,10 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
       absl::Status s = store->Wait({kWorkersDoneKey}, options.timeout);
       if (!s.ok()) {
         absl::StatusOr<std::string> count = store->Get(kWorkersKey, Milliseconds(0));
-        return absl::DeadlineExceededError(absl::StrCat(
-            "TcpStore: only ", count.ok() ? *count : "?", " of ", options.num_workers,
-            " workers connected to port ", store->port_, " within ", options.timeout.count(),
-            " ms; check that every process points at this host and port"));
+        return absl::DeadlineExceededError(absl::StrCat("TcpStore: only ", count.ok() ? *count : "?", " of ",
+                                                        options.num_workers, " workers connected to port ",
+                                                        store->port_, " within ", options.timeout.count(),
+                                                        " ms; check that every process points at this host and port"));
       }
     }
   }
@@ -504,8 +499,8 @@ absl::StatusOr<wire::Response> TcpStore::Call(const wire::Request& request, Mill
   absl::Status s = SendAll(fd.get(), frame.data(), frame.size(), deadline, peer);
   char header[wire::kHeaderBytes];
   if (s.ok()) s = RecvAll(fd.get(), header, sizeof(header), deadline, peer);
-  absl::StatusOr<wire::FrameHeader> h = s.ok() ? wire::ParseHeader(absl::string_view(header, sizeof(header)))
-                                               : absl::StatusOr<wire::FrameHeader>(s);
+  absl::StatusOr<wire::FrameHeader> h =
+      s.ok() ? wire::ParseHeader(absl::string_view(header, sizeof(header))) : absl::StatusOr<wire::FrameHeader>(s);
   std::string body;
   if (h.ok()) {
     body.resize(h->body_bytes);
@@ -516,8 +511,8 @@ absl::StatusOr<wire::Response> TcpStore::Call(const wire::Request& request, Mill
   absl::StatusOr<wire::Response> r = s.ok() ? wire::ParseResponse(body) : absl::StatusOr<wire::Response>(s);
   if (!r.ok()) {
     // The connection is out of step: drop it (fd closes here).
-    return absl::Status(r.status().code(), absl::StrCat("TcpStore ", wire::OpName(request.op), ": ",
-                                                        r.status().message()));
+    return absl::Status(r.status().code(),
+                        absl::StrCat("TcpStore ", wire::OpName(request.op), ": ", r.status().message()));
   }
   ReturnConnection(std::move(fd));
   if (r->code != absl::StatusCode::kOk) return absl::Status(r->code, r->value);

@@ -62,9 +62,9 @@ struct TcpStoreLimits {
 
 // A snapshot of the server's state, for tests and monitoring.
 struct TcpStoreServerStats {
-  int64_t connections = 0;     // Open, with or without HELLO.
-  int64_t authenticated = 0;   // HELLO accepted.
-  int64_t pending_waits = 0;   // GET/WAIT requests parked until their keys exist.
+  int64_t connections = 0;    // Open, with or without HELLO.
+  int64_t authenticated = 0;  // HELLO accepted.
+  int64_t pending_waits = 0;  // GET/WAIT requests parked until their keys exist.
   // Memory held by all connections' input and output buffers (capacity).
   int64_t buffered_bytes = 0;
   int64_t dropped_hello_timeout = 0;
@@ -76,8 +76,8 @@ struct TcpStoreServerStats {
 
 struct TcpStoreServerOptions {
   std::string host = "0.0.0.0";  // Interface to listen on.
-  int port = 0;                   // 0 picks a free port.
-  std::string token;              // Empty: no token required.
+  int port = 0;                  // 0 picks a free port.
+  std::string token;             // Empty: no token required.
   TcpStoreLimits limits;
 };
 
@@ -115,7 +115,7 @@ struct TcpStoreOptions {
   int64_t num_workers = -1;
   bool wait_for_workers = true;
   Milliseconds timeout = kDefaultStoreTimeout;
-  std::string token;  // At most store_wire::kMaxTokenBytes.
+  std::string token;             // At most store_wire::kMaxTokenBytes.
   TcpStoreLimits server_limits;  // The server's (is_server only).
 };
 

@@ -137,8 +137,7 @@ TEST(TcpStoreTest, NoServerIsATimelyError) {
   const auto c = Client(port, "", Milliseconds(300));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(c.status().message().find(absl::StrCat("127.0.0.1:", port)), absl::string_view::npos)
-      << c.status();
+  EXPECT_NE(c.status().message().find(absl::StrCat("127.0.0.1:", port)), absl::string_view::npos) << c.status();
 }
 
 TEST(TcpStoreTest, ServerWaitsForAllWorkers) {
@@ -238,8 +237,7 @@ void ExpectClosedByServer(int fd) {
   EXPECT_EQ(r.code(), absl::StatusCode::kUnavailable) << r;
 }
 
-std::string RequestFrame(wire::Op op, const std::string& key, const std::string& value = "",
-                         int64_t integer = 0) {
+std::string RequestFrame(wire::Op op, const std::string& key, const std::string& value = "", int64_t integer = 0) {
   wire::Request r;
   r.op = op;
   r.keys = {key};
@@ -263,8 +261,7 @@ TEST(DeadlineTest, HugeTimeoutsSaturateInsteadOfOverflowing) {
   EXPECT_EQ(PollTimeoutMs(SteadyClock::now() - Milliseconds(5)), 0);
   EXPECT_GT(PollTimeoutMs(soon), 50000);
   EXPECT_EQ(SaturatingAdd(Milliseconds::max(), Milliseconds(1)), Milliseconds::max());
-  EXPECT_EQ(SaturatingAdd(Milliseconds(int64_t{1} << 62), Milliseconds(300000)).count(),
-            (int64_t{1} << 62) + 300000);
+  EXPECT_EQ(SaturatingAdd(Milliseconds(int64_t{1} << 62), Milliseconds(300000)).count(), (int64_t{1} << 62) + 300000);
   EXPECT_EQ(SaturatingAdd(Milliseconds::min(), Milliseconds(-1)), Milliseconds::min());
   EXPECT_EQ(SaturatingAdd(Milliseconds(2), Milliseconds(-3)), Milliseconds(-1));
 }
@@ -422,10 +419,9 @@ TEST(TcpStoreTest, FramesSplitAtEveryByteAndInterleaved) {
     wire::Request hello;
     hello.op = wire::Op::kHello;
     hello.value = "tok";
-    streams.push_back(wire::EncodeRequest(hello) +
-                      RequestFrame(wire::Op::kSet, absl::StrCat("k", i), absl::StrCat("value", i)) +
-                      RequestFrame(wire::Op::kGet, absl::StrCat("k", i), "", 1000) +
-                      RequestFrame(wire::Op::kAdd, "n", "", 1));
+    streams.push_back(
+        wire::EncodeRequest(hello) + RequestFrame(wire::Op::kSet, absl::StrCat("k", i), absl::StrCat("value", i)) +
+        RequestFrame(wire::Op::kGet, absl::StrCat("k", i), "", 1000) + RequestFrame(wire::Op::kAdd, "n", "", 1));
   }
   // Requests are sent before their replies are read: all fit in the socket
   // buffers, and the server answers them one at a time.

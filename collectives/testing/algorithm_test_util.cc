@@ -17,8 +17,9 @@ std::vector<absl::Status> RunAlgorithm(const AlgorithmRun& run,
   for (int r = 0; r < run.size; ++r) {
     threads.emplace_back([&, r] {
       Scratch scratch;
-      AlgorithmContext ctx{*transports[r], /*seq=*/1, 0, DeadlineIn(std::chrono::milliseconds(30000)),
-                           run.algorithms.segment_bytes, &scratch};
+      AlgorithmContext ctx{
+          *transports[r], /*seq=*/1, 0, DeadlineIn(std::chrono::milliseconds(30000)), run.algorithms.segment_bytes,
+          &scratch};
       ctx.small_message_bytes = run.algorithms.small_message_bytes;
       results[r] = body(ctx);
     });

@@ -53,7 +53,9 @@ struct Progress {
 class FakeTransport : public Transport {
  public:
   FakeTransport(std::shared_ptr<Network> net, int rank)
-      : net_(std::move(net)), rank_(rank), sent_(new std::atomic<uint64_t>[net_->size]()),
+      : net_(std::move(net)),
+        rank_(rank),
+        sent_(new std::atomic<uint64_t>[net_->size]()),
         received_(new std::atomic<uint64_t>[net_->size]()) {}
 
   int rank() const override { return rank_; }
@@ -96,8 +98,7 @@ class FakeTransport : public Transport {
   std::unique_ptr<std::atomic<uint64_t>[]> sent_, received_;
 };
 
-absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline,
-                                TransferFeed* feed) {
+absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
   std::vector<std::unique_ptr<Transfer>> transfers;
   for (Transfer& t : initial) transfers.push_back(std::make_unique<Transfer>(t));
   std::vector<Progress> progress(transfers.size());
@@ -116,8 +117,7 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
   };
   auto tag_of = [&](const Transfer& t) {
     return MessageTag{t.seq >= 0 ? static_cast<uint64_t>(t.seq) : tag.seq,
-                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag,
-                      t.element != 0 ? t.element : tag.element};
+                      t.tag >= 0 ? static_cast<uint32_t>(t.tag) : tag.tag, t.element != 0 ? t.element : tag.element};
   };
   for (const auto& t : transfers) {
     if (t->peer < 0 || t->peer >= size() || t->peer == rank_) {
@@ -142,8 +142,8 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
       if (t.kind == Transfer::Kind::kSend) {
         Channel& ch = net_->channel(rank_, t.peer);
         if (ch.closed) {
-          return absl::UnavailableError(absl::StrCat("sending op #", mt.seq, " to ", PeerName(t.peer),
-                                                     " failed: connection closed"));
+          return absl::UnavailableError(
+              absl::StrCat("sending op #", mt.seq, " to ", PeerName(t.peer), " failed: connection closed"));
         }
         if (!p.header_done && ch.used + kHeaderBytes <= net_->options.capacity_bytes) {
           ch.headers.push_back(Header{mt.seq, mt.tag, t.bytes, mt.element});
@@ -187,11 +187,10 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
             t.data = *dest;
             t.bytes = h.bytes;
           } else if (h.seq != mt.seq || h.tag != mt.tag || h.bytes != t.bytes) {
-            return absl::InternalError(absl::StrCat("collective mismatch: ", PeerName(t.peer), " sent op #", h.seq,
-                                                    " ", DescribeTag(h.tag), " with ", h.bytes, " bytes, but rank ",
-                                                    rank_, " expected op #", mt.seq, " ", DescribeTag(mt.tag),
-                                                    " with ", t.bytes,
-                                                    " bytes"));
+            return absl::InternalError(absl::StrCat("collective mismatch: ", PeerName(t.peer), " sent op #", h.seq, " ",
+                                                    DescribeTag(h.tag), " with ", h.bytes, " bytes, but rank ", rank_,
+                                                    " expected op #", mt.seq, " ", DescribeTag(mt.tag), " with ",
+                                                    t.bytes, " bytes"));
           } else if (h.element != 0 && mt.element != 0 && h.element != mt.element) {
             return absl::InternalError(absl::StrCat("collective mismatch: ", PeerName(t.peer), " sent op #", h.seq,
                                                     " with ", ElementName(h.element), " elements, but rank ", rank_,
@@ -265,11 +264,11 @@ absl::Status FakeTransport::Run(absl::Span<Transfer> initial, MessageTag tag, De
   for (size_t i = 0; i < transfers.size(); ++i) {
     if (complete[i]) continue;
     waiting.push_back(absl::StrCat(transfers[i]->kind == Transfer::Kind::kSend ? "sending to " : "receiving from ",
-                                   PeerName(transfers[i]->peer), " (", progress[i].done, " of ",
-                                   transfers[i]->bytes, " bytes)"));
+                                   PeerName(transfers[i]->peer), " (", progress[i].done, " of ", transfers[i]->bytes,
+                                   " bytes)"));
   }
-  return absl::DeadlineExceededError(absl::StrCat("op #", tag.seq, " timed out on rank ", rank_, " while ",
-                                                  absl::StrJoin(waiting, "; ")));
+  return absl::DeadlineExceededError(
+      absl::StrCat("op #", tag.seq, " timed out on rank ", rank_, " while ", absl::StrJoin(waiting, "; ")));
 }
 
 }  // namespace

@@ -6,13 +6,14 @@ namespace lockstep {
 namespace testing {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(
-    Fake, TransportConformanceTest,
-    ::testing::Values(TransportFactory{"fake", [](int n) { return FakeNetwork::Create(n); }},
-                      // A header and a few hundred bytes fit: every transfer blocks often.
-                      TransportFactory{"fake_tiny_capacity",
-                                       [](int n) { return FakeNetwork::Create(n, {/*capacity_bytes=*/1000}); }}),
-    TransportFactoryName);
+INSTANTIATE_TEST_SUITE_P(Fake, TransportConformanceTest,
+                         ::testing::Values(TransportFactory{"fake", [](int n) { return FakeNetwork::Create(n); }},
+                                           // A header and a few hundred bytes fit: every transfer blocks often.
+                                           TransportFactory{"fake_tiny_capacity",
+                                                            [](int n) {
+                                                              return FakeNetwork::Create(n, {/*capacity_bytes=*/1000});
+                                                            }}),
+                         TransportFactoryName);
 
 }  // namespace
 }  // namespace testing

@@ -81,13 +81,27 @@ T ExpectedReduce(ReduceOp rop, int n, int64_t i) {
     const int64_t v = GridValue(rop, dtype, r, i);
     switch (rop) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc = std::is_same_v<T, bool> ? (acc | v) : acc + v; break;
-      case ReduceOp::kProd: acc = std::is_same_v<T, bool> ? (acc & v) : acc * v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kBand: acc &= v; break;
-      case ReduceOp::kBor: acc |= v; break;
-      case ReduceOp::kBxor: acc ^= v; break;
+      case ReduceOp::kAvg:
+        acc = std::is_same_v<T, bool> ? (acc | v) : acc + v;
+        break;
+      case ReduceOp::kProd:
+        acc = std::is_same_v<T, bool> ? (acc & v) : acc * v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kBand:
+        acc &= v;
+        break;
+      case ReduceOp::kBor:
+        acc |= v;
+        break;
+      case ReduceOp::kBxor:
+        acc ^= v;
+        break;
     }
   }
   if constexpr (std::is_same_v<T, bool>) {
@@ -129,8 +143,8 @@ absl::Status Compare(const Tensor& got, const std::vector<T>& expected, const st
       same = std::memcmp(&p[i], &expected[i], sizeof(T)) == 0;
     }
     if (!same) {
-      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", ToDouble<T>(p[i]), ", expected ",
-                                              ToDouble<T>(expected[i])));
+      return absl::InternalError(
+          absl::StrCat(what, ": element ", i, " is ", ToDouble<T>(p[i]), ", expected ", ToDouble<T>(expected[i])));
     }
   }
   return absl::OkStatus();

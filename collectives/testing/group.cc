@@ -46,7 +46,8 @@ std::vector<absl::Status> RunFakeThreads(int size, const RankFn& fn, FakeNetwork
         results[rank] = backend.status();
         return;
       }
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*backend), options.communicator);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::Create(std::move(*backend), options.communicator);
       results[rank] = comm.ok() ? fn(**comm) : comm.status();
     });
   }
@@ -73,7 +74,9 @@ std::vector<absl::Status> RunThreadsWith(int size, const RankFn& fn, const Commu
 std::vector<absl::Status> RunThreads(int size, const RankFn& fn, TcpCommunicatorOptions options) {
   return RunThreadsWith(
       size, fn,
-      [&options](std::shared_ptr<Store> store, int rank, int n) { return CreateTcpCommunicator(store, rank, n, options); },
+      [&options](std::shared_ptr<Store> store, int rank, int n) {
+        return CreateTcpCommunicator(store, rank, n, options);
+      },
       options.communicator.timeout);
 }
 
@@ -109,7 +112,9 @@ std::vector<absl::Status> RunProcesses(int size, const RankFn& fn, TcpCommunicat
                                        int deadline_seconds) {
   return RunProcessesWith(
       size, fn,
-      [options](std::shared_ptr<Store> store, int rank, int n) { return CreateTcpCommunicator(store, rank, n, options); },
+      [options](std::shared_ptr<Store> store, int rank, int n) {
+        return CreateTcpCommunicator(store, rank, n, options);
+      },
       options.communicator.timeout, deadline_seconds);
 }
 
@@ -181,9 +186,9 @@ std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const Com
     } else if (status->success() && message.empty()) {
       // Every rank that ran reports its status, "OK" included: a child that
       // exits 0 without one never reached this call, and proved nothing.
-      results[rank] = absl::InternalError(absl::StrCat(
-          "rank ", rank, " exited without running: the test did not reach RunProcesses call #", call,
-          " in the child (calls must not depend on anything but the test's own code)"));
+      results[rank] = absl::InternalError(
+          absl::StrCat("rank ", rank, " exited without running: the test did not reach RunProcesses call #", call,
+                       " in the child (calls must not depend on anything but the test's own code)"));
     } else if (status->success()) {
       results[rank] = absl::OkStatus();
     } else if (status->signaled()) {
@@ -208,7 +213,9 @@ ShmCommunicatorOptions ShmTestOptions() {
 std::vector<absl::Status> RunShmThreads(int size, const RankFn& fn, ShmCommunicatorOptions options) {
   return RunThreadsWith(
       size, fn,
-      [&options](std::shared_ptr<Store> store, int rank, int n) { return CreateShmCommunicator(store, rank, n, options); },
+      [&options](std::shared_ptr<Store> store, int rank, int n) {
+        return CreateShmCommunicator(store, rank, n, options);
+      },
       options.communicator.timeout);
 }
 
@@ -216,7 +223,9 @@ std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommuni
                                           int deadline_seconds) {
   return RunProcessesWith(
       size, fn,
-      [options](std::shared_ptr<Store> store, int rank, int n) { return CreateShmCommunicator(store, rank, n, options); },
+      [options](std::shared_ptr<Store> store, int rank, int n) {
+        return CreateShmCommunicator(store, rank, n, options);
+      },
       options.communicator.timeout, deadline_seconds);
 }
 

@@ -46,8 +46,8 @@ std::vector<absl::Status> RunShmProcesses(int size, const RankFn& fn, ShmCommuni
 // What RunProcesses and RunShmProcesses share: each child builds its rank's
 // communicator with `make` over the group's store (whose waits take
 // `timeout`).
-using CommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
-    std::shared_ptr<Store> store, int rank, int size)>;
+using CommunicatorFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Communicator>>(std::shared_ptr<Store> store, int rank, int size)>;
 std::vector<absl::Status> RunProcessesWith(int size, const RankFn& fn, const CommunicatorFactory& make,
                                            Milliseconds timeout, int deadline_seconds = 120);
 // The same with threads as ranks over one in-memory store.

@@ -52,8 +52,8 @@ TEST_P(TransportConformanceTest, MessagesOnOneStreamArriveInOrder) {
     std::vector<Transfer> transfers;
     for (int i = 0; i < 4; ++i) {
       data.push_back(t.rank() == 0 ? Pattern(sizes[i], i) : std::vector<char>(sizes[i]));
-      Transfer x = t.rank() == 0 ? Transfer::Send(1, data[i].data(), sizes[i])
-                                 : Transfer::Recv(0, data[i].data(), sizes[i]);
+      Transfer x =
+          t.rank() == 0 ? Transfer::Send(1, data[i].data(), sizes[i]) : Transfer::Recv(0, data[i].data(), sizes[i]);
       x.tag = 10 + i;
       transfers.push_back(std::move(x));
     }
@@ -257,11 +257,17 @@ TEST_P(TransportConformanceTest, OpenExchangeRunsLaterTransfersBesideEarlierOnes
     Transfer send = Transfer::Send(peer, mine.data(), kBytes);
     send.seq = 0;
     send.tag = 1;
-    send.on_done = [&, r] { done_order[r].push_back(0); return absl::OkStatus(); };
+    send.on_done = [&, r] {
+      done_order[r].push_back(0);
+      return absl::OkStatus();
+    };
     Transfer recv = Transfer::Recv(peer, theirs.data(), kBytes);
     recv.seq = 0;
     recv.tag = 1;
-    recv.on_done = [&, r] { done_order[r].push_back(1); return absl::OkStatus(); };
+    recv.on_done = [&, r] {
+      done_order[r].push_back(1);
+      return absl::OkStatus();
+    };
     OnePerPoll feed({send, recv});
     absl::Status s = t.ExchangeOpen(feed, Soon());
     if (s.ok() && theirs != Pattern(kBytes, peer)) return absl::InternalError("received data differs");

@@ -88,8 +88,8 @@ absl::StatusOr<bool> HelloAcceptor::ReadSome(Pending& p) {
       return absl::UnavailableError(absl::StrCat("reading its handshake: ", std::strerror(errno)));
     }
     if (n == 0) {
-      return absl::UnavailableError(absl::StrCat("it closed the connection after ", p.hello.size(), " of ",
-                                                 p.wanted, " handshake bytes"));
+      return absl::UnavailableError(
+          absl::StrCat("it closed the connection after ", p.hello.size(), " of ", p.wanted, " handshake bytes"));
     }
     if (options_.max_fds > 0) TakePassedFds(msg, options_.max_fds, &p.fds);
     p.hello.append(buffer, static_cast<size_t>(n));
@@ -122,8 +122,8 @@ absl::StatusOr<HelloAcceptor::Arrival> HelloAcceptor::Next(Deadline deadline) {
     if (now >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "timed out waiting for the other ranks to connect to ", options_.listener_name,
-          dropped_ == 0 ? std::string() : absl::StrCat(" (", dropped_, " connections dropped; the last: ", last_drop_,
-                                                       ")")));
+          dropped_ == 0 ? std::string()
+                        : absl::StrCat(" (", dropped_, " connections dropped; the last: ", last_drop_, ")")));
     }
     Deadline wake = deadline;
     fds.clear();

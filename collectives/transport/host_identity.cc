@@ -32,10 +32,10 @@ absl::StatusOr<std::string> LocalHostIdentity(const EnvLookup& env) {
   if (gethostname(hostname, sizeof(hostname) - 1) != 0) hostname[0] = '\0';
   struct stat net;
   if (stat("/proc/self/ns/net", &net) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "LocalHostIdentity: cannot stat /proc/self/ns/net (", std::strerror(errno),
-        "), so ranks in different network namespaces cannot be told apart; mount /proc or set ", kHostIdEnv,
-        " to a name shared by exactly the ranks that share memory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("LocalHostIdentity: cannot stat /proc/self/ns/net (", std::strerror(errno),
+                     "), so ranks in different network namespaces cannot be told apart; mount /proc or set ",
+                     kHostIdEnv, " to a name shared by exactly the ranks that share memory"));
   }
   return absl::StrCat(hostname, "/", FirstLine("/proc/sys/kernel/random/boot_id"), "/net:", net.st_dev, ":",
                       net.st_ino);

@@ -89,9 +89,7 @@ TEST(HostIdentityTest, TheEnvironmentOverridesIt) {
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(*id, "fake-host-b");
   // An empty override is no override.
-  auto empty = [](const char* name) -> const char* {
-    return std::string(name) == "LOCKSTEP_HOST_ID" ? "" : nullptr;
-  };
+  auto empty = [](const char* name) -> const char* { return std::string(name) == "LOCKSTEP_HOST_ID" ? "" : nullptr; };
   EXPECT_EQ(*LocalHostIdentity(empty), *LocalHostIdentity(NoEnv()));
 }
 

@@ -49,11 +49,10 @@ absl::Status MessageHeaderError(const MessageHeader& got, const MessageTag& expe
 // every transport reports for it, naming `peer_name()`'s view and `rank`'s.
 // The name is formatted only for that error: a receive that matches (every
 // one, in a correct program) allocates nothing here.
-inline absl::Status CheckMessageHeader(const MessageHeader& got, const MessageTag& expected,
-                                       uint64_t expected_bytes, absl::FunctionRef<std::string()> peer_name,
-                                       int rank) {
-  if (got.magic == kMessageMagic && got.seq == expected.seq && got.tag == expected.tag &&
-      got.bytes == expected_bytes && (got.element == 0 || expected.element == 0 || got.element == expected.element)) {
+inline absl::Status CheckMessageHeader(const MessageHeader& got, const MessageTag& expected, uint64_t expected_bytes,
+                                       absl::FunctionRef<std::string()> peer_name, int rank) {
+  if (got.magic == kMessageMagic && got.seq == expected.seq && got.tag == expected.tag && got.bytes == expected_bytes &&
+      (got.element == 0 || expected.element == 0 || got.element == expected.element)) {
     return absl::OkStatus();
   }
   return MessageHeaderError(got, expected, expected_bytes, peer_name(), rank);

@@ -62,8 +62,12 @@ class TransferStreams {
 
   // `transport` names the caller in errors ("TcpTransport").
   TransferStreams(absl::Span<Transfer> initial, int rank, int size, absl::string_view transport)
-      : current(2 * static_cast<size_t>(size), kNone), last(2 * static_cast<size_t>(size), kNone),
-        initial_(initial), rank_(rank), size_(size), transport_(transport) {}
+      : current(2 * static_cast<size_t>(size), kNone),
+        last(2 * static_cast<size_t>(size), kNone),
+        initial_(initial),
+        rank_(rank),
+        size_(size),
+        transport_(transport) {}
 
   Transfer& at(size_t i) { return i < initial_.size() ? initial_[i] : *added_[i - initial_.size()]; }
 
@@ -116,9 +120,9 @@ class TransferStreams {
     return true;
   }
 
-  absl::InlinedVector<size_t, 16> current;  // [stream]: the transfer in progress, or kNone.
-  absl::InlinedVector<size_t, 16> last;     // [stream]: the last transfer queued, or kNone.
-  absl::InlinedVector<size_t, 16> next;     // [transfer]: the next one of its stream, or kNone.
+  absl::InlinedVector<size_t, 16> current;     // [stream]: the transfer in progress, or kNone.
+  absl::InlinedVector<size_t, 16> last;        // [stream]: the last transfer queued, or kNone.
+  absl::InlinedVector<size_t, 16> next;        // [transfer]: the next one of its stream, or kNone.
   absl::InlinedVector<Progress, 16> progress;  // [transfer]
   size_t total = 0, remaining = 0;
 

@@ -16,10 +16,10 @@ absl::Status MessageMismatchError(const std::string& peer_name, int rank, uint64
 }
 
 absl::Status ExchangeTimeoutError(uint64_t seq, int rank, const std::vector<std::string>& waiting) {
-  return absl::DeadlineExceededError(absl::StrCat(
-      "op #", seq, " timed out on rank ", rank, " while ", absl::StrJoin(waiting, "; "),
-      ". The peer may be stuck in other work, deadlocked in a different collective, or dead; ",
-      "raise the timeout if it is just slow"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("op #", seq, " timed out on rank ", rank, " while ", absl::StrJoin(waiting, "; "),
+                   ". The peer may be stuck in other work, deadlocked in a different collective, or dead; ",
+                   "raise the timeout if it is just slow"));
 }
 
 }  // namespace lockstep

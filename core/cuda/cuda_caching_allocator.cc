@@ -38,8 +38,7 @@ class EventFence final : public ReuseFence {
 
 class PinnedSource final : public DeviceMemorySource {
  public:
-  explicit PinnedSource(std::function<std::vector<int>()> fence_devices)
-      : fence_devices_(std::move(fence_devices)) {}
+  explicit PinnedSource(std::function<std::vector<int>()> fence_devices) : fence_devices_(std::move(fence_devices)) {}
   absl::StatusOr<void*> Allocate(size_t bytes, int device) override { return cuda::PinnedAlloc(bytes); }
   void Free(void* ptr, int device) override { cuda::PinnedFree(ptr); }
   std::unique_ptr<ReuseFence> OnFree(void* ptr, int device) override {
@@ -93,8 +92,8 @@ size_t CudaCachingAllocator::RoundSize(size_t bytes) {
 absl::StatusOr<void*> CudaCachingAllocator::Allocate(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   if (bytes > (SIZE_MAX >> 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaCachingAllocator::Allocate on ", Where(device), ": ",
-                                                   bytes, " bytes is not a possible size"));
+    return absl::InvalidArgumentError(absl::StrCat("CudaCachingAllocator::Allocate on ", Where(device), ": ", bytes,
+                                                   " bytes is not a possible size"));
   }
   const size_t size = RoundSize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
@@ -222,8 +221,8 @@ CudaCachingAllocator& DefaultCudaAllocator() {
 }
 
 CudaCachingAllocator& DefaultPinnedHostAllocator() {
-  static CudaCachingAllocator* const allocator = new CudaCachingAllocator(
-      PinnedHostMemory([] { return DefaultCudaAllocator().UsedDevices(); }));
+  static CudaCachingAllocator* const allocator =
+      new CudaCachingAllocator(PinnedHostMemory([] { return DefaultCudaAllocator().UsedDevices(); }));
   return *allocator;
 }
 

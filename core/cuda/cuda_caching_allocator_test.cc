@@ -97,7 +97,7 @@ TEST(CudaCachingAllocatorTest, FreedBlocksAreReusedForTheirClassOnly) {
   EXPECT_EQ(*allocator.Allocate(700, 0), a);  // Same class (1024): reused.
   void* b = *allocator.Allocate(2000, 0);     // Another class: fresh.
   EXPECT_NE(b, a);
-  void* c = *allocator.Allocate(1000, 1);     // Another device: fresh.
+  void* c = *allocator.Allocate(1000, 1);  // Another device: fresh.
   EXPECT_EQ(fake->allocs(), 3);
   const DeviceMemoryStats s = allocator.Stats(0);
   EXPECT_EQ(s.allocated_bytes, 1024u + 2048u);

@@ -28,10 +28,14 @@ inline unsigned Blocks(int64_t count) {
 template <typename Fn>
 int VisitFloatDType(int dtype, Fn&& fn) {
   switch (dtype) {
-    case kF32: return fn(float{});
-    case kF64: return fn(double{});
-    case kF16: return fn(Half{});
-    case kBF16: return fn(BFloat16{});
+    case kF32:
+      return fn(float{});
+    case kF64:
+      return fn(double{});
+    case kF16:
+      return fn(Half{});
+    case kBF16:
+      return fn(BFloat16{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -40,7 +44,7 @@ int VisitFloatDType(int dtype, Fn&& fn) {
 }  // namespace lockstep
 
 // for (int64_t i = ...; i < count; i += stride) over the whole grid.
-#define LOCKSTEP_GRID_LOOP(i, count)                                                        \
+#define LOCKSTEP_GRID_LOOP(i, count)                                                         \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 

@@ -11,8 +11,7 @@ namespace cuda_internal {
 
 inline constexpr int kMaxReduceInputs = 64;
 
-int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, void* out,
-                 int64_t count, void* stream);
+int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, void* out, int64_t count, void* stream);
 int LaunchScale(int dtype, void* data, int64_t count, double factor, void* stream);
 int LaunchDivide(int dtype, void* data, int64_t count, int divisor, void* stream);
 int LaunchCast(int from, const void* src, int to, void* dst, int64_t count, void* stream);

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "core/half.h"
 #include "core/cuda/cuda_grid.h"
 #include "core/cuda/cuda_kernel_launch.h"
+#include "core/half.h"
 #include "core/internal/elementwise.h"
 
 namespace lockstep {
@@ -25,7 +25,6 @@ enum OpValue { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4, kBand = 5, kBo
 struct InputPointers {
   const void* ptr[kMaxReduceInputs];
 };
-
 
 template <typename T, typename Op, bool kAverage>
 __global__ void ReduceKernel(InputPointers inputs, int num_inputs, T* out, int64_t count) {
@@ -75,22 +74,30 @@ __global__ void AllFiniteKernel(const T* data, int64_t count, int* flag) {
 template <typename Fn>
 int VisitDType(int dtype, Fn&& fn) {
   switch (dtype) {
-    case kF32: return fn(float{});
-    case kF64: return fn(double{});
-    case kF16: return fn(Half{});
-    case kBF16: return fn(BFloat16{});
-    case kI32: return fn(int32_t{});
-    case kI64: return fn(int64_t{});
-    case kU8: return fn(uint8_t{});
-    case kI8: return fn(int8_t{});
-    case kBool: return fn(bool{});
+    case kF32:
+      return fn(float{});
+    case kF64:
+      return fn(double{});
+    case kF16:
+      return fn(Half{});
+    case kBF16:
+      return fn(BFloat16{});
+    case kI32:
+      return fn(int32_t{});
+    case kI64:
+      return fn(int64_t{});
+    case kU8:
+      return fn(uint8_t{});
+    case kI8:
+      return fn(int8_t{});
+    case kBool:
+      return fn(bool{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
 template <typename T, typename Op>
-int LaunchReduceTyped(bool average, const InputPointers& inputs, int n, void* out, int64_t count,
-                      cudaStream_t stream) {
+int LaunchReduceTyped(bool average, const InputPointers& inputs, int n, void* out, int64_t count, cudaStream_t stream) {
   if (average) {
     ReduceKernel<T, Op, true><<<Blocks(count), kThreads, 0, stream>>>(inputs, n, static_cast<T*>(out), count);
   } else {
@@ -101,8 +108,7 @@ int LaunchReduceTyped(bool average, const InputPointers& inputs, int n, void* ou
 
 }  // namespace
 
-int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, void* out,
-                 int64_t count, void* stream) {
+int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, void* out, int64_t count, void* stream) {
   if (count == 0) return 0;
   if (num_inputs < 1 || num_inputs > kMaxReduceInputs) return static_cast<int>(cudaErrorInvalidValue);
   InputPointers pointers{};
@@ -111,14 +117,22 @@ int LaunchReduce(int op, int dtype, const void* const* inputs, int num_inputs, v
   return VisitDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     switch (op) {
-      case kSum: return LaunchReduceTyped<T, ew::SumOp>(false, pointers, num_inputs, out, count, s);
-      case kAvg: return LaunchReduceTyped<T, ew::SumOp>(true, pointers, num_inputs, out, count, s);
-      case kProd: return LaunchReduceTyped<T, ew::ProdOp>(false, pointers, num_inputs, out, count, s);
-      case kMin: return LaunchReduceTyped<T, ew::MinOp>(false, pointers, num_inputs, out, count, s);
-      case kMax: return LaunchReduceTyped<T, ew::MaxOp>(false, pointers, num_inputs, out, count, s);
-      case kBand: return LaunchReduceTyped<T, ew::BandOp>(false, pointers, num_inputs, out, count, s);
-      case kBor: return LaunchReduceTyped<T, ew::BorOp>(false, pointers, num_inputs, out, count, s);
-      case kBxor: return LaunchReduceTyped<T, ew::BxorOp>(false, pointers, num_inputs, out, count, s);
+      case kSum:
+        return LaunchReduceTyped<T, ew::SumOp>(false, pointers, num_inputs, out, count, s);
+      case kAvg:
+        return LaunchReduceTyped<T, ew::SumOp>(true, pointers, num_inputs, out, count, s);
+      case kProd:
+        return LaunchReduceTyped<T, ew::ProdOp>(false, pointers, num_inputs, out, count, s);
+      case kMin:
+        return LaunchReduceTyped<T, ew::MinOp>(false, pointers, num_inputs, out, count, s);
+      case kMax:
+        return LaunchReduceTyped<T, ew::MaxOp>(false, pointers, num_inputs, out, count, s);
+      case kBand:
+        return LaunchReduceTyped<T, ew::BandOp>(false, pointers, num_inputs, out, count, s);
+      case kBor:
+        return LaunchReduceTyped<T, ew::BorOp>(false, pointers, num_inputs, out, count, s);
+      case kBxor:
+        return LaunchReduceTyped<T, ew::BxorOp>(false, pointers, num_inputs, out, count, s);
     }
     return static_cast<int>(cudaErrorInvalidValue);
   });
@@ -151,8 +165,8 @@ int LaunchCast(int from, const void* src, int to, void* dst, int64_t count, void
     using From = decltype(from_zero);
     return VisitFloatDType(to, [&](auto to_zero) {
       using To = decltype(to_zero);
-      CastKernel<To, From><<<Blocks(count), kThreads, 0, s>>>(static_cast<const From*>(src),
-                                                              static_cast<To*>(dst), count);
+      CastKernel<To, From>
+          <<<Blocks(count), kThreads, 0, s>>>(static_cast<const From*>(src), static_cast<To*>(dst), count);
       return static_cast<int>(cudaGetLastError());
     });
   });

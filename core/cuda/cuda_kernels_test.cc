@@ -34,9 +34,8 @@ void ExpectSame(const std::vector<T>& a, const std::vector<T>& b, const std::str
 
 template <typename T>
 void CompareReduce(ReduceOp op, int num_inputs, int64_t count) {
-  const std::string what = std::string(DTypeName(DTypeOf<T>::value)) + " " +
-                           std::string(ReduceOpName(op)) + " n=" + std::to_string(num_inputs) +
-                           " count=" + std::to_string(count);
+  const std::string what = std::string(DTypeName(DTypeOf<T>::value)) + " " + std::string(ReduceOpName(op)) +
+                           " n=" + std::to_string(num_inputs) + " count=" + std::to_string(count);
   std::vector<Tensor> cpu_inputs, gpu_inputs;
   for (int k = 0; k < num_inputs; ++k) {
     auto values = reference::RandomValues<T>(count, 77 * k + 5);

@@ -128,15 +128,12 @@ absl::Status Zero(void* dst, size_t bytes, int device, Stream* stream);
 // out[i] = op(inputs[0][i], ..., inputs[n-1][i]), accumulated as in
 // core/internal/elementwise.h; at most kMaxReduceInputs inputs.
 inline constexpr int kMaxReduceInputs = 64;
-absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
-                    int64_t count, int device, Stream* stream);
-absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device,
-                   Stream* stream);
+absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count,
+                    int device, Stream* stream);
+absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device, Stream* stream);
 absl::Status Divide(DType dtype, void* data, int64_t count, int divisor, int device, Stream* stream);
-absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device,
-                  Stream* stream);
-absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device,
-                               Stream* stream);
+absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device, Stream* stream);
+absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device, Stream* stream);
 
 }  // namespace cuda
 }  // namespace lockstep

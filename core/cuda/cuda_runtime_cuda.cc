@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/cuda/cuda_runtime.h"
 #include "core/cuda/cuda_kernel_launch.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -17,8 +17,8 @@ static_assert(kMaxReduceInputs == cuda_internal::kMaxReduceInputs, "keep in sync
 
 absl::Status FromCuda(cudaError_t err, absl::string_view operation) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(operation, " failed: ", cudaGetErrorName(err), " (",
-                                          cudaGetErrorString(err), ")"));
+  return absl::InternalError(
+      absl::StrCat(operation, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
 }
 
 absl::Status FromCuda(int err, absl::string_view operation) {
@@ -65,9 +65,8 @@ absl::StatusOr<DeviceProperties> GetDeviceProperties(int device) {
 absl::Status CheckDevice(int device) {
   const int count = DeviceCount();
   if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda:", device, " does not exist: this process sees ", count,
-        " CUDA device(s). Check CUDA_VISIBLE_DEVICES and the device index"));
+    return absl::InvalidArgumentError(absl::StrCat("cuda:", device, " does not exist: this process sees ", count,
+                                                   " CUDA device(s). Check CUDA_VISIBLE_DEVICES and the device index"));
   }
   return absl::OkStatus();
 }
@@ -75,13 +74,12 @@ absl::Status CheckDevice(int device) {
 absl::StatusOr<Stream> Stream::Create(int device) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Stream::Create"));
   cudaStream_t stream = nullptr;
-  LOCKSTEP_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                                    "Stream::Create: cudaStreamCreateWithFlags"));
+  LOCKSTEP_RETURN_IF_ERROR(
+      FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "Stream::Create: cudaStreamCreateWithFlags"));
   return Stream(stream, device);
 }
 
-Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
@@ -109,8 +107,7 @@ absl::StatusOr<Event> Event::Create(int device) {
   return Event(event, device);
 }
 
-Event::Event(Event&& other) noexcept
-    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
 
 Event& Event::operator=(Event&& other) noexcept {
   if (this != &other) {
@@ -127,8 +124,8 @@ Event::~Event() {
 
 absl::Status Event::Record(Stream* stream) {
   if (stream != nullptr && stream->device() != device_) {
-    return absl::InvalidArgumentError(absl::StrCat("Event::Record: the event is on cuda:", device_,
-                                                   " but the stream on cuda:", stream->device()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Event::Record: the event is on cuda:", device_, " but the stream on cuda:", stream->device()));
   }
   // cudaStreamLegacy is the current device's legacy stream: make it ours.
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device_, "Event::Record"));
@@ -164,9 +161,9 @@ absl::StatusOr<void*> DeviceAlloc(size_t bytes, int device) {
   const cudaError_t err = cudaMalloc(&ptr, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "DeviceAlloc: cudaMalloc of ", bytes, " bytes on cuda:", device,
-        " failed: ", cudaGetErrorString(err), ". Free memory or use a smaller batch/bucket"));
+    return absl::ResourceExhaustedError(absl::StrCat("DeviceAlloc: cudaMalloc of ", bytes, " bytes on cuda:", device,
+                                                     " failed: ", cudaGetErrorString(err),
+                                                     ". Free memory or use a smaller batch/bucket"));
   }
   return ptr;
 }
@@ -185,8 +182,8 @@ absl::StatusOr<void*> PinnedAlloc(size_t bytes) {
     cudaGetLastError();
     if (err == cudaErrorMemoryAllocation) {
       // ResourceExhausted, as DeviceAlloc's: the pinned pool then empties its cache and retries.
-      return absl::ResourceExhaustedError(absl::StrCat("PinnedAlloc: cudaHostAlloc of ", bytes,
-                                                       " bytes failed: ", cudaGetErrorString(err)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("PinnedAlloc: cudaHostAlloc of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
     }
     return FromCuda(err, absl::StrCat("PinnedAlloc: cudaHostAlloc of ", bytes, " bytes"));
   }
@@ -201,8 +198,7 @@ absl::Status Copy(void* dst, const void* src, size_t bytes, int device, Stream* 
   if (bytes == 0) return absl::OkStatus();
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Copy"));
   cudaStream_t s = static_cast<cudaStream_t>(NativeStream(stream));
-  LOCKSTEP_RETURN_IF_ERROR(
-      FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "Copy: cudaMemcpyAsync"));
+  LOCKSTEP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "Copy: cudaMemcpyAsync"));
   return Finish(0, stream, "Copy");
 }
 
@@ -214,50 +210,44 @@ absl::Status Zero(void* dst, size_t bytes, int device, Stream* stream) {
   return Finish(0, stream, "Zero");
 }
 
-absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
-                    int64_t count, int device, Stream* stream) {
+absl::Status Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count,
+                    int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Reduce"));
-  const int err = cuda_internal::LaunchReduce(static_cast<int>(op), static_cast<int>(dtype),
-                                              inputs.data(), static_cast<int>(inputs.size()), out,
-                                              count, NativeStream(stream));
+  const int err = cuda_internal::LaunchReduce(static_cast<int>(op), static_cast<int>(dtype), inputs.data(),
+                                              static_cast<int>(inputs.size()), out, count, NativeStream(stream));
   return Finish(err, stream, "Reduce kernel");
 }
 
-absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device,
-                   Stream* stream) {
+absl::Status Scale(DType dtype, void* data, int64_t count, double factor, int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Scale"));
-  const int err = cuda_internal::LaunchScale(static_cast<int>(dtype), data, count, factor,
-                                             NativeStream(stream));
+  const int err = cuda_internal::LaunchScale(static_cast<int>(dtype), data, count, factor, NativeStream(stream));
   return Finish(err, stream, "Scale kernel");
 }
 
 absl::Status Divide(DType dtype, void* data, int64_t count, int divisor, int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Divide"));
-  const int err = cuda_internal::LaunchDivide(static_cast<int>(dtype), data, count, divisor,
-                                              NativeStream(stream));
+  const int err = cuda_internal::LaunchDivide(static_cast<int>(dtype), data, count, divisor, NativeStream(stream));
   return Finish(err, stream, "Divide kernel");
 }
 
-absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device,
-                  Stream* stream) {
+absl::Status Cast(DType from, const void* src, DType to, void* dst, int64_t count, int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "Cast"));
-  const int err = cuda_internal::LaunchCast(static_cast<int>(from), src, static_cast<int>(to),
-                                            dst, count, NativeStream(stream));
+  const int err =
+      cuda_internal::LaunchCast(static_cast<int>(from), src, static_cast<int>(to), dst, count, NativeStream(stream));
   return Finish(err, stream, "Cast kernel");
 }
 
-absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device,
-                               Stream* stream) {
+absl::StatusOr<bool> AllFinite(DType dtype, const void* data, int64_t count, int device, Stream* stream) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "AllFinite"));
   LOCKSTEP_ASSIGN_OR_RETURN(void* flag, DeviceAlloc(sizeof(int), device));
   cudaStream_t s = static_cast<cudaStream_t>(NativeStream(stream));
   int found = 0;
-  absl::Status status = FromCuda(
-      cuda_internal::LaunchAllFinite(static_cast<int>(dtype), data, count, static_cast<int*>(flag), s),
-      "AllFinite kernel");
+  absl::Status status =
+      FromCuda(cuda_internal::LaunchAllFinite(static_cast<int>(dtype), data, count, static_cast<int*>(flag), s),
+               "AllFinite kernel");
   if (status.ok()) {
-    status = FromCuda(cudaMemcpyAsync(&found, flag, sizeof(found), cudaMemcpyDeviceToHost, s),
-                      "AllFinite: cudaMemcpyAsync");
+    status =
+        FromCuda(cudaMemcpyAsync(&found, flag, sizeof(found), cudaMemcpyDeviceToHost, s), "AllFinite: cudaMemcpyAsync");
   }
   // The answer is needed on the host, so this always waits for the stream.
   if (status.ok()) status = FromCuda(cudaStreamSynchronize(s), "AllFinite: cudaStreamSynchronize");

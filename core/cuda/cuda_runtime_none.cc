@@ -11,10 +11,10 @@ namespace cuda {
 namespace {
 
 absl::Status NotBuilt(absl::string_view operation) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      operation,
-      ": lockstep was built without CUDA. Install the CUDA toolkit (or point CUDA_PATH at it) "
-      "and rebuild; `bazel build //...` then compiles the CUDA code automatically"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(operation,
+                   ": lockstep was built without CUDA. Install the CUDA toolkit (or point CUDA_PATH at it) "
+                   "and rebuild; `bazel build //...` then compiles the CUDA code automatically"));
 }
 
 }  // namespace
@@ -27,8 +27,7 @@ absl::StatusOr<DeviceProperties> GetDeviceProperties(int device) {
 }
 
 absl::StatusOr<Stream> Stream::Create(int device) { return NotBuilt("Stream::Create"); }
-Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
 Stream& Stream::operator=(Stream&& other) noexcept {
   stream_ = std::exchange(other.stream_, nullptr);
   device_ = other.device_;
@@ -38,8 +37,7 @@ Stream::~Stream() = default;
 absl::Status Stream::Synchronize() { return NotBuilt("Stream::Synchronize"); }
 
 absl::StatusOr<Event> Event::Create(int device) { return NotBuilt("Event::Create"); }
-Event::Event(Event&& other) noexcept
-    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
 Event& Event::operator=(Event&& other) noexcept {
   event_ = std::exchange(other.event_, nullptr);
   device_ = other.device_;
@@ -49,9 +47,7 @@ Event::~Event() = default;
 absl::Status Event::Record(Stream*) { return NotBuilt("Event::Record"); }
 absl::StatusOr<bool> Event::Query() const { return NotBuilt("Event::Query"); }
 absl::Status Event::Synchronize() const { return NotBuilt("Event::Synchronize"); }
-absl::Status DeviceSynchronize(int device) {
-  return NotBuilt(absl::StrCat("DeviceSynchronize(cuda:", device, ")"));
-}
+absl::Status DeviceSynchronize(int device) { return NotBuilt(absl::StrCat("DeviceSynchronize(cuda:", device, ")")); }
 
 absl::StatusOr<void*> DeviceAlloc(size_t, int) { return NotBuilt("DeviceAlloc"); }
 void DeviceFree(void*, int) {}
@@ -64,12 +60,8 @@ absl::Status Reduce(ReduceOp, DType, absl::Span<const void* const>, void*, int64
 }
 absl::Status Scale(DType, void*, int64_t, double, int, Stream*) { return NotBuilt("Scale"); }
 absl::Status Divide(DType, void*, int64_t, int, int, Stream*) { return NotBuilt("Divide"); }
-absl::Status Cast(DType, const void*, DType, void*, int64_t, int, Stream*) {
-  return NotBuilt("Cast");
-}
-absl::StatusOr<bool> AllFinite(DType, const void*, int64_t, int, Stream*) {
-  return NotBuilt("AllFinite");
-}
+absl::Status Cast(DType, const void*, DType, void*, int64_t, int, Stream*) { return NotBuilt("Cast"); }
+absl::StatusOr<bool> AllFinite(DType, const void*, int64_t, int, Stream*) { return NotBuilt("AllFinite"); }
 
 }  // namespace cuda
 }  // namespace lockstep

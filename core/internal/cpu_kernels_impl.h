@@ -60,17 +60,17 @@ void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bo
   if constexpr (std::is_same_v<A, T>) direct = !out_is_later_input;
   if (direct) {
     if constexpr (std::is_same_v<A, T>) {
-    // Accumulate directly in `out` (which may alias inputs[0], not a later
-    // input: that one would be overwritten by the first copy).
-    const T* first = static_cast<const T*>(inputs[0]);
-    if (first != reinterpret_cast<const T*>(out)) std::copy(first, first + count, out);
-    for (int k = 1; k < n; ++k) {
-      const T* in = static_cast<const T*>(inputs[k]);
-      for (int64_t i = 0; i < count; ++i) out[i] = Op::Apply(out[i], in[i]);
-    }
-    if (average) {
-      for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
-    }
+      // Accumulate directly in `out` (which may alias inputs[0], not a later
+      // input: that one would be overwritten by the first copy).
+      const T* first = static_cast<const T*>(inputs[0]);
+      if (first != reinterpret_cast<const T*>(out)) std::copy(first, first + count, out);
+      for (int k = 1; k < n; ++k) {
+        const T* in = static_cast<const T*>(inputs[k]);
+        for (int64_t i = 0; i < count; ++i) out[i] = Op::Apply(out[i], in[i]);
+      }
+      if (average) {
+        for (int64_t i = 0; i < count; ++i) out[i] = ew::DivideBy(out[i], n);
+      }
     }
   } else {
 #if defined(__AVX2__)
@@ -83,8 +83,8 @@ void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bo
         for (; i + 16 <= count; i += 16) {
           const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
           const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
-          const __m256 lo = _mm256_add_ps(bf16_avx2::Widen(_mm256_castsi256_si128(va)),
-                                          bf16_avx2::Widen(_mm256_castsi256_si128(vb)));
+          const __m256 lo =
+              _mm256_add_ps(bf16_avx2::Widen(_mm256_castsi256_si128(va)), bf16_avx2::Widen(_mm256_castsi256_si128(vb)));
           const __m256 hi = _mm256_add_ps(bf16_avx2::Widen(_mm256_extracti128_si256(va, 1)),
                                           bf16_avx2::Widen(_mm256_extracti128_si256(vb, 1)));
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
@@ -115,28 +115,46 @@ void ReduceTyped(absl::Span<const void* const> inputs, T* out, int64_t count, bo
 template <typename Fn>
 void VisitFloat(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn(TypeTag<float>{}); return;
-    case DType::kF64: fn(TypeTag<double>{}); return;
-    case DType::kF16: fn(TypeTag<Half>{}); return;
-    case DType::kBF16: fn(TypeTag<BFloat16>{}); return;
-    default: return;
+    case DType::kF32:
+      fn(TypeTag<float>{});
+      return;
+    case DType::kF64:
+      fn(TypeTag<double>{});
+      return;
+    case DType::kF16:
+      fn(TypeTag<Half>{});
+      return;
+    case DType::kBF16:
+      fn(TypeTag<BFloat16>{});
+      return;
+    default:
+      return;
   }
 }
 
 }  // namespace
 
-void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,
-            int64_t count) {
+void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count) {
   if (count == 0) return;
   VisitDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dst = static_cast<T*>(out);
     switch (op) {
-      case ReduceOp::kSum: ReduceTyped<T, ew::SumOp>(inputs, dst, count, false); return;
-      case ReduceOp::kAvg: ReduceTyped<T, ew::SumOp>(inputs, dst, count, true); return;
-      case ReduceOp::kProd: ReduceTyped<T, ew::ProdOp>(inputs, dst, count, false); return;
-      case ReduceOp::kMin: ReduceTyped<T, ew::MinOp>(inputs, dst, count, false); return;
-      case ReduceOp::kMax: ReduceTyped<T, ew::MaxOp>(inputs, dst, count, false); return;
+      case ReduceOp::kSum:
+        ReduceTyped<T, ew::SumOp>(inputs, dst, count, false);
+        return;
+      case ReduceOp::kAvg:
+        ReduceTyped<T, ew::SumOp>(inputs, dst, count, true);
+        return;
+      case ReduceOp::kProd:
+        ReduceTyped<T, ew::ProdOp>(inputs, dst, count, false);
+        return;
+      case ReduceOp::kMin:
+        ReduceTyped<T, ew::MinOp>(inputs, dst, count, false);
+        return;
+      case ReduceOp::kMax:
+        ReduceTyped<T, ew::MaxOp>(inputs, dst, count, false);
+        return;
       case ReduceOp::kBand:
       case ReduceOp::kBor:
       case ReduceOp::kBxor:

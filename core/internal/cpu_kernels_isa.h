@@ -9,18 +9,17 @@
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 
-#define LOCKSTEP_DECLARE_CPU_KERNELS(isa)                                                     \
-  namespace lockstep {                                                                        \
-  namespace cpu {                                                                             \
-  namespace isa {                                                                             \
-  void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out,      \
-              int64_t count);                                                                 \
-  void Scale(DType dtype, void* data, int64_t count, double factor);                          \
-  void Divide(DType dtype, void* data, int64_t count, int divisor);                           \
-  void Cast(DType from, const void* src, DType to, void* dst, int64_t count);                 \
-  bool AllFinite(DType dtype, const void* data, int64_t count);                               \
-  }                                                                                           \
-  }                                                                                           \
+#define LOCKSTEP_DECLARE_CPU_KERNELS(isa)                                                                \
+  namespace lockstep {                                                                                   \
+  namespace cpu {                                                                                        \
+  namespace isa {                                                                                        \
+  void Reduce(ReduceOp op, DType dtype, absl::Span<const void* const> inputs, void* out, int64_t count); \
+  void Scale(DType dtype, void* data, int64_t count, double factor);                                     \
+  void Divide(DType dtype, void* data, int64_t count, int divisor);                                      \
+  void Cast(DType from, const void* src, DType to, void* dst, int64_t count);                            \
+  bool AllFinite(DType dtype, const void* data, int64_t count);                                          \
+  }                                                                                                      \
+  }                                                                                                      \
   }
 
 LOCKSTEP_DECLARE_CPU_KERNELS(baseline)

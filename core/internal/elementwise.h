@@ -23,15 +23,27 @@
 namespace lockstep {
 namespace elementwise {
 
-template <typename T> struct AccOf { using type = T; };
-template <> struct AccOf<Half> { using type = float; };
-template <> struct AccOf<BFloat16> { using type = float; };
-template <typename T> using Acc = typename AccOf<T>::type;
+template <typename T>
+struct AccOf {
+  using type = T;
+};
+template <>
+struct AccOf<Half> {
+  using type = float;
+};
+template <>
+struct AccOf<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using Acc = typename AccOf<T>::type;
 
 LOCKSTEP_HOST_DEVICE inline float Load(Half v) { return HalfToFloat(v); }
 LOCKSTEP_HOST_DEVICE inline float Load(BFloat16 v) { return BFloat16ToFloat(v); }
 template <typename T>
-LOCKSTEP_HOST_DEVICE inline T Load(T v) { return v; }
+LOCKSTEP_HOST_DEVICE inline T Load(T v) {
+  return v;
+}
 
 template <typename T>
 LOCKSTEP_HOST_DEVICE inline T Store(Acc<T> v) {
@@ -57,8 +69,7 @@ LOCKSTEP_HOST_DEVICE inline T WrapMul(T a, T b) {
   using U = std::make_unsigned_t<T>;
   // uint8_t promotes to int: multiply as unsigned int so 255*255 stays defined.
   using Wide = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-  return static_cast<T>(static_cast<U>(static_cast<Wide>(static_cast<U>(a)) *
-                                       static_cast<Wide>(static_cast<U>(b))));
+  return static_cast<T>(static_cast<U>(static_cast<Wide>(static_cast<U>(a)) * static_cast<Wide>(static_cast<U>(b))));
 }
 
 struct SumOp {
@@ -90,12 +101,16 @@ struct ProdOp {
 struct MinOp {
   // `a != a` is true only for NaN; one select keeps the loop vectorizable.
   template <typename A>
-  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) { return (a < b || a != a) ? a : b; }
+  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
+    return (a < b || a != a) ? a : b;
+  }
 };
 
 struct MaxOp {
   template <typename A>
-  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) { return (a > b || a != a) ? a : b; }
+  LOCKSTEP_HOST_DEVICE static A Apply(A a, A b) {
+    return (a > b || a != a) ? a : b;
+  }
 };
 
 // Bitwise reductions; floating types pass through unchanged (never used:

@@ -49,8 +49,8 @@ __attribute__((target("avx2"))) void BFloat16ToFloatAvx2(const BFloat16* in, flo
 __attribute__((target("avx2"))) void FloatToBFloat16Avx2(const float* in, BFloat16* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i packed = bf16_avx2::Narrow(bf16_avx2::Round(_mm256_loadu_ps(in + i)),
-                                             bf16_avx2::Round(_mm256_loadu_ps(in + i + 8)));
+    const __m256i packed =
+        bf16_avx2::Narrow(bf16_avx2::Round(_mm256_loadu_ps(in + i)), bf16_avx2::Round(_mm256_loadu_ps(in + i + 8)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
   }
   FloatToBFloat16Scalar(in + i, out + i, n - i);

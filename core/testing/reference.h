@@ -111,12 +111,16 @@ T ReduceElement(ReduceOp op, const std::vector<T>& values) {
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kMax:
-      case ReduceOp::kBor: return trues > 0;
+      case ReduceOp::kBor:
+        return trues > 0;
       case ReduceOp::kProd:
       case ReduceOp::kMin:
-      case ReduceOp::kBand: return trues == n;
-      case ReduceOp::kBxor: return trues % 2 == 1;
-      case ReduceOp::kAvg: break;
+      case ReduceOp::kBand:
+        return trues == n;
+      case ReduceOp::kBxor:
+        return trues % 2 == 1;
+      case ReduceOp::kAvg:
+        break;
     }
     return false;
   } else if constexpr (std::is_integral_v<T>) {
@@ -152,12 +156,21 @@ T ReduceElement(ReduceOp op, const std::vector<T>& values) {
       const A v = static_cast<A>(ToDouble(values[k]));
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg: acc = acc + v; break;
-        case ReduceOp::kProd: acc = acc * v; break;
+        case ReduceOp::kAvg:
+          acc = acc + v;
+          break;
+        case ReduceOp::kProd:
+          acc = acc * v;
+          break;
         // NaN wins; between equal values (-0 and +0) the later input wins.
-        case ReduceOp::kMin: acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc < v ? acc : v); break;
-        case ReduceOp::kMax: acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc > v ? acc : v); break;
-        default: break;  // Bitwise ops do not apply to floating types.
+        case ReduceOp::kMin:
+          acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc < v ? acc : v);
+          break;
+        case ReduceOp::kMax:
+          acc = (std::isnan(acc) || std::isnan(v)) ? std::numeric_limits<A>::quiet_NaN() : (acc > v ? acc : v);
+          break;
+        default:
+          break;  // Bitwise ops do not apply to floating types.
       }
     }
     if (op == ReduceOp::kAvg) acc = acc / static_cast<A>(n);

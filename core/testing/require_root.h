@@ -31,12 +31,13 @@ inline bool RootTestsMaySkip() {
 }  // namespace lockstep
 
 // In a TEST body (it returns from it, as GTEST_SKIP and FAIL do).
-#define LOCKSTEP_REQUIRE_ROOT(what)                                                                               \
-  if (::geteuid() == 0) {                                                                                        \
-  } else if (::lockstep::testing::RootTestsMaySkip())                                                            \
-    GTEST_SKIP() << what << " needs root; skipped because LOCKSTEP_SKIP_ROOT_TESTS=1";                           \
-  else                                                                                                           \
-    FAIL() << what << " needs root (CI runs as root): run as root, or set LOCKSTEP_SKIP_ROOT_TESTS=1 "          \
+#define LOCKSTEP_REQUIRE_ROOT(what)                                                            \
+  if (::geteuid() == 0) {                                                                      \
+  } else if (::lockstep::testing::RootTestsMaySkip())                                          \
+    GTEST_SKIP() << what << " needs root; skipped because LOCKSTEP_SKIP_ROOT_TESTS=1";         \
+  else                                                                                         \
+    FAIL() << what                                                                             \
+           << " needs root (CI runs as root): run as root, or set LOCKSTEP_SKIP_ROOT_TESTS=1 " \
               "(bazel test --test_env=LOCKSTEP_SKIP_ROOT_TESTS=1) to skip the root-only cases"
 
 #endif  // LOCKSTEP_CORE_TESTING_REQUIRE_ROOT_H_

@@ -17,23 +17,22 @@ constexpr char kOptimizerPrefix[] = "optimizer/";
 constexpr char kFormatKey[] = "lockstep.checkpoint";
 
 bool Reserved(const std::string& key) {
-  return key == kFormatKey || absl::StartsWith(key, "progress.") ||
-         absl::StartsWith(key, "optimizer.") || absl::StartsWith(key, "module.");
+  return key == kFormatKey || absl::StartsWith(key, "progress.") || absl::StartsWith(key, "optimizer.") ||
+         absl::StartsWith(key, "module.");
 }
 
 // `op` ("LoadCheckpoint", "ReadCheckpointInfo") starts the error messages.
 template <typename Int>
-absl::Status ParseField(const std::map<std::string, std::string>& metadata, const char* key,
-                        const char* op, const std::string& path, Int& out) {
+absl::Status ParseField(const std::map<std::string, std::string>& metadata, const char* key, const char* op,
+                        const std::string& path, Int& out) {
   auto it = metadata.find(key);
   if (it == metadata.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata has no '",
-                                                   key, "'; the file is not a complete lockstep "
+    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata has no '", key,
+                                                   "'; the file is not a complete lockstep "
                                                    "checkpoint (use LoadModel for weights only)"));
   }
   if (!absl::SimpleAtoi(it->second, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata '", key,
-                                                   "' is \"", it->second,
+    return absl::InvalidArgumentError(absl::StrCat(op, " ", path, ": metadata '", key, "' is \"", it->second,
                                                    "\", expected an integer; the file is corrupt"));
   }
   return absl::OkStatus();
@@ -45,10 +44,10 @@ absl::StatusOr<LoadedCheckpoint> ParseInfo(const std::map<std::string, std::stri
   LoadedCheckpoint loaded;
   loaded.metadata = metadata;
   if (metadata.count(kFormatKey) == 0 || metadata.at(kFormatKey) != "1") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, " ", path, ": metadata '", kFormatKey,
-        "' is missing or not \"1\"; this is not a lockstep training checkpoint (for plain "
-        "weights use LoadModel)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " ", path, ": metadata '", kFormatKey,
+                     "' is missing or not \"1\"; this is not a lockstep training checkpoint (for plain "
+                     "weights use LoadModel)"));
   }
   LOCKSTEP_RETURN_IF_ERROR(ParseField(metadata, "progress.epoch", op, path, loaded.progress.epoch));
   LOCKSTEP_RETURN_IF_ERROR(ParseField(metadata, "progress.step", op, path, loaded.progress.step));
@@ -59,8 +58,7 @@ absl::StatusOr<LoadedCheckpoint> ParseInfo(const std::map<std::string, std::stri
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimizer* optimizer,
-                            const TrainingProgress& progress,
-                            const std::map<std::string, std::string>& extra_metadata,
+                            const TrainingProgress& progress, const std::map<std::string, std::string>& extra_metadata,
                             const AtomicWriteOptions& options) {
   std::vector<NamedTensor> tensors = model.StateDict();
   std::map<std::string, std::string> metadata = {
@@ -79,18 +77,18 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
   }
   for (const auto& [key, value] : extra_metadata) {
     if (Reserved(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SaveCheckpoint ", path, ": metadata key '", key,
-          "' is reserved (lockstep.checkpoint, progress.*, optimizer.*, module.*); prefix your keys, e.g. "
-          "\"scaler.\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SaveCheckpoint ", path, ": metadata key '", key,
+                       "' is reserved (lockstep.checkpoint, progress.*, optimizer.*, module.*); prefix your keys, e.g. "
+                       "\"scaler.\""));
     }
     metadata[key] = value;
   }
   return WriteSafetensorsFile(path, tensors, metadata, options);
 }
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model,
-                                                Optimizer* optimizer, const SafetensorsReadOptions& read) {
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model, Optimizer* optimizer,
+                                                const SafetensorsReadOptions& read) {
   LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path, read));
   LOCKSTEP_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, ParseInfo(file.metadata, "LoadCheckpoint", path));
 
@@ -104,9 +102,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module&
   }
   auto type = file.metadata.find("optimizer.type");
   if (optimizer != nullptr && type != file.metadata.end() && type->second != optimizer->type_name()) {
-    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": written with a ",
-                                                   type->second, " optimizer but resuming with ",
-                                                   optimizer->type_name()));
+    return absl::InvalidArgumentError(absl::StrCat("LoadCheckpoint ", path, ": written with a ", type->second,
+                                                   " optimizer but resuming with ", optimizer->type_name()));
   }
   std::map<std::string, std::string> extra;
   for (const auto& [key, value] : file.metadata) {

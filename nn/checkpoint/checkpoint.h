@@ -37,9 +37,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/atomic_file.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
-#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 
@@ -67,8 +67,7 @@ absl::Status SaveCheckpoint(const std::string& path, Module& model, const Optimi
 // when not null, `optimizer`; a file with optimizer state loaded with a null
 // optimizer is fine (the state is ignored), but an optimizer type mismatch
 // is an error. Only a regular file is read (see ReadSafetensorsFile).
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model,
-                                                Optimizer* optimizer,
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module& model, Optimizer* optimizer,
                                                 const SafetensorsReadOptions& read = {});
 
 // A checkpoint's progress and metadata from its header alone, validated as
@@ -76,12 +75,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Module&
 // truncated file is an error; a lockstep checkpoint's metadata); the tensors
 // are neither read nor matched against a model. For choosing which
 // checkpoints to keep without loading them.
-absl::StatusOr<LoadedCheckpoint> ReadCheckpointInfo(const std::string& path,
-                                                    const SafetensorsReadOptions& read = {});
+absl::StatusOr<LoadedCheckpoint> ReadCheckpointInfo(const std::string& path, const SafetensorsReadOptions& read = {});
 
 // Only the model's state dict, names exactly as PyTorch's model.state_dict().
-absl::Status SaveModel(const std::string& path, Module& model,
-                       const AtomicWriteOptions& options = {});
+absl::Status SaveModel(const std::string& path, Module& model, const AtomicWriteOptions& options = {});
 // Loads such a file, or one saved from a PyTorch DDP/DataParallel wrapper
 // ("module."-prefixed names).
 absl::Status LoadModel(const std::string& path, Module& model);

@@ -17,9 +17,9 @@
 #include "core/mt19937.h"
 #include "gtest/gtest.h"
 #include "nn/adam.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/checkpoint/safetensors.h"
 #include "nn/sgd.h"
 
 namespace lockstep {
@@ -87,9 +87,7 @@ TEST(CheckpointTest, ResumeIsExact) {
   progress.epoch = 1;
   progress.step = 2;
   progress.seed = 18446744073709551615ull;
-  ASSERT_TRUE(SaveCheckpoint(path, *first.model, first.optimizer.get(), progress,
-                             {{"scaler.scale", "32768"}})
-                  .ok());
+  ASSERT_TRUE(SaveCheckpoint(path, *first.model, first.optimizer.get(), progress, {{"scaler.scale", "32768"}}).ok());
 
   Trainee resumed = MakeRun(99);  // other weights: all must come from the file
   absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(path, *resumed.model, resumed.optimizer.get());
@@ -124,8 +122,7 @@ TEST(CheckpointTest, NamesArePyTorchsWithoutPrefixAndOptimizerApart) {
   EXPECT_EQ(Weights(*other.model), Weights(*run.model));
   // A weights-only file is not a training checkpoint.
   absl::StatusOr<LoadedCheckpoint> not_ckpt = LoadCheckpoint(model_path, *other.model, nullptr);
-  EXPECT_NE(not_ckpt.status().message().find("not a lockstep training checkpoint"),
-            absl::string_view::npos)
+  EXPECT_NE(not_ckpt.status().message().find("not a lockstep training checkpoint"), absl::string_view::npos)
       << not_ckpt.status();
 }
 
@@ -210,8 +207,7 @@ TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
   std::unique_ptr<Adam> other_opt = *Adam::Create(other->NamedParameters(), amsgrad);
   r = LoadCheckpoint(good, *other, other_opt.get());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("'state.0.exp_avg': expected f32[9, 6], got f32[8, 6]"),
-            absl::string_view::npos)
+  EXPECT_NE(r.status().message().find("'state.0.exp_avg': expected f32[9, 6], got f32[8, 6]"), absl::string_view::npos)
       << r.status();
   EXPECT_EQ(r.status().message().find("missing"), absl::string_view::npos) << r.status();
   // Same shapes, other names (no Flatten): the optimizer accepts, the model
@@ -222,8 +218,7 @@ TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
   std::unique_ptr<Sequential> renamed_model = *MakeMlp(renamed, gen);
   std::unique_ptr<Adam> renamed_opt = *Adam::Create(renamed_model->NamedParameters(), amsgrad);
   r = LoadCheckpoint(good, *renamed_model, renamed_opt.get());
-  EXPECT_NE(r.status().message().find("missing: 0.weight, 0.bias, 2.weight, 2.bias"),
-            absl::string_view::npos)
+  EXPECT_NE(r.status().message().find("missing: 0.weight, 0.bias, 2.weight, 2.bias"), absl::string_view::npos)
       << r.status();
   EXPECT_TRUE(renamed_opt->StateTensors().empty());
   // And a wrong optimizer type.
@@ -231,8 +226,7 @@ TEST(CheckpointTest, TruncatedOrCorruptFilesAreRefusedAndChangeNothing) {
   sgd_options.lr = 0.1;
   std::unique_ptr<Sgd> sgd = *Sgd::Create(target.model->NamedParameters(), sgd_options);
   r = LoadCheckpoint(good, *target.model, sgd.get());
-  EXPECT_NE(r.status().message().find("written with a AdamW optimizer but resuming with SGD"),
-            absl::string_view::npos)
+  EXPECT_NE(r.status().message().find("written with a AdamW optimizer but resuming with SGD"), absl::string_view::npos)
       << r.status();
   expect_untouched("wrong optimizer");
 }
@@ -350,14 +344,12 @@ TEST(CheckpointTest, DropoutMasksResumeExactly) {
   // Extra state for a module the model lacks is refused, naming it.
   absl::Status s = resumed->LoadExtraState({{"4.calls", "1"}, {"3.calls", "x"}});
   EXPECT_NE(s.message().find("'4.calls'"), absl::string_view::npos) << s;
-  EXPECT_NE(s.message().find("'3.calls': Dropout calls must be an unsigned integer"),
-            absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("'3.calls': Dropout calls must be an unsigned integer"), absl::string_view::npos) << s;
 }
 
 TEST(CheckpointTest, ReservedMetadataKeysAreRefused) {
   Trainee run = MakeRun(9);
-  absl::Status s = SaveCheckpoint(TempDir() + "/r.safetensors", *run.model, nullptr, {},
-                                  {{"progress.step", "5"}});
+  absl::Status s = SaveCheckpoint(TempDir() + "/r.safetensors", *run.model, nullptr, {}, {{"progress.step", "5"}});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("reserved"), absl::string_view::npos) << s;
 }

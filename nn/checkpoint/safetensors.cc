@@ -42,16 +42,14 @@ struct FileCloser {
 };
 
 // Reads exactly `size` bytes; a short read means the file shrank or ended.
-absl::Status ReadExactly(std::FILE* f, void* out, size_t size, const std::string& path,
-                         absl::string_view what) {
+absl::Status ReadExactly(std::FILE* f, void* out, size_t size, const std::string& path, absl::string_view what) {
   if (size == 0 || std::fread(out, 1, size, f) == size) return absl::OkStatus();
   if (std::ferror(f)) {
     return absl::InternalError(
         absl::StrCat("safetensors ", path, ": reading ", what, " failed: ", std::strerror(errno)));
   }
-  return Corrupt(path,
-                 absl::StrCat("truncated while reading ", what,
-                              " (the file shrank while being read? another process may be writing it)"));
+  return Corrupt(path, absl::StrCat("truncated while reading ", what,
+                                    " (the file shrank while being read? another process may be writing it)"));
 }
 
 const char* FileTypeName(mode_t mode) {
@@ -132,15 +130,24 @@ absl::StatusOr<Header> ReadHeader(OpenedFile& opened, const std::string& path) {
 
 absl::string_view SafetensorsDTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF64: return "F64";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
-    case DType::kI8: return "I8";
-    case DType::kBool: return "BOOL";
+    case DType::kF32:
+      return "F32";
+    case DType::kF64:
+      return "F64";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kBool:
+      return "BOOL";
   }
   return "invalid";
 }
@@ -163,8 +170,7 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const std::pair<std:
     const std::string& name = tensors[i].first;
     const Tensor& t = tensors[i].second;
     if (name.empty()) {
-      return SerializeError(
-          absl::StrCat("tensor ", i, " has an empty name; give every tensor a unique name"));
+      return SerializeError(absl::StrCat("tensor ", i, " has an empty name; give every tensor a unique name"));
     }
     if (absl::string_view(name).substr(0, 2) == "__") {
       return SerializeError(absl::StrCat("tensor ", i, " is named ", Quoted(name),
@@ -177,12 +183,12 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const std::pair<std:
     }
     const auto [it, inserted] = positions.emplace(name, i);
     if (!inserted) {
-      return SerializeError(absl::StrCat("the name ", Quoted(name), " is used by tensors ", it->second,
-                                         " and ", i, "; names must be unique"));
+      return SerializeError(absl::StrCat("the name ", Quoted(name), " is used by tensors ", it->second, " and ", i,
+                                         "; names must be unique"));
     }
     if (!t.defined()) {
-      return SerializeError(absl::StrCat("tensor ", Quoted(name),
-                                         " is undefined (a default-constructed Tensor); pass one with data"));
+      return SerializeError(
+          absl::StrCat("tensor ", Quoted(name), " is undefined (a default-constructed Tensor); pass one with data"));
     }
     if (t.device().is_cpu()) {
       host.push_back(t);
@@ -218,8 +224,7 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const std::pair<std:
     if (header.size() > 1) header.push_back(',');
     AppendJsonString(tensors[i].first, &header);
     absl::StrAppend(&header, ":{\"dtype\":\"", SafetensorsDTypeName(t.dtype()), "\",\"shape\":[",
-                    absl::StrJoin(t.shape(), ","), "],\"data_offsets\":[", offset, ",", offset + t.nbytes(),
-                    "]}");
+                    absl::StrJoin(t.shape(), ","), "],\"data_offsets\":[", offset, ",", offset + t.nbytes(), "]}");
     offset += t.nbytes();
   }
   header.push_back('}');
@@ -248,11 +253,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes, absl::
                                              " bytes, but a safetensors file starts with an 8-byte "
                                              "header length"));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(uint64_t n,
-                            CheckHeaderLength(source_name, bytes.data(), bytes.size() - kPrefixBytes));
+  LOCKSTEP_ASSIGN_OR_RETURN(uint64_t n, CheckHeaderLength(source_name, bytes.data(), bytes.size() - kPrefixBytes));
   const absl::string_view data = bytes.substr(kPrefixBytes + n);
-  LOCKSTEP_ASSIGN_OR_RETURN(Header header,
-                            ParseHeader(source_name, bytes.substr(kPrefixBytes, n), data.size()));
+  LOCKSTEP_ASSIGN_OR_RETURN(Header header, ParseHeader(source_name, bytes.substr(kPrefixBytes, n), data.size()));
   SafetensorsFile file;
   file.metadata = std::move(header.metadata);
   file.tensors.reserve(header.entries.size());
@@ -264,8 +267,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes, absl::
   return file;
 }
 
-absl::Status WriteSafetensorsFile(const std::string& path,
-                                  absl::Span<const std::pair<std::string, Tensor>> tensors,
+absl::Status WriteSafetensorsFile(const std::string& path, absl::Span<const std::pair<std::string, Tensor>> tensors,
                                   const std::map<std::string, std::string>& metadata,
                                   const AtomicWriteOptions& options) {
   absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);

@@ -45,9 +45,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "core/atomic_file.h"
 
 namespace lockstep {
 
@@ -80,8 +80,7 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const std::pair<std:
 absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes, absl::string_view source_name);
 
 // SerializeSafetensors, then WriteFileAtomically.
-absl::Status WriteSafetensorsFile(const std::string& path,
-                                  absl::Span<const std::pair<std::string, Tensor>> tensors,
+absl::Status WriteSafetensorsFile(const std::string& path, absl::Span<const std::pair<std::string, Tensor>> tensors,
                                   const std::map<std::string, std::string>& metadata = {},
                                   const AtomicWriteOptions& options = {});
 
@@ -105,8 +104,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path,
 // by ReadSafetensorsFile (against the file's size, so a truncated file is
 // an error), the data not read. Whether a file would load, for the price of
 // its header.
-absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
-    const std::string& path, const SafetensorsReadOptions& options = {});
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(const std::string& path,
+                                                                           const SafetensorsReadOptions& options = {});
 
 }  // namespace lockstep
 

@@ -28,11 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [name, tensor] : parsed->tensors) {
     absl::StatusOr<int64_t> numel = lockstep::ShapeNumel(tensor.shape());
     if (!numel.ok() || *numel != tensor.numel()) __builtin_trap();
-    if (tensor.nbytes() != static_cast<size_t>(*numel) * lockstep::DTypeSize(tensor.dtype()))
-      __builtin_trap();
+    if (tensor.nbytes() != static_cast<size_t>(*numel) * lockstep::DTypeSize(tensor.dtype())) __builtin_trap();
     if (!tensor.device().is_cpu() || tensor.nbytes() > section.size() - offset) __builtin_trap();
-    if (tensor.nbytes() > 0 &&
-        std::memcmp(tensor.raw_data(), section.data() + offset, tensor.nbytes()) != 0) {
+    if (tensor.nbytes() > 0 && std::memcmp(tensor.raw_data(), section.data() + offset, tensor.nbytes()) != 0) {
       __builtin_trap();
     }
     offset += tensor.nbytes();
@@ -46,15 +44,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::string> again = lockstep::SerializeSafetensors(parsed->tensors, parsed->metadata);
   if (!again.ok()) __builtin_trap();
   absl::StatusOr<lockstep::SafetensorsFile> reparsed = lockstep::ParseSafetensors(*again, "fuzz reparse");
-  if (!reparsed.ok() || reparsed->metadata != parsed->metadata ||
-      reparsed->tensors.size() != parsed->tensors.size()) {
+  if (!reparsed.ok() || reparsed->metadata != parsed->metadata || reparsed->tensors.size() != parsed->tensors.size()) {
     __builtin_trap();
   }
   for (size_t i = 0; i < parsed->tensors.size(); ++i) {
     const lockstep::Tensor& a = parsed->tensors[i].second;
     const lockstep::Tensor& b = reparsed->tensors[i].second;
-    if (parsed->tensors[i].first != reparsed->tensors[i].first || a.dtype() != b.dtype() ||
-        a.shape() != b.shape() ||
+    if (parsed->tensors[i].first != reparsed->tensors[i].first || a.dtype() != b.dtype() || a.shape() != b.shape() ||
         (a.nbytes() > 0 && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0)) {
       __builtin_trap();
     }

@@ -48,8 +48,7 @@ std::vector<Seed> Corpus() {
     corpus.push_back(Split(*SerializeSafetensors(tensors, metadata)));
   };
   add({}, {});
-  add({{"w", *Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3})},
-       {"b", *Tensor::FromVector<double>({-1, 1})}},
+  add({{"w", *Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3})}, {"b", *Tensor::FromVector<double>({-1, 1})}},
       {{"format", "pt"}});
   add({{"scalar", *Tensor::Zeros({}, DType::kI64)},
        {"empty", *Tensor::Empty({0, 4}, DType::kBF16)},
@@ -161,12 +160,10 @@ void MutateJson(std::mt19937& rng, std::string* json) {
       break;
     }
     case 6: {  // Swap a dtype.
-      for (const char* dtype :
-           {"\"F32\"", "\"F64\"", "\"F16\"", "\"BF16\"", "\"I32\"", "\"I64\"", "\"U8\""}) {
+      for (const char* dtype : {"\"F32\"", "\"F64\"", "\"F16\"", "\"BF16\"", "\"I32\"", "\"I64\"", "\"U8\""}) {
         const size_t at = json->find(dtype);
         if (at == std::string::npos) continue;
-        json->replace(at + 1, std::string(dtype).size() - 2,
-                      kDTypes[rng() % (sizeof(kDTypes) / sizeof(kDTypes[0]))]);
+        json->replace(at + 1, std::string(dtype).size() - 2, kDTypes[rng() % (sizeof(kDTypes) / sizeof(kDTypes[0]))]);
         break;
       }
       break;
@@ -192,15 +189,25 @@ std::string Mutant(std::mt19937& rng, const std::vector<Seed>& corpus) {
     case 1:  // Change a data byte (valid files stay valid).
       if (!seed.data.empty()) seed.data[rng() % seed.data.size()] ^= static_cast<char>(1 + rng() % 255);
       break;
-    default: break;
+    default:
+      break;
   }
   uint64_t length = seed.json.size();
   switch (rng() % 10) {
-    case 0: length += rng() % 9; break;
-    case 1: length -= std::min<uint64_t>(length, rng() % 9); break;
-    case 2: length = (uint64_t{rng()} << 32) | rng(); break;
-    case 3: length = 100'000'000 + rng() % 2; break;
-    default: break;
+    case 0:
+      length += rng() % 9;
+      break;
+    case 1:
+      length -= std::min<uint64_t>(length, rng() % 9);
+      break;
+    case 2:
+      length = (uint64_t{rng()} << 32) | rng();
+      break;
+    case 3:
+      length = 100'000'000 + rng() % 2;
+      break;
+    default:
+      break;
   }
   std::string file = Encode(seed.json, seed.data, length);
   if (rng() % 8 == 0) {  // A raw bit flip anywhere, or a truncation.

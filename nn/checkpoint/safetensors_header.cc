@@ -109,13 +109,27 @@ void AppendJsonString(absl::string_view s, std::string* out) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\t': out->append("\\t"); break;
-      case '\n': out->append("\\n"); break;
-      case '\f': out->append("\\f"); break;
-      case '\r': out->append("\\r"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
       default:
         if (c < 0x20) {
           out->append("\\u00");
@@ -142,8 +156,8 @@ class HeaderReader {
   absl::StatusOr<Header> Read() {
     Header header;
     if (json_.empty() || json_[0] != '{') {
-      return Corrupt(source_, absl::StrCat("the header must be a JSON object starting with '{', found ",
-                                           Found(), "; ", kCorruptHint));
+      return Corrupt(source_, absl::StrCat("the header must be a JSON object starting with '{', found ", Found(), "; ",
+                                           kCorruptHint));
     }
     ++pos_;
     std::set<std::string> seen;
@@ -151,8 +165,8 @@ class HeaderReader {
       do {
         LOCKSTEP_ASSIGN_OR_RETURN(std::string key, ReadString("a tensor name or \"__metadata__\""));
         if (!seen.insert(key).second) {
-          return Corrupt(source_, absl::StrCat("the header has the key ", Quoted(key),
-                                               " twice; keys must be unique; ", kCorruptHint));
+          return Corrupt(source_, absl::StrCat("the header has the key ", Quoted(key), " twice; keys must be unique; ",
+                                               kCorruptHint));
         }
         LOCKSTEP_RETURN_IF_ERROR(Expect(':', absl::StrCat("':' after the key ", Quoted(key))));
         if (key == kMetadataKey) {
@@ -166,9 +180,8 @@ class HeaderReader {
     }
     SkipWhitespace();
     if (pos_ != json_.size()) {
-      return Corrupt(
-          source_, absl::StrCat("unexpected bytes after the header's JSON object at header byte ", pos_, ": ",
-                                Found(), " (only whitespace padding may follow); ", kCorruptHint));
+      return Corrupt(source_, absl::StrCat("unexpected bytes after the header's JSON object at header byte ", pos_,
+                                           ": ", Found(), " (only whitespace padding may follow); ", kCorruptHint));
     }
     return header;
   }
@@ -181,8 +194,8 @@ class HeaderReader {
   }
 
   absl::Status SyntaxError(absl::string_view expected) const {
-    return Corrupt(source_, absl::StrCat("header JSON at byte ", pos_, ": expected ", expected, ", found ",
-                                         Found(), "; ", kCorruptHint));
+    return Corrupt(source_, absl::StrCat("header JSON at byte ", pos_, ": expected ", expected, ", found ", Found(),
+                                         "; ", kCorruptHint));
   }
 
   void SkipWhitespace() {
@@ -241,8 +254,8 @@ class HeaderReader {
       }
       if (c < 0x20) return SyntaxError("a printable character (control characters must be escaped)");
       if (c >= 0x80) {
-        const size_t n = Utf8SequenceLength(reinterpret_cast<const unsigned char*>(json_.data()) + pos_,
-                                            json_.size() - pos_);
+        const size_t n =
+            Utf8SequenceLength(reinterpret_cast<const unsigned char*>(json_.data()) + pos_, json_.size() - pos_);
         if (n == 0) return SyntaxError("valid UTF-8");
         out.append(json_.data() + pos_, n);
         pos_ += n;
@@ -255,14 +268,30 @@ class HeaderReader {
       }
       const char escape = pos_ < json_.size() ? json_[pos_] : '\0';
       switch (escape) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           ++pos_;
           LOCKSTEP_ASSIGN_OR_RETURN(uint32_t cp, ReadHex4());
@@ -285,7 +314,8 @@ class HeaderReader {
           AppendUtf8(cp, &out);
           continue;  // pos_ is past the escape already.
         }
-        default: return SyntaxError("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u after a backslash");
+        default:
+          return SyntaxError("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u after a backslash");
       }
       ++pos_;
     }
@@ -333,8 +363,7 @@ class HeaderReader {
   }
 
   absl::Status ReadMetadata(std::map<std::string, std::string>* metadata) {
-    LOCKSTEP_RETURN_IF_ERROR(
-        Expect('{', "'{' to start \"__metadata__\" (an object of string keys and string values)"));
+    LOCKSTEP_RETURN_IF_ERROR(Expect('{', "'{' to start \"__metadata__\" (an object of string keys and string values)"));
     if (ConsumeIf('}')) return absl::OkStatus();
     do {
       LOCKSTEP_ASSIGN_OR_RETURN(std::string key, ReadString("a \"__metadata__\" key"));
@@ -364,13 +393,11 @@ class HeaderReader {
                      : field == "data_offsets" ? &has_offsets
                                                : nullptr;
         if (seen == nullptr) {
-          return Corrupt(source_,
-                         absl::StrCat(tensor, " has an unexpected field ", Quoted(field),
-                                      "; expected exactly dtype, shape and data_offsets; ", kCorruptHint));
+          return Corrupt(source_, absl::StrCat(tensor, " has an unexpected field ", Quoted(field),
+                                               "; expected exactly dtype, shape and data_offsets; ", kCorruptHint));
         }
         if (*seen) {
-          return Corrupt(source_,
-                         absl::StrCat(tensor, " has the field ", Quoted(field), " twice; ", kCorruptHint));
+          return Corrupt(source_, absl::StrCat(tensor, " has the field ", Quoted(field), " twice; ", kCorruptHint));
         }
         *seen = true;
         LOCKSTEP_RETURN_IF_ERROR(Expect(':', absl::StrCat("':' after ", Quoted(field), " of ", tensor)));
@@ -385,15 +412,14 @@ class HeaderReader {
           }
           entry.dtype = *parsed;
         } else if (field == "shape") {
-          LOCKSTEP_ASSIGN_OR_RETURN(
-              entry.shape, ReadIntegerArray(absl::StrCat("the shape of ", tensor), kMaxSafetensorsRank));
+          LOCKSTEP_ASSIGN_OR_RETURN(entry.shape,
+                                    ReadIntegerArray(absl::StrCat("the shape of ", tensor), kMaxSafetensorsRank));
         } else {
           const std::string what = absl::StrCat("the data_offsets [begin, end] of ", tensor);
           LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ReadIntegerArray(what, 2));
           if (offsets.size() != 2) {
-            return Corrupt(source_,
-                           absl::StrCat(tensor, " has ", offsets.size(),
-                                        " data_offsets; expected two, [begin, end]; ", kCorruptHint));
+            return Corrupt(source_, absl::StrCat(tensor, " has ", offsets.size(),
+                                                 " data_offsets; expected two, [begin, end]; ", kCorruptHint));
           }
           entry.begin = offsets[0];
           entry.end = offsets[1];
@@ -401,14 +427,10 @@ class HeaderReader {
       } while (ConsumeIf(','));
       LOCKSTEP_RETURN_IF_ERROR(Expect('}', absl::StrCat("',' or '}' in the entry of ", tensor)));
     }
-    const char* missing = !has_dtype     ? "dtype"
-                          : !has_shape   ? "shape"
-                          : !has_offsets ? "data_offsets"
-                                         : nullptr;
+    const char* missing = !has_dtype ? "dtype" : !has_shape ? "shape" : !has_offsets ? "data_offsets" : nullptr;
     if (missing != nullptr) {
-      return Corrupt(source_,
-                     absl::StrCat(tensor, " has no '", missing,
-                                  "' field; expected exactly dtype, shape and data_offsets; ", kCorruptHint));
+      return Corrupt(source_, absl::StrCat(tensor, " has no '", missing,
+                                           "' field; expected exactly dtype, shape and data_offsets; ", kCorruptHint));
     }
     return entry;
   }
@@ -444,10 +466,9 @@ static absl::Status ValidateLayout(absl::string_view source, uint64_t data_size,
     }
     const uint64_t have = static_cast<uint64_t>(e.end - e.begin);
     if (have != nbytes) {
-      return Corrupt(source,
-                     absl::StrCat(tensor, " has data_offsets ", OffsetsToString(e), " (", have,
-                                  " bytes) but dtype ", SafetensorsDTypeName(e.dtype), " and shape ",
-                                  ShapeToString(e.shape), " need ", nbytes, " bytes; ", kCorruptHint));
+      return Corrupt(source, absl::StrCat(tensor, " has data_offsets ", OffsetsToString(e), " (", have,
+                                          " bytes) but dtype ", SafetensorsDTypeName(e.dtype), " and shape ",
+                                          ShapeToString(e.shape), " need ", nbytes, " bytes; ", kCorruptHint));
     }
   }
   // Stable: zero-byte tensors sharing an offset keep their header order.
@@ -459,30 +480,30 @@ static absl::Status ValidateLayout(absl::string_view source, uint64_t data_size,
   for (const Entry& e : *entries) {
     const uint64_t begin = static_cast<uint64_t>(e.begin);
     if (begin < covered) {
-      return Corrupt(source, absl::StrCat("tensor ", Quoted(e.name), " (data_offsets ", OffsetsToString(e),
-                                          ") overlaps tensor ", Quoted(previous->name), " (data_offsets ",
-                                          OffsetsToString(*previous), "); tensors must not share bytes; ",
-                                          kCorruptHint));
+      return Corrupt(
+          source, absl::StrCat("tensor ", Quoted(e.name), " (data_offsets ", OffsetsToString(e), ") overlaps tensor ",
+                               Quoted(previous->name), " (data_offsets ", OffsetsToString(*previous),
+                               "); tensors must not share bytes; ", kCorruptHint));
     }
     if (begin > covered) {
-      return Corrupt(source, absl::StrCat("data section bytes [", covered, ", ", begin, ") before tensor ",
-                                          Quoted(e.name),
-                                          " belong to no tensor; the format requires the "
-                                          "tensors to cover the data section without holes; ",
-                                          kCorruptHint));
+      return Corrupt(source,
+                     absl::StrCat("data section bytes [", covered, ", ", begin, ") before tensor ", Quoted(e.name),
+                                  " belong to no tensor; the format requires the "
+                                  "tensors to cover the data section without holes; ",
+                                  kCorruptHint));
     }
     covered = static_cast<uint64_t>(e.end);
     previous = &e;
   }
   if (covered > data_size) {
-    return Corrupt(source, absl::StrCat("truncated: tensor ", Quoted(previous->name), " ends at data offset ",
-                                        covered, " but the data section has only ", data_size,
+    return Corrupt(source, absl::StrCat("truncated: tensor ", Quoted(previous->name), " ends at data offset ", covered,
+                                        " but the data section has only ", data_size,
                                         " bytes; the file was cut short (an interrupted copy or download?)"));
   }
   if (covered < data_size) {
-    return Corrupt(source, absl::StrCat("the data section has ", data_size,
-                                        " bytes but the tensors cover only ", covered, "; the last ",
-                                        data_size - covered, " bytes belong to no tensor; ", kCorruptHint));
+    return Corrupt(source,
+                   absl::StrCat("the data section has ", data_size, " bytes but the tensors cover only ", covered,
+                                "; the last ", data_size - covered, " bytes belong to no tensor; ", kCorruptHint));
   }
   return absl::OkStatus();
 }
@@ -492,16 +513,14 @@ static absl::Status ValidateLayout(absl::string_view source, uint64_t data_size,
 absl::StatusOr<uint64_t> CheckHeaderLength(absl::string_view source, const char* prefix, uint64_t available) {
   const uint64_t n = LoadLittleEndian64(prefix);
   if (n > kMaxSafetensorsHeaderBytes) {
-    return Corrupt(source,
-                   absl::StrCat("the header length prefix says ", n, " bytes, more than the limit of ",
-                                kMaxSafetensorsHeaderBytes,
-                                "; this is not a safetensors file (a PyTorch .pt or .bin checkpoint?) "
-                                "or it is corrupt"));
+    return Corrupt(source, absl::StrCat("the header length prefix says ", n, " bytes, more than the limit of ",
+                                        kMaxSafetensorsHeaderBytes,
+                                        "; this is not a safetensors file (a PyTorch .pt or .bin checkpoint?) "
+                                        "or it is corrupt"));
   }
   if (n > available) {
-    return Corrupt(source,
-                   absl::StrCat("truncated: the header length prefix says ", n, " bytes but only ", available,
-                                " bytes follow it; the file was cut short or is not a safetensors file"));
+    return Corrupt(source, absl::StrCat("truncated: the header length prefix says ", n, " bytes but only ", available,
+                                        " bytes follow it; the file was cut short or is not a safetensors file"));
   }
   return n;
 }
@@ -511,7 +530,6 @@ absl::StatusOr<Header> ParseHeader(absl::string_view source, absl::string_view j
   LOCKSTEP_RETURN_IF_ERROR(ValidateLayout(source, data_size, &header.entries));
   return header;
 }
-
 
 }  // namespace safetensors_internal
 }  // namespace lockstep

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/atomic_file.h"
 #include "core/cuda/cuda_runtime.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "core/atomic_file.h"
 
 namespace lockstep {
 namespace {
@@ -55,8 +55,8 @@ std::string WithPrefix(const std::string& json) {
 
 std::string Entry(const std::string& name, const std::string& dtype, const std::string& shape, int64_t begin,
                   int64_t end) {
-  return absl::StrCat("\"", name, "\":{\"dtype\":\"", dtype, "\",\"shape\":", shape, ",\"data_offsets\":[",
-                      begin, ",", end, "]}");
+  return absl::StrCat("\"", name, "\":{\"dtype\":\"", dtype, "\",\"shape\":", shape, ",\"data_offsets\":[", begin, ",",
+                      end, "]}");
 }
 
 void ExpectParseError(const std::string& bytes, const std::string& expected_message,
@@ -101,8 +101,7 @@ TEST(SafetensorsTest, HandConstructedFileWithMetadataScalarAndEmptyTensor) {
   const Named tensors = {{"w", *Tensor::FromVector<float>({1.0f, -2.0f})},
                          {"empty", *Tensor::Empty({0}, DType::kU8)},
                          {"s", FromBytes(DType::kI64, {}, data.substr(8))}};
-  const std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                       {"note", "tab\there \"q\" \xc3\xa9\x01"}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"note", "tab\there \"q\" \xc3\xa9\x01"}};
   const absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, expected);
@@ -150,8 +149,7 @@ TEST(SafetensorsTest, RoundTripsEveryDTypeAndShape) {
   };
   const absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  const uint64_t header = static_cast<unsigned char>((*bytes)[0]) | static_cast<unsigned char>((*bytes)[1])
-                                                                        << 8;
+  const uint64_t header = static_cast<unsigned char>((*bytes)[0]) | static_cast<unsigned char>((*bytes)[1]) << 8;
   EXPECT_EQ(header % 8, 0u);
 
   const absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes, "round trip");
@@ -195,9 +193,8 @@ TEST(SafetensorsTest, ParsesEscapesAndSurrogatePairsInNames) {
 }
 
 TEST(SafetensorsTest, OrdersTensorsByOffsetNotHeaderOrder) {
-  const std::string json = "{" + Entry("second", "U8", "[2]", 1, 3) + "," + Entry("z0", "U8", "[0]", 0, 0) +
-                           "," + Entry("first", "U8", "[1]", 0, 1) + "," + Entry("a0", "U8", "[0]", 0, 0) +
-                           "}";
+  const std::string json = "{" + Entry("second", "U8", "[2]", 1, 3) + "," + Entry("z0", "U8", "[0]", 0, 0) + "," +
+                           Entry("first", "U8", "[1]", 0, 1) + "," + Entry("a0", "U8", "[0]", 0, 0) + "}";
   const absl::StatusOr<SafetensorsFile> file = ParseSafetensors(WithPrefix(json) + "abc", "order");
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_EQ(file->tensors.size(), 4u);
@@ -237,10 +234,9 @@ TEST(SafetensorsTest, EveryTruncationFailsCleanlyAndSaysTruncated) {
     EXPECT_NE(r.status().message().find("safetensors cut.safetensors: truncated"), absl::string_view::npos)
         << r.status();
   }
-  ExpectParseError(
-      file.substr(0, 5),
-      "safetensors x.safetensors: truncated: the file has 5 bytes, but a safetensors file starts "
-      "with an 8-byte header length");
+  ExpectParseError(file.substr(0, 5),
+                   "safetensors x.safetensors: truncated: the file has 5 bytes, but a safetensors file starts "
+                   "with an 8-byte header length");
   ExpectParseError(file.substr(0, file.size() - 1),
                    "safetensors x.safetensors: truncated: tensor 'b' ends at data offset 11 but the data "
                    "section has only 10 bytes; the file was cut short (an interrupted copy or download?)");
@@ -250,61 +246,52 @@ TEST(SafetensorsTest, HeaderLengthBeyondTheFileOrTheLimit) {
   ExpectParseError(WithPrefix("{}").substr(0, 9),
                    "safetensors x.safetensors: truncated: the header length prefix says 2 bytes but only 1 "
                    "bytes follow it; the file was cut short or is not a safetensors file");
-  ExpectParseError(
-      std::string("\x01\xe1\xf5\x05\x00\x00\x00\x00{}", 10),  // 100,000,001
-      "safetensors x.safetensors: the header length prefix says 100000001 bytes, more than the "
-      "limit of 100000000; this is not a safetensors file (a PyTorch .pt or .bin checkpoint?) or "
-      "it is corrupt");
-  ExpectParseErrorContains(std::string(8, '\xff') + "{}",
-                           "says 18446744073709551615 bytes, more than the limit");
+  ExpectParseError(std::string("\x01\xe1\xf5\x05\x00\x00\x00\x00{}", 10),  // 100,000,001
+                   "safetensors x.safetensors: the header length prefix says 100000001 bytes, more than the "
+                   "limit of 100000000; this is not a safetensors file (a PyTorch .pt or .bin checkpoint?) or "
+                   "it is corrupt");
+  ExpectParseErrorContains(std::string(8, '\xff') + "{}", "says 18446744073709551615 bytes, more than the limit");
 }
 
 TEST(SafetensorsTest, WrongByteCount) {
   const std::string json = "{" + Entry("fc1.weight", "F32", "[2,3]", 0, 12) + "}";
-  ExpectParseError(
-      WithPrefix(json) + std::string(12, '\0'),
-      std::string("safetensors x.safetensors: tensor 'fc1.weight' has data_offsets [0, 12] (12 bytes) "
-                  "but dtype F32 and shape [2, 3] need 24 bytes") +
-          kCorrupt);
+  ExpectParseError(WithPrefix(json) + std::string(12, '\0'),
+                   std::string("safetensors x.safetensors: tensor 'fc1.weight' has data_offsets [0, 12] (12 bytes) "
+                               "but dtype F32 and shape [2, 3] need 24 bytes") +
+                       kCorrupt);
 }
 
 TEST(SafetensorsTest, OverlapHoleAndUncoveredBytes) {
   const std::string overlap = "{" + Entry("a", "U8", "[4]", 0, 4) + "," + Entry("b", "U8", "[2]", 2, 4) + "}";
-  ExpectParseError(
-      WithPrefix(overlap) + "abcd",
-      std::string("safetensors x.safetensors: tensor 'b' (data_offsets [2, 4]) overlaps tensor 'a' "
-                  "(data_offsets [0, 4]); tensors must not share bytes") +
-          kCorrupt);
+  ExpectParseError(WithPrefix(overlap) + "abcd",
+                   std::string("safetensors x.safetensors: tensor 'b' (data_offsets [2, 4]) overlaps tensor 'a' "
+                               "(data_offsets [0, 4]); tensors must not share bytes") +
+                       kCorrupt);
   const std::string same = "{" + Entry("a", "U8", "[2]", 0, 2) + "," + Entry("b", "U8", "[2]", 0, 2) + "}";
   ExpectParseErrorContains(WithPrefix(same) + "ab", "tensor 'b' (data_offsets [0, 2]) overlaps tensor 'a'");
   const std::string inside = "{" + Entry("a", "U8", "[4]", 0, 4) + "," + Entry("e", "U8", "[0]", 2, 2) + "}";
-  ExpectParseErrorContains(WithPrefix(inside) + "abcd",
-                           "tensor 'e' (data_offsets [2, 2]) overlaps tensor 'a'");
+  ExpectParseErrorContains(WithPrefix(inside) + "abcd", "tensor 'e' (data_offsets [2, 2]) overlaps tensor 'a'");
 
   const std::string hole = "{" + Entry("a", "U8", "[2]", 0, 2) + "," + Entry("b", "U8", "[1]", 3, 4) + "}";
-  ExpectParseError(
-      WithPrefix(hole) + "abcd",
-      std::string("safetensors x.safetensors: data section bytes [2, 3) before tensor 'b' belong to "
-                  "no tensor; the format requires the tensors to cover the data section without "
-                  "holes") +
-          kCorrupt);
+  ExpectParseError(WithPrefix(hole) + "abcd",
+                   std::string("safetensors x.safetensors: data section bytes [2, 3) before tensor 'b' belong to "
+                               "no tensor; the format requires the tensors to cover the data section without "
+                               "holes") +
+                       kCorrupt);
   const std::string late_start = "{" + Entry("a", "U8", "[1]", 1, 2) + "}";
   ExpectParseErrorContains(WithPrefix(late_start) + "ab", "data section bytes [0, 1) before tensor 'a'");
-  ExpectParseError(
-      WithPrefix("{" + Entry("a", "U8", "[1]", 0, 1) + "}") + "ab",
-      std::string("safetensors x.safetensors: the data section has 2 bytes but the tensors cover only "
-                  "1; the last 1 bytes belong to no tensor") +
-          kCorrupt);
-  ExpectParseErrorContains(WithPrefix("{}") + "a",
-                           "the data section has 1 bytes but the tensors cover only 0");
+  ExpectParseError(WithPrefix("{" + Entry("a", "U8", "[1]", 0, 1) + "}") + "ab",
+                   std::string("safetensors x.safetensors: the data section has 2 bytes but the tensors cover only "
+                               "1; the last 1 bytes belong to no tensor") +
+                       kCorrupt);
+  ExpectParseErrorContains(WithPrefix("{}") + "a", "the data section has 1 bytes but the tensors cover only 0");
 }
 
 TEST(SafetensorsTest, OffsetsEndingBeforeTheyBeginOrHuge) {
-  ExpectParseError(
-      WithPrefix("{" + Entry("a", "U8", "[0]", 4, 2) + "}") + "abcd",
-      std::string("safetensors x.safetensors: tensor 'a' has data_offsets [4, 2], which end before they "
-                  "begin") +
-          kCorrupt);
+  ExpectParseError(WithPrefix("{" + Entry("a", "U8", "[0]", 4, 2) + "}") + "abcd",
+                   std::string("safetensors x.safetensors: tensor 'a' has data_offsets [4, 2], which end before they "
+                               "begin") +
+                       kCorrupt);
   ExpectParseErrorContains(
       WithPrefix("{" + Entry("a", "U8", "[9223372036854775807]", 0, 9223372036854775807) + "}") + "ab",
       "truncated: tensor 'a' ends at data offset 9223372036854775807 but the data section has only 2 bytes");
@@ -321,11 +308,10 @@ TEST(SafetensorsTest, UnsupportedDType) {
 }
 
 TEST(SafetensorsTest, ShapeOverflowAndRank) {
-  ExpectParseError(
-      WithPrefix("{" + Entry("big", "F32", "[4294967296,4294967296]", 0, 0) + "}"),
-      std::string("safetensors x.safetensors: tensor 'big' has shape [4294967296, 4294967296], whose "
-                  "element count overflows") +
-          kCorrupt);
+  ExpectParseError(WithPrefix("{" + Entry("big", "F32", "[4294967296,4294967296]", 0, 0) + "}"),
+                   std::string("safetensors x.safetensors: tensor 'big' has shape [4294967296, 4294967296], whose "
+                               "element count overflows") +
+                       kCorrupt);
   ExpectParseErrorContains(WithPrefix("{" + Entry("big", "F64", "[4611686018427387904]", 0, 0) + "}"),
                            "tensor 'big' has shape [4611686018427387904], whose byte count overflows");
   std::string rank64 = "[1";
@@ -339,59 +325,49 @@ TEST(SafetensorsTest, DuplicateKeys) {
   const std::string entry = Entry("a", "U8", "[1]", 0, 1);
   ExpectParseError(
       WithPrefix("{" + entry + "," + entry + "}") + "a",
-      std::string("safetensors x.safetensors: the header has the key 'a' twice; keys must be unique") +
-          kCorrupt);
+      std::string("safetensors x.safetensors: the header has the key 'a' twice; keys must be unique") + kCorrupt);
   ExpectParseErrorContains(WithPrefix("{\"__metadata__\":{},\"__metadata__\":{}}"),
                            "the header has the key '__metadata__' twice");
-  ExpectParseError(
-      WithPrefix("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}"),
-      std::string("safetensors x.safetensors: \"__metadata__\" has the key 'k' twice; keys must be "
-                  "unique") +
-          kCorrupt);
-  ExpectParseError(
-      WithPrefix("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}") + "a",
-      std::string("safetensors x.safetensors: tensor 'a' has the field 'dtype' twice") + kCorrupt);
+  ExpectParseError(WithPrefix("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}"),
+                   std::string("safetensors x.safetensors: \"__metadata__\" has the key 'k' twice; keys must be "
+                               "unique") +
+                       kCorrupt);
+  ExpectParseError(WithPrefix("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}") + "a",
+                   std::string("safetensors x.safetensors: tensor 'a' has the field 'dtype' twice") + kCorrupt);
   // Keys are compared after unescaping.
-  ExpectParseErrorContains(WithPrefix("{" + entry + ",\"\\u0061\":{}}") + "a",
-                           "the header has the key 'a' twice");
+  ExpectParseErrorContains(WithPrefix("{" + entry + ",\"\\u0061\":{}}") + "a", "the header has the key 'a' twice");
 }
 
 TEST(SafetensorsTest, EntryFields) {
-  ExpectParseError(
-      WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}") + "a",
-      std::string("safetensors x.safetensors: tensor 'a' has no 'data_offsets' field; expected exactly "
-                  "dtype, shape and data_offsets") +
-          kCorrupt);
+  ExpectParseError(WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}") + "a",
+                   std::string("safetensors x.safetensors: tensor 'a' has no 'data_offsets' field; expected exactly "
+                               "dtype, shape and data_offsets") +
+                       kCorrupt);
   ExpectParseErrorContains(WithPrefix("{\"a\":{}}"), "tensor 'a' has no 'dtype' field");
   ExpectParseError(
       WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"extra\":1}}") + "a",
-      std::string(
-          "safetensors x.safetensors: tensor 'a' has an unexpected field 'extra'; expected exactly dtype, "
-          "shape and data_offsets") +
+      std::string("safetensors x.safetensors: tensor 'a' has an unexpected field 'extra'; expected exactly dtype, "
+                  "shape and data_offsets") +
           kCorrupt);
-  ExpectParseError(
-      WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1]}}") + "a",
-      std::string("safetensors x.safetensors: tensor 'a' has 1 data_offsets; expected two, [begin, "
-                  "end]") +
-          kCorrupt);
-  ExpectParseErrorContains(
-      WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}") + "a",
-      "expected ']' after at most 2 values in the data_offsets [begin, end] of tensor 'a'");
+  ExpectParseError(WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1]}}") + "a",
+                   std::string("safetensors x.safetensors: tensor 'a' has 1 data_offsets; expected two, [begin, "
+                               "end]") +
+                       kCorrupt);
+  ExpectParseErrorContains(WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}") + "a",
+                           "expected ']' after at most 2 values in the data_offsets [begin, end] of tensor 'a'");
   ExpectParseErrorContains(WithPrefix("{\"a\":{\"dtype\":8,\"shape\":[1],\"data_offsets\":[0,1]}}") + "a",
                            "expected a string (the dtype of tensor 'a'), found '8,");
-  ExpectParseErrorContains(WithPrefix("{\"a\":[]}"),
-                           "expected '{' to start the entry of tensor 'a', found '[]}'");
+  ExpectParseErrorContains(WithPrefix("{\"a\":[]}"), "expected '{' to start the entry of tensor 'a', found '[]}'");
 }
 
 TEST(SafetensorsTest, NumbersMustBePlainNonNegativeIntegers) {
   const auto with_shape = [](const std::string& shape) {
     return WithPrefix("{\"a\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[0,1]}}") + "a";
   };
-  ExpectParseError(
-      with_shape("[-1]"),
-      std::string("safetensors x.safetensors: header JSON at byte 28: expected a non-negative integer "
-                  "(the shape of tensor 'a'), found '-1],\"data_offset'") +
-          kCorrupt);
+  ExpectParseError(with_shape("[-1]"),
+                   std::string("safetensors x.safetensors: header JSON at byte 28: expected a non-negative integer "
+                               "(the shape of tensor 'a'), found '-1],\"data_offset'") +
+                       kCorrupt);
   ExpectParseErrorContains(with_shape("[1.0]"),
                            "expected a non-negative integer (the shape of tensor 'a') with no "
                            "fraction or exponent, found '1.0]");
@@ -406,41 +382,34 @@ TEST(SafetensorsTest, NumbersMustBePlainNonNegativeIntegers) {
 }
 
 TEST(SafetensorsTest, HeaderMustBeAnObjectWithNothingAfterIt) {
-  ExpectParseError(
-      WithPrefix("[]"),
-      std::string("safetensors x.safetensors: the header must be a JSON object starting with '{', "
-                  "found '[]'") +
-          kCorrupt);
+  ExpectParseError(WithPrefix("[]"),
+                   std::string("safetensors x.safetensors: the header must be a JSON object starting with '{', "
+                               "found '[]'") +
+                       kCorrupt);
   ExpectParseErrorContains(WithPrefix(" {}"), "must be a JSON object starting with '{', found ' {}'");
   ExpectParseErrorContains(WithPrefix("\"x\""), "must be a JSON object");
-  ExpectParseErrorContains(WithPrefix(""),
-                           "must be a JSON object starting with '{', found the end of the header");
-  ExpectParseError(
-      WithPrefix("{}  x"),
-      std::string("safetensors x.safetensors: unexpected bytes after the header's JSON object at header "
-                  "byte 4: 'x' (only whitespace padding may follow)") +
-          kCorrupt);
+  ExpectParseErrorContains(WithPrefix(""), "must be a JSON object starting with '{', found the end of the header");
+  ExpectParseError(WithPrefix("{}  x"),
+                   std::string("safetensors x.safetensors: unexpected bytes after the header's JSON object at header "
+                               "byte 4: 'x' (only whitespace padding may follow)") +
+                       kCorrupt);
   ExpectParseErrorContains(WithPrefix("{}{}"), "unexpected bytes after the header's JSON object");
   ExpectParseErrorContains(WithPrefix(std::string("{}\0", 3)),
                            "unexpected bytes after the header's JSON object at header byte 2: "
                            "'\\x00'");
-  ExpectParseErrorContains(WithPrefix("{"),
-                           "expected a string (a tensor name or \"__metadata__\"), found the end");
+  ExpectParseErrorContains(WithPrefix("{"), "expected a string (a tensor name or \"__metadata__\"), found the end");
   ExpectParseErrorContains(WithPrefix("{,}"), "expected a string");
   ExpectParseErrorContains(WithPrefix("{\"a\" 1}"), "expected ':' after the key 'a'");
   ExpectParseErrorContains(WithPrefix("{" + Entry("a", "U8", "[0]", 0, 0) + ",}"), "expected a string");
-  ExpectParseErrorContains(WithPrefix("{" + Entry("a", "U8", "[0]", 0, 0)),
-                           "expected ',' or '}' after a header entry");
+  ExpectParseErrorContains(WithPrefix("{" + Entry("a", "U8", "[0]", 0, 0)), "expected ',' or '}' after a header entry");
 }
 
 TEST(SafetensorsTest, MetadataMustMapStringsToStrings) {
-  ExpectParseError(
-      WithPrefix("{\"__metadata__\":{\"step\":12}}"),
-      std::string("safetensors x.safetensors: header JSON at byte 24: expected a string (the value of "
-                  "\"__metadata__\" key 'step'; metadata values must be strings), found '12}}'") +
-          kCorrupt);
-  ExpectParseErrorContains(WithPrefix("{\"__metadata__\":{\"a\":{\"b\":\"c\"}}}"),
-                           "metadata values must be strings");
+  ExpectParseError(WithPrefix("{\"__metadata__\":{\"step\":12}}"),
+                   std::string("safetensors x.safetensors: header JSON at byte 24: expected a string (the value of "
+                               "\"__metadata__\" key 'step'; metadata values must be strings), found '12}}'") +
+                       kCorrupt);
+  ExpectParseErrorContains(WithPrefix("{\"__metadata__\":{\"a\":{\"b\":\"c\"}}}"), "metadata values must be strings");
   ExpectParseErrorContains(WithPrefix("{\"__metadata__\":[]}"), "expected '{' to start \"__metadata__\"");
   ExpectParseErrorContains(WithPrefix("{\"__metadata__\":\"x\"}"), "expected '{' to start \"__metadata__\"");
 }
@@ -477,15 +446,13 @@ TEST(SafetensorsTest, SerializeRefusesBadNamesAndTensors) {
   };
   EXPECT_EQ(error({{"a", t}, {"b", t}, {"a", t}}),
             "SerializeSafetensors: the name 'a' is used by tensors 0 and 2; names must be unique");
-  EXPECT_EQ(error({{"", t}}),
-            "SerializeSafetensors: tensor 0 has an empty name; give every tensor a unique name");
+  EXPECT_EQ(error({{"", t}}), "SerializeSafetensors: tensor 0 has an empty name; give every tensor a unique name");
   EXPECT_EQ(error({{"a", t}, {"__metadata__", t}}),
             "SerializeSafetensors: tensor 1 is named '__metadata__'; names starting with \"__\" are reserved "
             "for the "
             "header (\"__metadata__\"); rename it");
-  EXPECT_EQ(
-      error({{"w", Tensor()}}),
-      "SerializeSafetensors: tensor 'w' is undefined (a default-constructed Tensor); pass one with data");
+  EXPECT_EQ(error({{"w", Tensor()}}),
+            "SerializeSafetensors: tensor 'w' is undefined (a default-constructed Tensor); pass one with data");
   EXPECT_EQ(error({{"bad\xff", t}}),
             "SerializeSafetensors: tensor 0 has the name 'bad\\xff', which is not valid UTF-8 (the header is "
             "JSON)");
@@ -516,10 +483,9 @@ TEST(SafetensorsTest, WriteAndReadFile) {
 
 TEST(SafetensorsTest, WriteFileReportsSerializationErrorsWithThePath) {
   const absl::Status s = WriteSafetensorsFile(TempPath("never.safetensors"), Named{{"", Tensor()}});
-  EXPECT_EQ(s.message(),
-            absl::StrCat("WriteSafetensorsFile(", TempPath("never.safetensors"),
-                         "): SerializeSafetensors: tensor 0 has an empty name; give every tensor a "
-                         "unique name"));
+  EXPECT_EQ(s.message(), absl::StrCat("WriteSafetensorsFile(", TempPath("never.safetensors"),
+                                      "): SerializeSafetensors: tensor 0 has an empty name; give every tensor a "
+                                      "unique name"));
 }
 
 TEST(SafetensorsTest, ReadFileSaysTruncatedAtEveryCut) {
@@ -531,8 +497,7 @@ TEST(SafetensorsTest, ReadFileSaysTruncatedAtEveryCut) {
     const absl::StatusOr<SafetensorsFile> r = ReadSafetensorsFile(path);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find(absl::StrCat("safetensors ", path, ": truncated")),
-              absl::string_view::npos)
+    EXPECT_NE(r.status().message().find(absl::StrCat("safetensors ", path, ": truncated")), absl::string_view::npos)
         << r.status();
   }
   ASSERT_TRUE(WriteFileAtomically(path, full).ok());

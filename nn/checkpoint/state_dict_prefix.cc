@@ -13,8 +13,7 @@ std::vector<NamedTensor> StripPrefixIfPresent(std::vector<NamedTensor> state, ab
   return state;
 }
 
-absl::Status LoadStateDictAcceptingWrapperPrefix(Module& module, const std::vector<NamedTensor>& state,
-                                                 bool strict) {
+absl::Status LoadStateDictAcceptingWrapperPrefix(Module& module, const std::vector<NamedTensor>& state, bool strict) {
   return module.LoadStateDict(StripPrefixIfPresent(state), strict);
 }
 

@@ -14,9 +14,9 @@
 #include "core/status.h"
 #include "nn/adam.h"
 #include "nn/checkpoint/checkpoint.h"
+#include "nn/checkpoint/safetensors.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
-#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace {
@@ -32,8 +32,7 @@ absl::Status Run(const std::string& dir) {
   MlpOptions options;
   options.sizes = {784, 512, 256, 10};
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(options, gen));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adamw,
-                            Adam::Create(model->NamedParameters(), AdamWOptions()));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adamw, Adam::Create(model->NamedParameters(), AdamWOptions()));
   Mt19937 data(7);
   for (int step = 0; step < 3; ++step) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor x, RandomImages(data, 64));

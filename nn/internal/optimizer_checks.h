@@ -17,15 +17,14 @@ inline absl::Status CheckParameters(const char* optimizer, const std::vector<Nam
     const Tensor& v = params[i].parameter->value;
     if (!v.defined() || v.dtype() != DType::kF32) {
       return absl::InvalidArgumentError(absl::StrCat(
-          optimizer, ": parameter ", i, " ('", params[i].name, "') is ",
-          v.defined() ? v.DebugString() : "undefined",
+          optimizer, ": parameter ", i, " ('", params[i].name, "') is ", v.defined() ? v.DebugString() : "undefined",
           "; the optimizers update f32 (master) weights -- keep parameters in f32 and use a "
           "compute dtype for mixed precision"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (params[j].parameter == params[i].parameter) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            optimizer, ": parameter '", params[i].name, "' appears twice (indices ", j, " and ", i, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(optimizer, ": parameter '", params[i].name, "' appears twice (indices ", j, " and ", i, ")"));
       }
     }
   }
@@ -36,9 +35,8 @@ inline absl::Status CheckGrad(const char* optimizer, const NamedParameter& p) {
   const Tensor& v = p.parameter->value;
   const Tensor& g = p.parameter->grad;
   if (g.dtype() != DType::kF32 || g.shape() != v.shape() || g.device() != v.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(optimizer, ": gradient of '", p.name, "' is ",
-                                                   g.DebugString(), " but the parameter is ",
-                                                   v.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(optimizer, ": gradient of '", p.name, "' is ", g.DebugString(),
+                                                   " but the parameter is ", v.DebugString()));
   }
   return absl::OkStatus();
 }

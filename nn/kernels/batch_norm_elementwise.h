@@ -57,8 +57,8 @@ LOCKSTEP_HOST_DEVICE inline double PlaneDot(const float* x, const float* dy, int
 //   (dy - mean(dy) - (x - mean) sum((x - mean) dy) invstd^2 / n) invstd w.
 // k = sum((x - mean) dy) invstd^2 / n and grad_mean = sum(dy) / n, per
 // channel; the product in double, invstd and w applied in that order.
-LOCKSTEP_HOST_DEVICE inline float InputGradBatch(float x, float dy, float mean, double k,
-                                                 double grad_mean, float invstd, float w) {
+LOCKSTEP_HOST_DEVICE inline float InputGradBatch(float x, float dy, float mean, double k, double grad_mean,
+                                                 float invstd, float w) {
   const double centered = static_cast<double>(x - mean) * k;
   return static_cast<float>((dy - grad_mean - centered) * invstd * w);
 }

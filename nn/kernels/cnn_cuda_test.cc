@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_runtime.h"
@@ -351,10 +351,8 @@ TEST_F(CnnCudaTest, Bf16ActivationsOnCudaEqualTheCpu) {
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ(gpu->first.dtype(), DType::kBF16);
   EXPECT_EQ(gpu->second.dtype(), DType::kBF16);
-  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->first)).ToVector<float>(),
-            *eb::WidenedToF32(cpu->first).ToVector<float>());
-  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->second)).ToVector<float>(),
-            *eb::WidenedToF32(cpu->second).ToVector<float>());
+  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->first)).ToVector<float>(), *eb::WidenedToF32(cpu->first).ToVector<float>());
+  EXPECT_EQ(*eb::WidenedToF32(OnCpu(gpu->second)).ToVector<float>(), *eb::WidenedToF32(cpu->second).ToVector<float>());
 }
 
 TEST_F(CnnCudaTest, Conv2dOnCudaTakesChangingBatchSizes) {

@@ -33,10 +33,10 @@ namespace lockstep {
 namespace nn_internal {
 
 struct ConvShape {
-  int64_t n, c, h, w;    // input
-  int64_t o, kh, kw;     // weight [o, c, kh, kw]
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // weight [o, c, kh, kw]
   int64_t sh, sw, ph, pw;
-  int64_t oh, ow;        // output
+  int64_t oh, ow;  // output
   bool bias;
   DType dtype = DType::kF32;  // of every operand and result
   bool operator==(const ConvShape& b) const {

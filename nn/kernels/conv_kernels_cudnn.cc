@@ -24,23 +24,25 @@ namespace {
 
 cudnnDataType_t DataType(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
-    case DType::kF16: return CUDNN_DATA_HALF;
-    default: return CUDNN_DATA_FLOAT;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
 std::string ShapeString(const ConvShape& s) {
-  return absl::StrCat(DTypeName(s.dtype), " x [", s.n, ", ", s.c, ", ", s.h, ", ", s.w, "], w [", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw,
-                      "], stride ", s.sh, "x", s.sw, ", padding ", s.ph, "x", s.pw);
+  return absl::StrCat(DTypeName(s.dtype), " x [", s.n, ", ", s.c, ", ", s.h, ", ", s.w, "], w [", s.o, ", ", s.c, ", ",
+                      s.kh, ", ", s.kw, "], stride ", s.sh, "x", s.sw, ", padding ", s.ph, "x", s.pw);
 }
 
 absl::Status FromCudnn(cudnnStatus_t st, const char* operation, int device, const ConvShape* shape = nullptr) {
   if (st == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("Conv2d ", operation, " on cuda:", device,
-                                          shape != nullptr ? absl::StrCat(" (", ShapeString(*shape), ")") : "",
-                                          " failed: cuDNN ", cudnnGetErrorString(st),
-                                          "; LOCKSTEP_NO_CUDNN=1 runs im2col + cuBLAS instead"));
+  return absl::InternalError(absl::StrCat(
+      "Conv2d ", operation, " on cuda:", device, shape != nullptr ? absl::StrCat(" (", ShapeString(*shape), ")") : "",
+      " failed: cuDNN ", cudnnGetErrorString(st), "; LOCKSTEP_NO_CUDNN=1 runs im2col + cuBLAS instead"));
 }
 
 absl::Status FromCuda(cudaError_t err, const char* operation, int device) {
@@ -187,62 +189,61 @@ absl::Status MakePlan(cudnnHandle_t handle, int device, Plan& p) {
   const ConvShape& s = p.shape;
   for (int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.oh, s.ow}) {
     if (v > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("Conv2d on cuda:", device, " (", ShapeString(s),
-                                                     "): a dimension exceeds cuDNN's int range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Conv2d on cuda:", device, " (", ShapeString(s), "): a dimension exceeds cuDNN's int range"));
     }
   }
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   // Data in the shape's dtype, accumulation (the convolution's compute
   // type) in f32 always.
   const cudnnDataType_t data = DataType(s.dtype);
-  const auto set4d = [&](cudnnTensorDescriptor_t d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h,
-                         int64_t w, const char* what) {
-    return FromCudnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)), what, device,
-                     &s);
+  const auto set4d = [&](cudnnTensorDescriptor_t d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w,
+                         const char* what) {
+    return FromCudnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)), what, device, &s);
   };
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.x.d, data, s.n, s.c, s.h, s.w, "input descriptor"));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.y.d, data, s.n, s.o, s.oh, s.ow, "output descriptor"));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.bias.d, data, 1, s.o, 1, 1, "bias descriptor"));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.y32.d, CUDNN_DATA_FLOAT, s.n, s.o, s.oh, s.ow, "output descriptor"));
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(set4d(p.bias32.d, CUDNN_DATA_FLOAT, 1, s.o, 1, 1, "bias descriptor"));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetFilter4dDescriptor(p.w.d, data, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.kh), i(s.kw)),
-      "weight descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetConvolution2dDescriptor(p.conv.d, i(s.ph), i(s.pw), i(s.sh), i(s.sw), 1, 1, CUDNN_CROSS_CORRELATION,
-                                      CUDNN_DATA_FLOAT),
-      "convolution descriptor", device, &s));
-  LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-      cudnnSetConvolutionMathType(p.conv.d, s.dtype == DType::kF32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
-      "math type", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+      FromCudnn(cudnnSetFilter4dDescriptor(p.w.d, data, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.kh), i(s.kw)),
+                "weight descriptor", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+      FromCudnn(cudnnSetConvolution2dDescriptor(p.conv.d, i(s.ph), i(s.pw), i(s.sh), i(s.sw), 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                "convolution descriptor", device, &s));
+  LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+      FromCudnn(cudnnSetConvolutionMathType(p.conv.d, s.dtype == DType::kF32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
+                "math type", device, &s));
   int n = 0, c = 0, h = 0, w = 0;
   LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
       cudnnGetConvolution2dForwardOutputDim(p.conv.d, p.x.d, p.w.d, &n, &c, &h, &w), "output size", device, &s));
   if (n != s.n || c != s.o || h != s.oh || w != s.ow) {
-    return absl::InternalError(absl::StrCat("Conv2d on cuda:", device, " (", ShapeString(s), "): cuDNN's output [",
-                                            n, ", ", c, ", ", h, ", ", w, "] differs from Conv2d's [", s.n, ", ",
-                                            s.o, ", ", s.oh, ", ", s.ow, "]"));
+    return absl::InternalError(absl::StrCat("Conv2d on cuda:", device, " (", ShapeString(s), "): cuDNN's output [", n,
+                                            ", ", c, ", ", h, ", ", w, "] differs from Conv2d's [", s.n, ", ", s.o,
+                                            ", ", s.oh, ", ", s.ow, "]"));
   }
   int returned = 0;
   {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-    LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-        cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x.d, p.w.d, p.conv.d, p.y.d,
-                                               static_cast<int>(ranked.size()), &returned, ranked.data()),
-        "forward algorithm", device, &s));
+    LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+        FromCudnn(cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x.d, p.w.d, p.conv.d, p.y.d,
+                                                         static_cast<int>(ranked.size()), &returned, ranked.data()),
+                  "forward algorithm", device, &s));
     absl::StatusOr<cudnnConvolutionFwdAlgoPerf_t> pick = Pick(ranked, returned, "forward", device, s);
     if (!pick.ok()) return pick.status();
     p.fwd = pick->algo;
-    LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-        cudnnGetConvolutionForwardWorkspaceSize(handle, p.x.d, p.w.d, p.conv.d, p.y.d, p.fwd, &p.fwd_bytes),
-        "forward workspace", device, &s));
+    LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+        FromCudnn(cudnnGetConvolutionForwardWorkspaceSize(handle, p.x.d, p.w.d, p.conv.d, p.y.d, p.fwd, &p.fwd_bytes),
+                  "forward workspace", device, &s));
   }
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, p.w.d, p.y.d, p.conv.d, p.x.d,
-                                                    static_cast<int>(ranked.size()), &returned, ranked.data()),
-        "backward-data algorithm", device, &s));
+    LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+        FromCudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      handle, p.w.d, p.y.d, p.conv.d, p.x.d, static_cast<int>(ranked.size()), &returned, ranked.data()),
+                  "backward-data algorithm", device, &s));
     absl::StatusOr<cudnnConvolutionBwdDataAlgoPerf_t> pick = Pick(ranked, returned, "backward-data", device, s);
     if (!pick.ok()) return pick.status();
     p.bwd_data = pick->algo;
@@ -252,16 +253,16 @@ absl::Status MakePlan(cudnnHandle_t handle, int device, Plan& p) {
   }
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranked(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-    LOCKSTEP_CUDNN_RETURN_IF_ERROR(FromCudnn(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x.d, p.y.d, p.conv.d, p.w.d,
-                                                      static_cast<int>(ranked.size()), &returned, ranked.data()),
-        "backward-filter algorithm", device, &s));
+    LOCKSTEP_CUDNN_RETURN_IF_ERROR(
+        FromCudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                      handle, p.x.d, p.y.d, p.conv.d, p.w.d, static_cast<int>(ranked.size()), &returned, ranked.data()),
+                  "backward-filter algorithm", device, &s));
     absl::StatusOr<cudnnConvolutionBwdFilterAlgoPerf_t> pick = Pick(ranked, returned, "backward-filter", device, s);
     if (!pick.ok()) return pick.status();
     p.bwd_filter = pick->algo;
     LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-        FromCudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, p.x.d, p.y.d, p.conv.d, p.w.d,
-                                                                 p.bwd_filter, &p.bwd_filter_bytes),
+        FromCudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, p.x.d, p.y.d, p.conv.d, p.w.d, p.bwd_filter,
+                                                                 &p.bwd_filter_bytes),
                   "backward-filter workspace", device, &s));
   }
   return absl::OkStatus();
@@ -314,13 +315,13 @@ class CudnnConvKernels final : public ConvKernels {
     if (!ws.ok()) return ws.status();
     const float one = 1.0f, zero = 0.0f;
     LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-        FromCudnn(cudnnConvolutionBackwardFilter(call->handle, &one, p.x.d, x, p.y.d, dy, p.conv.d, p.bwd_filter,
-                                                 *ws, p.bwd_filter_bytes, &zero, p.w.d, dw),
+        FromCudnn(cudnnConvolutionBackwardFilter(call->handle, &one, p.x.d, x, p.y.d, dy, p.conv.d, p.bwd_filter, *ws,
+                                                 p.bwd_filter_bytes, &zero, p.w.d, dw),
                   "backward (weights)", device_, &s));
     if (db != nullptr && s.dtype == DType::kF32) {
       LOCKSTEP_CUDNN_RETURN_IF_ERROR(
-          FromCudnn(cudnnConvolutionBackwardBias(call->handle, &one, p.y.d, dy, &zero, p.bias.d, db),
-                    "backward (bias)", device_, &s));
+          FromCudnn(cudnnConvolutionBackwardBias(call->handle, &one, p.y.d, dy, &zero, p.bias.d, db), "backward (bias)",
+                    device_, &s));
     } else if (db != nullptr) {
       // cuDNN 9 has no bf16 bias gradient (CUDNN_STATUS_NOT_SUPPORTED on an
       // H200): dy widened to f32 (exactly), summed in f32 and the sums
@@ -369,9 +370,7 @@ class CudnnConvKernels final : public ConvKernels {
   }
 
   // Waits for the call, so errors surface where they happened.
-  absl::Status Finish(const char* operation) {
-    return FromCuda(cudaStreamSynchronize(nullptr), operation, device_);
-  }
+  absl::Status Finish(const char* operation) { return FromCuda(cudaStreamSynchronize(nullptr), operation, device_); }
 
   static constexpr size_t kPlans = 4;
   int device_;

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "nn/kernels/conv_kernels.h"
@@ -25,15 +25,24 @@ memory::data_type DataType(DType dtype) {
 
 std::string IsaName(dnnl::cpu_isa isa) {
   switch (isa) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    default: return "isa " + std::to_string(static_cast<int>(isa));
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return "isa " + std::to_string(static_cast<int>(isa));
   }
 }
 
@@ -113,10 +122,9 @@ class DnnlConvKernels final : public ConvKernels {
     return Run("BackwardData", s, [&](Primitives& p) {
       Staged out;
       const memory diff_src = Out(p.bwd_data_pd.diff_src_desc(), p.src, dx, out);
-      p.backward_data.execute(stream_,
-                              {{DNNL_ARG_DIFF_DST, In(p.bwd_data_pd.diff_dst_desc(), p.dst, dy, diff_dst_)},
-                               {DNNL_ARG_WEIGHTS, In(p.bwd_data_pd.weights_desc(), p.weights, w, weights_)},
-                               {DNNL_ARG_DIFF_SRC, diff_src}});
+      p.backward_data.execute(stream_, {{DNNL_ARG_DIFF_DST, In(p.bwd_data_pd.diff_dst_desc(), p.dst, dy, diff_dst_)},
+                                        {DNNL_ARG_WEIGHTS, In(p.bwd_data_pd.weights_desc(), p.weights, w, weights_)},
+                                        {DNNL_ARG_DIFF_SRC, diff_src}});
       Finish(out, p.src, dx);
     });
   }
@@ -136,9 +144,7 @@ class DnnlConvKernels final : public ConvKernels {
   }
 
  private:
-  memory Wrap(const memory::desc& md, const void* data) {
-    return memory(md, engine_, const_cast<void*>(data));
-  }
+  memory Wrap(const memory::desc& md, const void* data) { return memory(md, engine_, const_cast<void*>(data)); }
 
   // `data` (in `user` layout) as the primitive wants it (`want`): itself,
   // or `staged`'s copy, reordered now unless it already holds this tensor
@@ -187,20 +193,19 @@ class DnnlConvKernels final : public ConvKernels {
     memory::desc any_src(src_dims, type, Tag::any), any_weights(weight_dims, type, Tag::any),
         any_dst(dst_dims, type, Tag::any);
     const auto algorithm = dnnl::algorithm::convolution_direct;
-    const auto fwd_desc =
-        s.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any_src, any_weights,
-                                                 bias, any_dst, strides, padding, padding)
-               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any_src, any_weights,
-                                                 any_dst, strides, padding, padding);
+    const auto fwd_desc = s.bias
+                              ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any_src,
+                                                                any_weights, bias, any_dst, strides, padding, padding)
+                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any_src,
+                                                                any_weights, any_dst, strides, padding, padding);
     dnnl::convolution_forward::primitive_desc fwd(fwd_desc, engine_);
     dnnl::convolution_backward_data::primitive_desc bwd_data(
         dnnl::convolution_backward_data::desc(algorithm, any_src, any_weights, any_dst, strides, padding, padding),
         engine_, fwd);
-    const auto bwd_w_desc =
-        s.bias ? dnnl::convolution_backward_weights::desc(algorithm, any_src, any_weights, bias, any_dst, strides,
-                                                          padding, padding)
-               : dnnl::convolution_backward_weights::desc(algorithm, any_src, any_weights, any_dst, strides, padding,
-                                                          padding);
+    const auto bwd_w_desc = s.bias ? dnnl::convolution_backward_weights::desc(algorithm, any_src, any_weights, bias,
+                                                                              any_dst, strides, padding, padding)
+                                   : dnnl::convolution_backward_weights::desc(algorithm, any_src, any_weights, any_dst,
+                                                                              strides, padding, padding);
     dnnl::convolution_backward_weights::primitive_desc bwd_weights(bwd_w_desc, engine_, fwd);
     if (cache_.size() >= 4) cache_.erase(cache_.begin());
     cache_.push_back(Primitives{s, src, weights, bias, dst, fwd, bwd_data, bwd_weights, dnnl::convolution_forward(fwd),
@@ -217,9 +222,10 @@ class DnnlConvKernels final : public ConvKernels {
       stream_.wait();
       return absl::OkStatus();
     } catch (const dnnl::error& e) {
-      return absl::InternalError(absl::StrCat("Conv2d.", what, " (oneDNN, ", DTypeName(s.dtype), " input [", s.n, ", ", s.c, ", ", s.h, ", ",
-                                              s.w, "], weight [", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw,
-                                              "]): ", e.what(), " (status ", static_cast<int>(e.status), ")"));
+      return absl::InternalError(absl::StrCat("Conv2d.", what, " (oneDNN, ", DTypeName(s.dtype), " input [", s.n, ", ",
+                                              s.c, ", ", s.h, ", ", s.w, "], weight [", s.o, ", ", s.c, ", ", s.kh,
+                                              ", ", s.kw, "]): ", e.what(), " (status ", static_cast<int>(e.status),
+                                              ")"));
     }
   }
 
@@ -248,8 +254,8 @@ std::string ConvKernels::Description() {
     return "im2col + BLAS per image (LOCKSTEP_NO_DNNL=1)";
   }
   const dnnl_version_t* v = dnnl_version();
-  return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (",
-                      IsaName(dnnl::get_effective_cpu_isa()), ")");
+  return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (", IsaName(dnnl::get_effective_cpu_isa()),
+                      ")");
 }
 
 }  // namespace nn_internal

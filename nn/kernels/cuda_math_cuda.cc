@@ -6,9 +6,9 @@
 #include <climits>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <utility>
 #include <vector>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -21,14 +21,14 @@ namespace {
 
 absl::Status FromCuda(int err, const char* operation, int device) {
   if (err == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(operation, " on cuda:", device, " failed: ",
-                                          cudaGetErrorString(static_cast<cudaError_t>(err))));
+  return absl::InternalError(
+      absl::StrCat(operation, " on cuda:", device, " failed: ", cudaGetErrorString(static_cast<cudaError_t>(err))));
 }
 
 absl::Status FromCublas(cublasStatus_t err, const char* operation, int device) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(operation, " on cuda:", device,
-                                          " failed: cuBLAS status ", static_cast<int>(err)));
+  return absl::InternalError(
+      absl::StrCat(operation, " on cuda:", device, " failed: cuBLAS status ", static_cast<int>(err)));
 }
 
 // Launches then waits, so errors surface at the call that caused them.
@@ -145,11 +145,11 @@ absl::Status CopyOut(int device, void* host, const void* dev, size_t bytes, cons
 
 }  // namespace
 
-absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const void* a, const void* b, float beta, void* c) {
+absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const void* a, const void* b, float beta, void* c) {
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm on cuda:", device, ": dimensions ", m,
-                                                   "x", n, "x", k, " exceed cuBLAS's int range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm on cuda:", device, ": dimensions ", m, "x", n, "x", k, " exceed cuBLAS's int range"));
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   absl::Status s = SetDevice(device, "Gemm");
@@ -176,8 +176,8 @@ absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m
       return absl::InvalidArgumentError(
           absl::StrCat("Gemm on cuda:", device, ": unsupported dtype ", DTypeName(dtype)));
     }
-    st = cublasGemmEx(*handle, op_b, op_a, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
-                      type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(*handle, op_b, op_a, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c, type, ldc,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   }
   s = FromCublas(st, "Gemm", device);
   if (!s.ok()) return s;
@@ -187,75 +187,69 @@ absl::Status Gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m
 absl::Status Relu(int device, DType dtype, const void* in, void* out, int64_t count) {
   absl::Status s = SetDevice(device, "Relu");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchRelu(static_cast<int>(dtype), in, out, count), "Relu",
-                device);
+  return Finish(nn_cuda_internal::LaunchRelu(static_cast<int>(dtype), in, out, count), "Relu", device);
 }
 
-absl::Status ReluBackward(int device, DType dtype, const void* grad_out, const void* out,
-                          void* grad_in, int64_t count) {
+absl::Status ReluBackward(int device, DType dtype, const void* grad_out, const void* out, void* grad_in,
+                          int64_t count) {
   absl::Status s = SetDevice(device, "ReluBackward");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchReluBackward(static_cast<int>(dtype), grad_out, out,
-                                                     grad_in, count),
+  return Finish(nn_cuda_internal::LaunchReluBackward(static_cast<int>(dtype), grad_out, out, grad_in, count),
                 "ReluBackward", device);
 }
 
-absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t count,
-                     uint64_t seed, uint64_t offset, uint32_t keep_threshold24, float scale) {
+absl::Status Dropout(int device, DType dtype, const void* in, void* out, int64_t count, uint64_t seed, uint64_t offset,
+                     uint32_t keep_threshold24, float scale) {
   absl::Status s = SetDevice(device, "Dropout");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchDropout(static_cast<int>(dtype), in, out, count, seed,
-                                                offset, keep_threshold24, scale),
-                "Dropout", device);
+  return Finish(
+      nn_cuda_internal::LaunchDropout(static_cast<int>(dtype), in, out, count, seed, offset, keep_threshold24, scale),
+      "Dropout", device);
 }
 
-absl::Status Sgd(int device, const nn_elementwise::SgdParams& params,
-                 const nn_elementwise::SgdFlags& flags, float* p, const float* g,
-                 float* buf, int64_t count) {
+absl::Status Sgd(int device, const nn_elementwise::SgdParams& params, const nn_elementwise::SgdFlags& flags, float* p,
+                 const float* g, float* buf, int64_t count) {
   absl::Status s = SetDevice(device, "Sgd");
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchSgd(params, flags, p, g, buf, count), "Sgd", device);
 }
 
-absl::Status Adam(int device, const nn_elementwise::AdamParams& params,
-                  const nn_elementwise::AdamFlags& flags, float* p, const float* g,
-                  float* m, float* v, float* v_max, int64_t count) {
+absl::Status Adam(int device, const nn_elementwise::AdamParams& params, const nn_elementwise::AdamFlags& flags,
+                  float* p, const float* g, float* m, float* v, float* v_max, int64_t count) {
   absl::Status s = SetDevice(device, "Adam");
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchAdam(params, flags, p, g, m, v, v_max, count), "Adam", device);
 }
 
-absl::Status Im2Col(int device, const window_elementwise::Geometry& g, const float* image,
-                    float* columns) {
+absl::Status Im2Col(int device, const window_elementwise::Geometry& g, const float* image, float* columns) {
   absl::Status s = SetDevice(device, "Im2Col");
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchIm2Col(g, image, columns), "Im2Col", device);
 }
 
-absl::Status Col2Im(int device, const window_elementwise::Geometry& g, const float* columns,
-                    float* image) {
+absl::Status Col2Im(int device, const window_elementwise::Geometry& g, const float* columns, float* image) {
   absl::Status s = SetDevice(device, "Col2Im");
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchCol2Im(g, columns, image), "Col2Im", device);
 }
 
-absl::Status MaxPool(int device, const window_elementwise::Geometry& g, int64_t images,
-                     const float* in, float* out, int32_t* indices) {
+absl::Status MaxPool(int device, const window_elementwise::Geometry& g, int64_t images, const float* in, float* out,
+                     int32_t* indices) {
   absl::Status s = SetDevice(device, "MaxPool2d");
   if (!s.ok()) return s;
   return Finish(nn_cuda_internal::LaunchMaxPool(g, images, in, out, indices), "MaxPool2d", device);
 }
 
-absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, int64_t images,
-                             const float* grad_out, const int32_t* indices, float* grad_in) {
+absl::Status MaxPoolBackward(int device, const window_elementwise::Geometry& g, int64_t images, const float* grad_out,
+                             const int32_t* indices, float* grad_in) {
   absl::Status s = SetDevice(device, "MaxPool2d backward");
   if (!s.ok()) return s;
-  return Finish(nn_cuda_internal::LaunchMaxPoolBackward(g, images, grad_out, indices, grad_in),
-                "MaxPool2d backward", device);
+  return Finish(nn_cuda_internal::LaunchMaxPoolBackward(g, images, grad_out, indices, grad_in), "MaxPool2d backward",
+                device);
 }
 
-absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
-                                const float* mean, double* out) {
+absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, const float* x, const float* mean,
+                                double* out) {
   const char* op = "BatchNorm forward sums";
   LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
   const int64_t planes = n * c;
@@ -263,13 +257,14 @@ absl::Status BatchNormPlaneSums(int device, int64_t n, int64_t c, int64_t s, con
   absl::StatusOr<Staged> st = Stage(device, {{mean, static_cast<size_t>(c) * sizeof(float)}}, out_bytes);
   if (!st.ok()) return st.status();
   double* dev_out = reinterpret_cast<double*>(st->out);
-  LOCKSTEP_RETURN_IF_ERROR(Finish(nn_cuda_internal::LaunchBatchNormPlaneSums(
-      planes, c, s, x, reinterpret_cast<const float*>(st->in[0]), dev_out), op, device));
+  LOCKSTEP_RETURN_IF_ERROR(Finish(
+      nn_cuda_internal::LaunchBatchNormPlaneSums(planes, c, s, x, reinterpret_cast<const float*>(st->in[0]), dev_out),
+      op, device));
   return CopyOut(device, out, dev_out, out_bytes, op);
 }
 
-absl::Status BatchNormPlaneGradSums(int device, int64_t n, int64_t c, int64_t s, const float* x,
-                                    const float* dy, const float* mean, double* sum, double* dot) {
+absl::Status BatchNormPlaneGradSums(int device, int64_t n, int64_t c, int64_t s, const float* x, const float* dy,
+                                    const float* mean, double* sum, double* dot) {
   const char* op = "BatchNorm backward sums";
   LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
   const int64_t planes = n * c;
@@ -279,27 +274,28 @@ absl::Status BatchNormPlaneGradSums(int device, int64_t n, int64_t c, int64_t s,
   double* dev_sum = reinterpret_cast<double*>(st->out);
   double* dev_dot = dev_sum + planes;
   LOCKSTEP_RETURN_IF_ERROR(Finish(nn_cuda_internal::LaunchBatchNormPlaneGradSums(
-      planes, c, s, x, dy, reinterpret_cast<const float*>(st->in[0]), dev_sum, dev_dot), op, device));
+                                      planes, c, s, x, dy, reinterpret_cast<const float*>(st->in[0]), dev_sum, dev_dot),
+                                  op, device));
   LOCKSTEP_RETURN_IF_ERROR(CopyOut(device, sum, dev_sum, out_bytes, op));
   return CopyOut(device, dot, dev_dot, out_bytes, op);
 }
 
-absl::Status BatchNormTransform(int device, int64_t n, int64_t c, int64_t s, const float* x,
-                                const float* alpha, const float* beta, float* y) {
+absl::Status BatchNormTransform(int device, int64_t n, int64_t c, int64_t s, const float* x, const float* alpha,
+                                const float* beta, float* y) {
   const char* op = "BatchNorm forward";
   LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
   const size_t bytes = static_cast<size_t>(c) * sizeof(float);
   absl::StatusOr<Staged> st = Stage(device, {{alpha, bytes}, {beta, bytes}}, 0);
   if (!st.ok()) return st.status();
-  return Finish(nn_cuda_internal::LaunchBatchNormTransform(n * c * s, c, s, x,
-                                                           reinterpret_cast<const float*>(st->in[0]),
-                                                           reinterpret_cast<const float*>(st->in[1]), y),
-                op, device);
+  return Finish(
+      nn_cuda_internal::LaunchBatchNormTransform(n * c * s, c, s, x, reinterpret_cast<const float*>(st->in[0]),
+                                                 reinterpret_cast<const float*>(st->in[1]), y),
+      op, device);
 }
 
-absl::Status BatchNormInputGrad(int device, int64_t n, int64_t c, int64_t s, const float* x,
-                                const float* dy, const float* mean, const float* invstd,
-                                const float* w, const double* k, const double* grad_mean, float* dx) {
+absl::Status BatchNormInputGrad(int device, int64_t n, int64_t c, int64_t s, const float* x, const float* dy,
+                                const float* mean, const float* invstd, const float* w, const double* k,
+                                const double* grad_mean, float* dx) {
   const char* op = "BatchNorm backward";
   LOCKSTEP_RETURN_IF_ERROR(SetDevice(device, op));
   const size_t f = static_cast<size_t>(c) * sizeof(float), d = static_cast<size_t>(c) * sizeof(double);

@@ -40,24 +40,24 @@ __global__ void ReluBackwardKernel(const T* grad_out, const T* out, T* grad_in, 
 }
 
 template <typename T>
-__global__ void DropoutKernel(const T* in, T* out, int64_t count, uint64_t seed, uint64_t offset,
-                              uint32_t threshold, float scale) {
+__global__ void DropoutKernel(const T* in, T* out, int64_t count, uint64_t seed, uint64_t offset, uint32_t threshold,
+                              float scale) {
   LOCKSTEP_GRID_LOOP(i, count) {
     const bool keep = nw::DropoutKeep(seed, offset, static_cast<uint64_t>(i), threshold);
     out[i] = ew::Store<T>(keep ? ew::Load(in[i]) * static_cast<ew::Acc<T>>(scale) : 0);
   }
 }
 
-__global__ void SgdKernel(nw::SgdParams params, nw::SgdFlags flags, float* p, const float* g,
-                          float* buf, int64_t count) {
+__global__ void SgdKernel(nw::SgdParams params, nw::SgdFlags flags, float* p, const float* g, float* buf,
+                          int64_t count) {
   LOCKSTEP_GRID_LOOP(i, count) {
     float unused = 0.0f;
     nw::SgdUpdate(params, flags, p[i], g[i], buf != nullptr ? buf[i] : unused);
   }
 }
 
-__global__ void AdamKernel(nw::AdamParams params, nw::AdamFlags flags, float* p, const float* g,
-                           float* m, float* v, float* v_max, int64_t count) {
+__global__ void AdamKernel(nw::AdamParams params, nw::AdamFlags flags, float* p, const float* g, float* m, float* v,
+                           float* v_max, int64_t count) {
   LOCKSTEP_GRID_LOOP(i, count) {
     float unused = 0.0f;
     nw::AdamUpdate(params, flags, p[i], g[i], m[i], v[i], v_max != nullptr ? v_max[i] : unused);
@@ -74,8 +74,7 @@ __global__ void Col2ImKernel(we::Geometry g, const float* columns, float* image,
   LOCKSTEP_GRID_LOOP(i, count) { image[i] = we::Col2ImAt(g, columns, i); }
 }
 
-__global__ void MaxPoolKernel(we::Geometry g, const float* in, float* out, int32_t* indices,
-                              int64_t count) {
+__global__ void MaxPoolKernel(we::Geometry g, const float* in, float* out, int32_t* indices, int64_t count) {
   const int64_t per_image = g.channels * g.out_h * g.out_w;
   LOCKSTEP_GRID_LOOP(i, count) {
     const int64_t n = i / per_image;
@@ -83,8 +82,8 @@ __global__ void MaxPoolKernel(we::Geometry g, const float* in, float* out, int32
   }
 }
 
-__global__ void MaxPoolBackwardKernel(we::Geometry g, const float* grad_out, const int32_t* indices,
-                                      float* grad_in, int64_t count) {
+__global__ void MaxPoolBackwardKernel(we::Geometry g, const float* grad_out, const int32_t* indices, float* grad_in,
+                                      int64_t count) {
   const int64_t per_image = g.channels * g.height * g.width;
   const int64_t per_out = g.channels * g.out_h * g.out_w;
   LOCKSTEP_GRID_LOOP(i, count) {
@@ -96,35 +95,33 @@ __global__ void MaxPoolBackwardKernel(we::Geometry g, const float* grad_out, con
 // One thread per plane (plane p = image * c + channel): the plane's sums in
 // batch_norm_elementwise's lane order, so the CPU and the GPU add the same
 // values in the same order.
-__global__ void BatchNormPlaneSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x,
-                                         const float* mean, double* out) {
+__global__ void BatchNormPlaneSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x, const float* mean,
+                                         double* out) {
   LOCKSTEP_GRID_LOOP(p, planes) {
     const float* plane = x + p * s;
     out[p] = mean == nullptr ? bn::PlaneSum(plane, s) : bn::PlaneSquaredDeviations(plane, s, mean[p % c]);
   }
 }
 
-__global__ void BatchNormPlaneGradSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x,
-                                             const float* dy, const float* mean, double* sum,
-                                             double* dot) {
+__global__ void BatchNormPlaneGradSumsKernel(int64_t planes, int64_t c, int64_t s, const float* x, const float* dy,
+                                             const float* mean, double* sum, double* dot) {
   LOCKSTEP_GRID_LOOP(p, planes) {
     sum[p] = bn::PlaneSum(dy + p * s, s);
     dot[p] = bn::PlaneDot(x + p * s, dy + p * s, s, mean[p % c]);
   }
 }
 
-__global__ void BatchNormTransformKernel(int64_t count, int64_t c, int64_t s, const float* x,
-                                         const float* alpha, const float* beta, float* y) {
+__global__ void BatchNormTransformKernel(int64_t count, int64_t c, int64_t s, const float* x, const float* alpha,
+                                         const float* beta, float* y) {
   LOCKSTEP_GRID_LOOP(i, count) {
     const int64_t ch = (i / s) % c;
     y[i] = x[i] * alpha[ch] + beta[ch];
   }
 }
 
-__global__ void BatchNormInputGradKernel(int64_t count, int64_t c, int64_t s, const float* x,
-                                         const float* dy, const float* mean, const float* invstd,
-                                         const float* w, const double* k, const double* grad_mean,
-                                         float* dx) {
+__global__ void BatchNormInputGradKernel(int64_t count, int64_t c, int64_t s, const float* x, const float* dy,
+                                         const float* mean, const float* invstd, const float* w, const double* k,
+                                         const double* grad_mean, float* dx) {
   LOCKSTEP_GRID_LOOP(i, count) {
     const int64_t ch = (i / s) % c;
     if (k != nullptr) {
@@ -149,37 +146,36 @@ int LaunchRelu(int dtype, const void* in, void* out, int64_t count) {
   });
 }
 
-int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* grad_in,
-                       int64_t count) {
+int LaunchReluBackward(int dtype, const void* grad_out, const void* out, void* grad_in, int64_t count) {
   if (count == 0) return 0;
   return cuda_grid::VisitFloatDType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    ReluBackwardKernel<T><<<Blocks(count), kThreads>>>(
-        static_cast<const T*>(grad_out), static_cast<const T*>(out), static_cast<T*>(grad_in), count);
+    ReluBackwardKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(grad_out), static_cast<const T*>(out),
+                                                       static_cast<T*>(grad_in), count);
     return LastError();
   });
 }
 
-int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed,
-                  uint64_t offset, uint32_t keep_threshold24, float scale) {
+int LaunchDropout(int dtype, const void* in, void* out, int64_t count, uint64_t seed, uint64_t offset,
+                  uint32_t keep_threshold24, float scale) {
   if (count == 0) return 0;
   return cuda_grid::VisitFloatDType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    DropoutKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out),
-                                                  count, seed, offset, keep_threshold24, scale);
+    DropoutKernel<T><<<Blocks(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out), count, seed, offset,
+                                                  keep_threshold24, scale);
     return LastError();
   });
 }
 
-int LaunchSgd(const nw::SgdParams& params, const nw::SgdFlags& flags, float* p, const float* g,
-              float* buf, int64_t count) {
+int LaunchSgd(const nw::SgdParams& params, const nw::SgdFlags& flags, float* p, const float* g, float* buf,
+              int64_t count) {
   if (count == 0) return 0;
   SgdKernel<<<Blocks(count), kThreads>>>(params, flags, p, g, buf, count);
   return LastError();
 }
 
-int LaunchAdam(const nw::AdamParams& params, const nw::AdamFlags& flags, float* p, const float* g,
-               float* m, float* v, float* v_max, int64_t count) {
+int LaunchAdam(const nw::AdamParams& params, const nw::AdamFlags& flags, float* p, const float* g, float* m, float* v,
+               float* v_max, int64_t count) {
   if (count == 0) return 0;
   AdamKernel<<<Blocks(count), kThreads>>>(params, flags, p, g, m, v, v_max, count);
   return LastError();
@@ -199,49 +195,45 @@ int LaunchCol2Im(const we::Geometry& g, const float* columns, float* image) {
   return LastError();
 }
 
-int LaunchMaxPool(const we::Geometry& g, int64_t images, const float* in, float* out,
-                  int32_t* indices) {
+int LaunchMaxPool(const we::Geometry& g, int64_t images, const float* in, float* out, int32_t* indices) {
   const int64_t count = images * g.channels * g.out_h * g.out_w;
   if (count == 0) return 0;
   MaxPoolKernel<<<Blocks(count), kThreads>>>(g, in, out, indices, count);
   return LastError();
 }
 
-int LaunchMaxPoolBackward(const we::Geometry& g, int64_t images, const float* grad_out,
-                          const int32_t* indices, float* grad_in) {
+int LaunchMaxPoolBackward(const we::Geometry& g, int64_t images, const float* grad_out, const int32_t* indices,
+                          float* grad_in) {
   const int64_t count = images * g.channels * g.height * g.width;
   if (count == 0) return 0;
   MaxPoolBackwardKernel<<<Blocks(count), kThreads>>>(g, grad_out, indices, grad_in, count);
   return LastError();
 }
 
-int LaunchBatchNormPlaneSums(int64_t planes, int64_t c, int64_t s, const float* x, const float* mean,
-                             double* out) {
+int LaunchBatchNormPlaneSums(int64_t planes, int64_t c, int64_t s, const float* x, const float* mean, double* out) {
   if (planes == 0) return 0;
   BatchNormPlaneSumsKernel<<<Blocks(planes), kThreads>>>(planes, c, s, x, mean, out);
   return LastError();
 }
 
-int LaunchBatchNormPlaneGradSums(int64_t planes, int64_t c, int64_t s, const float* x,
-                                 const float* dy, const float* mean, double* sum, double* dot) {
+int LaunchBatchNormPlaneGradSums(int64_t planes, int64_t c, int64_t s, const float* x, const float* dy,
+                                 const float* mean, double* sum, double* dot) {
   if (planes == 0) return 0;
   BatchNormPlaneGradSumsKernel<<<Blocks(planes), kThreads>>>(planes, c, s, x, dy, mean, sum, dot);
   return LastError();
 }
 
-int LaunchBatchNormTransform(int64_t count, int64_t c, int64_t s, const float* x, const float* alpha,
-                             const float* beta, float* y) {
+int LaunchBatchNormTransform(int64_t count, int64_t c, int64_t s, const float* x, const float* alpha, const float* beta,
+                             float* y) {
   if (count == 0) return 0;
   BatchNormTransformKernel<<<Blocks(count), kThreads>>>(count, c, s, x, alpha, beta, y);
   return LastError();
 }
 
-int LaunchBatchNormInputGrad(int64_t count, int64_t c, int64_t s, const float* x, const float* dy,
-                             const float* mean, const float* invstd, const float* w, const double* k,
-                             const double* grad_mean, float* dx) {
+int LaunchBatchNormInputGrad(int64_t count, int64_t c, int64_t s, const float* x, const float* dy, const float* mean,
+                             const float* invstd, const float* w, const double* k, const double* grad_mean, float* dx) {
   if (count == 0) return 0;
-  BatchNormInputGradKernel<<<Blocks(count), kThreads>>>(count, c, s, x, dy, mean, invstd, w, k,
-                                                        grad_mean, dx);
+  BatchNormInputGradKernel<<<Blocks(count), kThreads>>>(count, c, s, x, dy, mean, invstd, w, k, grad_mean, dx);
   return LastError();
 }
 

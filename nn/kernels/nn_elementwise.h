@@ -43,8 +43,8 @@ struct SgdParams {
 };
 
 struct SgdFlags {
-  bool decay;       // weight_decay != 0
-  bool momentum;    // momentum != 0
+  bool decay;     // weight_decay != 0
+  bool momentum;  // momentum != 0
   bool nesterov;
   bool maximize;    // ascend: use -g
   bool first_step;  // the momentum buffer is created from this step's gradient
@@ -64,8 +64,8 @@ LOCKSTEP_HOST_DEVICE inline void SgdUpdate(SgdParams s, Flags f, float& p, float
 struct AdamParams {
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
-  float weight_decay;   // Adam: added to the gradient (L2)
-  float decay_factor;   // AdamW: 1 - lr * weight_decay, applied to p first
+  float weight_decay;  // Adam: added to the gradient (L2)
+  float decay_factor;  // AdamW: 1 - lr * weight_decay, applied to p first
   float bias_correction2_sqrt;
   float eps;
   float neg_step_size;  // -lr / (1 - beta1^step)
@@ -75,12 +75,12 @@ struct AdamFlags {
   bool decoupled;  // AdamW: p *= decay_factor
   bool decay;      // Adam with weight_decay != 0: g += weight_decay * p
   bool amsgrad;
-  bool maximize;   // ascend: use -g
+  bool maximize;  // ascend: use -g
 };
 
 template <typename Flags>
-LOCKSTEP_HOST_DEVICE inline void AdamUpdate(AdamParams a, Flags f, float& p, float g, float& m,
-                                            float& v, float& v_max) {
+LOCKSTEP_HOST_DEVICE inline void AdamUpdate(AdamParams a, Flags f, float& p, float g, float& m, float& v,
+                                            float& v_max) {
   if (f.maximize) g = -g;
   if (f.decoupled) {
     p = p * a.decay_factor;
@@ -101,14 +101,13 @@ LOCKSTEP_HOST_DEVICE inline void AdamUpdate(AdamParams a, Flags f, float& p, flo
 // Compile-time flags with the member names of SgdFlags / AdamFlags.
 template <bool kDecay, bool kMomentum, bool kNesterov, bool kMaximize, bool kFirst>
 struct StaticSgdFlags {
-  static constexpr bool decay = kDecay, momentum = kMomentum, nesterov = kNesterov,
-                        maximize = kMaximize, first_step = kFirst;
+  static constexpr bool decay = kDecay, momentum = kMomentum, nesterov = kNesterov, maximize = kMaximize,
+                        first_step = kFirst;
 };
 
 template <bool kDecoupled, bool kDecay, bool kAmsgrad, bool kMaximize>
 struct StaticAdamFlags {
-  static constexpr bool decoupled = kDecoupled, decay = kDecay, amsgrad = kAmsgrad,
-                        maximize = kMaximize;
+  static constexpr bool decoupled = kDecoupled, decay = kDecay, amsgrad = kAmsgrad, maximize = kMaximize;
 };
 
 // Calls fn(std::integral_constant<bool, b0>{}, ...) for runtime bools, so a

@@ -67,8 +67,7 @@ LOCKSTEP_HOST_DEVICE inline float Col2ImAt(const Geometry& g, const float* colum
 // PyTorch's CPU max_pool2d: the first maximum wins; a NaN is taken whenever
 // met (so the last NaN wins).
 // `*index` is the flat ih * width + iw of the winner within the channel.
-LOCKSTEP_HOST_DEVICE inline float MaxPoolAt(const Geometry& g, const float* image, int64_t o,
-                                            int32_t* index) {
+LOCKSTEP_HOST_DEVICE inline float MaxPoolAt(const Geometry& g, const float* image, int64_t o, int32_t* index) {
   const int64_t c = o / (g.out_h * g.out_w);
   const int64_t oh = (o / g.out_w) % g.out_h, ow = o % g.out_w;
   const float* plane = image + c * g.height * g.width;
@@ -93,8 +92,8 @@ LOCKSTEP_HOST_DEVICE inline float MaxPoolAt(const Geometry& g, const float* imag
 
 // Image element i of max pooling's backward: the sum of the gradients of
 // every window whose winner it was.
-LOCKSTEP_HOST_DEVICE inline float MaxPoolBackwardAt(const Geometry& g, const float* grad_out,
-                                                    const int32_t* indices, int64_t i) {
+LOCKSTEP_HOST_DEVICE inline float MaxPoolBackwardAt(const Geometry& g, const float* grad_out, const int32_t* indices,
+                                                    int64_t i) {
   const int64_t c = i / (g.height * g.width);
   const int64_t ih = (i / g.width) % g.height, iw = i % g.width;
   const int64_t plane_index = ih * g.width + iw;

@@ -44,7 +44,8 @@ BatchNormReference BatchNormStep(const Tensor& x_t, const Tensor& g_t, const Ten
       for (const eb::Bounded& xi : xs) d.push_back(eb::Sub(xi, mean)), sq.push_back(eb::Mul(d.back(), d.back()));
       const eb::Bounded var_sum = eb::Sum(sq);
       invstd = eb::Div(eb::Exact(1.0), eb::Sqrt(eb::Add(eb::Mul(var_sum, inv_n), eb::Exact(eps))));
-      const eb::Bounded one_minus = eb::Exact(static_cast<float>(1.0 - factor)), f = eb::Exact(static_cast<float>(factor));
+      const eb::Bounded one_minus = eb::Exact(static_cast<float>(1.0 - factor)),
+                        f = eb::Exact(static_cast<float>(factor));
       r.running_mean.x[c] = eb::Add(eb::Mul(eb::Exact(mean_prev.data<float>()[c]), one_minus), eb::Mul(mean, f));
       const eb::Bounded unbiased = eb::Mul(var_sum, eb::Exact(1.0 / static_cast<double>(n - 1)));
       r.running_var.x[c] = eb::Add(eb::Mul(eb::Exact(var_prev.data<float>()[c]), one_minus), eb::Mul(unbiased, f));

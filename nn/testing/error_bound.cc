@@ -188,8 +188,8 @@ CrossEntropyBounds CrossEntropy(const Matrix& z, const std::vector<int64_t>& lab
       // Rounding of log_softmax (absolute), whichever way it is computed
       // (max-shifted exp, the sum of C terms, log, two subtractions), twice
       // over: u (2 ulps (2 + |lse|) + 2C + 8 + 2|t| + 2 spread + 2|log p|).
-      const double rounding = kUnit * (2 * ulps * (2.0 + std::fabs(lse)) + 2.0 * classes + 8.0 +
-                                       2.0 * std::fabs(t) + 2.0 * spread + 2.0 * std::fabs(log_p));
+      const double rounding = kUnit * (2 * ulps * (2.0 + std::fabs(lse)) + 2.0 * classes + 8.0 + 2.0 * std::fabs(t) +
+                                       2.0 * spread + 2.0 * std::fabs(log_p));
       // A shift of the logits by at most e_in moves log_softmax by 2 e_in.
       const double e_log_p = 2.0 * e_in + rounding;
       const double e_p = p * (std::expm1(e_log_p) + 2.0 * ulps * kUnit);
@@ -456,13 +456,13 @@ Matrix AdamStep(const AdamConfig& c, int64_t step, const Matrix& param, const Ma
     }
     const Bounded denom = Add(Div(Sqrt(second), F32(bias_correction2_sqrt)), F32(c.eps));
     out.x[i] = Add(p, Mul(Clip(Div(m, denom), cap), F32(-step_size)));
-
   }
   return out;
 }
 
 absl::Status ExpectWithin(const Tensor& got, const Matrix& want, const std::string& what) {
-  if (!got.defined()) return absl::InternalError(absl::StrCat(what, ": no tensor (expected ", want.x.size(), " values)"));
+  if (!got.defined())
+    return absl::InternalError(absl::StrCat(what, ": no tensor (expected ", want.x.size(), " values)"));
   if (got.dtype() != DType::kF32 || got.numel() != static_cast<int64_t>(want.x.size())) {
     return absl::InternalError(absl::StrCat(what, ": expected ", want.x.size(), " f32 values, got ", got.numel(), " ",
                                             DTypeName(got.dtype())));

@@ -167,8 +167,7 @@ int Run() {
   if (child == 0) {
     // Slack after the parent's deadline: the parent gives up first and stops
     // the child; this only bounds a child whose parent vanished silently.
-    Child(*line, parent, int64_t{warmup} + int64_t{batches} * per_batch,
-          deadline + std::chrono::milliseconds(1000));
+    Child(*line, parent, int64_t{warmup} + int64_t{batches} * per_batch, deadline + std::chrono::milliseconds(1000));
   }
   const Result result = PingPong(*line, warmup, batches, per_batch, deadline);
   const double elapsed_ns = std::chrono::duration<double, std::nano>(Clock::now() - begin).count();

@@ -40,9 +40,12 @@ double ValueAt(const Tensor& t, int64_t i) {
   return VisitDType(t.dtype(), [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
     const T v = t.data<T>()[i];
-    if constexpr (std::is_same_v<T, Half>) return HalfToFloat(v);
-    else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16ToFloat(v);
-    else return static_cast<double>(v);
+    if constexpr (std::is_same_v<T, Half>)
+      return HalfToFloat(v);
+    else if constexpr (std::is_same_v<T, BFloat16>)
+      return BFloat16ToFloat(v);
+    else
+      return static_cast<double>(v);
   });
 }
 
@@ -55,10 +58,14 @@ void FillHost(const Tensor& t, int rank) {
     T* p = t.data<T>();
     for (int64_t i = 0; i < t.numel(); ++i) {
       const double v = InputValue(rank, i);
-      if constexpr (std::is_same_v<T, Half>) p[i] = FloatToHalf(static_cast<float>(v));
-      else if constexpr (std::is_same_v<T, BFloat16>) p[i] = FloatToBFloat16(static_cast<float>(v));
-      else if constexpr (std::is_same_v<T, bool>) p[i] = static_cast<int>(v) % 2 == 1;
-      else p[i] = static_cast<T>(v);
+      if constexpr (std::is_same_v<T, Half>)
+        p[i] = FloatToHalf(static_cast<float>(v));
+      else if constexpr (std::is_same_v<T, BFloat16>)
+        p[i] = FloatToBFloat16(static_cast<float>(v));
+      else if constexpr (std::is_same_v<T, bool>)
+        p[i] = static_cast<int>(v) % 2 == 1;
+      else
+        p[i] = static_cast<T>(v);
     }
   });
 }

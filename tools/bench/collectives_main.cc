@@ -305,7 +305,8 @@ std::string CopyPath(std::shared_ptr<Store> store, const RankEnvironment& env, c
                      const std::string& transport) {
   if (transport != "host over shm") return "";
   PrefixStore probe_store("collectives_bench/copy_path", store);
-  absl::StatusOr<std::unique_ptr<ShmTransport>> probe = ShmTransport::Create(probe_store, env.rank, env.world_size, shm);
+  absl::StatusOr<std::unique_ptr<ShmTransport>> probe =
+      ShmTransport::Create(probe_store, env.rank, env.world_size, shm);
   return probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
 }
 

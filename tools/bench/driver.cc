@@ -45,9 +45,10 @@ void PrintHeader(const CollectiveDescriptor& op, const SweepOptions& options, co
   std::printf("# device %s; backend %s: %s\n", options.device.ToString().c_str(), info.backend.c_str(),
               info.backend_reason.c_str());
   if (!info.copy_path.empty()) std::printf("# shared-memory copy path (rank 0): %s\n", info.copy_path.c_str());
-  std::printf("# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
-              "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
-              options.iters, options.warmup, options.check ? "on" : "off");
+  std::printf(
+      "# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
+      "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
+      options.iters, options.warmup, options.check ? "on" : "off");
   std::printf("#%12s %12s %6s %12s %10s %10s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "p50(us)",
               "p95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   std::fflush(stdout);  // The group is up: say so now, not after the first size.
@@ -58,8 +59,21 @@ namespace {
 // One rank's figures for one size, in the order of the MAX reduction over
 // the ranks (seconds, MiB, counts).
 enum Figure {
-  kMean, kP50, kP95, kPeakRssMib, kP99, kMax, kStall, kStalls,
-  kCallerVcsw, kCallerIvcsw, kOtherVcsw, kOtherIvcsw, kSetupS, kFds, kFigureCount,
+  kMean,
+  kP50,
+  kP95,
+  kPeakRssMib,
+  kP99,
+  kMax,
+  kStall,
+  kStalls,
+  kCallerVcsw,
+  kCallerIvcsw,
+  kOtherVcsw,
+  kOtherIvcsw,
+  kSetupS,
+  kFds,
+  kFigureCount,
 };
 
 // The context switches of the timed loop: the calling thread's, and the
@@ -84,8 +98,8 @@ struct SwitchCounter {
 // Waits for what a launch started (nothing: done).
 absl::Status WaitFor(const std::shared_ptr<Work>& work) { return work == nullptr ? absl::OkStatus() : work->Wait(); }
 
-absl::StatusOr<Buffers> MakeBuffers(const CollectiveDescriptor& op, const SweepOptions& options, int64_t count,
-                                    int n, int rank) {
+absl::StatusOr<Buffers> MakeBuffers(const CollectiveDescriptor& op, const SweepOptions& options, int64_t count, int n,
+                                    int rank) {
   BufferShape shape = op.shape(count, n, rank);
   Buffers b;
   LOCKSTEP_ASSIGN_OR_RETURN(b.input, Tensor::Zeros({shape.input}, options.dtype, options.device));
@@ -96,8 +110,8 @@ absl::StatusOr<Buffers> MakeBuffers(const CollectiveDescriptor& op, const SweepO
 
 // This rank's figures for `iters` timed iterations (after the warm-up and a
 // barrier).
-absl::StatusOr<std::vector<double>> TimeIterations(Communicator& comm, const CollectiveDescriptor& op,
-                                                   const Buffers& b, const SweepOptions& options) {
+absl::StatusOr<std::vector<double>> TimeIterations(Communicator& comm, const CollectiveDescriptor& op, const Buffers& b,
+                                                   const SweepOptions& options) {
   for (int i = 0; i < options.warmup; ++i) LOCKSTEP_RETURN_IF_ERROR(WaitFor(op.launch(comm, b, options.args)));
   LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
   const int iters = std::max(1, options.iters);
@@ -167,24 +181,24 @@ void PrintTableRow(const Row& r) {
   const std::vector<double>& f = r.slowest;
   const std::string wrong = r.wrong < 0 ? "N/A" : absl::StrCat(r.wrong);
   std::printf(" %12lld %12lld %6s %12.2f %10.2f %10.2f %12.3f %12.3f %8s\n", static_cast<long long>(r.bytes),
-              static_cast<long long>(r.count), std::string(DTypeName(r.dtype)).c_str(), f[kMean] * 1e6,
-              f[kP50] * 1e6, f[kP95] * 1e6, r.algbw, r.busbw, wrong.c_str());
+              static_cast<long long>(r.count), std::string(DTypeName(r.dtype)).c_str(), f[kMean] * 1e6, f[kP50] * 1e6,
+              f[kP95] * 1e6, r.algbw, r.busbw, wrong.c_str());
 }
 
 void PrintJsonRow(const Row& r) {
   const std::vector<double>& f = r.slowest;
-  std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
-              "\"bytes\": %lld, \"count\": %lld, "
-              "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
-              "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
-              "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
-              "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f, \"setup_s\": %.3f, "
-              "\"fds\": %.0f}\n",
-              r.op.c_str(), std::string(DTypeName(r.dtype)).c_str(), r.world, r.transport.c_str(),
-              static_cast<long long>(r.bytes), static_cast<long long>(r.count), f[kMean] * 1e6, f[kP50] * 1e6,
-              f[kP95] * 1e6, r.algbw, r.busbw, static_cast<long long>(r.wrong), f[kPeakRssMib], f[kP99] * 1e6,
-              f[kMax] * 1e6, f[kStall] * 1e6, f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw],
-              f[kOtherIvcsw], f[kSetupS], f[kFds]);
+  std::printf(
+      "{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
+      "\"bytes\": %lld, \"count\": %lld, "
+      "\"time_us\": %.3f, \"p50_us\": %.3f, \"p95_us\": %.3f, \"algbw_gbps\": %.4f, "
+      "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
+      "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
+      "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f, \"setup_s\": %.3f, "
+      "\"fds\": %.0f}\n",
+      r.op.c_str(), std::string(DTypeName(r.dtype)).c_str(), r.world, r.transport.c_str(),
+      static_cast<long long>(r.bytes), static_cast<long long>(r.count), f[kMean] * 1e6, f[kP50] * 1e6, f[kP95] * 1e6,
+      r.algbw, r.busbw, static_cast<long long>(r.wrong), f[kPeakRssMib], f[kP99] * 1e6, f[kMax] * 1e6, f[kStall] * 1e6,
+      f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw], f[kOtherIvcsw], f[kSetupS], f[kFds]);
 }
 
 // One size: timed, checked (--check) and printed by rank 0. An error when
@@ -207,8 +221,10 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
     Row row{op.name, options.dtype, n, transport, op.bytes(count, element, n), count, 0, 0, wrong, slowest};
     row.algbw = static_cast<double>(row.bytes) / slowest[kMean] / 1e9;
     row.busbw = row.algbw * op.bus_factor(n);
-    if (options.json) PrintJsonRow(row);
-    else PrintTableRow(row);
+    if (options.json)
+      PrintJsonRow(row);
+    else
+      PrintTableRow(row);
     std::fflush(stdout);
   }
   if (wrong > 0) return absl::DataLossError(absl::StrCat(wrong, " wrong elements at ", bytes, " bytes"));

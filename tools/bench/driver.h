@@ -47,10 +47,10 @@ struct SweepOptions {
 // What the header names besides the options: the group and how it runs.
 struct RunInfo {
   int world = 1;
-  std::string transport;       // The communicator's capabilities().name.
-  std::string backend;         // "host" or "nccl", and why.
+  std::string transport;  // The communicator's capabilities().name.
+  std::string backend;    // "host" or "nccl", and why.
   std::string backend_reason;
-  std::string copy_path;       // Shared memory's copy path, or empty.
+  std::string copy_path;  // Shared memory's copy path, or empty.
 };
 
 // The table's header lines (for rank 0 when not --json).

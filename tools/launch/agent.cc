@@ -32,8 +32,8 @@ void Say(const std::string& text) { std::cerr << "[lockstep-run] " << text << st
 // torchrun's behaviour, said aloud: a job of several nodes without a join
 // token is open to whoever reaches its endpoint.
 std::string OpenJobWarning(const std::string& where) {
-  return absl::StrCat("warning: this job has no join token, so any host that reaches the rendezvous endpoint ",
-                      where, " can join it, read its workers' secret and end it; give every agent the same token ",
+  return absl::StrCat("warning: this job has no join token, so any host that reaches the rendezvous endpoint ", where,
+                      " can join it, read its workers' secret and end it; give every agent the same token ",
                       "(LOCKSTEP_RDZV_TOKEN or --rdzv_conf join_token_file=PATH), and LOCKSTEP_REQUIRE_TOKEN=1 to "
                       "refuse to start without one");
 }
@@ -147,8 +147,8 @@ absl::StatusOr<std::string> MakeRunLogDir(const LaunchFlags& flags) {
     const char* tmp = getenv("TMPDIR");
     std::string templ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/torchelastic_XXXXXX");
     if (mkdtemp(templ.data()) == nullptr) {
-      return absl::PermissionDeniedError(absl::StrCat("lockstep-run: cannot create a log directory ", templ,
-                                                      "; give a writable --log_dir"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("lockstep-run: cannot create a log directory ", templ, "; give a writable --log_dir"));
     }
     base = templ;
   }
@@ -292,18 +292,17 @@ void Agent::Leave(GroupState& state, const FailureRecord* failure) {
   if (store_.hosting) {
     // The others may stop their workers (stop_grace) and wait for a lost
     // agent's answer (heartbeat_timeout) before they leave.
-    const milliseconds bound = SaturatingAdd(SaturatingAdd(SaturatingAdd(o_.rendezvous.heartbeat_timeout,
-                                                                         o_.rendezvous.heartbeat_timeout),
-                                                           o_.stop_grace),
-                                             FromSeconds(o_.flags.monitor_interval_s));
+    const milliseconds bound = SaturatingAdd(
+        SaturatingAdd(SaturatingAdd(o_.rendezvous.heartbeat_timeout, o_.rendezvous.heartbeat_timeout), o_.stop_grace),
+        FromSeconds(o_.flags.monitor_interval_s));
     absl::Status s = state.WaitAllExited(bound);
     if (!s.ok()) Say("not every agent said goodbye before this one closes the rendezvous store");
   }
 }
 
 AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, WorkerGroup& workers) {
-  const milliseconds tick =
-      std::max(milliseconds(10), std::min(FromSeconds(o_.flags.monitor_interval_s), o_.rendezvous.heartbeat_timeout / 3));
+  const milliseconds tick = std::max(
+      milliseconds(10), std::min(FromSeconds(o_.flags.monitor_interval_s), o_.rendezvous.heartbeat_timeout / 3));
   AttemptResult result;
   bool done_marked = false;
   const bool may_grow = o_.rendezvous.backend == "c10d" && group.group_world_size < o_.flags.max_nodes;
@@ -475,9 +474,9 @@ int Agent::Run() {
     }
     round = group->attempt;  // c10d may have moved on to a later round.
     Say(absl::StrCat("attempt ", round, " (restart ", restarts, "): node rank ", group->group_rank, " of ",
-                     group->group_world_size, " on ", hostname_, " (", address_, "), ranks ", group->rank_offset,
-                     "..", group->rank_offset + o_.nproc - 1, " of ", group->world_size,
-                     ", MASTER_ADDR=", group->master_addr, " MASTER_PORT=", group->master_port));
+                     group->group_world_size, " on ", hostname_, " (", address_, "), ranks ", group->rank_offset, "..",
+                     group->rank_offset + o_.nproc - 1, " of ", group->world_size, ", MASTER_ADDR=", group->master_addr,
+                     " MASTER_PORT=", group->master_port));
     GroupState state(&run_store, *group, rendezvous.agent_id());
     if (!log_dir->empty()) spec.attempt_log_dir = absl::StrCat(*log_dir, "/attempt_", round);
     spec.env.restart_count = restarts;
@@ -510,7 +509,8 @@ int Agent::Run() {
       return 128 + result.signal;
     }
     if (result.outcome == Outcome::kNodesWaiting) {
-      Say(absl::StrCat(result.nodes_waiting, " node(s) waiting to join; re-forming the group (not counted as a restart)"));
+      Say(absl::StrCat(result.nodes_waiting,
+                       " node(s) waiting to join; re-forming the group (not counted as a restart)"));
       continue;
     }
     if (!result.store_gone) FindLostAgents(*group, state, ended_at, &result);
@@ -532,8 +532,8 @@ int Agent::Run() {
     } else if (!r.restartable) {
       last.ended = absl::StrCat("attempt ", round, " failed in a way a restart cannot mend");
     } else {
-      last.ended = absl::StrCat("attempt ", round, " failed and no restarts are left (--max_restarts ",
-                                f.max_restarts, ")");
+      last.ended =
+          absl::StrCat("attempt ", round, " failed and no restarts are left (--max_restarts ", f.max_restarts, ")");
     }
     std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
     if (store_.token.empty()) Say(OpenJobWarning(store_.where));

@@ -13,10 +13,17 @@ namespace launch {
 using std::chrono::milliseconds;
 
 std::string EncodeFailure(const FailureRecord& r) {
-  nlohmann::json j = {{"rank", r.rank},         {"local_rank", r.local_rank}, {"group_rank", r.group_rank},
-                      {"hostname", r.hostname}, {"host", r.host},             {"what", r.what},
-                      {"exit_code", r.exit_code}, {"signal", r.signal},       {"tail", r.tail},
-                      {"restartable", r.restartable}, {"agent_lost", r.agent_lost}};
+  nlohmann::json j = {{"rank", r.rank},
+                      {"local_rank", r.local_rank},
+                      {"group_rank", r.group_rank},
+                      {"hostname", r.hostname},
+                      {"host", r.host},
+                      {"what", r.what},
+                      {"exit_code", r.exit_code},
+                      {"signal", r.signal},
+                      {"tail", r.tail},
+                      {"restartable", r.restartable},
+                      {"agent_lost", r.agent_lost}};
   // Replace, not throw, on bytes that are not UTF-8 (a worker's output).
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -24,8 +31,9 @@ std::string EncodeFailure(const FailureRecord& r) {
 absl::StatusOr<FailureRecord> DecodeFailure(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&] {
-    return absl::DataLossError("the failure record in the rendezvous store is malformed; do two launchers "
-                               "share one rendezvous endpoint and run id?");
+    return absl::DataLossError(
+        "the failure record in the rendezvous store is malformed; do two launchers "
+        "share one rendezvous endpoint and run id?");
   };
   if (!j.is_object()) return bad();
   FailureRecord r;
@@ -60,8 +68,8 @@ constexpr char kRule[] = "[lockstep-run] =======================================
 
 // "the agent of node rank 1 on host node1 (10.0.0.2)".
 std::string AgentName(const FailureRecord& r) {
-  std::string who = r.group_rank >= 0 ? absl::StrCat("the agent of node rank ", r.group_rank)
-                                      : std::string("the agent");
+  std::string who =
+      r.group_rank >= 0 ? absl::StrCat("the agent of node rank ", r.group_rank) : std::string("the agent");
   if (!r.hostname.empty() || !r.host.empty()) {
     absl::StrAppend(&who, " on host ", r.hostname.empty() ? r.host : r.hostname);
     if (!r.hostname.empty() && !r.host.empty() && r.host != r.hostname) absl::StrAppend(&who, " (", r.host, ")");

@@ -42,7 +42,7 @@ struct FailureRecord {
   int group_rank = -1;
   std::string hostname;
   std::string host;
-  std::string what;  // "exited with code 3", "killed by signal 9 (Killed)", or the agent's reason.
+  std::string what;    // "exited with code 3", "killed by signal 9 (Killed)", or the agent's reason.
   int exit_code = -1;  // -1 when signaled or not a worker.
   int signal = 0;
   std::string tail;  // The worker's last lines of output.

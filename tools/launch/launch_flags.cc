@@ -16,8 +16,7 @@ namespace launch {
 namespace {
 
 absl::Status FlagError(absl::string_view flag, absl::string_view problem) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("lockstep-run: --", flag, ": ", problem, "; see lockstep-run --help"));
+  return absl::InvalidArgumentError(absl::StrCat("lockstep-run: --", flag, ": ", problem, "; see lockstep-run --help"));
 }
 
 absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text) {
@@ -44,19 +43,19 @@ bool EnvSwitch(const GetEnvFn& getenv, const std::string& dest) {
 }
 
 struct FlagDef {
-  const char* dest;   // torchrun's name (underscores).
-  char short_name;    // 0: none.
+  const char* dest;  // torchrun's name (underscores).
+  char short_name;   // 0: none.
   bool takes_value;
 };
 
 constexpr FlagDef kFlags[] = {
-    {"help", 'h', false},          {"nnodes", 0, true},         {"nproc_per_node", 0, true},
-    {"rdzv_backend", 0, true},     {"rdzv_endpoint", 0, true},  {"rdzv_id", 0, true},
-    {"rdzv_conf", 0, true},        {"standalone", 0, false},    {"max_restarts", 0, true},
-    {"monitor_interval", 0, true}, {"start_method", 0, true},   {"role", 0, true},
-    {"module", 'm', false},        {"no_python", 0, false},     {"run_path", 0, false},
-    {"log_dir", 0, true},          {"redirects", 'r', true},    {"tee", 't', true},
-    {"node_rank", 0, true},        {"master_addr", 0, true},    {"master_port", 0, true},
+    {"help", 'h', false},          {"nnodes", 0, true},        {"nproc_per_node", 0, true},
+    {"rdzv_backend", 0, true},     {"rdzv_endpoint", 0, true}, {"rdzv_id", 0, true},
+    {"rdzv_conf", 0, true},        {"standalone", 0, false},   {"max_restarts", 0, true},
+    {"monitor_interval", 0, true}, {"start_method", 0, true},  {"role", 0, true},
+    {"module", 'm', false},        {"no_python", 0, false},    {"run_path", 0, false},
+    {"log_dir", 0, true},          {"redirects", 'r', true},   {"tee", 't', true},
+    {"node_rank", 0, true},        {"master_addr", 0, true},   {"master_port", 0, true},
 };
 
 // The flag a long name (underscores already) stands for: exact, else a
@@ -76,8 +75,8 @@ absl::StatusOr<const FlagDef*> FindLong(const std::string& name, const std::stri
     return absl::InvalidArgumentError(absl::StrCat("lockstep-run: ambiguous flag '", as_typed,
                                                    "' (the prefix of several flags); see lockstep-run --help"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("lockstep-run: unknown flag '", as_typed,
-                                                 "'; see lockstep-run --help for the flags (torchrun's)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("lockstep-run: unknown flag '", as_typed, "'; see lockstep-run --help for the flags (torchrun's)"));
 }
 
 absl::Status SetNnodes(LaunchFlags* flags, absl::string_view text) {
@@ -153,8 +152,8 @@ void SetSwitch(LaunchFlags* flags, const std::string& dest, bool on) {
 
 absl::Status Validate(const LaunchFlags& flags) {
   if (flags.rdzv_backend != "static" && flags.rdzv_backend != "c10d") {
-    return FlagError("rdzv_backend", absl::StrCat("'", flags.rdzv_backend,
-                                                  "' is not supported; use static or c10d (etcd is not)"));
+    return FlagError("rdzv_backend",
+                     absl::StrCat("'", flags.rdzv_backend, "' is not supported; use static or c10d (etcd is not)"));
   }
   if (flags.rdzv_backend == "static" && flags.min_nodes != flags.max_nodes) {
     return FlagError("nnodes", absl::StrCat(flags.min_nodes, ":", flags.max_nodes,
@@ -347,9 +346,9 @@ absl::StatusOr<RendezvousSettings> ResolveRendezvous(const LaunchFlags& flags, c
   }
   const auto& conf = flags.rdzv_conf;
   for (const auto& [key, value] : conf) {
-    static const char* const kKnown[] = {"timeout", "join_timeout", "last_call_timeout", "read_timeout",
-                                         "heartbeat_timeout", "is_host", "join_token", "join_token_file",
-                                         "close_timeout", "keep_alive_interval", "keep_alive_max_attempt"};
+    static const char* const kKnown[] = {
+        "timeout",    "join_timeout",    "last_call_timeout", "read_timeout",        "heartbeat_timeout",     "is_host",
+        "join_token", "join_token_file", "close_timeout",     "keep_alive_interval", "keep_alive_max_attempt"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       warnings->push_back(absl::StrCat("--rdzv_conf: ignoring unknown key '", key, "'"));
     }

@@ -98,7 +98,7 @@ struct RendezvousSettings {
   std::chrono::milliseconds read_timeout{60000};       // rdzv_conf read_timeout: one store call.
   std::chrono::milliseconds heartbeat_timeout{30000};  // rdzv_conf heartbeat_timeout.
   std::optional<bool> is_host;                         // rdzv_conf is_host (c10d).
-  std::string token;  // join_token, join_token_file or LOCKSTEP_RDZV_TOKEN; "" = none.
+  std::string token;                                   // join_token, join_token_file or LOCKSTEP_RDZV_TOKEN; "" = none.
 };
 absl::StatusOr<RendezvousSettings> ResolveRendezvous(const LaunchFlags& flags, const GetEnvFn& getenv,
                                                      std::vector<std::string>* warnings);

@@ -94,9 +94,12 @@ TEST(LaunchFlagsTest, UniquePrefixesAbbreviateAsArgparse) {
 }
 
 TEST(LaunchFlagsTest, PetEnvironmentGivesDefaultsTheCommandLineOverrides) {
-  absl::StatusOr<LaunchFlags> f =
-      Parse({"--node_rank", "1", "p"}, {{"PET_NPROC_PER_NODE", "3"}, {"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"},
-                                        {"PET_MASTER_ADDR", "h0"}, {"PET_NO_PYTHON", "1"}, {"PET_MAX_RESTARTS", "4"}});
+  absl::StatusOr<LaunchFlags> f = Parse({"--node_rank", "1", "p"}, {{"PET_NPROC_PER_NODE", "3"},
+                                                                    {"PET_NNODES", "2"},
+                                                                    {"PET_NODE_RANK", "0"},
+                                                                    {"PET_MASTER_ADDR", "h0"},
+                                                                    {"PET_NO_PYTHON", "1"},
+                                                                    {"PET_MAX_RESTARTS", "4"}});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->nproc_per_node, "3");
   EXPECT_EQ(f->max_nodes, 2);
@@ -131,8 +134,8 @@ TEST(LaunchFlagsTest, BadInputNamesTheFlagAndPointsAtHelp) {
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().message(),
             "lockstep-run: --node_rank: 2 is not below --nnodes 2; node ranks are 0..1; see lockstep-run --help");
-  EXPECT_FALSE(Parse({"--nproc_per_node"}).ok());                  // Value missing.
-  EXPECT_FALSE(Parse({"--standalone=1", "p"}).ok());               // A switch takes none.
+  EXPECT_FALSE(Parse({"--nproc_per_node"}).ok());     // Value missing.
+  EXPECT_FALSE(Parse({"--standalone=1", "p"}).ok());  // A switch takes none.
   EXPECT_FALSE(Parse({"--rdzv_backend", "etcd", "p"}).ok());
   EXPECT_FALSE(Parse({"--monitor_interval", "0", "p"}).ok());
   EXPECT_FALSE(Parse({"--redirects", "4", "p"}).ok());

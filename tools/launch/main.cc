@@ -70,9 +70,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const int gpus = flags->nproc_per_node == "gpu" || flags->nproc_per_node == "auto"
-                       ? lockstep::cuda::DeviceCount()
-                       : 0;
+  const int gpus =
+      flags->nproc_per_node == "gpu" || flags->nproc_per_node == "auto" ? lockstep::cuda::DeviceCount() : 0;
   absl::StatusOr<int> nproc = ResolveNprocPerNode(flags->nproc_per_node, static_cast<int>(cpus), gpus);
   if (!nproc.ok()) {
     std::cerr << nproc.status().message() << std::endl;
@@ -87,8 +86,7 @@ int main(int argc, char** argv) {
   if (std::optional<std::string> grace = GetEnv("LOCKSTEP_STOP_GRACE_SECONDS"); grace.has_value()) {
     char* end = nullptr;
     const double seconds = std::strtod(grace->c_str(), &end);
-    if (grace->empty() || end == nullptr || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
-        seconds > 86400) {
+    if (grace->empty() || end == nullptr || *end != '\0' || !std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
       std::cerr << "lockstep-run: LOCKSTEP_STOP_GRACE_SECONDS='" << *grace
                 << "' is not a number of seconds in 0..86400 (the SIGTERM to SIGKILL grace period; default 5)"
                 << std::endl;

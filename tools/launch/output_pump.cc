@@ -84,8 +84,7 @@ void OutputPump::Start() {
 
 void OutputPump::Finish(Deadline deadline) {
   if (!thread_.joinable()) return;
-  finish_deadline_ns_.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count());
+  finish_deadline_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count());
   finishing_.store(true);
   const uint64_t one = 1;
   (void)!::write(wake_.get(), &one, sizeof(one));
@@ -109,7 +108,8 @@ std::string OutputPump::Tail(int local_rank) const {
 void OutputPump::Emit(Stream& s, absl::string_view text, bool continues) {
   // The line as the tail keeps it; the console's is the same with the prefix.
   std::string line = continues ? absl::StrCat(text, kLineContinuesMarker, "\n") : absl::StrCat(text, "\n");
-  if (s.out.to_console) WriteFully(s.out.is_stderr ? stderr_fd_ : stdout_fd_, absl::StrCat("[", s.out.rank, "]:", line));
+  if (s.out.to_console)
+    WriteFully(s.out.is_stderr ? stderr_fd_ : stdout_fd_, absl::StrCat("[", s.out.rank, "]:", line));
   // The tail travels in the failure record and the summary: a long part is
   // kept only in its beginning.
   if (line.size() > kMaxTailLineBytes) {
@@ -139,8 +139,8 @@ void OutputPump::Run() {
     if (owners.empty()) break;
     int timeout = -1;
     if (finishing_.load()) {
-      const Deadline deadline{std::chrono::duration_cast<Deadline::duration>(
-          std::chrono::nanoseconds(finish_deadline_ns_.load()))};
+      const Deadline deadline{
+          std::chrono::duration_cast<Deadline::duration>(std::chrono::nanoseconds(finish_deadline_ns_.load()))};
       timeout = PollTimeoutMs(deadline);  // 0 once past: drain what is there, then stop.
     }
     const int ready = ::poll(fds.data(), fds.size(), timeout);
@@ -170,8 +170,8 @@ void OutputPump::Run() {
       (void)!::read(wake_.get(), &value, sizeof(value));
     }
     if (finishing_.load() && !any_data) {
-      const Deadline deadline{std::chrono::duration_cast<Deadline::duration>(
-          std::chrono::nanoseconds(finish_deadline_ns_.load()))};
+      const Deadline deadline{
+          std::chrono::duration_cast<Deadline::duration>(std::chrono::nanoseconds(finish_deadline_ns_.load()))};
       if (SteadyClock::now() >= deadline) break;
     }
   }

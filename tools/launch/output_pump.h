@@ -120,8 +120,8 @@ class OutputPump {
   std::thread thread_;
   mutable std::mutex mu_;
   std::map<int, std::deque<std::string>> tails_;  // Guarded by mu_.
-  std::map<int, int> eofs_;                        // Guarded by mu_: pipes at EOF per local rank.
-  bool stopped_ = false;                           // Guarded by mu_.
+  std::map<int, int> eofs_;                       // Guarded by mu_: pipes at EOF per local rank.
+  bool stopped_ = false;                          // Guarded by mu_.
   std::condition_variable eof_cv_;
 };
 

@@ -106,8 +106,8 @@ TEST(LineSplitterTest, PartsDoNotDependOnHowTheBytesWereRead) {
   // Lines at the cap's boundaries and of random lengths up to 3 caps, of
   // varied bytes, read in random pieces.
   std::mt19937 rng(7);
-  std::vector<size_t> lengths = {0, 1, kMaxLinePart - 1, kMaxLinePart, kMaxLinePart + 1, 2 * kMaxLinePart,
-                                 2 * kMaxLinePart + 1};
+  std::vector<size_t> lengths = {
+      0, 1, kMaxLinePart - 1, kMaxLinePart, kMaxLinePart + 1, 2 * kMaxLinePart, 2 * kMaxLinePart + 1};
   for (int i = 0; i < 30; ++i) lengths.push_back(rng() % (3 * kMaxLinePart + 3));
   std::string input;
   for (size_t line = 0; line < lengths.size(); ++line) {
@@ -225,8 +225,8 @@ TEST(OutputPumpTest, ALongLineGoesOutInPartsAndWholeToTheLog) {
   const std::string kept = absl::StrCat(part, kLineContinuesMarker).substr(0, kMaxTailLineBytes);
   const size_t cut = kMaxLinePart + kLineContinuesMarker.size() - kMaxTailLineBytes;
   EXPECT_LE(tail.size(), 3 * (kMaxTailLineBytes + 64));
-  EXPECT_EQ(tail, absl::StrCat(kept, " [lockstep-run: ", cut, " more bytes of this line not kept]\n", "tail\n",
-                               "end\n"));
+  EXPECT_EQ(tail,
+            absl::StrCat(kept, " [lockstep-run: ", cut, " more bytes of this line not kept]\n", "tail\n", "end\n"));
 }
 
 }  // namespace

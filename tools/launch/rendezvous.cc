@@ -37,8 +37,8 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
   int port = 0;
   absl::StatusOr<Fd> fd = Listen(host, 0, &port);
   if (!fd.ok()) {
-    return absl::Status(fd.status().code(), absl::StrCat("choosing MASTER_PORT for the workers on ", host, ": ",
-                                                         fd.status().message()));
+    return absl::Status(fd.status().code(),
+                        absl::StrCat("choosing MASTER_PORT for the workers on ", host, ": ", fd.status().message()));
   }
   return port;  // Closed here: rank 0's store binds it next.
 }
@@ -84,10 +84,10 @@ absl::StatusOr<std::vector<NodeInfo>> Rendezvous::JoinStatic(int attempt) {
   if (!now.ok()) return StoreError(attempt, "claiming node rank", now.status());
   if (*now != mine) {
     absl::StatusOr<NodeInfo> other = DecodeNodeInfo(*now, nullptr);
-    return absl::AlreadyExistsError(absl::StrCat(
-        "rendezvous (static, attempt ", attempt, "): node rank ", options_.node_rank, " is already taken by host ",
-        other.ok() ? other->hostname + " (" + other->host + ")" : "?", "; give every node its own --node_rank in 0..",
-        n - 1));
+    return absl::AlreadyExistsError(absl::StrCat("rendezvous (static, attempt ", attempt, "): node rank ",
+                                                 options_.node_rank, " is already taken by host ",
+                                                 other.ok() ? other->hostname + " (" + other->host + ")" : "?",
+                                                 "; give every node its own --node_rank in 0..", n - 1));
   }
   std::vector<std::string> keys;
   for (int r = 0; r < n; ++r) keys.push_back(AttemptKey(attempt, absl::StrCat("node/", r)));
@@ -152,11 +152,11 @@ absl::StatusOr<std::vector<NodeInfo>> Rendezvous::JoinElasticRound(int attempt, 
       }
     }
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rendezvous (c10d, attempt ", attempt, "): only ", joined, " of at least ", options_.min_nodes,
-          " nodes joined within ", Seconds(options_.join_timeout),
-          "; start lockstep-run on the other nodes with the same --rdzv_endpoint and --rdzv_id, "
-          "or raise --rdzv_conf timeout=SECONDS"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous (c10d, attempt ", attempt, "): only ", joined, " of at least ", options_.min_nodes,
+                       " nodes joined within ", Seconds(options_.join_timeout),
+                       "; start lockstep-run on the other nodes with the same --rdzv_endpoint and --rdzv_id, "
+                       "or raise --rdzv_conf timeout=SECONDS"));
     }
     auto wait_until = std::min(deadline, now + options_.poll_interval);
     if (window_closes) wait_until = std::min(wait_until, *window_closes);
@@ -216,8 +216,8 @@ absl::StatusOr<std::vector<NodeInfo>> Rendezvous::JoinElastic(int* attempt) {
     }
     if (!options_.admit_late_nodes || SteadyClock::now() >= deadline) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "rendezvous (c10d, attempt ", *attempt, "): this node came after the group closed",
-          " (--nnodes ", options_.min_nodes, ":", options_.max_nodes, ") and no new round formed within ",
+          "rendezvous (c10d, attempt ", *attempt, "): this node came after the group closed", " (--nnodes ",
+          options_.min_nodes, ":", options_.max_nodes, ") and no new round formed within ",
           Seconds(options_.join_timeout), "; start every node within last_call_timeout (",
           Seconds(options_.last_call_timeout), ") of the first, or raise --rdzv_conf last_call_timeout=SECONDS"));
     }

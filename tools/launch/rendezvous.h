@@ -76,14 +76,14 @@ struct NodeInfo {
 // One attempt's worker group, the same on every agent.
 struct GroupAssignment {
   int attempt = 0;
-  int group_rank = 0;        // This node's rank (GROUP_RANK).
-  int group_world_size = 0;  // Nodes (GROUP_WORLD_SIZE).
-  int rank_offset = 0;       // Global rank of this node's local rank 0.
-  int world_size = 0;        // Workers on all nodes.
+  int group_rank = 0;           // This node's rank (GROUP_RANK).
+  int group_world_size = 0;     // Nodes (GROUP_WORLD_SIZE).
+  int rank_offset = 0;          // Global rank of this node's local rank 0.
+  int world_size = 0;           // Workers on all nodes.
   std::vector<NodeInfo> nodes;  // By group rank.
-  std::string master_addr;   // Node rank 0's host.
-  int master_port = 0;       // Chosen by node rank 0 for this attempt.
-  std::string worker_token;  // LOCKSTEP_STORE_TOKEN for this attempt.
+  std::string master_addr;      // Node rank 0's host.
+  int master_port = 0;          // Chosen by node rank 0 for this attempt.
+  std::string worker_token;     // LOCKSTEP_STORE_TOKEN for this attempt.
 };
 
 // Picks a port on `host` for the workers' store (node rank 0 only).

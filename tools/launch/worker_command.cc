@@ -32,9 +32,9 @@ absl::StatusOr<std::string> Python(const GetEnvFn& getenv) {
   const std::string path = getenv("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   absl::StatusOr<std::string> python = FindOnPath(chosen.value_or("python3"), path);
   if (!python.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "lockstep-run: no Python interpreter to run the training script (", python.status().message(),
-        "); install python3, set LOCKSTEP_PYTHON=/path/to/python, or give --no_python for an executable"));
+    return absl::NotFoundError(
+        absl::StrCat("lockstep-run: no Python interpreter to run the training script (", python.status().message(),
+                     "); install python3, set LOCKSTEP_PYTHON=/path/to/python, or give --no_python for an executable"));
   }
   return python;
 }

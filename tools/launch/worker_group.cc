@@ -23,9 +23,8 @@ absl::Status MakeDirs(const std::string& path) {
     if (i == path.size() || (path[i] == '/' && i > 0)) {
       prefix = path.substr(0, i);
       if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("lockstep-run: cannot create the log directory ", prefix, ": ", std::strerror(errno),
-                         "; give a writable --log_dir"));
+        return absl::PermissionDeniedError(absl::StrCat("lockstep-run: cannot create the log directory ", prefix, ": ",
+                                                        std::strerror(errno), "; give a writable --log_dir"));
       }
     }
   }
@@ -43,8 +42,7 @@ absl::StatusOr<Fd> OpenLog(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec& spec,
-                                                                const GroupAssignment& group) {
+absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec& spec, const GroupAssignment& group) {
   std::unique_ptr<WorkerGroup> g(new WorkerGroup(spec.tail_lines));
   for (int local_rank = 0; local_rank < spec.nproc; ++local_rank) {
     const int rank = group.rank_offset + local_rank;
@@ -75,7 +73,8 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec
       out.is_stderr = stream == 1;
       out.to_console = (spec.redirects.For(local_rank) & bit) == 0 || (spec.tee.For(local_rank) & bit) != 0;
       if (!dir.empty()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(out.log_file, OpenLog(absl::StrCat(dir, stream == 0 ? "/stdout.log" : "/stderr.log")));
+        LOCKSTEP_ASSIGN_OR_RETURN(out.log_file,
+                                  OpenLog(absl::StrCat(dir, stream == 0 ? "/stdout.log" : "/stderr.log")));
       }
       g->pump_.Add(std::move(out));
     }
@@ -83,9 +82,8 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec
     options.stderr_fd = write_ends[1].get();
     absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
     if (!child.ok()) {
-      return absl::Status(child.status().code(),
-                          absl::StrCat("lockstep-run: starting rank ", rank, " (local_rank ", local_rank,
-                                       "): ", child.status().message()));
+      return absl::Status(child.status().code(), absl::StrCat("lockstep-run: starting rank ", rank, " (local_rank ",
+                                                              local_rank, "): ", child.status().message()));
     }
     g->workers_.push_back(*std::move(child));
   }  // The write ends close here: the pipes reach EOF when the workers end.

@@ -104,8 +104,8 @@ void ShmTransport::Op::SendThroughRing(Transfer& t, Progress& p, const MessageTa
   // receiver wrote it), so it is read again only when the space it leaves
   // is not enough for what this step would write.
   const size_t allowed = SendableBytes(t);
-  const int64_t want = (p.header_done ? 0 : static_cast<int64_t>(kLine)) +
-                       static_cast<int64_t>(std::min(allowed - p.done, slot_));
+  const int64_t want =
+      (p.header_done ? 0 : static_cast<int64_t>(kLine)) + static_cast<int64_t>(std::min(allowed - p.done, slot_));
   int64_t free = static_cast<int64_t>(capacity_) - static_cast<int64_t>(head - tail_seen);
   if (free < want) {
     tail_seen = ring->tail.load(std::memory_order_acquire);
@@ -175,8 +175,8 @@ absl::Status ShmTransport::Op::Receive(Transfer& t, Progress& p, const MessageTa
     const uint64_t available = head - new_tail;
     if (p.done < t.bytes && available > 0) {
       const uint64_t pos = new_tail % capacity_;
-      const size_t n = std::min(
-          {t.bytes - p.done, static_cast<size_t>(available), static_cast<size_t>(capacity_ - pos), slot_});
+      const size_t n =
+          std::min({t.bytes - p.done, static_cast<size_t>(available), static_cast<size_t>(capacity_ - pos), slot_});
       const char* src = ring->data() + pos;
       if (t.consume) {
         LOCKSTEP_RETURN_IF_ERROR(t.consume(p.done, src, n));
@@ -216,7 +216,8 @@ absl::Status ShmTransport::Op::ReceiveHeader(Transfer& t, Progress& p, const Mes
     if (t.data != LeaveMessage()) t.bytes = h.bytes;
     return absl::OkStatus();
   }
-  return CheckMessageHeader(h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
+  return CheckMessageHeader(
+      h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
 }
 
 absl::Status ShmTransport::Op::ReceiveSingleCopy(Transfer& t, Progress& p, const MessageTag& tag, bool* moved) {
@@ -234,12 +235,12 @@ absl::Status ShmTransport::Op::ReceiveSingleCopy(Transfer& t, Progress& p, const
   }
   if (const int err = ReadRemote(tr_.peers_[t.peer].pid, p.address + p.done, dst, n); err != 0) {
     if (err == ESRCH || PeerHungUp(t.peer)) return tr_.PeerGoneError(t.peer, tag.seq);
-    return absl::InternalError(absl::StrCat(
-        "ShmTransport: rank ", tr_.rank_, " could not read bytes [", p.done, ", ", p.done + n, ") of op #", tag.seq,
-        " ", DescribeTag(tag.tag), " (", t.bytes, " bytes) from the memory of ", tr_.PeerName(t.peer),
-        " with process_vm_readv: ", std::strerror(err),
-        ". The sender's buffer must stay valid until its send completes; set "
-        "ShmTransportOptions.single_copy_bytes = 0 to use the ring only"));
+    return absl::InternalError(absl::StrCat("ShmTransport: rank ", tr_.rank_, " could not read bytes [", p.done, ", ",
+                                            p.done + n, ") of op #", tag.seq, " ", DescribeTag(tag.tag), " (", t.bytes,
+                                            " bytes) from the memory of ", tr_.PeerName(t.peer),
+                                            " with process_vm_readv: ", std::strerror(err),
+                                            ". The sender's buffer must stay valid until its send completes; set "
+                                            "ShmTransportOptions.single_copy_bytes = 0 to use the ring only"));
   }
   // A pid is reused only after its process died, which hangs up its socket:
   // with the socket still open at the end, every piece came from the peer.

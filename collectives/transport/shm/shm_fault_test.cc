@@ -42,9 +42,12 @@ TEST(ShmFaultTest, KilledRankFailsEveryOtherRankNamingIt) {
   ShmCommunicatorOptions options = ShmTestOptions();
   options.communicator.timeout = Milliseconds(20000);
   constexpr int kVictim = 2;
-  const std::vector<absl::Status> results = RunShmProcesses(4, [](Communicator& comm) {
-    return testing::KilledRankCase(comm, kVictim, "rank 2 (shm, pid ");  // Names its process.
-  }, options, /*deadline_seconds=*/60);
+  const std::vector<absl::Status> results = RunShmProcesses(
+      4,
+      [](Communicator& comm) {
+        return testing::KilledRankCase(comm, kVictim, "rank 2 (shm, pid ");  // Names its process.
+      },
+      options, /*deadline_seconds=*/60);
   ASSERT_EQ(results.size(), 4u);
   for (int r : {0, 1, 3}) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
   EXPECT_TRUE(Contains(results[kVictim], "signal 9")) << results[kVictim];
@@ -55,18 +58,21 @@ TEST(ShmFaultTest, KilledRankFailsEveryOtherRankNamingIt) {
 TEST(ShmFaultTest, AnErrorOnOneRankReachesTheOthersWithItsReason) {
   ShmCommunicatorOptions options = ShmTestOptions();
   options.communicator.timeout = Milliseconds(20000);
-  const std::vector<absl::Status> results = RunShmProcesses(3, [](Communicator& comm) -> absl::Status {
-    // Rank 1 reduces one element more: its messages' sizes differ from what
-    // its neighbours expect, so the first to notice aborts the others.
-    const int64_t count = (1 << 20) + (comm.rank() == 1 ? 1 : 0);
-    Tensor t = *Tensor::Zeros({count}, DType::kF32);
-    absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
-    if (s.ok()) return absl::InternalError("mismatched all-reduces succeeded");
-    if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "collective mismatch")) {
-      return absl::InternalError(absl::StrCat("the reason did not arrive: ", s.ToString()));
-    }
-    return absl::OkStatus();
-  }, options, /*deadline_seconds=*/60);
+  const std::vector<absl::Status> results = RunShmProcesses(
+      3,
+      [](Communicator& comm) -> absl::Status {
+        // Rank 1 reduces one element more: its messages' sizes differ from what
+        // its neighbours expect, so the first to notice aborts the others.
+        const int64_t count = (1 << 20) + (comm.rank() == 1 ? 1 : 0);
+        Tensor t = *Tensor::Zeros({count}, DType::kF32);
+        absl::Status s = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+        if (s.ok()) return absl::InternalError("mismatched all-reduces succeeded");
+        if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "collective mismatch")) {
+          return absl::InternalError(absl::StrCat("the reason did not arrive: ", s.ToString()));
+        }
+        return absl::OkStatus();
+      },
+      options, /*deadline_seconds=*/60);
   for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 
@@ -75,9 +81,9 @@ TEST(ShmFaultTest, AMissingPeerTimesOutNamingIt) {
   options.communicator.timeout = Milliseconds(500);
   std::promise<void> rank0_done;
   std::shared_future<void> done = rank0_done.get_future().share();
-  const std::vector<absl::Status> results = RunShmThreads(2, [&](Communicator& comm) {
-    return testing::MissingPeerCase(comm, rank0_done, done, "rank 1 (shm, pid ");
-  }, options);
+  const std::vector<absl::Status> results = RunShmThreads(
+      2, [&](Communicator& comm) { return testing::MissingPeerCase(comm, rank0_done, done, "rank 1 (shm, pid "); },
+      options);
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
 }
 

@@ -29,7 +29,7 @@ constexpr uint32_t kHelloMagic = 0x4C4B5348;    // "LKSH"
 constexpr uint32_t kSegmentMagic = 0x4C4B5347;  // "LKSG"
 // A single-copy descriptor: the payload stays in the sender's memory.
 constexpr uint32_t kSingleCopyMagic = 0x4C4B5343;  // "LKSC"
-constexpr uint32_t kVersion = 3;  // 3: authenticated hello (challenge-response)
+constexpr uint32_t kVersion = 3;                   // 3: authenticated hello (challenge-response)
 constexpr size_t kLine = 64;
 constexpr size_t kMaxAbortReason = 4000;
 constexpr size_t kControlBytes = 8192;
@@ -77,8 +77,8 @@ struct ShmTransport::Control {
 
   // The abort reason (valid once `aborted` was read as set).
   std::string Reason() const {
-    return std::string(reason, reason_bytes < shm_internal::kMaxAbortReason ? reason_bytes
-                                                                            : shm_internal::kMaxAbortReason);
+    return std::string(reason,
+                       reason_bytes < shm_internal::kMaxAbortReason ? reason_bytes : shm_internal::kMaxAbortReason);
   }
 };
 static_assert(sizeof(ShmTransport::Control) <= shm_internal::kControlBytes, "layout");

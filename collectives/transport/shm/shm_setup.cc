@@ -129,8 +129,8 @@ absl::Status RecvHello(int fd, Hello* hello, Fd (&fds)[2], Deadline deadline, co
     }
   }
   if (passed.size() != 2) {
-    return absl::FailedPreconditionError(absl::StrCat("ShmTransport: ", peer,
-                                                      " sent no shared segment with its hello; is it a lockstep rank?"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShmTransport: ", peer, " sent no shared segment with its hello; is it a lockstep rank?"));
   }
   fds[0] = std::move(passed[0]);
   fds[1] = std::move(passed[1]);
@@ -139,22 +139,23 @@ absl::Status RecvHello(int fd, Hello* hello, Fd (&fds)[2], Deadline deadline, co
 
 absl::Status CheckHello(const Hello& h, int expected_rank, int size, size_t ring_bytes, const std::string& from) {
   if (h.magic != kHelloMagic) {
-    return absl::FailedPreconditionError(absl::StrCat("ShmTransport: ", from, " is not a lockstep rank (bad handshake)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShmTransport: ", from, " is not a lockstep rank (bad handshake)"));
   }
   if (h.version != kVersion) {
     return absl::FailedPreconditionError(absl::StrCat("ShmTransport: ", from, " speaks protocol ", h.version,
                                                       ", this rank ", kVersion, "; use one lockstep build"));
   }
   if (h.size != size || (expected_rank >= 0 && h.rank != expected_rank) || h.rank < 0 || h.rank >= size) {
-    return absl::FailedPreconditionError(absl::StrCat("ShmTransport: ", from, " says rank ", h.rank, " of ", h.size,
-                                                      ", expected rank ", expected_rank < 0 ? std::string("?") :
-                                                      absl::StrCat(expected_rank), " of ", size,
-                                                      "; are two jobs sharing a store prefix?"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShmTransport: ", from, " says rank ", h.rank, " of ", h.size, ", expected rank ",
+                     expected_rank < 0 ? std::string("?") : absl::StrCat(expected_rank), " of ", size,
+                     "; are two jobs sharing a store prefix?"));
   }
   if (h.ring_bytes != ring_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ShmTransport: ", from, " uses rings of ", h.ring_bytes, " bytes, this rank ", ring_bytes,
-        " (slots x slot_bytes); give every rank the same ShmTransportOptions"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShmTransport: ", from, " uses rings of ", h.ring_bytes, " bytes, this rank ", ring_bytes,
+                     " (slots x slot_bytes); give every rank the same ShmTransportOptions"));
   }
   return absl::OkStatus();
 }
@@ -186,7 +187,9 @@ absl::Status CheckPeerUser(int fd, const std::string& from) {
 class ShmTransport::Setup {
  public:
   Setup(ShmTransport& t, Store& store)
-      : t_(t), store_(store), deadline_(DeadlineIn(t.options_.timeout)),
+      : t_(t),
+        store_(store),
+        deadline_(DeadlineIn(t.options_.timeout)),
         segment_bytes_(shm_internal::SegmentBytes(t.ring_bytes_, t.size_)),
         hello_{kHelloMagic, kVersion, t.rank_, t.size_, t.ring_bytes_, {}, {}} {}
 
@@ -210,7 +213,8 @@ class ShmTransport::Setup {
     LOCKSTEP_ASSIGN_OR_RETURN(int64_t claims, store_.Add(ClaimKey(t_.rank_), 1));
     if (claims == 1) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
-        "ShmTransport: RANK ", t_.rank_, " is claimed by another process of this group too: every process needs its "
+        "ShmTransport: RANK ", t_.rank_,
+        " is claimed by another process of this group too: every process needs its "
         "own RANK (check the launcher's settings or the RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID variables)"));
   }
 
@@ -325,7 +329,8 @@ class ShmTransport::Setup {
       socklen_t len = sizeof(cred);
       if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return Errno("SO_PEERCRED");
       if (cred.uid == ::geteuid()) return absl::OkStatus();
-      return absl::PermissionDeniedError(absl::StrCat("it runs as uid ", cred.uid, ", this group as uid ", ::geteuid()));
+      return absl::PermissionDeniedError(
+          absl::StrCat("it runs as uid ", cred.uid, ", this group as uid ", ::geteuid()));
     };
     HelloAcceptor acceptor(listener_.get(), std::move(accepting), [](absl::string_view) { return sizeof(Hello); });
     for (int accepted = 0; accepted < t_.rank_;) {
@@ -337,9 +342,9 @@ class ShmTransport::Setup {
       if (!secret().empty()) {
         const bool plausible = hello.magic == kHelloMagic && hello.version == kVersion && hello.size == t_.size_ &&
                                claimed >= 0 && claimed < t_.rank_;
-        if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(secret(), challenge_, claimed,
-                                                                                          t_.rank_, t_.size_,
-                                                                                          hello.nonce))) {
+        if (!plausible ||
+            !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(secret(), challenge_, claimed, t_.rank_,
+                                                                            t_.size_, hello.nonce))) {
           acceptor.Drop(arrival, absl::StrCat("it claims rank ", claimed,
                                               " but does not prove the group's secret (wrong token?)"));
           continue;
@@ -351,8 +356,8 @@ class ShmTransport::Setup {
       // Authenticated (or no secret): disagreements are real errors.
       LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, -1, t_.size_, t_.ring_bytes_, from));
       if (arrival.fds.size() != 2) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "ShmTransport: ", from, " sent no shared segment with its hello; is it a lockstep rank?"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("ShmTransport: ", from, " sent no shared segment with its hello; is it a lockstep rank?"));
       }
       const int peer = claimed;
       if (peer >= t_.rank_ || t_.peers_[peer].socket.valid()) {
@@ -383,12 +388,13 @@ class ShmTransport::Setup {
       Fd fds[2];
       LOCKSTEP_RETURN_IF_ERROR(RecvHello(p.socket.get(), &hello, fds, deadline_, from));
       LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello, peer, t_.size_, t_.ring_bytes_, from));
-      if (!secret().empty() && !rank_handshake::MacEqual(hello.mac, rank_handshake::AcceptMac(
-                                                                       secret(), sent_nonces_[peer], peer, t_.rank_,
-                                                                       t_.size_))) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "ShmTransport: whatever answered as ", from, " does not know the group's secret: the ranks were "
-            "started with different LOCKSTEP_STORE_TOKENs, or another process answered at that socket"));
+      if (!secret().empty() &&
+          !rank_handshake::MacEqual(
+              hello.mac, rank_handshake::AcceptMac(secret(), sent_nonces_[peer], peer, t_.rank_, t_.size_))) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("ShmTransport: whatever answered as ", from,
+                         " does not know the group's secret: the ranks were "
+                         "started with different LOCKSTEP_STORE_TOKENs, or another process answered at that socket"));
       }
       LOCKSTEP_RETURN_IF_ERROR(AdoptSegment(peer, fds, from));
     }
@@ -397,7 +403,7 @@ class ShmTransport::Setup {
 
   // Maps a peer's segment (checked: size, seals, header) and keeps its doorbell.
   absl::Status AdoptSegment(int peer, Fd (&fds)[2], const std::string& from) {
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fds[0].get(), &st) != 0) return Errno("ShmTransport: fstat");
     const int seals = ::fcntl(fds[0].get(), F_GET_SEALS);
     if (static_cast<size_t>(st.st_size) != segment_bytes_ || seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
@@ -410,8 +416,8 @@ class ShmTransport::Setup {
     t_.segments_[peer] = {p, segment_bytes_};
     const Control* c = t_.ControlOf(peer);
     if (c->magic != kSegmentMagic || c->rank != peer || c->size != t_.size_ || c->ring_bytes != t_.ring_bytes_) {
-      return absl::FailedPreconditionError(absl::StrCat("ShmTransport: the segment of ", from,
-                                                        " does not belong to rank ", peer, " of this group"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ShmTransport: the segment of ", from, " does not belong to rank ", peer, " of this group"));
     }
     t_.peers_[peer].doorbell = std::move(fds[1]);
     return absl::OkStatus();
@@ -527,8 +533,8 @@ class ShmTransport::Setup {
 
 absl::Status ValidateShmTransportOptions(const ShmTransportOptions& options) {
   if (options.timeout <= Milliseconds(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.timeout is ", options.timeout.count(),
-                                                   " ms; it must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShmTransportOptions.timeout is ", options.timeout.count(), " ms; it must be positive"));
   }
   if (options.handshake_timeout <= Milliseconds(0)) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.handshake_timeout is ",
@@ -539,8 +545,8 @@ absl::Status ValidateShmTransportOptions(const ShmTransportOptions& options) {
                                                    "; it must be a multiple of 64 in [4096, 16777216]"));
   }
   if (options.slots < 2 || options.slots > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.slots is ", options.slots,
-                                                   "; it must be in [2, 1024]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShmTransportOptions.slots is ", options.slots, "; it must be in [2, 1024]"));
   }
   if (options.slot_bytes * static_cast<size_t>(options.slots) > (size_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("ShmTransportOptions.slots x slot_bytes is ",

@@ -48,8 +48,8 @@ absl::Status Grid(Communicator& comm) {
     for (int64_t i = 0; i < count; ++i) {
       const float want = static_cast<float>(n * (i % 97) + n * (n - 1) / 2);
       if (t.data<float>()[i] != want) {
-        return absl::InternalError(absl::StrCat("all-reduce of ", count, ": element ", i, " is ", t.data<float>()[i],
-                                                ", expected ", want));
+        return absl::InternalError(
+            absl::StrCat("all-reduce of ", count, ": element ", i, " is ", t.data<float>()[i], ", expected ", want));
       }
     }
     // Broadcast (i64) from the last rank.
@@ -85,38 +85,44 @@ TEST(ShmSingleCopyProcessTest, FaultsAndTheGridOnRealProcesses) {
   // is the one the sanitizer runs exercise.
   {
     SCOPED_TRACE("a sender waiting for the acknowledgement of a killed receiver");
-    const std::vector<absl::Status> results = RunShmProcesses(2, [](Communicator& comm) -> absl::Status {
-      if (auto s = comm.Barrier()->Wait(); !s.ok()) return s;
-      if (comm.rank() == 0) std::raise(SIGKILL);  // Never receives.
-      Tensor t = *Tensor::Zeros({1 << 20}, DType::kF32);
-      const absl::Status s = comm.Broadcast(t, 1)->Wait();
-      if (s.ok()) return absl::InternalError("the broadcast completed although its receiver was killed");
-      if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 0 (shm, pid ")) {
-        return absl::InternalError(absl::StrCat("error does not name rank 0 and its pid in time: ", s.ToString()));
-      }
-      return absl::OkStatus();
-    }, SingleCopy(4096), /*deadline_seconds=*/60);
+    const std::vector<absl::Status> results = RunShmProcesses(
+        2,
+        [](Communicator& comm) -> absl::Status {
+          if (auto s = comm.Barrier()->Wait(); !s.ok()) return s;
+          if (comm.rank() == 0) std::raise(SIGKILL);  // Never receives.
+          Tensor t = *Tensor::Zeros({1 << 20}, DType::kF32);
+          const absl::Status s = comm.Broadcast(t, 1)->Wait();
+          if (s.ok()) return absl::InternalError("the broadcast completed although its receiver was killed");
+          if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 0 (shm, pid ")) {
+            return absl::InternalError(absl::StrCat("error does not name rank 0 and its pid in time: ", s.ToString()));
+          }
+          return absl::OkStatus();
+        },
+        SingleCopy(4096), /*deadline_seconds=*/60);
     ASSERT_EQ(results.size(), 2u);
     EXPECT_TRUE(Contains(results[0], "signal 9")) << results[0];
     EXPECT_TRUE(results[1].ok()) << results[1];
   }
   {
     SCOPED_TRACE("a receiver copying from a sender that is killed");
-    const std::vector<absl::Status> results = RunShmProcesses(2, [](Communicator& comm) -> absl::Status {
-      Tensor t = *Tensor::Zeros({16 << 20}, DType::kF32);
-      if (auto s = comm.Barrier()->Wait(); !s.ok()) return s;
-      std::shared_ptr<Work> work = comm.Broadcast(t, 1);
-      if (comm.rank() == 1) {
-        while (!work->IsCompleted()) std::raise(SIGKILL);
-        return absl::InternalError("the 64 MiB broadcast completed before its root could die");
-      }
-      const absl::Status s = work->Wait();
-      if (s.ok()) return absl::OkStatus();  // The root died after the last acknowledgement.
-      if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 1 (shm, pid ")) {
-        return absl::InternalError(absl::StrCat("error does not name rank 1 and its pid in time: ", s.ToString()));
-      }
-      return absl::OkStatus();
-    }, SingleCopy(4096), /*deadline_seconds=*/60);
+    const std::vector<absl::Status> results = RunShmProcesses(
+        2,
+        [](Communicator& comm) -> absl::Status {
+          Tensor t = *Tensor::Zeros({16 << 20}, DType::kF32);
+          if (auto s = comm.Barrier()->Wait(); !s.ok()) return s;
+          std::shared_ptr<Work> work = comm.Broadcast(t, 1);
+          if (comm.rank() == 1) {
+            while (!work->IsCompleted()) std::raise(SIGKILL);
+            return absl::InternalError("the 64 MiB broadcast completed before its root could die");
+          }
+          const absl::Status s = work->Wait();
+          if (s.ok()) return absl::OkStatus();  // The root died after the last acknowledgement.
+          if (s.code() == absl::StatusCode::kDeadlineExceeded || !Contains(s, "rank 1 (shm, pid ")) {
+            return absl::InternalError(absl::StrCat("error does not name rank 1 and its pid in time: ", s.ToString()));
+          }
+          return absl::OkStatus();
+        },
+        SingleCopy(4096), /*deadline_seconds=*/60);
     ASSERT_EQ(results.size(), 2u);
     EXPECT_TRUE(results[0].ok()) << results[0];
     EXPECT_TRUE(Contains(results[1], "signal 9")) << results[1];

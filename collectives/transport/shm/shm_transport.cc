@@ -63,10 +63,16 @@ std::chrono::microseconds PauseFor(const ShmTransportOptions& options, int size)
 }  // namespace
 
 ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& options)
-    : rank_(rank), size_(size), options_(options), pause_(PauseFor(options, size)),
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      pause_(PauseFor(options, size)),
       ring_bytes_(options.slot_bytes * static_cast<size_t>(options.slots)),
-      segments_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)), tail_seen_(static_cast<size_t>(size)),
-      single_copy_to_(static_cast<size_t>(size), 0), single_copy_refused_(static_cast<size_t>(size)),
+      segments_(static_cast<size_t>(size)),
+      peers_(static_cast<size_t>(size)),
+      tail_seen_(static_cast<size_t>(size)),
+      single_copy_to_(static_cast<size_t>(size), 0),
+      single_copy_refused_(static_cast<size_t>(size)),
       traffic_(size) {}
 
 ShmTransport::~ShmTransport() {
@@ -89,9 +95,7 @@ void ShmTransport::RingDoorbell(int peer) const {
   (void)!::write(peers_[peer].doorbell.get(), &one, sizeof(one));
 }
 
-bool ShmTransport::SingleCopyTo(int peer) const {
-  return peer >= 0 && peer < size_ && single_copy_to_[peer] != 0;
-}
+bool ShmTransport::SingleCopyTo(int peer) const { return peer >= 0 && peer < size_ && single_copy_to_[peer] != 0; }
 
 std::string ShmTransport::CopyPath() const {
   if (options_.single_copy_bytes == 0) return "ring only (single copy off)";
@@ -155,25 +159,29 @@ absl::Status ShmTransport::PeerGoneError(int peer, uint64_t seq) const {
     const std::string reason(c->reason, std::min<size_t>(c->reason_bytes, kMaxAbortReason));
     return absl::UnavailableError(absl::StrCat(PeerName(peer), " aborted during op #", seq, " because: ", reason));
   }
-  return absl::UnavailableError(absl::StrCat(
-      PeerName(peer), " closed the connection during op #", seq,
-      " (the process died, exited, or aborted after an error of its own; see its log)"));
+  return absl::UnavailableError(
+      absl::StrCat(PeerName(peer), " closed the connection during op #", seq,
+                   " (the process died, exited, or aborted after an error of its own; see its log)"));
 }
 
 absl::Status ShmTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {
   if (aborted_.load(std::memory_order_relaxed)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ShmTransport: rank ", rank_, " aborted after an earlier error",
-                     size_ > 1 ? absl::StrCat(" (", ControlOf(rank_)->Reason(), ")") : "",
-                     "; create a new communicator"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ShmTransport: rank ", rank_, " aborted after an earlier error",
+        size_ > 1 ? absl::StrCat(" (", ControlOf(rank_)->Reason(), ")") : "", "; create a new communicator"));
   }
   return Op(*this, initial, tag, deadline, feed).Run();
 }
 
 ShmTransport::Op::Op(ShmTransport& transport, absl::Span<Transfer> initial, MessageTag tag, Deadline deadline,
                      TransferFeed* feed)
-    : tr_(transport), streams_(initial, transport.rank_, transport.size_, "ShmTransport"), tag_(tag),
-      deadline_(deadline), feed_(feed), capacity_(transport.ring_bytes_), slot_(transport.options_.slot_bytes),
+    : tr_(transport),
+      streams_(initial, transport.rank_, transport.size_, "ShmTransport"),
+      tag_(tag),
+      deadline_(deadline),
+      feed_(feed),
+      capacity_(transport.ring_bytes_),
+      slot_(transport.options_.slot_bytes),
       me_(transport.size_ > 1 ? transport.ControlOf(transport.rank_) : nullptr) {}
 
 absl::Status ShmTransport::Op::Run() {
@@ -339,7 +347,8 @@ absl::Status ShmTransport::Op::Sleep() {
     }
   }
   if (!any_waits) {
-    return absl::InternalError("ShmTransport::Exchange: every pending send waits for data that no receive will produce");
+    return absl::InternalError(
+        "ShmTransport::Exchange: every pending send waits for data that no receive will produce");
   }
   fds_.push_back({tr_.doorbell_.get(), POLLIN, 0});
   const bool wake = feed_ != nullptr && feed_->wake_fd() >= 0;

@@ -196,9 +196,9 @@ class ShmTransport : public Transport {
   const int size_;
   const ShmTransportOptions options_;
   const std::chrono::microseconds pause_;  // options_.pause_microseconds, resolved
-  const size_t ring_bytes_;  // slots x slot_bytes
-  Fd doorbell_;              // this rank's eventfd
-  std::vector<Mapping> segments_;  // [rank]: every rank's segment, mapped here
+  const size_t ring_bytes_;                // slots x slot_bytes
+  Fd doorbell_;                            // this rank's eventfd
+  std::vector<Mapping> segments_;          // [rank]: every rank's segment, mapped here
   std::vector<Peer> peers_;
   // [peer]: the tail of our ring into the peer, as last read (Run only).
   std::vector<uint64_t> tail_seen_;

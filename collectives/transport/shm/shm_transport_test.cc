@@ -82,15 +82,13 @@ using testing::Entries;
 using testing::TransportConformanceTest;
 INSTANTIATE_TEST_SUITE_P(
     Shm, TransportConformanceTest,
-    ::testing::Values(testing::TransportFactory{"shm", [](int n) { return MakeShmTransports(n, TestOptions()); }},
-                      testing::TransportFactory{"shm_tiny_rings",
-                                                [](int n) { return MakeShmTransports(n, TinyRings()); }},
-                      testing::TransportFactory{"shm_ring_only",
-                                                [](int n) { return MakeShmTransports(n, RingOnly()); }},
-                      testing::TransportFactory{"shm_single_copy",
-                                                [](int n) { return MakeShmTransports(n, SingleCopyAlways()); }},
-                      testing::TransportFactory{"shm_single_copy_tiny_rings",
-                                                [](int n) { return MakeShmTransports(n, SingleCopyTinyRings()); }}),
+    ::testing::Values(
+        testing::TransportFactory{"shm", [](int n) { return MakeShmTransports(n, TestOptions()); }},
+        testing::TransportFactory{"shm_tiny_rings", [](int n) { return MakeShmTransports(n, TinyRings()); }},
+        testing::TransportFactory{"shm_ring_only", [](int n) { return MakeShmTransports(n, RingOnly()); }},
+        testing::TransportFactory{"shm_single_copy", [](int n) { return MakeShmTransports(n, SingleCopyAlways()); }},
+        testing::TransportFactory{"shm_single_copy_tiny_rings",
+                                  [](int n) { return MakeShmTransports(n, SingleCopyTinyRings()); }}),
     testing::TransportFactoryName);
 
 std::string FieldOfRefused(const ShmTransportOptions& options) {
@@ -163,7 +161,8 @@ TEST(ShmTransportTest, ReceivesWithConsumeSeeThePayloadInPlaceInOrder) {
   absl::Status consume_error;
   std::thread sender([&] {
     Transfer send = Transfer::Send(1, sent.data(), bytes);
-    EXPECT_TRUE(transports[0]->Exchange(absl::MakeSpan(&send, 1), MessageTag{3, 1}, DeadlineIn(Milliseconds(30000))).ok());
+    EXPECT_TRUE(
+        transports[0]->Exchange(absl::MakeSpan(&send, 1), MessageTag{3, 1}, DeadlineIn(Milliseconds(30000))).ok());
   });
   Transfer recv = Transfer::Recv(0, nullptr, bytes);
   recv.consume = [&](size_t offset, const void* data, size_t length) -> absl::Status {
@@ -179,8 +178,8 @@ TEST(ShmTransportTest, ReceivesWithConsumeSeeThePayloadInPlaceInOrder) {
     ++segments_seen;
     return absl::OkStatus();
   };
-  const absl::Status s = transports[1]->Exchange(absl::MakeSpan(&recv, 1), MessageTag{3, 1},
-                                                 DeadlineIn(Milliseconds(30000)));
+  const absl::Status s =
+      transports[1]->Exchange(absl::MakeSpan(&recv, 1), MessageTag{3, 1}, DeadlineIn(Milliseconds(30000)));
   sender.join();
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(next_offset, bytes);
@@ -223,8 +222,10 @@ TEST(ShmSingleCopyTest, MessagesFromTheThresholdUpAreCopiedOnceSmallerOnesThroug
   auto transports = MakeShmTransports(2, options);
   ASSERT_TRUE(Shm(transports[0]).SingleCopyTo(1));
   ASSERT_TRUE(Shm(transports[1]).SingleCopyTo(0));
-  EXPECT_NE(Shm(transports[0]).CopyPath().find("single-copy (process_vm_readv) for messages of 100000..2097152 "
-                                               "bytes to every peer"),
+  EXPECT_NE(Shm(transports[0])
+                .CopyPath()
+                .find("single-copy (process_vm_readv) for messages of 100000..2097152 "
+                      "bytes to every peer"),
             std::string::npos)
       << Shm(transports[0]).CopyPath();
   const std::vector<char> below = Pattern(99999, 1);
@@ -395,7 +396,6 @@ TEST(ShmSingleCopyTest, HeadersAreCheckedAsOnTheRing) {
       << s;
 }
 
-
 TEST(ShmTransportTest, AGroupLeavesNoDescriptorMappingOrFileBehind) {
   const std::multiset<std::string> fds_before = Entries("/proc/self/fd");
   const std::multiset<std::string> shm_before = Entries("/dev/shm");
@@ -431,8 +431,8 @@ TEST(ShmTransportTest, ARankThatDiesIsNamedWithItsPidByTheWaitingPeer) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   std::vector<char> buf(1 << 20);
   Transfer recv = Transfer::Recv(1, buf.data(), buf.size());
-  const absl::Status s = transports[0]->Exchange(absl::MakeSpan(&recv, 1), MessageTag{5, 0},
-                                                 DeadlineIn(Milliseconds(30000)));
+  const absl::Status s =
+      transports[0]->Exchange(absl::MakeSpan(&recv, 1), MessageTag{5, 0}, DeadlineIn(Milliseconds(30000)));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find("rank 1 (shm, pid "), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("closed the connection during op #5"), absl::string_view::npos) << s;

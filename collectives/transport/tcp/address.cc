@@ -104,9 +104,9 @@ absl::StatusOr<std::string> ChooseLocalAddress(const AddressSelection& selection
       if (v6.empty() && !IsLinkLocalV6(a.address)) v6 = a.address;
     }
     if (!v6.empty()) return v6;
-    return absl::NotFoundError(absl::StrCat("LOCKSTEP_SOCKET_IFNAME=", selection.ifname,
-                                            ": no such interface with an address on this host (addresses: ",
-                                            InterfaceNames(), ")"));
+    return absl::NotFoundError(
+        absl::StrCat("LOCKSTEP_SOCKET_IFNAME=", selection.ifname,
+                     ": no such interface with an address on this host (addresses: ", InterfaceNames(), ")"));
   }
   std::string chosen;
   if (!selection.master_addr.empty()) {
@@ -135,9 +135,9 @@ absl::StatusOr<std::string> ChooseLocalAddress(const AddressSelection& selection
     }
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "no address for this rank that other hosts can reach: MASTER_ADDR=", selection.master_addr,
-      " leads to ", chosen.empty() ? "no route" : chosen, " and this host has no other interface up (addresses: ",
-      InterfaceNames(), "). Set LOCKSTEP_SOCKET_IFNAME=<interface> or LOCKSTEP_SOCKET_ADDR=<address>"));
+      "no address for this rank that other hosts can reach: MASTER_ADDR=", selection.master_addr, " leads to ",
+      chosen.empty() ? "no route" : chosen, " and this host has no other interface up (addresses: ", InterfaceNames(),
+      "). Set LOCKSTEP_SOCKET_IFNAME=<interface> or LOCKSTEP_SOCKET_ADDR=<address>"));
 }
 
 }  // namespace lockstep

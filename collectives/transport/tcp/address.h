@@ -31,7 +31,7 @@
 namespace lockstep {
 
 struct AddressSelection {
-  std::string master_addr;  // Where the store is (a name or an address).
+  std::string master_addr;   // Where the store is (a name or an address).
   bool spans_hosts = false;  // Some ranks run on other hosts.
   std::string host;          // Explicit choice (1.).
   std::string ifname;        // Interface name (2.).

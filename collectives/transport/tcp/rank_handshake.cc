@@ -87,25 +87,26 @@ absl::StatusOr<Fd> ConnectToPeer(const std::string& host, int port, int my_rank,
     absl::StatusOr<Fd> fd = ConnectOnce(host, port, give_up, &error);
     if (fd.ok()) return fd;
     if (absl::IsInvalidArgument(fd.status())) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", my_rank, " cannot connect to rank ", peer, ": ",
-                                                     fd.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", my_rank, " cannot connect to rank ", peer, ": ", fd.status().message()));
     }
     const bool refused = error == ECONNREFUSED || error == EHOSTUNREACH || error == ENETUNREACH;
     if (refused) ++refusals;
     // Rank `peer` listened before it published this address: refusals are
     // not a slow start but a wrong address. A short grace allows for a
     // listener still being set up by the kernel.
-    const bool wrong = refused && refusals > refusals_allowed &&
-                       SteadyClock::now() - start >= std::chrono::milliseconds(200);
+    const bool wrong =
+        refused && refusals > refusals_allowed && SteadyClock::now() - start >= std::chrono::milliseconds(200);
     if (wrong || SteadyClock::now() >= give_up) {
       const bool loopback = host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
       return absl::UnavailableError(absl::StrCat(
           "rank ", my_rank, " cannot connect to rank ", peer, " at ", where, " (the address rank ", peer,
           " published): ", std::strerror(error),
-          wrong ? absl::StrCat(" ", refusals, " times") : absl::StrCat(" for ", connect_timeout.count(), " ms"),
-          ". ", loopback ? absl::StrCat("Rank ", peer, " advertised a loopback address, which other hosts cannot "
-                                        "reach. ")
-                         : "",
+          wrong ? absl::StrCat(" ", refusals, " times") : absl::StrCat(" for ", connect_timeout.count(), " ms"), ". ",
+          loopback ? absl::StrCat("Rank ", peer,
+                                  " advertised a loopback address, which other hosts cannot "
+                                  "reach. ")
+                   : "",
           "Set LOCKSTEP_SOCKET_IFNAME (an interface) or LOCKSTEP_SOCKET_ADDR (an address) on rank ", peer,
           " to one this host can reach, or check firewalls and routes"));
     }

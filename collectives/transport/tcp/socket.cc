@@ -58,8 +58,7 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passiv
   if (node == nullptr) hints.ai_family = AF_INET;
   const int rc = getaddrinfo(node, service.c_str(), &hints, &result);
   if (rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
   }
   return result;
 }
@@ -144,10 +143,10 @@ absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline,
     std::this_thread::sleep_for(std::min<Deadline::duration>(backoff, deadline - SteadyClock::now()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "could not connect to ", what, " at ", HostPort(host, port), " before the timeout (last error: connect to ",
-      what, " at ", HostPort(host, port), ": ", std::strerror(error),
-      "). Is it running, and is the address reachable from this host?"));
+  return absl::DeadlineExceededError(absl::StrCat("could not connect to ", what, " at ", HostPort(host, port),
+                                                  " before the timeout (last error: connect to ", what, " at ",
+                                                  HostPort(host, port), ": ", std::strerror(error),
+                                                  "). Is it running, and is the address reachable from this host?"));
 }
 
 absl::StatusOr<Fd> Accept(int listen_fd, Deadline deadline, absl::string_view what) {

@@ -32,8 +32,7 @@ absl::StatusOr<Fd> Listen(const std::string& host, int port, int* bound_port);
 
 // Connects to host:port, retrying refused/unreachable connections until the
 // deadline (the listener may start later). `what` names the peer in errors.
-absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline,
-                           absl::string_view what);
+absl::StatusOr<Fd> Connect(const std::string& host, int port, Deadline deadline, absl::string_view what);
 
 // One non-blocking connection attempt that waits at most until `until`:
 // the socket, or Unavailable with *error set to the attempt's errno
@@ -47,8 +46,7 @@ absl::StatusOr<Fd> Accept(int listen_fd, Deadline deadline, absl::string_view wh
 // Blocking-until-deadline full send/receive on a (non-blocking or blocking)
 // socket. A closed connection, a reset or the deadline is an error naming
 // `peer`.
-absl::Status SendAll(int fd, const void* data, size_t bytes, Deadline deadline,
-                     absl::string_view peer);
+absl::Status SendAll(int fd, const void* data, size_t bytes, Deadline deadline, absl::string_view peer);
 absl::Status RecvAll(int fd, void* data, size_t bytes, Deadline deadline, absl::string_view peer);
 
 absl::Status SetNonBlocking(int fd);

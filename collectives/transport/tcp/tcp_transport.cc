@@ -1,12 +1,12 @@
 #include "collectives/transport/tcp/tcp_transport.h"
 
 #include <poll.h>
-#include <sys/socket.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <cctype>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/transport/hello_acceptor.h"
+#include "collectives/transport/message_header.h"
 #include "collectives/transport/tcp/rank_handshake.h"
 #include "collectives/transport/transfer_streams.h"
-#include "collectives/transport/message_header.h"
 #include "collectives/transport/transport_errors.h"
 #include "core/status.h"
 
@@ -34,25 +34,23 @@ constexpr uint32_t kTransportVersion = rank_handshake::kVersion;
 constexpr uint32_t kAbortTag = 0xFFFFFFFEu;
 constexpr uint64_t kMaxAbortReason = 4096;
 
-
-
 std::string AddressKey(int rank) { return absl::StrCat("tcp_transport/", rank); }
 std::string ChallengeKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/challenge"); }
 std::string ClaimKey(int rank) { return absl::StrCat("tcp_transport/", rank, "/claims"); }
 constexpr char kDuplicateKey[] = "tcp_transport/duplicate_rank";
 
-
 absl::Status CheckHello(const rank_handshake::HelloPrefix& h, int expected_size, absl::string_view from) {
   if (h.magic != kHelloMagic) {
-    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " is not a lockstep rank (bad handshake)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TcpTransport: ", from, " is not a lockstep rank (bad handshake)"));
   }
   if (h.version != kTransportVersion) {
     return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " speaks protocol ", h.version,
                                                       ", this rank ", kTransportVersion, "; use one lockstep build"));
   }
   if (h.size != expected_size || h.rank < 0 || h.rank >= expected_size) {
-    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " says rank ", h.rank, " of ",
-                                                      h.size, ", this group has ", expected_size,
+    return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", from, " says rank ", h.rank, " of ", h.size,
+                                                      ", this group has ", expected_size,
                                                       " ranks; are two jobs sharing a store prefix?"));
   }
   return absl::OkStatus();
@@ -88,12 +86,13 @@ struct Progress {
 
 absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
   if (options.host.empty()) {
-    return absl::InvalidArgumentError("TcpTransportOptions.host is empty; give the address the other ranks reach this "
-                                      "one at (127.0.0.1 for one machine)");
+    return absl::InvalidArgumentError(
+        "TcpTransportOptions.host is empty; give the address the other ranks reach this "
+        "one at (127.0.0.1 for one machine)");
   }
   if (options.timeout <= Milliseconds(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.timeout is ", options.timeout.count(),
-                                                   " ms; it must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TcpTransportOptions.timeout is ", options.timeout.count(), " ms; it must be positive"));
   }
   if (options.socket_buffer_bytes < 0 || options.socket_buffer_bytes > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransportOptions.socket_buffer_bytes is ",
@@ -145,7 +144,8 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   if (claims != 1) {
     (void)store.Set(kDuplicateKey, absl::StrCat(rank));
     return absl::FailedPreconditionError(absl::StrCat(
-        "TcpTransport: RANK ", rank, " is claimed by another process of this group too: every process needs its "
+        "TcpTransport: RANK ", rank,
+        " is claimed by another process of this group too: every process needs its "
         "own RANK (check the launcher's settings or the RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID variables)"));
   }
   LOCKSTEP_RETURN_IF_ERROR(store.Set(ChallengeKey(rank), rank_handshake::ToHex(challenge)));
@@ -162,9 +162,9 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
       absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
       if (duplicate.ok() && *duplicate) {
         absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
-        return absl::FailedPreconditionError(absl::StrCat(
-            "TcpTransport: rank ", peer, " never arrived because RANK ", which.ok() ? *which : "?",
-            " was given to two processes (so one rank is missing): every process needs its own RANK"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("TcpTransport: rank ", peer, " never arrived because RANK ", which.ok() ? *which : "?",
+                         " was given to two processes (so one rank is missing): every process needs its own RANK"));
       }
       return published.status();
     }
@@ -175,8 +175,8 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     int peer_port = 0;
     LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
     const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
-    LOCKSTEP_ASSIGN_OR_RETURN(Fd fd, rank_handshake::ConnectToPeer(host, peer_port, rank, peer,
-                                                                   options.connect_timeout, deadline));
+    LOCKSTEP_ASSIGN_OR_RETURN(
+        Fd fd, rank_handshake::ConnectToPeer(host, peer_port, rank, peer, options.connect_timeout, deadline));
     TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
     LOCKSTEP_ASSIGN_OR_RETURN(sent_nonces[peer], rank_handshake::RandomNonce());
     Hello hello{{kHelloMagic, kTransportVersion, rank, size}, sent_nonces[peer], {}};
@@ -215,8 +215,8 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
         acceptor.Drop(arrival, "not a lockstep rank (bad handshake)");
         continue;
       }
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", name,
-                                                        " is not a lockstep rank (bad handshake)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("TcpTransport: ", name, " is not a lockstep rank (bad handshake)"));
     }
     if (hello.prefix.version != kTransportVersion) {
       // An older format cannot be authenticated: with a secret it is just
@@ -230,10 +230,10 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     const int claimed = hello.prefix.rank;
     if (!secret.empty()) {
       const bool plausible = claimed >= 0 && claimed < size && hello.prefix.size == size;
-      if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(
-                                                                 secret, challenge, claimed, rank, size, hello.nonce))) {
-        acceptor.Drop(arrival, absl::StrCat("it claims rank ", claimed,
-                                            " but does not prove the group's secret (wrong token?)"));
+      if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(secret, challenge, claimed,
+                                                                                        rank, size, hello.nonce))) {
+        acceptor.Drop(
+            arrival, absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
         continue;
       }
     }
@@ -262,9 +262,8 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     LOCKSTEP_RETURN_IF_ERROR(RecvAll(t->peers_[peer].send_fd.get(), &reply, sizeof(reply), deadline, name));
     LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply.prefix, size, name));
     if (reply.prefix.rank != peer) {
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address,
-                                                        " answered as rank ", reply.prefix.rank, ", expected rank ",
-                                                        peer));
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address, " answered as rank ",
+                                                        reply.prefix.rank, ", expected rank ", peer));
     }
     if (!secret.empty() &&
         !rank_handshake::MacEqual(reply.mac, rank_handshake::AcceptMac(secret, sent_nonces[peer], peer, rank, size))) {
@@ -316,8 +315,12 @@ absl::Status TcpTransport::ExchangeOpen(TransferFeed& feed, Deadline deadline) {
 class TcpTransport::Op {
  public:
   Op(TcpTransport& transport, absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed)
-      : tr_(transport), streams_(initial, transport.rank_, transport.size_, "TcpTransport"), tag_(tag),
-        deadline_(deadline), feed_(feed), may_progress_(streams_.current.size(), true) {}
+      : tr_(transport),
+        streams_(initial, transport.rank_, transport.size_, "TcpTransport"),
+        tag_(tag),
+        deadline_(deadline),
+        feed_(feed),
+        may_progress_(streams_.current.size(), true) {}
 
   absl::Status Run() {
     LOCKSTEP_RETURN_IF_ERROR(streams_.Start(feed_));
@@ -345,8 +348,7 @@ class TcpTransport::Op {
         continue;
       }
       // Only receives that are no longer needed wait: done.
-      if (feed_ != nullptr &&
-          streams_.OnlyDroppableLeft([](const Progress& p) { return p.header_done > 0; })) {
+      if (feed_ != nullptr && streams_.OnlyDroppableLeft([](const Progress& p) { return p.header_done > 0; })) {
         return absl::OkStatus();
       }
       LOCKSTEP_ASSIGN_OR_RETURN(const bool in_time, Wait());
@@ -364,9 +366,7 @@ class TcpTransport::Op {
 
   MessageTag TagOf(const Transfer& t) const { return TransferTag(t, tag_); }
 
-  void RestartSpin() {
-    spin_until_ = SteadyClock::now() + std::chrono::microseconds(tr_.options_.spin_microseconds);
-  }
+  void RestartSpin() { spin_until_ = SteadyClock::now() + std::chrono::microseconds(tr_.options_.spin_microseconds); }
 
   // One call on `stream`'s socket for its current transfer; completes it
   // when its header and every byte moved.
@@ -467,9 +467,9 @@ class TcpTransport::Op {
       may_progress_[stream] = false;  // Took all that had arrived.
     }
     if (n == 0 && n_iov > 0) {
-      return absl::UnavailableError(absl::StrCat(tr_.PeerName(t.peer), " closed the connection during op #",
-                                                 tag.seq,
-                                                 " (it exited, crashed or aborted after an error of its own; see its log)"));
+      return absl::UnavailableError(
+          absl::StrCat(tr_.PeerName(t.peer), " closed the connection during op #", tag.seq,
+                       " (it exited, crashed or aborted after an error of its own; see its log)"));
     }
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return absl::UnavailableError(
@@ -537,7 +537,8 @@ class TcpTransport::Op {
       t.bytes = h.bytes;
       return absl::OkStatus();
     }
-    return CheckMessageHeader(h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
+    return CheckMessageHeader(
+        h, tag, t.bytes, [&] { return tr_.PeerName(t.peer); }, tr_.rank_);
   }
 
   // Nothing moved: every stream not held back by `ready` (sends waiting for

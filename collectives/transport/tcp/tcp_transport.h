@@ -89,8 +89,7 @@ class TcpTransport : public Transport {
 
  private:
   TcpTransport(int rank, int size, const TcpTransportOptions& options)
-      : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)),
-        traffic_(size) {}
+      : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)), traffic_(size) {}
 
   // Exchange and ExchangeOpen: the initial transfers, then the feed's.
   absl::Status Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed);

@@ -45,9 +45,7 @@ absl::Status SetUpAgainst(const std::string& hello_bytes) {
   if (!listener.ok()) return listener.status();
   if (absl::Status s = store.Set("tcp_transport/1/challenge", std::string(32, '0')); !s.ok()) return s;
   if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
-  auto rank0 = std::async(std::launch::async, [&] {
-    return TcpTransport::Create(store, 0, 2, options).status();
-  });
+  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options).status(); });
   const Deadline deadline = DeadlineIn(Milliseconds(10000));
   absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(10000));
   EXPECT_TRUE(address.ok()) << address.status();
@@ -71,9 +69,7 @@ std::string OldBytes(const Hello& h) { return std::string(reinterpret_cast<const
 TEST(TcpTransportTest, AnOlderProtocolVersionIsRefusedNamingBothVersions) {
   const absl::Status s = SetUpAgainst(OldBytes(Hello{0x4C4B5450u, 1, 1, 2, {}}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"),
-            absl::string_view::npos)
-      << s;
+  EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"), absl::string_view::npos) << s;
 }
 
 TEST(TcpTransportTest, GarbageIsRefusedAsNotALockstepRank) {

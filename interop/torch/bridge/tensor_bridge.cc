@@ -32,15 +32,24 @@ absl::StatusOr<Device> DeviceFromTorch(const c10::Device& d, const at::Tensor& t
 
 absl::StatusOr<DType> DTypeFromTorch(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Float: return DType::kF32;
-    case c10::ScalarType::Double: return DType::kF64;
-    case c10::ScalarType::Half: return DType::kF16;
-    case c10::ScalarType::BFloat16: return DType::kBF16;
-    case c10::ScalarType::Int: return DType::kI32;
-    case c10::ScalarType::Long: return DType::kI64;
-    case c10::ScalarType::Byte: return DType::kU8;
-    case c10::ScalarType::Char: return DType::kI8;
-    case c10::ScalarType::Bool: return DType::kBool;
+    case c10::ScalarType::Float:
+      return DType::kF32;
+    case c10::ScalarType::Double:
+      return DType::kF64;
+    case c10::ScalarType::Half:
+      return DType::kF16;
+    case c10::ScalarType::BFloat16:
+      return DType::kBF16;
+    case c10::ScalarType::Int:
+      return DType::kI32;
+    case c10::ScalarType::Long:
+      return DType::kI64;
+    case c10::ScalarType::Byte:
+      return DType::kU8;
+    case c10::ScalarType::Char:
+      return DType::kI8;
+    case c10::ScalarType::Bool:
+      return DType::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat("libtorch dtype ", std::string(c10::toString(type)),
                                                      " has no lockstep counterpart (f32, f64, f16, bf16, i32, "
@@ -50,15 +59,24 @@ absl::StatusOr<DType> DTypeFromTorch(c10::ScalarType type) {
 
 c10::ScalarType DTypeToTorch(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return c10::ScalarType::Float;
-    case DType::kF64: return c10::ScalarType::Double;
-    case DType::kF16: return c10::ScalarType::Half;
-    case DType::kBF16: return c10::ScalarType::BFloat16;
-    case DType::kI32: return c10::ScalarType::Int;
-    case DType::kI64: return c10::ScalarType::Long;
-    case DType::kU8: return c10::ScalarType::Byte;
-    case DType::kI8: return c10::ScalarType::Char;
-    case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kF32:
+      return c10::ScalarType::Float;
+    case DType::kF64:
+      return c10::ScalarType::Double;
+    case DType::kF16:
+      return c10::ScalarType::Half;
+    case DType::kBF16:
+      return c10::ScalarType::BFloat16;
+    case DType::kI32:
+      return c10::ScalarType::Int;
+    case DType::kI64:
+      return c10::ScalarType::Long;
+    case DType::kU8:
+      return c10::ScalarType::Byte;
+    case DType::kI8:
+      return c10::ScalarType::Char;
+    case DType::kBool:
+      return c10::ScalarType::Bool;
   }
   return c10::ScalarType::Undefined;
 }
@@ -67,10 +85,9 @@ absl::StatusOr<Tensor> FromTorch(const at::Tensor& t) {
   try {
     if (!t.defined()) return absl::InvalidArgumentError("FromTorch: the at::Tensor is undefined");
     if (t.layout() != c10::kStrided || t.is_quantized()) {
-      return absl::InvalidArgumentError(absl::StrCat("FromTorch: a ", Describe(t), " with layout ",
-                                                     std::string(c10::str(t.layout())),
-                                                     (t.is_quantized() ? " (quantized)" : ""),
-                                                     ": only dense strided tensors can be shared"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("FromTorch: a ", Describe(t), " with layout ", std::string(c10::str(t.layout())),
+                       (t.is_quantized() ? " (quantized)" : ""), ": only dense strided tensors can be shared"));
     }
     LOCKSTEP_ASSIGN_OR_RETURN(const DType dtype, DTypeFromTorch(t.scalar_type()));
     if (!t.is_contiguous()) {
@@ -95,15 +112,17 @@ absl::StatusOr<at::Tensor> ToTorch(const Tensor& t) {
   if (!t.defined()) return absl::InvalidArgumentError("ToTorch: the lockstep Tensor is undefined");
   try {
     const Device d = t.device();
-    const c10::Device device = d.is_cuda() ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index()))
-                                           : c10::Device(c10::DeviceType::CPU);
+    const c10::Device device = d.is_cuda()
+                                   ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index()))
+                                   : c10::Device(c10::DeviceType::CPU);
     const auto options = at::TensorOptions().dtype(DTypeToTorch(t.dtype())).device(device);
     const std::vector<int64_t> sizes(t.shape().begin(), t.shape().end());
     if (t.numel() == 0) return at::empty(sizes, options);  // Nothing to share.
     // The lockstep Tensor (and with it its Storage) lives as long as the
     // at::Tensor's storage: its deleter drops it.
     auto keep = std::make_shared<Tensor>(t);
-    return at::from_blob(t.raw_data(), sizes, [keep](void*) mutable { keep.reset(); }, options);
+    return at::from_blob(
+        t.raw_data(), sizes, [keep](void*) mutable { keep.reset(); }, options);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("ToTorch: libtorch refused ", t.DebugString(), ": ", e.what()));
   }

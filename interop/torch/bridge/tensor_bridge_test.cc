@@ -22,7 +22,7 @@ TEST(TensorBridgeTest, FromTorchSharesMemoryShapeAndDtype) {
   EXPECT_EQ(t->raw_data(), w.data_ptr());  // No copy.
   t->data<float>()[5] = -1;                // Writes through to libtorch...
   EXPECT_EQ(w[1][1].item<float>(), -1);
-  w[2][3] = 100;                           // ...and back.
+  w[2][3] = 100;  // ...and back.
   EXPECT_EQ(t->data<float>()[11], 100);
 }
 

@@ -88,7 +88,7 @@ class TorchModule : public Module {
   std::deque<Parameter> params_;
   std::deque<Tensor> buffers_;
   std::vector<at::Tensor> torch_params_;  // params_[i]'s libtorch tensor
-  at::Tensor pending_;  // The last training forward's output (with its graph).
+  at::Tensor pending_;                    // The last training forward's output (with its graph).
 };
 
 }  // namespace interop

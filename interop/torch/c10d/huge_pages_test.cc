@@ -56,7 +56,7 @@ TEST(HugePageAdvisorTest, ALargeBufferMovesToHugePagesAndKeepsItsContents) {
   for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
   HugePageAdvisor advisor;
   advisor.Advise(raw, kBytes);
-  advisor.Advise(raw, kBytes);             // Remembered: not advised twice.
+  advisor.Advise(raw, kBytes);                          // Remembered: not advised twice.
   advisor.Advise(raw, HugePageAdvisor::kMinBytes - 1);  // Too small.
   EXPECT_EQ(advisor.advised(), 1);
   for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(bytes[i], static_cast<unsigned char>(i * 131 + 7)) << i;

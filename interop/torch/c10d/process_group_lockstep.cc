@@ -11,8 +11,8 @@
 #include "collectives/bootstrap/init_from_env.h"
 #include "collectives/monitored_barrier.h"
 #include "core/status.h"
-#include "interop/torch/c10d/huge_pages.h"
 #include "interop/torch/bridge/tensor_bridge.h"
+#include "interop/torch/c10d/huge_pages.h"
 #include "interop/torch/c10d/torch_store.h"
 #include "interop/torch/c10d/torch_work.h"
 

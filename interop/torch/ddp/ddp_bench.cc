@@ -20,9 +20,9 @@
 // tools/bench/compare_libtorch_ddp.sh runs all three for the MLP,
 // tools/bench/compare_torch_models.sh for the two models.
 #include <ATen/Parallel.h>
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,9 +59,7 @@ struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1{register_module("fc1", torch::nn::Linear(784, 512))};
   torch::nn::Linear fc2{register_module("fc2", torch::nn::Linear(512, 256))};
   torch::nn::Linear fc3{register_module("fc3", torch::nn::Linear(256, 10))};
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1))))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1)))))); }
 };
 
 // One of the models behind a uniform forward and loss.
@@ -129,8 +127,8 @@ absl::Status Run() {
     // A FileStore whose path rank 0 chooses and shares through lockstep's store.
     const std::string key = "ddp_bench/c10d_file_store";
     if (rank == 0) {
-      LOCKSTEP_RETURN_IF_ERROR(group.store->Set(key, absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
-                                                                  "/ddp_bench_", ::getpid())));
+      LOCKSTEP_RETURN_IF_ERROR(group.store->Set(
+          key, absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", "/ddp_bench_", ::getpid())));
     }
     LOCKSTEP_ASSIGN_OR_RETURN(std::string path, group.store->Get(key, Milliseconds(60000)));
     try {
@@ -191,18 +189,20 @@ absl::Status Run() {
     LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(rss, ReduceOp::kSum)->Wait());
     if (rank == 0) {
       std::string peaks;
-      for (int r = 0; r < world; ++r) absl::StrAppend(&peaks, r ? ", " : "", static_cast<int64_t>(rss.data<double>()[r]));
+      for (int r = 0; r < world; ++r)
+        absl::StrAppend(&peaks, r ? ", " : "", static_cast<int64_t>(rss.data<double>()[r]));
       std::vector<double> ms(times.data<double>(), times.data<double>() + steps);
       for (double& v : ms) v *= 1e3;
       std::sort(ms.begin(), ms.end());
       const double median = ms[ms.size() / 2];
       const int64_t global = batch * world;
-      std::printf("{\"tool\": \"%s\", \"model\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, "
-                  "\"step_ms_median\": %.4f, \"samples_per_s\": %.1f, \"wall_samples_per_s\": %.1f, "
-                  "\"peak_rss_mb\": [%s]}\n",
-                  mode == "lockstep" ? "lockstep_libtorch_ddp" : mode.c_str(), name.c_str(), world,
-                  static_cast<long long>(global), median, global / (median / 1e3),
-                  steps * global / times.data<double>()[steps], peaks.c_str());
+      std::printf(
+          "{\"tool\": \"%s\", \"model\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, "
+          "\"step_ms_median\": %.4f, \"samples_per_s\": %.1f, \"wall_samples_per_s\": %.1f, "
+          "\"peak_rss_mb\": [%s]}\n",
+          mode == "lockstep" ? "lockstep_libtorch_ddp" : mode.c_str(), name.c_str(), world,
+          static_cast<long long>(global), median, global / (median / 1e3), steps * global / times.data<double>()[steps],
+          peaks.c_str());
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch raised: ", e.what()));

@@ -35,9 +35,9 @@
 #include "core/subprocess.h"
 #include "ddp/comm_hook.h"
 #include "gtest/gtest.h"
-#include "interop/torch/models/golden_blocks.h"
-#include "interop/torch/ddp/distributed_data_parallel.h"
 #include "interop/torch/bridge/tensor_bridge.h"
+#include "interop/torch/ddp/distributed_data_parallel.h"
+#include "interop/torch/models/golden_blocks.h"
 #include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
@@ -122,7 +122,8 @@ absl::Status SameBits(const std::string& what, const at::Tensor& got_torch, cons
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor got, FromTorch(got_torch.contiguous()));
   const Tensor& want = it->second;
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
-    return absl::InternalError(absl::StrCat(what, ": lockstep has ", got.DebugString(), ", PyTorch ", want.DebugString()));
+    return absl::InternalError(
+        absl::StrCat(what, ": lockstep has ", got.DebugString(), ", PyTorch ", want.DebugString()));
   }
   const float* g = got.data<float>();
   const float* w = want.data<float>();
@@ -131,8 +132,8 @@ absl::Status SameBits(const std::string& what, const at::Tensor& got_torch, cons
     std::memcpy(&gb, &g[i], sizeof(gb));
     std::memcpy(&wb, &w[i], sizeof(wb));
     if (gb != wb) {
-      return absl::InternalError(absl::StrFormat("%s[%d]: lockstep %.9g (0x%08x), PyTorch %.9g (0x%08x): not bit-identical",
-                                                 what, i, g[i], gb, w[i], wb));
+      return absl::InternalError(absl::StrFormat(
+          "%s[%d]: lockstep %.9g (0x%08x), PyTorch %.9g (0x%08x): not bit-identical", what, i, g[i], gb, w[i], wb));
     }
   }
   return absl::OkStatus();

@@ -114,7 +114,7 @@ TorchDdp::~TorchDdp() {
 }
 
 absl::StatusOr<std::unique_ptr<TorchDdp>> TorchDdp::Create(torch::nn::Module& module, Communicator& comm,
-                                                          DdpOptions options) {
+                                                           DdpOptions options) {
   LOCKSTEP_ASSIGN_OR_RETURN(const ReducerOptions reducer_options, ToReducerOptions(options));
   std::unique_ptr<TorchDdp> ddp(new TorchDdp(comm, options));
   try {

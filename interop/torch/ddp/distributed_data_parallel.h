@@ -104,8 +104,7 @@ class TorchDdp {
 template <typename M>
 class DistributedDataParallel {
  public:
-  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(std::shared_ptr<M> module,
-                                                                         Communicator& comm,
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(std::shared_ptr<M> module, Communicator& comm,
                                                                          DdpOptions options = {}) {
     if (module == nullptr) return absl::InvalidArgumentError("DistributedDataParallel: the module is null");
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdp> core, TorchDdp::Create(*module, comm, options));

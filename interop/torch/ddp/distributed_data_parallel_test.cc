@@ -115,7 +115,8 @@ void RunAndCheck(DdpOptions options, int steps, bool fp16_hook = false) {
       {
         std::lock_guard<std::mutex> lock(shared.mu);
         shared.local[rank].clear();
-        for (const auto& item : reference->named_parameters()) shared.local[rank][item.key()] = Flat(item.value().grad());
+        for (const auto& item : reference->named_parameters())
+          shared.local[rank][item.key()] = Flat(item.value().grad());
       }
       LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
       LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, ddp->Forward(Input(rank, step)));

@@ -33,7 +33,7 @@ struct CharTransformerOptions {
   int64_t context = 128;  // longest input (positions)
   int64_t layers = 6;
   int64_t dim = 384;
-  int64_t heads = 6;      // must divide dim
+  int64_t heads = 6;  // must divide dim
 };
 
 class CharTransformerBlockImpl : public torch::nn::Module {

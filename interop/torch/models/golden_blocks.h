@@ -20,7 +20,9 @@ namespace interop {
 
 // ResNet in golden_blocks.py.
 struct GoldenResNet : torch::nn::Module {
-  static torch::nn::Conv2dOptions Conv(int in, int out) { return torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false); }
+  static torch::nn::Conv2dOptions Conv(int in, int out) {
+    return torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false);
+  }
 
   explicit GoldenResNet(bool with_unused) {
     stem_conv = register_module("stem_conv", torch::nn::Conv2d(Conv(3, 8)));

@@ -17,9 +17,9 @@
 #include "core/deadline.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
+#include "interop/torch/bridge/tensor_bridge.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
-#include "interop/torch/bridge/tensor_bridge.h"
 #include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
@@ -72,8 +72,9 @@ class ReferenceModelsTest : public ::testing::Test {
     const at::Tensor& want = Python(name);
     ASSERT_TRUE(want.defined()) << what;
     ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    EXPECT_TRUE(torch::equal(got, want)) << what << ": largest difference "
-                                         << (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(got, want))
+        << what << ": largest difference "
+        << (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>();
   }
 
   // One training step of `model` on the twin's input; everything compared.
@@ -87,7 +88,8 @@ class ReferenceModelsTest : public ::testing::Test {
                                                                     Python(prefix + "/target").reshape({-1}));
     ExpectSame("loss", loss.reshape({1}), prefix + "/loss");
     loss.backward();
-    for (auto& p : model.named_parameters()) ExpectSame("grad of " + p.key(), p.value().grad(), prefix + "/grad/" + p.key());
+    for (auto& p : model.named_parameters())
+      ExpectSame("grad of " + p.key(), p.value().grad(), prefix + "/grad/" + p.key());
     for (auto& b : model.named_buffers()) ExpectSame("buffer " + b.key(), b.value(), prefix + "/after/" + b.key());
   }
 

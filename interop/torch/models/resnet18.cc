@@ -19,8 +19,8 @@ BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
   conv2 = register_module("conv2", torch::nn::Conv2d(Conv(out, out, 3, 1, 1)));
   bn2 = register_module("bn2", torch::nn::BatchNorm2d(out));
   if (stride != 1 || in != out) {
-    downsample = register_module(
-        "downsample", torch::nn::Sequential(torch::nn::Conv2d(Conv(in, out, 1, stride, 0)), torch::nn::BatchNorm2d(out)));
+    downsample = register_module("downsample", torch::nn::Sequential(torch::nn::Conv2d(Conv(in, out, 1, stride, 0)),
+                                                                     torch::nn::BatchNorm2d(out)));
   }
 }
 

@@ -13,8 +13,8 @@
 // vocabulary and the model's sizes are saved with every checkpoint and
 // checked on resume.
 #include <torch/nn/functional/activation.h>
-#include <torch/utils.h>
 #include <torch/torch.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <memory>
@@ -26,8 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "data/char_corpus.h"
-#include "interop/torch/models/char_transformer.h"
 #include "interop/torch/bridge/torch_module.h"
+#include "interop/torch/models/char_transformer.h"
 #include "interop/torch/trainers/torch_trainer.h"
 #include "trainers/trainer_setup.h"
 
@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<int64_t>> Generate(CharTransformerImpl& model, std::v
     const int64_t context = model.options().context;
     for (int64_t i = 0; i < length; ++i) {
       const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
-      torch::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong)
-                                .unsqueeze(0);
+      torch::Tensor input =
+          torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong).unsqueeze(0);
       torch::Tensor last = model.forward(input).select(1, input.size(1) - 1).squeeze(0);
       int64_t next;
       if (temperature <= 0) {
@@ -83,9 +83,9 @@ absl::StatusOr<TorchTrainerSpec> MakeSpec(const TrainerConfig& config) {
   model_options.heads = absl::GetFlag(FLAGS_heads);
   if (model_options.context < 1 || model_options.layers < 1 || model_options.dim < 1 || model_options.heads < 1 ||
       model_options.dim % model_options.heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--context, --layers, --dim and --heads must be >= 1 and --heads must divide --dim (got --dim=",
-        model_options.dim, " --heads=", model_options.heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--context, --layers, --dim and --heads must be >= 1 and --heads must divide --dim (got --dim=",
+                     model_options.dim, " --heads=", model_options.heads, ")"));
   }
   const int64_t sample_length = absl::GetFlag(FLAGS_sample_length);
   const double temperature = absl::GetFlag(FLAGS_temperature);
@@ -103,16 +103,16 @@ absl::StatusOr<TorchTrainerSpec> MakeSpec(const TrainerConfig& config) {
   spec.language_model = true;
   spec.train = CharWindows(corpus, CorpusSplit::kTrain);
   spec.test = CharWindows(corpus, CorpusSplit::kTest);
-  spec.data_description = absl::StrCat(
-      "fortunes (", corpus_options.dir, ": ", corpus->num_files(), " files, ",
-      corpus->num_windows(CorpusSplit::kTrain), " train and ", corpus->num_windows(CorpusSplit::kTest),
-      " test windows of ", model_options.context, " bytes, vocabulary ", corpus->vocabulary().size(), ")");
+  spec.data_description =
+      absl::StrCat("fortunes (", corpus_options.dir, ": ", corpus->num_files(), " files, ",
+                   corpus->num_windows(CorpusSplit::kTrain), " train and ", corpus->num_windows(CorpusSplit::kTest),
+                   " test windows of ", model_options.context, " bytes, vocabulary ", corpus->vocabulary().size(), ")");
   spec.model_description = absl::StrCat("char-transformer (", model_options.layers, " layers x ", model_options.dim,
                                         ", ", model_options.heads, " heads, context ", model_options.context, ")");
   spec.checkpoint_metadata["data.char_vocabulary"] = corpus->vocabulary().ToJson();
   spec.checkpoint_metadata["model.char_transformer"] = absl::StrCat(
-      "{\"vocab_size\":", model_options.vocab_size, ",\"context\":", model_options.context, ",\"layers\":",
-      model_options.layers, ",\"dim\":", model_options.dim, ",\"heads\":", model_options.heads, "}");
+      "{\"vocab_size\":", model_options.vocab_size, ",\"context\":", model_options.context,
+      ",\"layers\":", model_options.layers, ",\"dim\":", model_options.dim, ",\"heads\":", model_options.heads, "}");
   // The Impl, for the sample: make_model is called once per rank.
   auto impl = std::make_shared<std::shared_ptr<CharTransformerImpl>>();
   spec.make_model = [model_options, impl](uint64_t seed) -> absl::StatusOr<std::unique_ptr<TorchModule>> {
@@ -129,8 +129,8 @@ absl::StatusOr<TorchTrainerSpec> MakeSpec(const TrainerConfig& config) {
     LOCKSTEP_RETURN_IF_ERROR(corpus->GetWindow(CorpusSplit::kTest, 0, absl::MakeSpan(input), absl::MakeSpan(target)));
     input.resize(std::min<size_t>(input.size(), 32));
     const size_t prompt = input.size();
-    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> ids, Generate(**impl, std::move(input), sample_length,
-                                                                 temperature, seed));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                              Generate(**impl, std::move(input), sample_length, temperature, seed));
     LOCKSTEP_ASSIGN_OR_RETURN(std::string prompt_text,
                               corpus->vocabulary().Decode(absl::MakeConstSpan(ids).subspan(0, prompt)));
     LOCKSTEP_ASSIGN_OR_RETURN(std::string text, corpus->vocabulary().Decode(absl::MakeConstSpan(ids).subspan(prompt)));
@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
       "  --sample_length=200  --temperature=0.8\n"
       "  (defaults here: --optimizer=adamw --lr=0.001 --batch_size=16 --max_steps=100 --log_every=10;\n"
       "   --dataset and --synthetic_* do not apply)\n";
-  info.defaults = {{"optimizer", "adamw"}, {"lr", "0.001"}, {"batch_size", "16"}, {"max_steps", "100"},
-                   {"log_every", "10"}};
+  info.defaults = {
+      {"optimizer", "adamw"}, {"lr", "0.001"}, {"batch_size", "16"}, {"max_steps", "100"}, {"log_every", "10"}};
   info.unused_flags = {"model", "amp", "device", "freeze", "dataset", "synthetic_train_size", "synthetic_test_size"};
   return TorchTrainerMain(argc, argv, info, MakeSpec);
 }

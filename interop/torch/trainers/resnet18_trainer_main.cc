@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "data/example_dataset.h"
-#include "interop/torch/models/resnet18.h"
 #include "interop/torch/bridge/torch_module.h"
+#include "interop/torch/models/resnet18.h"
 #include "interop/torch/trainers/torch_trainer.h"
 #include "trainers/trainer_setup.h"
 

@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
 #include "ddp/ddp_options.h"
-#include "interop/torch/ddp/distributed_data_parallel.h"
 #include "interop/torch/bridge/torch_module.h"
+#include "interop/torch/ddp/distributed_data_parallel.h"
 #include "trainers/train_loop.h"
 
 namespace lockstep {

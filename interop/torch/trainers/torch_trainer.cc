@@ -11,10 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "collectives/bootstrap/init_from_env.h"
 #include "core/status.h"
 #include "ddp/ddp_options.h"
@@ -61,9 +61,9 @@ bool Given(int argc, char** argv, const std::string& name) {
 absl::StatusOr<TorchFlags> ReadTorchFlags(const TorchTrainerInfo& info, int argc, char** argv) {
   for (const std::string& name : info.unused_flags) {
     if (Given(argc, argv, name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " does not apply to ", info.program, " (it trains its own libtorch model in f32 "
-                       "on the CPU)"));
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " does not apply to ", info.program,
+                                                     " (it trains its own libtorch model in f32 "
+                                                     "on the CPU)"));
     }
   }
   TorchFlags f;
@@ -117,12 +117,12 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdpStepper> stepper,
                             TorchDdpStepper::Create(*model, *group.comm, flags.ddp));
   if (rank == 0) {
-    std::printf("%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s (lr %g), %zu buckets before "
-                "the first rebuild, libtorch %d intra-op thread(s), BLAS kernels %s\n",
-                info.program, world_size, group.env.source.c_str(), spec.model_description.c_str(),
-                static_cast<long long>(model->NumParameterElements()), spec.data_description.c_str(),
-                config.optimizer.c_str(), config.lr, stepper->ddp().bucket_indices().size(), at::get_num_threads(),
-                BlasCoreName().c_str());
+    std::printf(
+        "%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s (lr %g), %zu buckets before "
+        "the first rebuild, libtorch %d intra-op thread(s), BLAS kernels %s\n",
+        info.program, world_size, group.env.source.c_str(), spec.model_description.c_str(),
+        static_cast<long long>(model->NumParameterElements()), spec.data_description.c_str(), config.optimizer.c_str(),
+        config.lr, stepper->ddp().bucket_indices().size(), at::get_num_threads(), BlasCoreName().c_str());
     std::fflush(stdout);
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
@@ -150,11 +150,11 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
   if (spec.after_training) LOCKSTEP_RETURN_IF_ERROR(spec.after_training(*model));
   std::string perplexity;
   if (spec.language_model) perplexity = absl::StrFormat(" (perplexity %.3f)", std::exp(test.loss()));
-  std::printf("%s: final test loss %.4f%s, accuracy %.2f%% (%lld examples), %.0f samples/s over %d ranks, %lld "
-              "steps\n",
-              info.program, test.loss(), perplexity.c_str(), 100 * test.accuracy(),
-              static_cast<long long>(test.examples), result.samples_per_second, world_size,
-              static_cast<long long>(result.steps));
+  std::printf(
+      "%s: final test loss %.4f%s, accuracy %.2f%% (%lld examples), %.0f samples/s over %d ranks, %lld "
+      "steps\n",
+      info.program, test.loss(), perplexity.c_str(), 100 * test.accuracy(), static_cast<long long>(test.examples),
+      result.samples_per_second, world_size, static_cast<long long>(result.steps));
   std::fflush(stdout);
   return absl::OkStatus();
 }

@@ -39,16 +39,28 @@ const std::string& Tmp() {
 }
 
 std::vector<std::string> Resnet(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {"interop/torch/trainers/resnet18_trainer", "--nproc=2", "--dataset=fashion-mnist",
-                                   "--batch_size=32", "--num_workers=1", "--seed=5"};
+  std::vector<std::string> argv = {"interop/torch/trainers/resnet18_trainer",
+                                   "--nproc=2",
+                                   "--dataset=fashion-mnist",
+                                   "--batch_size=32",
+                                   "--num_workers=1",
+                                   "--seed=5"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
 
 std::vector<std::string> Transformer(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {"interop/torch/trainers/char_transformer_trainer", "--nproc=2", "--layers=2",
-                                   "--dim=64", "--heads=2", "--context=64", "--batch_size=16", "--num_workers=1",
-                                   "--seed=5", "--lr=0.003", "--sample_length=40"};
+  std::vector<std::string> argv = {"interop/torch/trainers/char_transformer_trainer",
+                                   "--nproc=2",
+                                   "--layers=2",
+                                   "--dim=64",
+                                   "--heads=2",
+                                   "--context=64",
+                                   "--batch_size=16",
+                                   "--num_workers=1",
+                                   "--seed=5",
+                                   "--lr=0.003",
+                                   "--sample_length=40"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -115,9 +127,7 @@ void ExpectLearns(const std::vector<std::string>& argv, const std::string& name,
                                         << last;
 }
 
-TEST(TorchTrainersTest, ResNet18Learns) {
-  ExpectLearns(Resnet({"--width=16", "--lr=0.02"}), "resnet18", 0.5);
-}
+TEST(TorchTrainersTest, ResNet18Learns) { ExpectLearns(Resnet({"--width=16", "--lr=0.02"}), "resnet18", 0.5); }
 
 TEST(TorchTrainersTest, CharTransformerLearnsAndSamples) {
   const std::string out = RunTrainer(Transformer({"--max_steps=1", "--sample_length=60", "--temperature=0"}));

@@ -26,7 +26,8 @@ int64_t CheckAllToAll(const CheckInput& in) {
   const int64_t block = in.count / in.n;
   int64_t wrong = 0;
   for (int k = 0; k < in.n; ++k) {
-    wrong += CountWrongIn(in.host.output, k * block, block, [&](int64_t i) { return InputValue(k, in.rank * block + i); });
+    wrong +=
+        CountWrongIn(in.host.output, k * block, block, [&](int64_t i) { return InputValue(k, in.rank * block + i); });
   }
   return wrong;
 }

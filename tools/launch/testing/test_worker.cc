@@ -108,11 +108,21 @@ int main(int argc, char** argv) {
       return Fail(2, "unknown argument " + arg);
     }
   }
-  static const char* const kRequired[] = {
-      "RANK",          "LOCAL_RANK",      "WORLD_SIZE",           "LOCAL_WORLD_SIZE",          "GROUP_RANK",
-      "GROUP_WORLD_SIZE", "ROLE_RANK",    "ROLE_NAME",            "ROLE_WORLD_SIZE",           "MASTER_ADDR",
-      "MASTER_PORT",   "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "LOCKSTEP_STORE_TOKEN"};
+  static const char* const kRequired[] = {"RANK",
+                                          "LOCAL_RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK",
+                                          "GROUP_WORLD_SIZE",
+                                          "ROLE_RANK",
+                                          "ROLE_NAME",
+                                          "ROLE_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "TORCHELASTIC_MAX_RESTARTS",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "LOCKSTEP_STORE_TOKEN"};
   for (const char* name : kRequired) {
     if (std::getenv(name) == nullptr) return Fail(42, std::string(name) + " is not set");
   }
