@@ -62,7 +62,56 @@ absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const Cos
   return out;
 }
 
-absl::StatusOr<SetupCost> FitSetup(absl::Span<const SetupPoint> points) {
+namespace {
+
+// Least squares over the columns in `use` (the others fixed at 0) of rows
+// (1, R, P·o) scaled by `scale`; false when they are linearly dependent.
+bool SolveSubset(absl::Span<const SetupPoint> points, const std::array<double, 3>& scale,
+                 const std::array<bool, 3>& use, std::array<double, 3>* x, double* squares) {
+  std::vector<int> cols;
+  for (int i = 0; i < 3; ++i) {
+    if (use[i]) cols.push_back(i);
+  }
+  const int n = static_cast<int>(cols.size());
+  double m[3][4] = {};
+  for (const SetupPoint& pt : points) {
+    const Terms t = TermsOf(pt.topology);
+    const double full[3] = {1, t.requests / scale[1], t.peers * t.oversubscription / scale[2]};
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) m[i][j] += full[cols[i]] * full[cols[j]];
+      m[i][n] += full[cols[i]] * pt.time_us;
+    }
+  }
+  // Gauss-Jordan elimination with partial pivoting.
+  for (int col = 0; col < n; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < n; ++r) {
+      if (std::fabs(m[r][col]) > std::fabs(m[pivot][col])) pivot = r;
+    }
+    if (std::fabs(m[pivot][col]) < 1e-12) return false;
+    for (int j = 0; j <= n; ++j) std::swap(m[col][j], m[pivot][j]);
+    for (int r = 0; r < n; ++r) {
+      if (r == col) continue;
+      const double f = m[r][col] / m[col][col];
+      for (int j = col; j <= n; ++j) m[r][j] -= f * m[col][j];
+    }
+  }
+  *x = {0, 0, 0};
+  for (int i = 0; i < n; ++i) (*x)[cols[i]] = m[i][n] / m[i][i];
+  *squares = 0;
+  for (const SetupPoint& pt : points) {
+    const Terms t = TermsOf(pt.topology);
+    const double full[3] = {1, t.requests / scale[1], t.peers * t.oversubscription / scale[2]};
+    double r = pt.time_us;
+    for (int i = 0; i < 3; ++i) r -= (*x)[i] * full[i];
+    *squares += r * r;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < points.size(); ++i) {
     absl::Status s = ValidateTopology(points[i].topology);
@@ -80,57 +129,50 @@ absl::StatusOr<SetupCost> FitSetup(absl::Span<const SetupPoint> points) {
                                                    " distinct p; the three constants need at least 3 (e.g. p = 2, "
                                                    "4, 8, 16)"));
   }
-  // Normal equations A^T A x = A^T y for rows (1, R, P·o), in scaled
-  // columns so that p² and 1 stay comparable.
+  // Columns scaled so that p² and 1 stay comparable.
   std::array<double, 3> scale = {1, 1, 1};
+  double largest = 0;
   for (const SetupPoint& pt : points) {
     const Terms t = TermsOf(pt.topology);
     scale[1] = std::max(scale[1], t.requests);
     scale[2] = std::max(scale[2], t.peers * t.oversubscription);
+    largest = std::max(largest, pt.time_us);
   }
-  double m[3][4] = {};
-  for (const SetupPoint& pt : points) {
-    const Terms t = TermsOf(pt.topology);
-    const double row[3] = {1, t.requests / scale[1], t.peers * t.oversubscription / scale[2]};
-    for (int i = 0; i < 3; ++i) {
-      for (int j = 0; j < 3; ++j) m[i][j] += row[i] * row[j];
-      m[i][3] += row[i] * pt.time_us;
+  // Non-negative least squares by trying every subset of the three terms:
+  // the best fit with no negative constant. Ties: the fuller subset first.
+  static constexpr std::array<std::array<bool, 3>, 7> kSubsets = {{{true, true, true},
+                                                                   {true, true, false},
+                                                                   {true, false, true},
+                                                                   {false, true, true},
+                                                                   {true, false, false},
+                                                                   {false, true, false},
+                                                                   {false, false, true}}};
+  bool found = false;
+  std::array<double, 3> best{};
+  double best_squares = 0;
+  for (const std::array<bool, 3>& use : kSubsets) {
+    std::array<double, 3> x;
+    double squares = 0;
+    if (!SolveSubset(points, scale, use, &x, &squares)) continue;
+    // Rounding noise around zero on exact data: a term worth at most 1e-9
+    // of the largest time is a zero.
+    for (double& v : x) {
+      if (std::fabs(v) <= 1e-9 * std::max(largest, 1.0)) v = 0;
+    }
+    if (x[0] < 0 || x[1] < 0 || x[2] < 0) continue;
+    if (!found || squares < best_squares * (1 - 1e-12)) {
+      found = true;
+      best = x;
+      best_squares = squares;
     }
   }
-  // Gaussian elimination with partial pivoting.
-  for (int col = 0; col < 3; ++col) {
-    int pivot = col;
-    for (int r = col + 1; r < 3; ++r) {
-      if (std::fabs(m[r][col]) > std::fabs(m[pivot][col])) pivot = r;
-    }
-    if (std::fabs(m[pivot][col]) < 1e-12) {
-      return absl::InvalidArgumentError(
-          "FitSetup: the points cannot tell the three constants apart; measure more different p");
-    }
-    for (int j = 0; j < 4; ++j) std::swap(m[col][j], m[pivot][j]);
-    for (int r = 0; r < 3; ++r) {
-      if (r == col) continue;
-      const double f = m[r][col] / m[col][col];
-      for (int j = col; j < 4; ++j) m[r][j] -= f * m[col][j];
-    }
-  }
-  SetupCost fit;
-  fit.constant_us = m[0][3] / m[0][0];
-  fit.store_us_per_request = m[1][3] / m[1][1] / scale[1];
-  fit.handshake_us = m[2][3] / m[2][2] / scale[2];
-  double largest = 0;
-  for (const SetupPoint& pt : points) largest = std::max(largest, pt.time_us);
-  // Exact data may leave rounding noise around zero: a term worth at most
-  // 1e-9 of the largest time is a zero.
-  const std::array<double*, 3> fitted = {&fit.constant_us, &fit.store_us_per_request, &fit.handshake_us};
+  if (!found) return absl::InvalidArgumentError("FitSetup: no fit with non-negative constants; measure more p");
+  SetupFit fit;
+  fit.cost = SetupCost{best[0], best[1] / scale[1], best[2] / scale[2]};
+  fit.rms_residual_us = std::sqrt(best_squares / static_cast<double>(points.size()));
+  const char* names[3] = {"constant_us", "store_us_per_request", "handshake_us"};
   for (int i = 0; i < 3; ++i) {
-    if (std::fabs(*fitted[i]) * scale[i] <= 1e-9 * largest) *fitted[i] = 0;
-  }
-  if (fit.constant_us < 0 || fit.store_us_per_request < 0 || fit.handshake_us < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FitSetup: the best fit has constant_us ", fit.constant_us, ", store_us_per_request ",
-        fit.store_us_per_request, " and handshake_us ", fit.handshake_us,
-        "; all must be >= 0 (measure more p, with repetitions, over a wider range)"));
+    if (best[i] == 0) fit.zeroed.push_back(names[i]);
   }
   return fit;
 }

@@ -62,11 +62,21 @@ struct SetupPoint {
   double time_us = 0;
 };
 
-// Least squares over (constant, store_us_per_request, handshake_us).
-// InvalidArgument when a point is invalid, when fewer than 3 points with
-// different p (the three terms cannot be told apart), or when a constant
-// comes out negative (the message gives all three).
-absl::StatusOr<SetupCost> FitSetup(absl::Span<const SetupPoint> points);
+struct SetupFit {
+  SetupCost cost;
+  double rms_residual_us = 0;
+  // The constants the fit held at 0 because the data wanted them negative
+  // (a term too small to see at the measured p): "store_us_per_request", ...
+  std::vector<std::string> zeroed;
+};
+
+// Non-negative least squares over (constant_us, store_us_per_request,
+// handshake_us): the best fit of T_setup among those with no negative
+// constant (every subset of the three terms is tried; a term the data
+// would make negative is held at 0 and named in `zeroed`). InvalidArgument
+// when a point is invalid (naming it) or the points have fewer than 3
+// different p (the three terms cannot be told apart).
+absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points);
 
 }  // namespace cost_model
 }  // namespace lockstep

@@ -1,5 +1,6 @@
 #include "collectives/cost_model/setup_cost.h"
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -62,25 +63,47 @@ TEST(FitSetup, RecoversExactConstants) {
     absl::StatusOr<Topology> t = MakeTopology(p, per_host, cores);
     points.push_back(SetupPoint{*t, PredictSetup(*t, truth)->time_us});
   }
-  absl::StatusOr<SetupCost> fit = FitSetup(points);
+  absl::StatusOr<SetupFit> fit = FitSetup(points);
   ASSERT_TRUE(fit.ok()) << fit.status();
-  EXPECT_NEAR(fit->constant_us, 50000, 1e-3);
-  EXPECT_NEAR(fit->store_us_per_request, 3, 1e-8);
-  EXPECT_NEAR(fit->handshake_us, 120, 1e-6);
+  EXPECT_NEAR(fit->cost.constant_us, 50000, 1e-3);
+  EXPECT_NEAR(fit->cost.store_us_per_request, 3, 1e-8);
+  EXPECT_NEAR(fit->cost.handshake_us, 120, 1e-6);
+  EXPECT_NEAR(fit->rms_residual_us, 0, 1e-6);
+  EXPECT_TRUE(fit->zeroed.empty());
 }
 
-TEST(FitSetup, RefusesTooFewSizesBadPointsAndNegativeFits) {
+TEST(FitSetup, HoldsAtZeroATermTheDataWouldMakeNegative) {
+  // Exact data of 30000 + 40 R - 200 P (one host of p ranks: R = 3p² + 3p,
+  // P = p - 1): plain least squares would give handshake_us = -200.
+  std::vector<SetupPoint> points;
+  for (int64_t p : {2, 4, 8, 16}) {
+    absl::StatusOr<Topology> t = MakeTopology(p, p);
+    points.push_back(SetupPoint{*t, 30000.0 + 40.0 * (3 * p * p + 3 * p) - 200.0 * (p - 1)});
+  }
+  absl::StatusOr<SetupFit> fit = FitSetup(points);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->cost.handshake_us, 0);
+  EXPECT_EQ(fit->zeroed, std::vector<std::string>{"handshake_us"});
+  EXPECT_GT(fit->cost.constant_us, 0);
+  EXPECT_GT(fit->cost.store_us_per_request, 0);
+  EXPECT_GT(fit->rms_residual_us, 0);
+  // Times that fall with p: only the constant is left.
+  absl::StatusOr<Topology> t2 = MakeTopology(2, 2), t4 = MakeTopology(4, 4), t8 = MakeTopology(8, 8);
+  std::vector<SetupPoint> shrinking = {{*t2, 1000}, {*t4, 500}, {*t8, 10}};
+  fit = FitSetup(shrinking);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->cost.constant_us, 1510.0 / 3, 1e-9);
+  EXPECT_EQ(fit->zeroed, (std::vector<std::string>{"store_us_per_request", "handshake_us"}));
+}
+
+TEST(FitSetup, RefusesTooFewSizesAndBadPoints) {
   absl::StatusOr<Topology> t2 = MakeTopology(2, 2), t4 = MakeTopology(4, 4), t8 = MakeTopology(8, 8);
   std::vector<SetupPoint> two_sizes = {{*t2, 10}, {*t4, 20}, {*t4, 21}};
-  absl::StatusOr<SetupCost> fit = FitSetup(two_sizes);
+  absl::StatusOr<SetupFit> fit = FitSetup(two_sizes);
   EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(fit.status().message().find("at least 3"), std::string::npos) << fit.status();
   std::vector<SetupPoint> negative_time = {{*t2, 10}, {*t4, -20}, {*t8, 30}};
   EXPECT_NE(FitSetup(negative_time).status().message().find("point 1"), std::string::npos);
-  std::vector<SetupPoint> shrinking = {{*t2, 1000}, {*t4, 500}, {*t8, 10}};
-  fit = FitSetup(shrinking);
-  EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(fit.status().message().find(">= 0"), std::string::npos) << fit.status();
   std::vector<SetupPoint> bad_topology = {{Topology{8, 3, 4, 4}, 10}, {*t4, 20}, {*t8, 30}};
   EXPECT_NE(FitSetup(bad_topology).status().message().find("point 0"), std::string::npos);
 }
