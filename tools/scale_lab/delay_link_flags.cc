@@ -63,8 +63,7 @@ absl::Status Bad(absl::string_view flag, absl::string_view value, absl::string_v
   return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", why, " (see --help)"));
 }
 
-absl::StatusOr<double> ParseDouble(absl::string_view flag, absl::string_view value, double min,
-                                   double max) {
+absl::StatusOr<double> ParseDouble(absl::string_view flag, absl::string_view value, double min, double max) {
   double d;
   if (!absl::SimpleAtod(value, &d) || !std::isfinite(d) || d < min || d > max) {
     return Bad(flag, value, absl::StrCat("expected a number in [", min, ", ", max, "]"));
@@ -98,8 +97,8 @@ absl::StatusOr<int64_t> ParseRateBps(absl::string_view text) {
   };
   static const Unit kUnits[] = {{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}};
   if (absl::EndsWith(rest, "bps")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rate=", text, ": give bits per second (e.g. 1gbit, 100mbit); tc's bps means bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rate=", text, ": give bits per second (e.g. 1gbit, 100mbit); tc's bps means bytes"));
   }
   for (const Unit& unit : kUnits) {
     if (absl::ConsumeSuffix(&rest, unit.suffix)) {
@@ -198,8 +197,8 @@ absl::StatusOr<DelayLinkFlags> ParseDelayLinkFlags(const std::vector<std::string
     }
   }
   if (flags.netns.size() < 2 || flags.netns.size() > 254) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--netns needs 2..254 namespace names, comma-separated (got ", flags.netns.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--netns needs 2..254 namespace names, comma-separated (got ", flags.netns.size(), ")"));
   }
   std::set<std::string> seen;
   for (const std::string& ns : flags.netns) {

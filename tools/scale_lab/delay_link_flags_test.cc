@@ -41,11 +41,10 @@ TEST(ParseDelayLinkFlags, Defaults) {
 }
 
 TEST(ParseDelayLinkFlags, Everything) {
-  auto flags = ParseDelayLinkFlags({"--netns=x,y", "--delay_us=50.5", "--rate=1gbit", "--mtu=1500",
-                                    "--ifname=lab7", "--subnet=10.99", "--stats_json=/tmp/s.json",
-                                    "--ready_file=/tmp/r", "--stats_every_s=1", "--spin_us=0", "--busy_poll",
-                                    "--buffers=64", "--realtime_priority=0", "--selftest",
-                                    "--selftest_s=2"});
+  auto flags = ParseDelayLinkFlags({"--netns=x,y", "--delay_us=50.5", "--rate=1gbit", "--mtu=1500", "--ifname=lab7",
+                                    "--subnet=10.99", "--stats_json=/tmp/s.json", "--ready_file=/tmp/r",
+                                    "--stats_every_s=1", "--spin_us=0", "--busy_poll", "--buffers=64",
+                                    "--realtime_priority=0", "--selftest", "--selftest_s=2"});
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_EQ(flags->delay_ns, 50'500);
   EXPECT_EQ(flags->rate_bps, 1'000'000'000);
@@ -70,11 +69,11 @@ TEST(ParseDelayLinkFlags, SmallMtuGetsMoreBuffers) {
 }
 
 TEST(ParseDelayLinkFlags, Errors) {
-  EXPECT_FALSE(ParseDelayLinkFlags({"--delay_us=1"}).ok());                         // no netns
-  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a", "--delay_us=1"}).ok());            // one host
-  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,a", "--delay_us=1"}).ok());          // twice
-  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,../b", "--delay_us=1"}).ok());       // a path
-  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,b"}).ok());                          // no delay
+  EXPECT_FALSE(ParseDelayLinkFlags({"--delay_us=1"}).ok());                    // no netns
+  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a", "--delay_us=1"}).ok());       // one host
+  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,a", "--delay_us=1"}).ok());     // twice
+  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,../b", "--delay_us=1"}).ok());  // a path
+  EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,b"}).ok());                     // no delay
   EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,b", "--delay_us=-1"}).ok());
   EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,b", "--delay_us=1", "--mtu=70000"}).ok());
   EXPECT_FALSE(ParseDelayLinkFlags({"--netns=a,b", "--delay_us=1", "--subnet=10"}).ok());

@@ -10,7 +10,7 @@ DelayQueue::DelayQueue(const Options& options)
     : delay_ns_(options.delay_ns),
       rate_bps_(options.rate_bps),
       buffer_bytes_(options.buffer_bytes),
-            // Zeroed: the pages are touched now, not on the first packets.
+      // Zeroed: the pages are touched now, not on the first packets.
       storage_(new uint8_t[static_cast<size_t>(options.buffers) * options.buffer_bytes]()),
       meta_(options.buffers),
       fifos_(options.hosts) {

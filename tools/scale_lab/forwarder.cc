@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -74,8 +74,7 @@ DelayQueue::Options QueueOptions(int hosts, const ForwarderOptions& options) {
 }
 }  // namespace
 
-Forwarder::Forwarder(std::vector<Fd> tuns, std::vector<std::string> names,
-                     const ForwarderOptions& options)
+Forwarder::Forwarder(std::vector<Fd> tuns, std::vector<std::string> names, const ForwarderOptions& options)
     : tuns_(std::move(tuns)),
       names_(std::move(names)),
       options_(options),
@@ -88,8 +87,8 @@ int Forwarder::HostOf(const uint8_t* packet, int bytes) {
     ++stats_.dropped_not_ipv4;
     return -1;
   }
-  uint32_t dst = (uint32_t{packet[16]} << 24) | (uint32_t{packet[17]} << 16) |
-                 (uint32_t{packet[18]} << 8) | uint32_t{packet[19]};
+  uint32_t dst =
+      (uint32_t{packet[16]} << 24) | (uint32_t{packet[17]} << 16) | (uint32_t{packet[18]} << 8) | uint32_t{packet[19]};
   uint32_t host = dst - options_.subnet - 1;  // wraps to a huge value below the subnet
   if (host >= tuns_.size()) {
     ++stats_.dropped_unknown_dst;
@@ -108,9 +107,8 @@ absl::Status Forwarder::ReadFrom(int src) {
       int err = errno;
       if (slot >= 0) queue_.Release(slot);
       if (err == EAGAIN || err == EINTR) return absl::OkStatus();
-      return absl::InternalError(absl::StrCat("read() from the TUN of network namespace ",
-                                              names_[src], " failed: ", ErrnoText(err),
-                                              " (was the namespace or device removed?)"));
+      return absl::InternalError(absl::StrCat("read() from the TUN of network namespace ", names_[src],
+                                              " failed: ", ErrnoText(err), " (was the namespace or device removed?)"));
     }
     int64_t arrival_ns = MonotonicNowNs();
     if (slot < 0) {
@@ -176,9 +174,8 @@ void Forwarder::PrintStats(int64_t now_ns) {
                "delay_link: t=%.1fs packets=%lld bytes=%lld (%.3f Gbit/s) dropped=%lld queued=%d "
                "lateness p50=%.1fus p99=%.1fus max=%.1fus\n",
                static_cast<double>(now_ns - start_ns_) / 1e9, static_cast<long long>(stats_.packets),
-               static_cast<long long>(stats_.bytes), gbps, static_cast<long long>(stats_.dropped()),
-               queue_.queued(), Us(stats_.lateness.Quantile(0.5)), Us(stats_.lateness.Quantile(0.99)),
-               Us(stats_.lateness.max_ns()));
+               static_cast<long long>(stats_.bytes), gbps, static_cast<long long>(stats_.dropped()), queue_.queued(),
+               Us(stats_.lateness.Quantile(0.5)), Us(stats_.lateness.Quantile(0.99)), Us(stats_.lateness.max_ns()));
   last_print_ns_ = now_ns;
   last_print_bytes_ = stats_.bytes;
 }
@@ -289,18 +286,16 @@ std::string StatsJson(const ForwarderStats& stats, const ForwarderOptions& optio
       "\"valid\": %s, \"valid_rule\": \"p99 lateness <= 10%% of delay\", "
       "\"elapsed_s\": %.3f, \"cpu_s\": %.3f, \"spin_s\": %.3f, "
       "\"avg_gbps\": %.4f, \"ceiling_gbps\": %.4f, \"ceiling_pps\": %.0f%s}",
-      hosts, Us(options.delay_ns), options.rate_bps, options.mtu, stats.packets, stats.bytes,
-      stats.dropped(), stats.dropped_not_ipv4, stats.dropped_unknown_dst, stats.dropped_no_buffer,
-      stats.dropped_write_error, stats.max_queued, Us(p50), Us(p99), Us(stats.lateness.max_ns()),
-      Us(stats.write_duration.Quantile(0.5)), Us(stats.write_duration.Quantile(0.99)),
-      Us(stats.write_duration.max_ns()), Us(stats.timer_wake_late.Quantile(0.5)),
-      Us(stats.timer_wake_late.Quantile(0.99)), Us(options.spin_ns), options.busy_poll ? "true" : "false",
-      valid ? "true" : "false", elapsed_s, static_cast<double>(stats.cpu_ns) / 1e9,
-      static_cast<double>(stats.spin_ns) / 1e9,
+      hosts, Us(options.delay_ns), options.rate_bps, options.mtu, stats.packets, stats.bytes, stats.dropped(),
+      stats.dropped_not_ipv4, stats.dropped_unknown_dst, stats.dropped_no_buffer, stats.dropped_write_error,
+      stats.max_queued, Us(p50), Us(p99), Us(stats.lateness.max_ns()), Us(stats.write_duration.Quantile(0.5)),
+      Us(stats.write_duration.Quantile(0.99)), Us(stats.write_duration.max_ns()),
+      Us(stats.timer_wake_late.Quantile(0.5)), Us(stats.timer_wake_late.Quantile(0.99)), Us(options.spin_ns),
+      options.busy_poll ? "true" : "false", valid ? "true" : "false", elapsed_s,
+      static_cast<double>(stats.cpu_ns) / 1e9, static_cast<double>(stats.spin_ns) / 1e9,
       elapsed_s > 0 ? static_cast<double>(stats.bytes) * 8 / elapsed_s / 1e9 : 0.0,
       CeilingPerSecond(static_cast<double>(stats.bytes) * 8, stats) / 1e9,
-      CeilingPerSecond(static_cast<double>(stats.packets), stats),
-      extra_fields.empty() ? "" : ", " + extra_fields);
+      CeilingPerSecond(static_cast<double>(stats.packets), stats), extra_fields.empty() ? "" : ", " + extra_fields);
 }
 
 std::string StatsLine(const ForwarderStats& stats, const ForwarderOptions& options) {

@@ -44,22 +44,22 @@ namespace scale_lab {
 
 struct ForwarderOptions {
   int64_t delay_ns = 0;
-  int64_t rate_bps = 0;         // each source NIC's rate; 0: no serialization
-  int mtu = 65000;              // the largest packet (the buffers' size)
-  uint32_t subnet = 0;          // a.b.0.0 in host byte order; host j is subnet + j + 1
-  int buffers = 1024;           // packets in flight, all links together
-  int64_t spin_ns = 20'000;     // poll from this long before a deadline
-  bool busy_poll = false;       // poll always, never sleep (a core at 100%)
-  double stats_every_s = 0;     // > 0: a line of stats to stderr this often
+  int64_t rate_bps = 0;      // each source NIC's rate; 0: no serialization
+  int mtu = 65000;           // the largest packet (the buffers' size)
+  uint32_t subnet = 0;       // a.b.0.0 in host byte order; host j is subnet + j + 1
+  int buffers = 1024;        // packets in flight, all links together
+  int64_t spin_ns = 20'000;  // poll from this long before a deadline
+  bool busy_poll = false;    // poll always, never sleep (a core at 100%)
+  double stats_every_s = 0;  // > 0: a line of stats to stderr this often
 };
 
 struct ForwarderStats {
   int64_t packets = 0;  // forwarded (written to the destination's TUN)
   int64_t bytes = 0;
   int64_t dropped_not_ipv4 = 0;
-  int64_t dropped_unknown_dst = 0;   // IPv4 but not one of the hosts' addresses
-  int64_t dropped_no_buffer = 0;     // every buffer in flight
-  int64_t dropped_write_error = 0;   // write() to the destination's TUN failed
+  int64_t dropped_unknown_dst = 0;  // IPv4 but not one of the hosts' addresses
+  int64_t dropped_no_buffer = 0;    // every buffer in flight
+  int64_t dropped_write_error = 0;  // write() to the destination's TUN failed
   int64_t max_queued = 0;
   LatenessHistogram lateness;
   // How long each write() to a TUN took: it runs the receiving host's
@@ -73,9 +73,7 @@ struct ForwarderStats {
   // slept): what the spin window has to cover.
   LatenessHistogram timer_wake_late;
 
-  int64_t dropped() const {
-    return dropped_not_ipv4 + dropped_unknown_dst + dropped_no_buffer + dropped_write_error;
-  }
+  int64_t dropped() const { return dropped_not_ipv4 + dropped_unknown_dst + dropped_no_buffer + dropped_write_error; }
 };
 
 class Forwarder {
@@ -104,8 +102,8 @@ class Forwarder {
   DelayQueue queue_;
   std::vector<uint8_t> scratch_;  // reads that find no free buffer land here
   Fd timer_;
-  int64_t armed_ns_ = 0;          // the timer's target, 0 when disarmed
-  int64_t next_deadline_ns_;      // the earliest queued deadline, INT64_MAX when none
+  int64_t armed_ns_ = 0;      // the timer's target, 0 when disarmed
+  int64_t next_deadline_ns_;  // the earliest queued deadline, INT64_MAX when none
   ForwarderStats stats_;
   int64_t start_ns_ = 0;
   int64_t last_print_ns_ = 0;

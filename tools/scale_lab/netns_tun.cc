@@ -34,16 +34,14 @@ absl::Status Ioctl(int fd, unsigned long request, const char* request_name, stru
   int err = errno;
   std::string advice = Advice(err);
   if (request == SIOCSIFMTU && err == EINVAL) advice = ": --mtu must be in 68..65535";
-  return absl::InternalError(absl::StrCat("ioctl(", request_name, ") on ", options.ifname,
-                                          " in network namespace ", options.netns,
-                                          " failed: ", ErrnoText(err), advice));
+  return absl::InternalError(absl::StrCat("ioctl(", request_name, ") on ", options.ifname, " in network namespace ",
+                                          options.netns, " failed: ", ErrnoText(err), advice));
 }
 
 }  // namespace
 
 std::string Ipv4ToString(uint32_t address) {
-  return absl::StrCat(address >> 24, ".", (address >> 16) & 255, ".", (address >> 8) & 255, ".",
-                      address & 255);
+  return absl::StrCat(address >> 24, ".", (address >> 16) & 255, ".", (address >> 8) & 255, ".", address & 255);
 }
 
 absl::Status RunInNetns(const std::string& netns, const std::function<absl::Status()>& fn) {
@@ -57,21 +55,18 @@ absl::Status RunInNetns(const std::string& netns, const std::function<absl::Stat
   Fd target(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!target.valid()) {
     int err = errno;
-    std::string advice = err == ENOENT ? absl::StrCat(": create it first (ip netns add ", netns, ")")
-                                       : Advice(err);
+    std::string advice = err == ENOENT ? absl::StrCat(": create it first (ip netns add ", netns, ")") : Advice(err);
     return absl::NotFoundError(
         absl::StrCat("network namespace ", netns, ": open(", path, ") failed: ", ErrnoText(err), advice));
   }
   if (::setns(target.get(), CLONE_NEWNET) != 0) {
     int err = errno;
-    return absl::InternalError(absl::StrCat("setns(", path, ", CLONE_NEWNET) failed: ", ErrnoText(err),
-                                            Advice(err)));
+    return absl::InternalError(absl::StrCat("setns(", path, ", CLONE_NEWNET) failed: ", ErrnoText(err), Advice(err)));
   }
   absl::Status status = fn();
   if (::setns(own.get(), CLONE_NEWNET) != 0) {
     int err = errno;
-    return absl::InternalError(absl::StrCat("setns back from network namespace ", netns,
-                                            " failed: ", ErrnoText(err),
+    return absl::InternalError(absl::StrCat("setns back from network namespace ", netns, " failed: ", ErrnoText(err),
                                             "; the thread is in the wrong namespace: exit"));
   }
   return status;
@@ -89,8 +84,7 @@ absl::StatusOr<Fd> OpenTunInNetns(const TunOptions& options) {
       int err = errno;
       return absl::InternalError(absl::StrCat(
           "open(/dev/net/tun) in network namespace ", options.netns, " failed: ", ErrnoText(err),
-          err == ENOENT ? ": the kernel has no TUN device (modprobe tun; mknod /dev/net/tun c 10 200)"
-                        : Advice(err)));
+          err == ENOENT ? ": the kernel has no TUN device (modprobe tun; mknod /dev/net/tun c 10 200)" : Advice(err)));
     }
     struct ifreq ifr;
     std::memset(&ifr, 0, sizeof(ifr));
@@ -100,20 +94,19 @@ absl::StatusOr<Fd> OpenTunInNetns(const TunOptions& options) {
       int err = errno;
       std::string advice = Advice(err);
       if (err == EBUSY || err == EINVAL || err == EEXIST) {
-        advice = absl::StrCat(": a device named ", options.ifname, " may already exist there (",
-                              "another delay_link? `ip -n ", options.netns,
-                              " link`): stop it or choose another --ifname");
+        advice =
+            absl::StrCat(": a device named ", options.ifname, " may already exist there (",
+                         "another delay_link? `ip -n ", options.netns, " link`): stop it or choose another --ifname");
       }
-      return absl::InternalError(absl::StrCat("ioctl(TUNSETIFF, ", options.ifname,
-                                              ") in network namespace ", options.netns,
-                                              " failed: ", ErrnoText(err), advice));
+      return absl::InternalError(absl::StrCat("ioctl(TUNSETIFF, ", options.ifname, ") in network namespace ",
+                                              options.netns, " failed: ", ErrnoText(err), advice));
     }
 
     Fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!sock.valid()) {
       int err = errno;
-      return absl::InternalError(absl::StrCat("socket(AF_INET) in network namespace ", options.netns,
-                                              " failed: ", ErrnoText(err)));
+      return absl::InternalError(
+          absl::StrCat("socket(AF_INET) in network namespace ", options.netns, " failed: ", ErrnoText(err)));
     }
     auto set_in = [](struct sockaddr* sa, uint32_t address) {
       struct sockaddr_in sin;

@@ -31,8 +31,8 @@ namespace scale_lab {
 
 // An IPv4 address in host byte order.
 constexpr uint32_t Ipv4(int a, int b, int c, int d) {
-  return (static_cast<uint32_t>(a) << 24) | (static_cast<uint32_t>(b) << 16) |
-         (static_cast<uint32_t>(c) << 8) | static_cast<uint32_t>(d);
+  return (static_cast<uint32_t>(a) << 24) | (static_cast<uint32_t>(b) << 16) | (static_cast<uint32_t>(c) << 8) |
+         static_cast<uint32_t>(d);
 }
 std::string Ipv4ToString(uint32_t address);
 

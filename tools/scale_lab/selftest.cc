@@ -59,14 +59,15 @@ absl::StatusOr<SelftestResult> RunSelftest(Forwarder& forwarder, const std::vect
   uint16_t port = 0;
   absl::Status status = RunInNetns(netns[1], [&]() -> absl::Status {
     listener.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!listener.valid()) return absl::InternalError(absl::StrCat("selftest: socket in ", netns[1], ": ", ErrnoText(errno)));
+    if (!listener.valid())
+      return absl::InternalError(absl::StrCat("selftest: socket in ", netns[1], ": ", ErrnoText(errno)));
     sockaddr_in sin = SockaddrOf(address1, 0);
     socklen_t len = sizeof(sin);
     if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 ||
         ::listen(listener.get(), 1) != 0 ||
         ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
-      return absl::InternalError(absl::StrCat("selftest: bind/listen on ", Ipv4ToString(address1),
-                                              " in ", netns[1], ": ", ErrnoText(errno)));
+      return absl::InternalError(
+          absl::StrCat("selftest: bind/listen on ", Ipv4ToString(address1), " in ", netns[1], ": ", ErrnoText(errno)));
     }
     port = ntohs(sin.sin_port);
     return absl::OkStatus();
@@ -74,7 +75,8 @@ absl::StatusOr<SelftestResult> RunSelftest(Forwarder& forwarder, const std::vect
   if (!status.ok()) return status;
   status = RunInNetns(netns[0], [&]() -> absl::Status {
     client.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!client.valid()) return absl::InternalError(absl::StrCat("selftest: socket in ", netns[0], ": ", ErrnoText(errno)));
+    if (!client.valid())
+      return absl::InternalError(absl::StrCat("selftest: socket in ", netns[0], ": ", ErrnoText(errno)));
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -123,8 +125,7 @@ absl::StatusOr<SelftestResult> RunSelftest(Forwarder& forwarder, const std::vect
       if (first_ns == 0) first_ns = last_ns;
       for (size_t done_bytes = 0; done_bytes < static_cast<size_t>(n);) {
         size_t run = std::min(static_cast<size_t>(n) - done_bytes, kPeriod);
-        corrupt |= std::memcmp(buffer.data() + done_bytes, pattern.data() + (offset + done_bytes) % kPeriod,
-                               run) != 0;
+        corrupt |= std::memcmp(buffer.data() + done_bytes, pattern.data() + (offset + done_bytes) % kPeriod, run) != 0;
         done_bytes += run;
       }
       offset += n;
