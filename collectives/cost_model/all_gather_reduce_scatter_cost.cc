@@ -10,8 +10,8 @@ namespace {
 // Round k of Bruck's all-gather: min(2^k, p − 2^k) blocks from r + 2^k.
 Round BruckRound(const Level& level, int k, double bytes, bool reduce) {
   const int64_t distance = int64_t{1} << k;
-  const double moved = static_cast<double>(std::min(distance, level.p - distance)) * bytes /
-                       static_cast<double>(level.p);
+  const double moved =
+      static_cast<double>(std::min(distance, level.p - distance)) * bytes / static_cast<double>(level.p);
   return ShiftRound(level, distance, moved, reduce ? moved : 0);
 }
 

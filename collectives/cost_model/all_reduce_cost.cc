@@ -33,8 +33,7 @@ Cost TreeAllReduce(const Level& level, double bytes, int64_t chunks, double shar
     AddRounds(level, PipelineRound(level, moved, 0), steps, &cost);      // down: send
     return cost;
   };
-  const int64_t k =
-      chunks > 0 ? chunks : BestChunks(MaxChunks(bytes), [&](int64_t c) { return cost_for(c).time_us; });
+  const int64_t k = chunks > 0 ? chunks : BestChunks(MaxChunks(bytes), [&](int64_t c) { return cost_for(c).time_us; });
   return cost_for(k);
 }
 
@@ -92,10 +91,18 @@ absl::StatusOr<Cost> HierarchicalAllReduceCost(const Topology& topology, const C
   const Level leaders = LeaderLevel(topology, model);
   Cost among;
   switch (inner) {
-    case Algorithm::kRing: among = RingAllReduceCost(leaders, bytes); break;
-    case Algorithm::kRecursiveDoubling: among = RecursiveDoublingAllReduceCost(leaders, bytes); break;
-    case Algorithm::kRabenseifner: among = RabenseifnerAllReduceCost(leaders, bytes); break;
-    case Algorithm::kDoubleBinaryTree: among = DoubleBinaryTreeAllReduceCost(leaders, bytes, 0); break;
+    case Algorithm::kRing:
+      among = RingAllReduceCost(leaders, bytes);
+      break;
+    case Algorithm::kRecursiveDoubling:
+      among = RecursiveDoublingAllReduceCost(leaders, bytes);
+      break;
+    case Algorithm::kRabenseifner:
+      among = RabenseifnerAllReduceCost(leaders, bytes);
+      break;
+    case Algorithm::kDoubleBinaryTree:
+      among = DoubleBinaryTreeAllReduceCost(leaders, bytes, 0);
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("hierarchical all_reduce: '", AlgorithmName(inner),
                                                      "' cannot run among the leaders; use ring, recursive_doubling, "

@@ -113,8 +113,7 @@ TEST(AllReduce, GrowsWithBytes) {
     double last[5] = {};
     for (double n : {0.0, 64.0, 4096.0, 1048576.0, 64.0 * 1048576.0}) {
       const double now[5] = {RingAllReduceCost(level, n).time_us, RecursiveDoublingAllReduceCost(level, n).time_us,
-                             RabenseifnerAllReduceCost(level, n).time_us,
-                             BinaryTreeAllReduceCost(level, n, 0).time_us,
+                             RabenseifnerAllReduceCost(level, n).time_us, BinaryTreeAllReduceCost(level, n, 0).time_us,
                              DoubleBinaryTreeAllReduceCost(level, n, 0).time_us};
       for (int i = 0; i < 5; ++i) {
         EXPECT_GE(now[i], last[i]) << "algorithm " << i << " p=" << level.p << " n=" << n;
@@ -161,8 +160,7 @@ TEST(HierarchicalAllReduce, ComposesIntraHostAndLeaderPhases) {
 }
 
 TEST(HierarchicalAllReduce, RefusesAnInnerAlgorithmThatIsNotAnAllReduce) {
-  absl::StatusOr<Cost> c =
-      HierarchicalAllReduceCost(Topology{8, 2, 4, 4}, CostModel{}, Algorithm::kPairwise, 1000);
+  absl::StatusOr<Cost> c = HierarchicalAllReduceCost(Topology{8, 2, 4, 4}, CostModel{}, Algorithm::kPairwise, 1000);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("pairwise"), std::string::npos);
 }

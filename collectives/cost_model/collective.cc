@@ -38,37 +38,62 @@ constexpr Algorithm kAlgorithms[] = {
 
 absl::string_view OpName(Op op) {
   switch (op) {
-    case Op::kAllReduce: return "all_reduce";
-    case Op::kAllGather: return "all_gather";
-    case Op::kReduceScatter: return "reduce_scatter";
-    case Op::kBroadcast: return "broadcast";
-    case Op::kReduce: return "reduce";
-    case Op::kAllToAll: return "all_to_all";
-    case Op::kBarrier: return "barrier";
+    case Op::kAllReduce:
+      return "all_reduce";
+    case Op::kAllGather:
+      return "all_gather";
+    case Op::kReduceScatter:
+      return "reduce_scatter";
+    case Op::kBroadcast:
+      return "broadcast";
+    case Op::kReduce:
+      return "reduce";
+    case Op::kAllToAll:
+      return "all_to_all";
+    case Op::kBarrier:
+      return "barrier";
   }
   return "unknown_op";
 }
 
 absl::string_view AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kRabenseifner: return "rabenseifner";
-    case Algorithm::kBinaryTree: return "binary_tree";
-    case Algorithm::kDoubleBinaryTree: return "double_binary_tree";
-    case Algorithm::kHierarchicalRing: return "hierarchical_ring";
-    case Algorithm::kHierarchicalRecursiveDoubling: return "hierarchical_recursive_doubling";
-    case Algorithm::kHierarchicalRabenseifner: return "hierarchical_rabenseifner";
-    case Algorithm::kHierarchicalDoubleBinaryTree: return "hierarchical_double_binary_tree";
-    case Algorithm::kRecursiveHalving: return "recursive_halving";
-    case Algorithm::kBruck: return "bruck";
-    case Algorithm::kBinomialTree: return "binomial_tree";
-    case Algorithm::kPipelinedChain: return "pipelined_chain";
-    case Algorithm::kPipelinedTree: return "pipelined_tree";
-    case Algorithm::kHierarchicalBinomialTree: return "hierarchical_binomial_tree";
-    case Algorithm::kPairwise: return "pairwise";
-    case Algorithm::kDissemination: return "dissemination";
-    case Algorithm::kHierarchicalDissemination: return "hierarchical_dissemination";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+    case Algorithm::kRabenseifner:
+      return "rabenseifner";
+    case Algorithm::kBinaryTree:
+      return "binary_tree";
+    case Algorithm::kDoubleBinaryTree:
+      return "double_binary_tree";
+    case Algorithm::kHierarchicalRing:
+      return "hierarchical_ring";
+    case Algorithm::kHierarchicalRecursiveDoubling:
+      return "hierarchical_recursive_doubling";
+    case Algorithm::kHierarchicalRabenseifner:
+      return "hierarchical_rabenseifner";
+    case Algorithm::kHierarchicalDoubleBinaryTree:
+      return "hierarchical_double_binary_tree";
+    case Algorithm::kRecursiveHalving:
+      return "recursive_halving";
+    case Algorithm::kBruck:
+      return "bruck";
+    case Algorithm::kBinomialTree:
+      return "binomial_tree";
+    case Algorithm::kPipelinedChain:
+      return "pipelined_chain";
+    case Algorithm::kPipelinedTree:
+      return "pipelined_tree";
+    case Algorithm::kHierarchicalBinomialTree:
+      return "hierarchical_binomial_tree";
+    case Algorithm::kPairwise:
+      return "pairwise";
+    case Algorithm::kDissemination:
+      return "dissemination";
+    case Algorithm::kHierarchicalDissemination:
+      return "hierarchical_dissemination";
   }
   return "unknown_algorithm";
 }
@@ -106,13 +131,17 @@ std::vector<Algorithm> AlgorithmsFor(Op op) {
               A::kHierarchicalRecursiveDoubling,
               A::kHierarchicalRabenseifner,
               A::kHierarchicalDoubleBinaryTree};
-    case Op::kAllGather: return {A::kRing, A::kRecursiveDoubling, A::kBruck};
-    case Op::kReduceScatter: return {A::kRing, A::kRecursiveHalving, A::kBruck};
+    case Op::kAllGather:
+      return {A::kRing, A::kRecursiveDoubling, A::kBruck};
+    case Op::kReduceScatter:
+      return {A::kRing, A::kRecursiveHalving, A::kBruck};
     case Op::kBroadcast:
     case Op::kReduce:
       return {A::kBinomialTree, A::kPipelinedChain, A::kPipelinedTree, A::kHierarchicalBinomialTree};
-    case Op::kAllToAll: return {A::kBruck, A::kPairwise};
-    case Op::kBarrier: return {A::kDissemination, A::kHierarchicalDissemination};
+    case Op::kAllToAll:
+      return {A::kBruck, A::kPairwise};
+    case Op::kBarrier:
+      return {A::kDissemination, A::kHierarchicalDissemination};
   }
   return {};
 }

@@ -22,9 +22,12 @@ absl::Status CheckNonNegative(absl::string_view field, double value) {
 
 absl::string_view LinkKindName(LinkKind kind) {
   switch (kind) {
-    case LinkKind::kShm: return "shm";
-    case LinkKind::kTcpLocal: return "tcp_local";
-    case LinkKind::kTcpRemote: return "tcp_remote";
+    case LinkKind::kShm:
+      return "shm";
+    case LinkKind::kTcpLocal:
+      return "tcp_local";
+    case LinkKind::kTcpRemote:
+      return "tcp_remote";
   }
   return "unknown_link";
 }
@@ -39,10 +42,10 @@ absl::StatusOr<LinkKind> ParseLinkKind(absl::string_view name) {
 
 CostModel DefaultCostModel() {
   CostModel model;
-  model.link(LinkKind::kShm) = LinkCost{1.0, 1.0 / 8000.0};          // 8 GB/s
-  model.link(LinkKind::kTcpLocal) = LinkCost{8.0, 1.0 / 4000.0};     // 4 GB/s
-  model.link(LinkKind::kTcpRemote) = LinkCost{50.0, 1.0 / 1250.0};   // 10 Gbit/s
-  model.gamma_us_per_byte = 1.0 / 10000.0;                           // 10 GB/s
+  model.link(LinkKind::kShm) = LinkCost{1.0, 1.0 / 8000.0};         // 8 GB/s
+  model.link(LinkKind::kTcpLocal) = LinkCost{8.0, 1.0 / 4000.0};    // 4 GB/s
+  model.link(LinkKind::kTcpRemote) = LinkCost{50.0, 1.0 / 1250.0};  // 10 Gbit/s
+  model.gamma_us_per_byte = 1.0 / 10000.0;                          // 10 GB/s
   model.cpu_us_per_round = 38.0;
   model.setup = SetupCost{100000.0, 20.0, 100.0};
   return model;
@@ -56,12 +59,11 @@ absl::Status ValidateCostModel(const CostModel& model) {
     if (s.ok()) s = CheckNonNegative(prefix + "beta_us_per_byte", link.beta_us_per_byte);
     if (!s.ok()) return s;
   }
-  for (const auto& [field, value] :
-       {std::pair<absl::string_view, double>{"gamma_us_per_byte", model.gamma_us_per_byte},
-        {"cpu_us_per_round", model.cpu_us_per_round},
-        {"setup.constant_us", model.setup.constant_us},
-        {"setup.store_us_per_request", model.setup.store_us_per_request},
-        {"setup.handshake_us", model.setup.handshake_us}}) {
+  for (const auto& [field, value] : {std::pair<absl::string_view, double>{"gamma_us_per_byte", model.gamma_us_per_byte},
+                                     {"cpu_us_per_round", model.cpu_us_per_round},
+                                     {"setup.constant_us", model.setup.constant_us},
+                                     {"setup.store_us_per_request", model.setup.store_us_per_request},
+                                     {"setup.handshake_us", model.setup.handshake_us}}) {
     absl::Status s = CheckNonNegative(field, value);
     if (!s.ok()) return s;
   }

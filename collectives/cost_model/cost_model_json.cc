@@ -46,7 +46,8 @@ absl::StatusOr<const Json*> Object(const Json& object, const std::string& where,
 absl::StatusOr<Json> ParseObject(absl::string_view text, absl::string_view what) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(what, ": not valid JSON: '", text, "'"));
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": expected a JSON object, got '", text, "'"));
+  if (!j.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected a JSON object, got '", text, "'"));
   return j;
 }
 
@@ -79,14 +80,13 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
   const Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("the text is not valid JSON");
   if (!j.is_object()) return Bad("expected an object at the top");
-  absl::Status s =
-      OnlyKnown(j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "setup", "notes"});
+  absl::Status s = OnlyKnown(j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "setup", "notes"});
   if (!s.ok()) return s;
   auto version = j.find("version");
   if (version == j.end()) return Bad("missing field version");
   if (!version->is_number_integer() || version->get<int64_t>() != kCostModelJsonVersion) {
-    return Bad(absl::StrCat("field version is ", version->dump(), "; this build reads version ",
-                            kCostModelJsonVersion));
+    return Bad(
+        absl::StrCat("field version is ", version->dump(), "; this build reads version ", kCostModelJsonVersion));
   }
   if (j.contains("notes") && !j["notes"].is_string()) return Bad("field notes must be a string");
   CostModel model;
@@ -170,8 +170,8 @@ absl::StatusOr<SetupPoint> ParseSetupPoint(absl::string_view line) {
     auto it = j->find(key);
     if (it == j->end() && !required) return fallback;
     if (it == j->end() || !it->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("setup point: field ", key, " is missing or not an integer in '",
-                                                     line, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("setup point: field ", key, " is missing or not an integer in '", line, "'"));
     }
     return it->get<int64_t>();
   };
@@ -190,8 +190,8 @@ absl::StatusOr<SetupPoint> ParseSetupPoint(absl::string_view line) {
   }
   auto time = j->find("time_us");
   if (time == j->end() || !time->is_number()) {
-    return absl::InvalidArgumentError(absl::StrCat("setup point: field time_us is missing or not a number in '", line,
-                                                   "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup point: field time_us is missing or not a number in '", line, "'"));
   }
   return SetupPoint{*topology, time->get<double>()};
 }

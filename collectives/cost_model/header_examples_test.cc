@@ -49,7 +49,7 @@ TEST(HeaderExamples, Topology) {
 
 TEST(HeaderExamples, StepCost) {
   using namespace lockstep::cost_model;
-  Level level;                       // 8 ranks, 4 per host
+  Level level;  // 8 ranks, 4 per host
   level.p = 8;
   level.ranks_per_host = 4;
   level.local = LinkCost{10.0, 0.001};

@@ -48,9 +48,12 @@ absl::string_view NcclAlgorithmName(NcclAlgorithm algorithm) {
 
 absl::string_view NcclProtocolName(NcclProtocol protocol) {
   switch (protocol) {
-    case NcclProtocol::kLL: return "LL";
-    case NcclProtocol::kLL128: return "LL128";
-    case NcclProtocol::kSimple: return "Simple";
+    case NcclProtocol::kLL:
+      return "LL";
+    case NcclProtocol::kLL128:
+      return "LL128";
+    case NcclProtocol::kSimple:
+      return "Simple";
   }
   return "unknown";
 }

@@ -22,66 +22,92 @@ absl::Status Unsupported(Op op, Algorithm algorithm) {
 }
 
 // Predict without validation: `algorithm` implements `op`.
-absl::StatusOr<Cost> Formula(Op op, Algorithm algorithm, double n, const Topology& topology,
-                             const CostModel& model) {
+absl::StatusOr<Cost> Formula(Op op, Algorithm algorithm, double n, const Topology& topology, const CostModel& model) {
   using A = Algorithm;
   const Level flat = FlatLevel(topology, model);
   const Direction direction = op == Op::kReduce ? Direction::kReduce : Direction::kBroadcast;
   switch (op) {
     case Op::kAllReduce:
       switch (algorithm) {
-        case A::kRing: return RingAllReduceCost(flat, n);
-        case A::kRecursiveDoubling: return RecursiveDoublingAllReduceCost(flat, n);
-        case A::kRabenseifner: return RabenseifnerAllReduceCost(flat, n);
-        case A::kBinaryTree: return BinaryTreeAllReduceCost(flat, n, 0);
-        case A::kDoubleBinaryTree: return DoubleBinaryTreeAllReduceCost(flat, n, 0);
-        case A::kHierarchicalRing: return HierarchicalAllReduceCost(topology, model, A::kRing, n);
+        case A::kRing:
+          return RingAllReduceCost(flat, n);
+        case A::kRecursiveDoubling:
+          return RecursiveDoublingAllReduceCost(flat, n);
+        case A::kRabenseifner:
+          return RabenseifnerAllReduceCost(flat, n);
+        case A::kBinaryTree:
+          return BinaryTreeAllReduceCost(flat, n, 0);
+        case A::kDoubleBinaryTree:
+          return DoubleBinaryTreeAllReduceCost(flat, n, 0);
+        case A::kHierarchicalRing:
+          return HierarchicalAllReduceCost(topology, model, A::kRing, n);
         case A::kHierarchicalRecursiveDoubling:
           return HierarchicalAllReduceCost(topology, model, A::kRecursiveDoubling, n);
-        case A::kHierarchicalRabenseifner: return HierarchicalAllReduceCost(topology, model, A::kRabenseifner, n);
+        case A::kHierarchicalRabenseifner:
+          return HierarchicalAllReduceCost(topology, model, A::kRabenseifner, n);
         case A::kHierarchicalDoubleBinaryTree:
           return HierarchicalAllReduceCost(topology, model, A::kDoubleBinaryTree, n);
-        default: break;
+        default:
+          break;
       }
       break;
     case Op::kAllGather:
       switch (algorithm) {
-        case A::kRing: return RingAllGatherCost(flat, n);
-        case A::kRecursiveDoubling: return RecursiveDoublingAllGatherCost(flat, n);
-        case A::kBruck: return BruckAllGatherCost(flat, n);
-        default: break;
+        case A::kRing:
+          return RingAllGatherCost(flat, n);
+        case A::kRecursiveDoubling:
+          return RecursiveDoublingAllGatherCost(flat, n);
+        case A::kBruck:
+          return BruckAllGatherCost(flat, n);
+        default:
+          break;
       }
       break;
     case Op::kReduceScatter:
       switch (algorithm) {
-        case A::kRing: return RingReduceScatterCost(flat, n);
-        case A::kRecursiveHalving: return RecursiveHalvingReduceScatterCost(flat, n);
-        case A::kBruck: return BruckReduceScatterCost(flat, n);
-        default: break;
+        case A::kRing:
+          return RingReduceScatterCost(flat, n);
+        case A::kRecursiveHalving:
+          return RecursiveHalvingReduceScatterCost(flat, n);
+        case A::kBruck:
+          return BruckReduceScatterCost(flat, n);
+        default:
+          break;
       }
       break;
     case Op::kBroadcast:
     case Op::kReduce:
       switch (algorithm) {
-        case A::kBinomialTree: return BinomialTreeCost(flat, direction, n);
-        case A::kPipelinedChain: return PipelinedChainCost(flat, direction, n, 0);
-        case A::kPipelinedTree: return PipelinedTreeCost(flat, direction, n, 0);
-        case A::kHierarchicalBinomialTree: return HierarchicalBinomialTreeCost(topology, model, direction, n);
-        default: break;
+        case A::kBinomialTree:
+          return BinomialTreeCost(flat, direction, n);
+        case A::kPipelinedChain:
+          return PipelinedChainCost(flat, direction, n, 0);
+        case A::kPipelinedTree:
+          return PipelinedTreeCost(flat, direction, n, 0);
+        case A::kHierarchicalBinomialTree:
+          return HierarchicalBinomialTreeCost(topology, model, direction, n);
+        default:
+          break;
       }
       break;
     case Op::kAllToAll:
       switch (algorithm) {
-        case A::kPairwise: return PairwiseAllToAllCost(flat, n);
-        case A::kBruck: return BruckAllToAllCost(flat, n);
-        default: break;
+        case A::kPairwise:
+          return PairwiseAllToAllCost(flat, n);
+        case A::kBruck:
+          return BruckAllToAllCost(flat, n);
+        default:
+          break;
       }
       break;
     case Op::kBarrier:
       switch (algorithm) {
-        case A::kDissemination: return DisseminationBarrierCost(flat);
-        case A::kHierarchicalDissemination: return HierarchicalDisseminationBarrierCost(topology, model);
-        default: break;
+        case A::kDissemination:
+          return DisseminationBarrierCost(flat);
+        case A::kHierarchicalDissemination:
+          return HierarchicalDisseminationBarrierCost(topology, model);
+        default:
+          break;
       }
       break;
   }
@@ -152,11 +178,15 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
       return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
     }
     case Op::kAllGather:
-    case Op::kReduceScatter: return Algorithm::kRing;
-    case Op::kAllToAll: return Algorithm::kPairwise;
+    case Op::kReduceScatter:
+      return Algorithm::kRing;
+    case Op::kAllToAll:
+      return Algorithm::kPairwise;
     case Op::kBroadcast:
-    case Op::kReduce: return hierarchical ? Algorithm::kHierarchicalBinomialTree : Algorithm::kBinomialTree;
-    case Op::kBarrier: return hierarchical ? Algorithm::kHierarchicalDissemination : Algorithm::kDissemination;
+    case Op::kReduce:
+      return hierarchical ? Algorithm::kHierarchicalBinomialTree : Algorithm::kBinomialTree;
+    case Op::kBarrier:
+      return hierarchical ? Algorithm::kHierarchicalDissemination : Algorithm::kDissemination;
   }
   return absl::InvalidArgumentError("TodaysChoice: unknown op");
 }

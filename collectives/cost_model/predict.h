@@ -72,8 +72,7 @@ struct TodaysRules {
 //     hierarchical group, among the leaders: group size = hosts);
 //   all_gather, reduce_scatter: ring; all_to_all: pairwise;
 //   broadcast, reduce: binomial tree; barrier: dissemination.
-absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology,
-                                       const TodaysRules& rules = {});
+absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules = {});
 
 }  // namespace cost_model
 }  // namespace lockstep

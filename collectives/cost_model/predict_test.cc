@@ -27,8 +27,7 @@ TEST(Predict, DispatchesToTheFormula) {
   EXPECT_DOUBLE_EQ(ring->time_us, RingAllReduceCost(FlatLevel(t, model), 1 << 20).time_us);
   absl::StatusOr<Cost> hier = Predict(Op::kAllReduce, Algorithm::kHierarchicalRing, 1 << 20, t, model);
   ASSERT_TRUE(hier.ok());
-  EXPECT_DOUBLE_EQ(hier->time_us,
-                   HierarchicalAllReduceCost(t, model, Algorithm::kRing, 1 << 20)->time_us);
+  EXPECT_DOUBLE_EQ(hier->time_us, HierarchicalAllReduceCost(t, model, Algorithm::kRing, 1 << 20)->time_us);
 }
 
 TEST(Predict, EveryAlgorithmOfEveryOpPredicts) {

@@ -17,8 +17,7 @@ Cost Pipelined(const Level& level, Direction direction, double bytes, int64_t ch
     AddRounds(level, PipelineRound(level, s, direction == Direction::kReduce ? s : 0), steps(k), &cost);
     return cost;
   };
-  const int64_t k =
-      chunks > 0 ? chunks : BestChunks(MaxChunks(bytes), [&](int64_t c) { return cost_for(c).time_us; });
+  const int64_t k = chunks > 0 ? chunks : BestChunks(MaxChunks(bytes), [&](int64_t c) { return cost_for(c).time_us; });
   return cost_for(k);
 }
 
@@ -43,12 +42,10 @@ Cost PipelinedTreeCost(const Level& level, Direction direction, double bytes, in
   if (level.p <= 1) return Cost{};
   const int depth = FloorLog2(level.p);
   const double fan = static_cast<double>(std::min<int64_t>(2, level.p - 1));
-  return Pipelined(level, direction, bytes, chunks, fan,
-                   [&](int64_t k) { return static_cast<double>(depth + k - 1); });
+  return Pipelined(level, direction, bytes, chunks, fan, [&](int64_t k) { return static_cast<double>(depth + k - 1); });
 }
 
-Cost HierarchicalBinomialTreeCost(const Topology& topology, const CostModel& model, Direction direction,
-                                  double bytes) {
+Cost HierarchicalBinomialTreeCost(const Topology& topology, const CostModel& model, Direction direction, double bytes) {
   const Level local = IntraHostLevel(topology, model);
   const Cost inside = BinomialTreeCost(local, direction, bytes);
   const Cost among = BinomialTreeCost(LeaderLevel(topology, model), direction, bytes);

@@ -42,8 +42,7 @@ enum class Direction { kBroadcast, kReduce };
 Cost BinomialTreeCost(const Level& level, Direction direction, double bytes);
 Cost PipelinedChainCost(const Level& level, Direction direction, double bytes, int64_t chunks);
 Cost PipelinedTreeCost(const Level& level, Direction direction, double bytes, int64_t chunks);
-Cost HierarchicalBinomialTreeCost(const Topology& topology, const CostModel& model, Direction direction,
-                                  double bytes);
+Cost HierarchicalBinomialTreeCost(const Topology& topology, const CostModel& model, Direction direction, double bytes);
 
 }  // namespace cost_model
 }  // namespace lockstep

@@ -73,8 +73,7 @@ TEST(HierarchicalBinomialTree, ComposesHostsAndLeaders) {
   // Inside a host: 2 rounds of 1 + 1; among the 2 leaders: 100 + 100.
   EXPECT_DOUBLE_EQ(HierarchicalBinomialTreeCost(t, model, Direction::kBroadcast, 1000).time_us, 4 + 200 + 4);
   EXPECT_DOUBLE_EQ(HierarchicalBinomialTreeCost(t, model, Direction::kReduce, 1000).time_us, 4 + 200);
-  EXPECT_DOUBLE_EQ(HierarchicalBinomialTreeCost(Topology{4, 1, 4, 4}, model, Direction::kBroadcast, 1000).time_us,
-                   4);
+  EXPECT_DOUBLE_EQ(HierarchicalBinomialTreeCost(Topology{4, 1, 4, 4}, model, Direction::kBroadcast, 1000).time_us, 4);
 }
 
 TEST(Rooted, GrowsWithBytes) {

@@ -11,8 +11,8 @@ namespace lockstep {
 namespace cost_model {
 namespace {
 
-constexpr int64_t kUsualDescriptorLimit = 1024;   // ulimit -n's usual soft limit
-constexpr int64_t kStoreMaxConnections = 1000;    // TcpStoreLimits::max_connections
+constexpr int64_t kUsualDescriptorLimit = 1024;  // ulimit -n's usual soft limit
+constexpr int64_t kStoreMaxConnections = 1000;   // TcpStoreLimits::max_connections
 
 struct Terms {
   double requests = 0;  // R

@@ -44,12 +44,12 @@ namespace cost_model {
 
 struct SetupPrediction {
   double time_us = 0;
-  double store_requests = 0;       // R
-  double peers_per_rank = 0;       // P
-  int64_t sockets_per_rank = 0;    // 2P
-  int64_t store_connections = 0;   // p: each rank keeps one to the store
-  double store_us = 0;             // store_us_per_request·R
-  double handshake_us = 0;         // handshake_us·P·max(1, L/C)
+  double store_requests = 0;      // R
+  double peers_per_rank = 0;      // P
+  int64_t sockets_per_rank = 0;   // 2P
+  int64_t store_connections = 0;  // p: each rank keeps one to the store
+  double store_us = 0;            // store_us_per_request·R
+  double handshake_us = 0;        // handshake_us·P·max(1, L/C)
   std::vector<std::string> warnings;
 };
 

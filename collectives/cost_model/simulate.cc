@@ -54,11 +54,20 @@ absl::StatusOr<std::vector<int64_t>> ParseByteSizes(absl::string_view list) {
     if (!absl::ConsumeSuffix(&number, "iB")) absl::ConsumeSuffix(&number, "B");
     if (!number.empty()) {
       switch (std::toupper(static_cast<unsigned char>(number.back()))) {
-        case 'K': unit = int64_t{1} << 10; break;
-        case 'M': unit = int64_t{1} << 20; break;
-        case 'G': unit = int64_t{1} << 30; break;
-        case 'T': unit = int64_t{1} << 40; break;
-        default: break;
+        case 'K':
+          unit = int64_t{1} << 10;
+          break;
+        case 'M':
+          unit = int64_t{1} << 20;
+          break;
+        case 'G':
+          unit = int64_t{1} << 30;
+          break;
+        case 'T':
+          unit = int64_t{1} << 40;
+          break;
+        default:
+          break;
       }
       if (unit > 1) number.remove_suffix(1);
     }
@@ -95,24 +104,42 @@ namespace {
 // Table headers: short enough for one column each (the legend spells them out).
 absl::string_view ShortName(Algorithm a) {
   switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "rec_dbl";
-    case Algorithm::kRabenseifner: return "rabens";
-    case Algorithm::kBinaryTree: return "btree";
-    case Algorithm::kDoubleBinaryTree: return "dbtree";
-    case Algorithm::kHierarchicalRing: return "h_ring";
-    case Algorithm::kHierarchicalRecursiveDoubling: return "h_rec_dbl";
-    case Algorithm::kHierarchicalRabenseifner: return "h_rabens";
-    case Algorithm::kHierarchicalDoubleBinaryTree: return "h_dbtree";
-    case Algorithm::kRecursiveHalving: return "rec_halv";
-    case Algorithm::kBruck: return "bruck";
-    case Algorithm::kBinomialTree: return "binomial";
-    case Algorithm::kPipelinedChain: return "chain";
-    case Algorithm::kPipelinedTree: return "ptree";
-    case Algorithm::kHierarchicalBinomialTree: return "h_binomial";
-    case Algorithm::kPairwise: return "pairwise";
-    case Algorithm::kDissemination: return "dissem";
-    case Algorithm::kHierarchicalDissemination: return "h_dissem";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "rec_dbl";
+    case Algorithm::kRabenseifner:
+      return "rabens";
+    case Algorithm::kBinaryTree:
+      return "btree";
+    case Algorithm::kDoubleBinaryTree:
+      return "dbtree";
+    case Algorithm::kHierarchicalRing:
+      return "h_ring";
+    case Algorithm::kHierarchicalRecursiveDoubling:
+      return "h_rec_dbl";
+    case Algorithm::kHierarchicalRabenseifner:
+      return "h_rabens";
+    case Algorithm::kHierarchicalDoubleBinaryTree:
+      return "h_dbtree";
+    case Algorithm::kRecursiveHalving:
+      return "rec_halv";
+    case Algorithm::kBruck:
+      return "bruck";
+    case Algorithm::kBinomialTree:
+      return "binomial";
+    case Algorithm::kPipelinedChain:
+      return "chain";
+    case Algorithm::kPipelinedTree:
+      return "ptree";
+    case Algorithm::kHierarchicalBinomialTree:
+      return "h_binomial";
+    case Algorithm::kPairwise:
+      return "pairwise";
+    case Algorithm::kDissemination:
+      return "dissem";
+    case Algorithm::kHierarchicalDissemination:
+      return "h_dissem";
   }
   return "?";
 }
@@ -132,8 +159,7 @@ std::string FormatTable(Op op, const Topology& topology, const std::vector<Simul
     std::string line = absl::StrFormat("%-7s", FormatBytes(row.bytes));
     for (const auto& [a, cost] : row.predictions) absl::StrAppendFormat(&line, " %10s", FormatMicros(cost.time_us));
     const double ratio = row.chosen.cost.time_us > 0 ? row.today_cost.time_us / row.chosen.cost.time_us : 1.0;
-    absl::StrAppendFormat(&line, " | %-10s %-10s %7.2fx", ShortName(row.chosen.algorithm), ShortName(row.today),
-                          ratio);
+    absl::StrAppendFormat(&line, " | %-10s %-10s %7.2fx", ShortName(row.chosen.algorithm), ShortName(row.today), ratio);
     if (row.nccl_ring && row.nccl_tree) {
       absl::StrAppendFormat(&line, " | %9s %-6s %9s %-6s", FormatMicros(row.nccl_ring->time_us),
                             NcclProtocolName(row.nccl_ring->protocol), FormatMicros(row.nccl_tree->time_us),
@@ -147,8 +173,9 @@ std::string FormatTable(Op op, const Topology& topology, const std::vector<Simul
   }
   if (legend != "legend:") absl::StrAppend(&out, legend, "\n");
   if (nccl) {
-    absl::StrAppend(&out, "nccl_*: NCCL 2.30.7's tuning model (collectives/cost_model/nccl_model.h) at the same "
-                          "link bandwidth, its own latencies, best protocol\n");
+    absl::StrAppend(&out,
+                    "nccl_*: NCCL 2.30.7's tuning model (collectives/cost_model/nccl_model.h) at the same "
+                    "link bandwidth, its own latencies, best protocol\n");
   }
   return out;
 }

@@ -56,7 +56,8 @@ TEST(Format, TableAndJsonLines) {
   SimulateOptions options;
   options.nccl_link_gbit = 10;
   std::vector<SimulationRow> rows;
-  for (int64_t bytes : {4096, 1 << 20}) rows.push_back(*Simulate(Op::kAllReduce, bytes, *t, DefaultCostModel(), options));
+  for (int64_t bytes : {4096, 1 << 20})
+    rows.push_back(*Simulate(Op::kAllReduce, bytes, *t, DefaultCostModel(), options));
   const std::string table = FormatTable(Op::kAllReduce, *t, rows);
   EXPECT_NE(table.find("all_reduce, p=16 (2 hosts x 8 ranks"), std::string::npos) << table;
   EXPECT_NE(table.find("nccl_ring"), std::string::npos) << table;

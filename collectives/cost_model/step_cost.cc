@@ -52,8 +52,8 @@ double RoundTime(const Level& level, const Round& round) {
   double link = 0;
   if (round.local) link = level.local.alpha_us + level.local.beta_us_per_byte * round.bytes;
   if (round.remote_flows > 0) {
-    link = std::max(link, level.remote.alpha_us + level.remote.beta_us_per_byte * round.bytes *
-                                                      static_cast<double>(round.remote_flows));
+    link = std::max(link, level.remote.alpha_us +
+                              level.remote.beta_us_per_byte * round.bytes * static_cast<double>(round.remote_flows));
   }
   return link + level.gamma_us_per_byte * round.reduce_bytes + level.cpu_us_per_round;
 }

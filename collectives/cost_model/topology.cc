@@ -36,8 +36,8 @@ absl::Status ValidateTopology(const Topology& t) {
 absl::StatusOr<Topology> MakeTopology(int64_t p, int64_t ranks_per_host, int cores_per_host) {
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("Topology.p is ", p, "; it must be >= 1"));
   if (ranks_per_host < 1 || ranks_per_host > p || p % ranks_per_host != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Topology.ranks_per_host is ", ranks_per_host,
-                                                   "; it must be >= 1 and divide p = ", p));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Topology.ranks_per_host is ", ranks_per_host, "; it must be >= 1 and divide p = ", p));
   }
   Topology t;
   t.p = p;
