@@ -75,6 +75,7 @@ CHECKED = {
     # Not in hdrs of a public target, but the header of //core/cuda:cuda_runtime (public).
     "core/cuda/cuda_runtime.h": "tests/header_examples/core_test.cc",
     "core/deadline.h": "tests/header_examples/core_test.cc",
+    "core/process_stats.h": "tests/header_examples/core_test.cc",
     "core/device.h": "tests/header_examples/core_test.cc",
     "core/dtype.h": "tests/header_examples/core_test.cc",
     "core/fd.h": "tests/header_examples/core_test.cc",

@@ -30,6 +30,7 @@
 #include "core/half.h"
 #include "core/kernels.h"
 #include "core/mt19937.h"
+#include "core/process_stats.h"
 #include "core/reduce_op.h"
 #include "core/status.h"
 #include "core/storage.h"
@@ -99,6 +100,14 @@ TEST(CoreExamplesTest, DeadlineBoundsAPollLoop) {
 // StatusOr warns).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-result"
+
+// core/process_stats.h
+TEST(CoreExamplesTest, ProcessStatsSayAgeAndDescriptors) {
+  const double age = ProcessAgeSeconds();  // since exec; -1 if unknown
+  const int fds = OpenDescriptorCount();   // -1 if /proc is unreadable
+  EXPECT_GE(age, 0);
+  EXPECT_GE(fds, 3);
+}
 
 // core/device.h
 TEST(CoreExamplesTest, DeviceNamesAndParsing) {
