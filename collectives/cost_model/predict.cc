@@ -22,9 +22,10 @@ absl::Status Unsupported(Op op, Algorithm algorithm) {
 }
 
 // Predict without validation: `algorithm` implements `op`.
-absl::StatusOr<Cost> Formula(Op op, Algorithm algorithm, double n, const Topology& topology, const CostModel& model) {
+absl::StatusOr<Cost> Formula(Op op, Algorithm algorithm, double n, const Topology& topology, const CostModel& model,
+                             const PredictOptions& options) {
   using A = Algorithm;
-  const Level flat = FlatLevel(topology, model);
+  const Level flat = FlatLevel(topology, model, options.transport);
   const Direction direction = op == Op::kReduce ? Direction::kReduce : Direction::kBroadcast;
   switch (op) {
     case Op::kAllReduce:
@@ -124,15 +125,15 @@ absl::Status ValidateInputs(int64_t bytes, const Topology& topology, const CostM
 }  // namespace
 
 absl::StatusOr<Cost> Predict(Op op, Algorithm algorithm, int64_t bytes, const Topology& topology,
-                             const CostModel& model) {
+                             const CostModel& model, const PredictOptions& options) {
   absl::Status valid = ValidateInputs(bytes, topology, model);
   if (!valid.ok()) return valid;
   if (!Supports(op, algorithm)) return Unsupported(op, algorithm);
-  return Formula(op, algorithm, static_cast<double>(bytes), topology, model);
+  return Formula(op, algorithm, static_cast<double>(bytes), topology, model, options);
 }
 
 absl::StatusOr<Choice> Choose(Op op, int64_t bytes, const Topology& topology, const CostModel& model,
-                              absl::Span<const Algorithm> allowed) {
+                              absl::Span<const Algorithm> allowed, const PredictOptions& options) {
   absl::Status valid = ValidateInputs(bytes, topology, model);
   if (!valid.ok()) return valid;
   const std::vector<Algorithm> all = AlgorithmsFor(op);
@@ -148,7 +149,7 @@ absl::StatusOr<Choice> Choose(Op op, int64_t bytes, const Topology& topology, co
   Choice best;
   for (size_t i = 0; i < all.size(); ++i) {  // Tie order: the enum's.
     if (!wanted[i]) continue;
-    absl::StatusOr<Cost> cost = Formula(op, all[i], static_cast<double>(bytes), topology, model);
+    absl::StatusOr<Cost> cost = Formula(op, all[i], static_cast<double>(bytes), topology, model, options);
     if (!cost.ok()) return cost.status();
     if (!have || cost->time_us < best.cost.time_us) {
       best = Choice{all[i], *cost};
@@ -167,7 +168,7 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
                                                    " and element_bytes ", rules.element_bytes,
                                                    "; they must be >= 0 and >= 1"));
   }
-  const bool hierarchical = topology.mixed();
+  const bool hierarchical = topology.mixed() && rules.transport == FlatTransport::kAuto;
   switch (op) {
     case Op::kAllReduce: {
       const int64_t group = hierarchical ? topology.hosts : topology.p;

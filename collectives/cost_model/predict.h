@@ -11,8 +11,8 @@
 //
 // Predict dispatches to the formulas (collectives/cost_model/all_reduce_cost.h,
 // all_gather_reduce_scatter_cost.h, rooted_cost.h, all_to_all_cost.h): flat
-// algorithms run on FlatLevel(topology) (shared memory on one host, TCP
-// inside and across hosts otherwise), hierarchical ones on the host's
+// algorithms run on FlatLevel(topology, options.transport) (shared memory
+// on one host, TCP inside and across hosts otherwise), hierarchical ones on the host's
 // shared memory and the leaders' kTcpRemote. Pipelined algorithms take
 // their best chunk count.
 //
@@ -37,10 +37,16 @@
 namespace lockstep {
 namespace cost_model {
 
+struct PredictOptions {
+  // The flat algorithms' transport (hierarchical ones always use shared
+  // memory inside a host and TCP among the leaders).
+  FlatTransport transport = FlatTransport::kAuto;
+};
+
 // InvalidArgument when the topology or model is invalid, bytes < 0, or
 // `algorithm` does not implement `op` (the message lists the ones that do).
 absl::StatusOr<Cost> Predict(Op op, Algorithm algorithm, int64_t bytes, const Topology& topology,
-                             const CostModel& model);
+                             const CostModel& model, const PredictOptions& options = {});
 
 struct Choice {
   Algorithm algorithm = Algorithm::kRing;
@@ -51,19 +57,22 @@ struct Choice {
 // predicted time. InvalidArgument as Predict, or when an allowed algorithm
 // does not implement `op`.
 absl::StatusOr<Choice> Choose(Op op, int64_t bytes, const Topology& topology, const CostModel& model,
-                              absl::Span<const Algorithm> allowed = {});
+                              absl::Span<const Algorithm> allowed = {}, const PredictOptions& options = {});
 
 // The rules lockstep applies today (AlgorithmOptions in
 // collectives/algorithms/algorithm.h).
 struct TodaysRules {
   int64_t small_message_bytes = 256 << 10;  // AlgorithmOptions::small_message_bytes
   int64_t element_bytes = 4;                // f32: all-reduce needs >= 1 element per rank for the ring
+  // kTcp: the transport forced to TCP (LOCKSTEP_TRANSPORT=tcp): flat
+  // everywhere, never hierarchical.
+  FlatTransport transport = FlatTransport::kAuto;
 };
 
 // What lockstep runs today (collectives/bootstrap/communicator_factory.cc,
 // collectives/host_backend.cc, collectives/algorithms/all_reduce.cc,
 // collectives/hierarchical/hierarchical_backend.cc):
-//   transport: one host: shared memory; one rank per host: TCP; several
+//   transport (auto): one host: shared memory; one rank per host: TCP; several
 //     hosts with several ranks each: hierarchical (shared memory inside,
 //     TCP among the leaders) for all_reduce, broadcast, reduce and barrier,
 //     the flat TCP mesh for the rest;

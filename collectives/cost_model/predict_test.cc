@@ -147,6 +147,39 @@ TEST(TodaysChoice, FollowsTodaysCode) {
   }
 }
 
+TEST(Predict, ForcedTcpUsesLoopbackTcpOnOneHost) {
+  CostModel model;
+  model.link(LinkKind::kShm) = LinkCost{1, 0};
+  model.link(LinkKind::kTcpLocal) = LinkCost{10, 0};
+  PredictOptions tcp;
+  tcp.transport = FlatTransport::kTcp;
+  const Topology t = Make(8, 8);
+  EXPECT_DOUBLE_EQ(Predict(Op::kAllReduce, Algorithm::kRecursiveDoubling, 4096, t, model)->time_us, 3);
+  EXPECT_DOUBLE_EQ(Predict(Op::kAllReduce, Algorithm::kRecursiveDoubling, 4096, t, model, tcp)->time_us, 30);
+  const std::vector<Algorithm> only = {Algorithm::kRecursiveDoubling};
+  EXPECT_DOUBLE_EQ(Choose(Op::kAllReduce, 4096, t, model, only, tcp)->cost.time_us, 30);
+  // Forced TCP is never hierarchical today.
+  TodaysRules rules;
+  rules.transport = FlatTransport::kTcp;
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 4096, Make(64, 8), rules), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(*TodaysChoice(Op::kBarrier, 0, Make(64, 8), rules), Algorithm::kDissemination);
+}
+
+TEST(Predict, CpuTermReproducesTheLabsOversubscribedRun) {
+  // 4 KiB all-reduce over loopback TCP: ~11 µs at 2 ranks on 2 cores, ~1.1 ms
+  // at 16 ranks on 2 cores (collectives/cost_model/cost_model.h).
+  CostModel model;
+  model.link(LinkKind::kTcpLocal) = LinkCost{10, 0.00025};  // 10 + 4096 * 0.00025 = 11.024 µs
+  model.cpu_us_per_round = 38;
+  PredictOptions tcp;
+  tcp.transport = FlatTransport::kTcp;
+  EXPECT_DOUBLE_EQ(Predict(Op::kAllReduce, Algorithm::kRecursiveDoubling, 4096, Make(2, 2, 2), model, tcp)->time_us,
+                   11.024);
+  // 4 rounds, each 11.024 + 38 * (16 / 2 - 1).
+  EXPECT_DOUBLE_EQ(Predict(Op::kAllReduce, Algorithm::kRecursiveDoubling, 4096, Make(16, 16, 2), model, tcp)->time_us,
+                   4 * (11.024 + 38 * 7));
+}
+
 TEST(Names, RoundTrip) {
   for (Op op : kAllOps) {
     EXPECT_EQ(*ParseOp(OpName(op)), op);

@@ -19,11 +19,11 @@ absl::StatusOr<SimulationRow> Simulate(Op op, int64_t bytes, const Topology& top
   SimulationRow row;
   row.bytes = bytes;
   for (Algorithm a : AlgorithmsFor(op)) {
-    absl::StatusOr<Cost> cost = Predict(op, a, bytes, topology, model);
+    absl::StatusOr<Cost> cost = Predict(op, a, bytes, topology, model, options.predict);
     if (!cost.ok()) return cost.status();
     row.predictions.emplace_back(a, *cost);
   }
-  absl::StatusOr<Choice> chosen = Choose(op, bytes, topology, model);
+  absl::StatusOr<Choice> chosen = Choose(op, bytes, topology, model, {}, options.predict);
   if (!chosen.ok()) return chosen.status();
   row.chosen = *chosen;
   absl::StatusOr<Algorithm> today = TodaysChoice(op, bytes, topology, options.today);

@@ -35,7 +35,8 @@ struct SimulateOptions {
   // NCCL's model beside lockstep's (all_reduce only): the per-rank network
   // bandwidth in Gbit/s; 0 leaves NCCL out.
   double nccl_link_gbit = 0;
-  TodaysRules today;
+  PredictOptions predict;
+  TodaysRules today;  // today.transport should match predict.transport
 };
 
 struct SimulationRow {

@@ -15,11 +15,12 @@ double CpuPerRound(double cpu_us_per_round, int64_t active_ranks_per_host, int c
   return cpu_us_per_round * (std::max(1.0, ratio) - 1.0);
 }
 
-Level FlatLevel(const Topology& topology, const CostModel& model) {
+Level FlatLevel(const Topology& topology, const CostModel& model, FlatTransport transport) {
   Level level;
   level.p = topology.p;
   level.ranks_per_host = topology.ranks_per_host;
-  level.local = model.link(topology.single_host() ? LinkKind::kShm : LinkKind::kTcpLocal);
+  const bool shm = transport == FlatTransport::kAuto && topology.single_host();
+  level.local = model.link(shm ? LinkKind::kShm : LinkKind::kTcpLocal);
   level.remote = model.link(LinkKind::kTcpRemote);
   level.gamma_us_per_byte = model.gamma_us_per_byte;
   level.cpu_us_per_round = CpuPerRound(model.cpu_us_per_round, topology.ranks_per_host, topology.cores_per_host);

@@ -62,13 +62,19 @@ struct Level {
   int64_t hosts() const { return p / ranks_per_host; }
 };
 
-// All p ranks of `topology`, as a flat algorithm sees them: today's
-// transport is shared memory when there is one host and a TCP mesh
-// otherwise, so `local` is kShm on one host and kTcpLocal on several;
-// `remote` is kTcpRemote. A = ranks_per_host.
-Level FlatLevel(const Topology& topology, const CostModel& model);
+// The transport a flat group runs on (CommunicatorFactoryOptions::transport,
+// LOCKSTEP_TRANSPORT): kAuto takes shared memory on one host and the TCP
+// mesh on several (today's default); kTcp forces the TCP mesh everywhere
+// (as the lab's loopback runs do).
+enum class FlatTransport { kAuto, kTcp };
+
+// All p ranks of `topology`, as a flat algorithm sees them: `local` is
+// kShm on one host under kAuto and kTcpLocal otherwise; `remote` is
+// kTcpRemote. A = ranks_per_host.
+Level FlatLevel(const Topology& topology, const CostModel& model, FlatTransport transport = FlatTransport::kAuto);
 // The ranks of one host over shared memory (a hierarchical algorithm's
-// inner level). A = ranks_per_host.
+// inner level; CommunicatorFactoryOptions::local_transport's default).
+// A = ranks_per_host.
 Level IntraHostLevel(const Topology& topology, const CostModel& model);
 // One leader per host over kTcpRemote (a hierarchical algorithm's outer
 // level). A = 1, so no CPU term.

@@ -11,7 +11,8 @@
 //   bazel run //tools/scale_lab:model -- fit_setup --points=$PWD/setup.jsonl --in=... --out=...
 //   # predictions, per size: every algorithm, Choose's pick, today's choice, NCCL's model:
 //   bazel run //tools/scale_lab:model -- simulate --calibration=$PWD/calib.json --p=1024 --ranks_per_host=8
-//   #   [--bytes=4K,1M,64M] [--op=all_reduce] [--cores_per_host=8] [--hop_us=5 --link_gbit=25] [--json]
+//   #   [--bytes=4K,1M,64M] [--op=all_reduce] [--cores_per_host=8] [--hop_us=5 --link_gbit=25]
+//   #   [--transport=tcp] [--json]
 //   bazel run //tools/scale_lab:model -- setup --calibration=$PWD/calib.json --p=16384 --ranks_per_host=8
 //
 // Without --calibration (or --in), the model's placeholders
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, op, "all_reduce",
 ABSL_FLAG(std::string, bytes, "4K,64K,1M,16M,64M", "simulate: message sizes (K = 1024)");
 ABSL_FLAG(double, hop_us, -1, "simulate, setup: replaces tcp_remote's alpha_us (>= 0)");
 ABSL_FLAG(double, link_gbit, -1, "simulate, setup: replaces tcp_remote's beta: the link's Gbit/s (> 0)");
+ABSL_FLAG(std::string, transport, "auto",
+          "simulate: the flat algorithms' transport: auto (shared memory on one host) or tcp (forced, as "
+          "LOCKSTEP_TRANSPORT=tcp)");
 ABSL_FLAG(bool, json, false, "simulate, setup: one JSON object per line instead of a table");
 
 namespace lockstep {
@@ -149,6 +153,12 @@ absl::Status SimulateCommand() {
   absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizes(absl::GetFlag(FLAGS_bytes));
   if (!sizes.ok()) return sizes.status();
   SimulateOptions options;
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "auto" && transport != "tcp") {
+    return absl::InvalidArgumentError(absl::StrCat("--transport is '", transport, "'; expected auto or tcp"));
+  }
+  options.predict.transport = transport == "tcp" ? FlatTransport::kTcp : FlatTransport::kAuto;
+  options.today.transport = options.predict.transport;
   // NCCL's model gets the same link bandwidth as ours: kTcpRemote's 1/β.
   const double beta = model.link(LinkKind::kTcpRemote).beta_us_per_byte;
   options.nccl_link_gbit = beta > 0 ? 8.0 / (1000.0 * beta) : 0;
