@@ -42,10 +42,12 @@
 //   them) then a pipelined broadcast down it (D + k − 1 steps: it sends fan
 //   chunks).
 // Double binary tree (NCCL's): two such trees, each carrying half of every
-//   chunk, arranged so that a rank is interior in at most one; per step a
-//   rank moves at most fan·s/2 each way (fan halves from the tree it leads
-//   inside, nothing from the one where it is a leaf), the same depth.
-//   Both trees: chunks = 0 takes the best k (BestChunks).
+//   chunk, arranged so that a rank is interior in at most one (NCCL mirrors
+//   or shifts the first tree); per step a rank receives (up) or sends
+//   (down) at most fan half-chunks, fan·s/2 bytes, in the tree where it is
+//   interior and one half-chunk where it is a leaf, over the same depth D.
+//   Both trees: chunks = 0 takes the best k (BestChunks); each step costs
+//   the busiest rank's bytes over the slowest link (PipelineRound).
 // Hierarchical(X) (collectives/hierarchical/hierarchical_backend.h): binomial
 //   reduce inside each host over shared memory (ceil(log2 L) rounds of n),
 //   X among the H leaders over kTcpRemote (the formula above with p = H),
