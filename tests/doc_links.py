@@ -27,7 +27,7 @@ FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+CODE_SPAN = re.compile(r"(`+)((?:(?!\n[ \t]*\n).)+?)\1", re.S)
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
@@ -95,15 +95,21 @@ def anchors(text):
 
 
 def links(text):
-    """(line number, target) for every link outside code."""
+    """(line number, target) for every link outside code; link text may span lines."""
+    kept = [""] * (text.count("\n") + 1)
     for number, line in lines_outside_fences(text):
+        kept[number - 1] = line
+    prose = "\n".join(kept)
+    # Code spans (not across a blank line) become spaces, keeping the offsets.
+    prose = CODE_SPAN.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)
+    found = []
+    for number, line in enumerate(prose.split("\n"), 1):
         m = REFERENCE_DEF.match(line)
         if m:
-            yield number, m.group(1)
-            continue
-        prose = CODE_SPAN.sub("", line)
-        for m in INLINE_LINK.finditer(prose):
-            yield number, m.group(1)
+            found.append((number, m.group(1)))
+    for m in INLINE_LINK.finditer(prose):
+        found.append((prose.count("\n", 0, m.start()) + 1, m.group(1)))
+    return sorted(found)
 
 
 def check(root):
