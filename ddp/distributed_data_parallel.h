@@ -51,7 +51,7 @@
 //
 // State dicts: the plain module's names (no "module." prefix), loadable by
 // PyTorch into the un-wrapped model; LoadStateDict also accepts PyTorch's
-// "module."-prefixed names (see ddp/state_dict.h).
+// "module."-prefixed names (see nn/checkpoint/state_dict_prefix.h).
 #ifndef LOCKSTEP_DDP_DISTRIBUTED_DATA_PARALLEL_H_
 #define LOCKSTEP_DDP_DISTRIBUTED_DATA_PARALLEL_H_
 

@@ -33,7 +33,7 @@
 // what backward needs; BackwardImpl consumes it, accumulates each parameter's
 // gradient with AccumulateGrad (or adds it itself and calls GradReady) in
 // reverse registration order, returns the first error of either, and returns
-// the input gradient (undefined when !input_grad). docs/ARCHITECTURE.md has
+// the input gradient (undefined when !input_grad). docs/TRAINING.md has
 // a worked example.
 //
 // A Module is neither copyable nor movable (parameters are registered by

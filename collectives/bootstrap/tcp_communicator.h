@@ -1,5 +1,6 @@
 // A Communicator whose ranks talk over a full TCP mesh (collectives/
-// tcp_transport.h), met through a Store: the usual way to build a group.
+// transport/tcp/tcp_transport.h), met through a Store: the usual way to build
+// a group.
 //
 //   TcpStoreOptions store_options;  // see collectives/store/tcp_store.h
 //   ...

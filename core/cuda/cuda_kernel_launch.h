@@ -1,6 +1,6 @@
-// Plain entry points into core/cuda_kernels.cu. They take enum values as
+// Plain entry points into core/cuda/cuda_kernels.cu. They take enum values as
 // integers and return cudaError_t as int, so the .cu file needs neither Abseil
-// nor this project's Status types; core/cuda_runtime_cuda.cc wraps them.
+// nor this project's Status types; core/cuda/cuda_runtime_cuda.cc wraps them.
 #ifndef LOCKSTEP_CORE_CUDA_CUDA_KERNEL_LAUNCH_H_
 #define LOCKSTEP_CORE_CUDA_CUDA_KERNEL_LAUNCH_H_
 

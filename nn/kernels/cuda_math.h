@@ -1,8 +1,8 @@
 // The CUDA side of nn/math.h: cuBLAS GEMM and the elementwise kernels of
-// nn/nn_cuda_kernels.cu, on raw device pointers. nn/math.cc validates
+// nn/kernels/nn_cuda_kernels.cu, on raw device pointers. nn/math.cc validates
 // arguments and dispatches here for CUDA tensors. The BUILD file picks the
-// implementation (nn/cuda_math_cuda.cc, or nn/cuda_math_none.cc whose calls
-// all fail with FailedPrecondition). Every call completes before returning.
+// implementation (nn/kernels/cuda_math_cuda.cc, or nn/kernels/cuda_math_none.cc
+// whose calls all fail with FailedPrecondition). Every call completes before returning.
 #ifndef LOCKSTEP_NN_KERNELS_CUDA_MATH_H_
 #define LOCKSTEP_NN_KERNELS_CUDA_MATH_H_
 

@@ -7,7 +7,7 @@
 //
 // The ConvKernels contract of nn/kernels/conv_kernels.h, on pointers into
 // cuda:`device`: NCHW f32 activations, OIHW weights, the whole batch in one
-// cuDNN call, each call finished before it returns (as nn/internal/
+// cuDNN call, each call finished before it returns (as nn/kernels/
 // cuda_math.h). Descriptors and the chosen algorithms are kept per shape.
 //
 // Numerics: full f32 (CUDNN_FMA_MATH: no TF32, unlike PyTorch's default

@@ -1,6 +1,6 @@
-// Plain entry points into nn/nn_cuda_kernels.cu (dtype as the integer value
+// Plain entry points into nn/kernels/nn_cuda_kernels.cu (dtype as the integer value
 // of core/dtype.h, cudaError_t returned as int), wrapped by
-// nn/cuda_math_cuda.cc. All run on the legacy default stream.
+// nn/kernels/cuda_math_cuda.cc. All run on the legacy default stream.
 #ifndef LOCKSTEP_NN_KERNELS_NN_CUDA_LAUNCH_H_
 #define LOCKSTEP_NN_KERNELS_NN_CUDA_LAUNCH_H_
 

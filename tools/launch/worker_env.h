@@ -6,7 +6,7 @@
 //
 // TORCHELASTIC_USE_AGENT_STORE is never set: the workers make their own
 // store at MASTER_ADDR:MASTER_PORT (rank 0 serves it, collectives/
-// init_from_env.h), a port node rank 0 chose for this attempt; the token
+// bootstrap/init_from_env.h), a port node rank 0 chose for this attempt; the token
 // protects that store and the ranks' handshake.
 #ifndef LOCKSTEP_TOOLS_LAUNCH_WORKER_ENV_H_
 #define LOCKSTEP_TOOLS_LAUNCH_WORKER_ENV_H_

@@ -108,7 +108,7 @@ struct ShmTransportOptions {
   // stores (into the ring by the sender, into the destination by the
   // receiver): the destination is not read first and the caches are left
   // alone. Off by default (SIZE_MAX): it did not help reliably where
-  // measured (docs/PERFORMANCE.md, "Shared memory"). >= 1.
+  // measured (docs/perf_log/all_reduce_shm.md). >= 1.
   size_t streaming_send_bytes = SIZE_MAX;
   size_t streaming_receive_bytes = SIZE_MAX;
   // Messages of at least this many bytes are copied once, straight from the
@@ -116,7 +116,7 @@ struct ShmTransportOptions {
   // (every message goes through the ring). 0 or >= 64. Below the default
   // the kernel's pinning of the sender's pages costs more than the ring's
   // second, cache-resident copy (the crossover is measured in
-  // docs/PERFORMANCE.md, "Shared memory").
+  // docs/perf_log/all_reduce_shm.md).
   size_t single_copy_bytes = 2 << 20;
   // ...and at most this many (larger ones go through the ring again). The
   // default suits buffers on transparent huge pages, as lockstep's tensors
