@@ -37,7 +37,10 @@ stats as one JSON object on stdout (and in --stats_json).
                          20); cover the machine's timer lateness (stats:
                          timer_wake_late_p99_us) for deadlines kept to the us
   --busy_poll            never sleep: poll all the time (one core at 100%);
-                         also reads arrivals the moment they come
+                         also reads arrivals the moment they come. Under
+                         SCHED_FIFO the kernel's RT throttling (95%) then
+                         stops it ~50 ms each second: pair it with
+                         --realtime_priority=0
   --buffers=N            packets in flight, all links together (default
                          64 MiB / mtu, at least 1024); more are dropped
   --realtime_priority=P  SCHED_FIFO priority of the forwarding thread (default

@@ -281,7 +281,7 @@ std::string StatsJson(const ForwarderStats& stats, const ForwarderOptions& optio
       "\"max_queued\": %d, "
       "\"lateness_p50_us\": %.3f, \"lateness_p99_us\": %.3f, \"lateness_max_us\": %.3f, "
       "\"write_p50_us\": %.3f, \"write_p99_us\": %.3f, \"write_max_us\": %.3f, "
-      "\"timer_wake_late_p50_us\": %.3f, \"timer_wake_late_p99_us\": %.3f, "
+      "\"timer_wakes\": %d, \"timer_wake_late_p50_us\": %.3f, \"timer_wake_late_p99_us\": %.3f, "
       "\"spin_us\": %.3f, \"busy_poll\": %s, "
       "\"valid\": %s, \"valid_rule\": \"p99 lateness <= 10%% of delay\", "
       "\"elapsed_s\": %.3f, \"cpu_s\": %.3f, \"spin_s\": %.3f, "
@@ -289,7 +289,7 @@ std::string StatsJson(const ForwarderStats& stats, const ForwarderOptions& optio
       hosts, Us(options.delay_ns), options.rate_bps, options.mtu, stats.packets, stats.bytes, stats.dropped(),
       stats.dropped_not_ipv4, stats.dropped_unknown_dst, stats.dropped_no_buffer, stats.dropped_write_error,
       stats.max_queued, Us(p50), Us(p99), Us(stats.lateness.max_ns()), Us(stats.write_duration.Quantile(0.5)),
-      Us(stats.write_duration.Quantile(0.99)), Us(stats.write_duration.max_ns()),
+      Us(stats.write_duration.Quantile(0.99)), Us(stats.write_duration.max_ns()), stats.timer_wake_late.count(),
       Us(stats.timer_wake_late.Quantile(0.5)), Us(stats.timer_wake_late.Quantile(0.99)), Us(options.spin_ns),
       options.busy_poll ? "true" : "false", valid ? "true" : "false", elapsed_s,
       static_cast<double>(stats.cpu_ns) / 1e9, static_cast<double>(stats.spin_ns) / 1e9,
