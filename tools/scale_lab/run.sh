@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# The scale lab: a virtual cluster on this machine, a workload on it, and
+# everything torn down again (on success, failure and Ctrl-C alike).
+#
+#   sudo bash tools/scale_lab/run.sh --hosts=8 --ranks_per_host=8 --link_delay_us=1000 \
+#       --workload=bench --json=out.jsonl
+#
+# Hosts are network namespaces (lab-h0 .. lab-hH-1, each rank also in a UTS
+# namespace of its own with that hostname): inside a host, ranks meet over
+# shared memory as on a real node; across hosts over TCP, through links with
+# latency. This kernel has no delay qdisc (no netem), so the links are
+# tools/scale_lab:delay_link, a forwarder between one TUN device per host
+# that holds every packet for --link_delay_us (plus, with --link_rate, the
+# sending host's serialization) and measures its own lateness: a run whose
+# p99 lateness exceeds 10 % of the delay is marked invalid ("valid": false).
+#
+# Workloads:
+#   bench    //tools/bench:collectives for every op in --ops (default: all
+#            that both sides run), --check, sizes --min_bytes..--max_bytes
+#            (4K..64M); OpenMPI beside it with the same placement (a hostfile
+#            of the hosts, an rsh agent that enters a namespace, btl tcp
+#            across and vader inside), and OpenMPI with its HAN hierarchical
+#            collectives as a second peer (--peers=openmpi,han; none: lockstep only);
+#   trainer  //trainers:ddp_trainer (the MLP on synthetic data) on every rank;
+#   setup    group set-up alone: process start to the end of the first collective.
+#
+# Ranks outnumber cores here, so lockstep runs with spinning off
+# (--worker_spin_microseconds=0, --wait_spin_microseconds=0,
+# --transport_spin_microseconds=0), as OpenMPI yields under --oversubscribe:
+# neither side burns a core the others need. Many ranks on 2 cores measure the
+# scheduler as much as the network: every row records the machine's load, and
+# the cost model (tools/scale_lab/validate.sh) uses the rows where the link
+# term dominates.
+#
+# Output: a table on stdout, and with --json=FILE one JSON object per line and
+# measurement: impl ("lockstep", "openmpi", "openmpi_han"), op, bytes, p,
+# hosts, ranks_per_host, delay_us, rate, time_us (the slowest rank's mean),
+# p50_us, p95_us, wrong, setup_s, rss_mib, fds, load, valid, lateness_p99_us.
+#
+# Binaries: built with Bazel (-c opt) unless LAB_BENCH, LAB_DELAY_LINK and
+# LAB_TRAINER name them (the CI test passes its runfiles). Needs root.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi,han"
+min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+for arg in "$@"; do
+  case $arg in
+    --hosts=*) hosts=${arg#*=} ;;
+    --ranks_per_host=*) ranks_per_host=${arg#*=} ;;
+    --link_delay_us=*) delay_us=${arg#*=} ;;
+    --link_rate=*) rate=${arg#*=} ;;
+    --workload=*) workload=${arg#*=} ;;
+    --ops=*) ops=${arg#*=} ;;
+    --json=*) json=${arg#*=} ;;
+    --peers=*) peers=${arg#*=} ;;
+    --min_bytes=*) min_bytes=${arg#*=} ;;
+    --max_bytes=*) max_bytes=${arg#*=} ;;
+    --iters=*) iters=${arg#*=} ;;
+    --warmup=*) warmup=${arg#*=} ;;
+    --timeout_s=*) timeout_s=${arg#*=} ;;
+    --trainer_steps=*) trainer_steps=${arg#*=} ;;
+    --no_check) check=0 ;;
+    -h|--help) usage 0 ;;
+    *) echo "run.sh: unknown argument $arg" >&2; usage ;;
+  esac
+done
+
+die() { echo "run.sh: $*" >&2; exit 2; }
+int_in() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= $2 && $1 <= $3 )); }
+int_in "$hosts" 1 16 || die "--hosts=$hosts: must be 1..16"
+int_in "$ranks_per_host" 1 16 || die "--ranks_per_host=$ranks_per_host: must be 1..16"
+p=$(( hosts * ranks_per_host ))
+(( p <= 64 )) || die "--hosts x --ranks_per_host = $p ranks: at most 64 in all"
+int_in "$delay_us" 0 1000000 || die "--link_delay_us=$delay_us: must be 0..1000000"
+[[ -z "$rate" || "$rate" =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]] || die "--link_rate=$rate: use e.g. 1gbit, 100mbit"
+case $workload in bench|trainer|setup) ;; *) die "--workload=$workload: bench, trainer or setup" ;; esac
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, TUN devices, SCHED_FIFO)"
+all_ops="all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all"
+[[ -n "$ops" ]] || ops=$all_ops
+for op in ${ops//,/ }; do [[ ",$all_ops," == *",$op,"* ]] || die "--ops: no op $op (ops: $all_ops)"; done
+[[ -z "$json" ]] || : >"$json" || die "cannot write --json=$json"
+
+# --- everything this run creates, and its removal -----------------------------
+tag=${LAB_TAG:-lsl$$}  # Names every namespace of this run (tests pass their own).
+tmp=$(mktemp -d "${LAB_TMPDIR:-/tmp}/lockstep_scale_lab.XXXXXX")
+chmod 755 "$tmp"
+namespaces=()
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
+  done
+  # Whatever still runs inside the lab's namespaces (an orted, a rank).
+  local ns
+  for ns in "${namespaces[@]}"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- binaries ------------------------------------------------------------------
+if [[ -z "${LAB_BENCH:-}" || -z "${LAB_DELAY_LINK:-}" || -z "${LAB_TRAINER:-}" ]]; then
+  echo "run.sh: building (bazel build -c opt) ..." >&2
+  (cd "$repo" && bazel build -c opt //tools/bench:collectives //tools/scale_lab:delay_link //trainers:ddp_trainer \
+    >"$tmp/build.log" 2>&1) || { tail -20 "$tmp/build.log" >&2; die "the build failed"; }
+  bin=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
+  LAB_BENCH=$bin/tools/bench/collectives LAB_DELAY_LINK=$bin/tools/scale_lab/delay_link
+  LAB_TRAINER=$bin/trainers/ddp_trainer
+fi
+for b in "$LAB_BENCH" "$LAB_DELAY_LINK" "$LAB_TRAINER"; do [[ -x "$b" ]] || die "no executable $b"; done
+# Copies other users' processes (uid 65534 in no namespace here) could not
+# replace: the lab's own directory, root's.
+cp "$LAB_BENCH" "$tmp/collectives"; cp "$LAB_DELAY_LINK" "$tmp/delay_link"; cp "$LAB_TRAINER" "$tmp/ddp_trainer"
+want_mpi=0
+if [[ "$workload" != trainer && "$peers" != none ]]; then
+  command -v mpicc >/dev/null && command -v mpirun >/dev/null || die "OpenMPI is missing: bash tools/setup.sh"
+  mpicc -O2 -o "$tmp/mpi_collectives" "$here/mpi_collectives.c" 2>"$tmp/mpicc.log" ||
+    { cat "$tmp/mpicc.log" >&2; die "mpicc failed"; }
+  want_mpi=1
+fi
+
+# --- the cluster ---------------------------------------------------------------
+for (( h = 0; h < hosts; h++ )); do
+  ns="${tag}h$h"
+  ip netns add "$ns" || die "ip netns add $ns failed"
+  namespaces+=("$ns")
+  ip -n "$ns" link set lo up
+done
+# Host h's address on the lab's links (one host alone has none: loopback).
+address() { if (( hosts > 1 )); then echo "10.77.0.$(( $1 + 1 ))"; else echo 127.0.0.1; fi; }
+link_args=(--netns="$(IFS=,; echo "${namespaces[*]}")" --delay_us="$delay_us" --ifname=lab0
+  --stats_json="$tmp/link_stats.json" --ready_file="$tmp/link_ready")
+[[ -n "$rate" ]] && link_args+=(--rate="$rate")
+if (( hosts > 1 )); then
+  setsid "$tmp/delay_link" "${link_args[@]}" >"$tmp/link.log" 2>&1 &
+  link_pid=$!
+  pids+=("$link_pid")
+  for _ in $(seq 300); do [[ -e "$tmp/link_ready" ]] && break; kill -0 "$link_pid" 2>/dev/null || break; sleep 0.1; done
+  [[ -e "$tmp/link_ready" ]] || { cat "$tmp/link.log" >&2; die "the delay links did not come up within 30 s"; }
+fi
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+link_field() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ''))" "$@" 2>/dev/null; }
+
+# Appends to the JSON output the rows of $1 (JSON lines), with the lab's fields.
+emit() {
+  local file=$1 impl=$2 measured_load=$3
+  /usr/bin/python3 - "$file" "$impl" "$hosts" "$ranks_per_host" "$delay_us" "${rate:-none}" "$measured_load" \
+    "${json:-/dev/null}" <<'PY'
+import json, sys
+src, impl, hosts, rph, delay, rate, load, out = sys.argv[1:]
+with open(out, "a") as o:
+  for line in open(src):
+    line = line.strip()
+    if not line.startswith("{"):
+      continue
+    row = json.loads(line)
+    if "op" not in row:
+      continue
+    row.update(impl=impl, hosts=int(hosts), ranks_per_host=int(rph), delay_us=int(delay), rate=rate,
+               load=float(load))
+    row.setdefault("p", int(hosts) * int(rph))
+    if "peak_rss_mib" in row:  # //tools/bench:collectives' name for it.
+      row["rss_mib"] = row.pop("peak_rss_mib")
+    o.write(json.dumps(row, sort_keys=True) + "\n")
+    print(json.dumps(row, sort_keys=True))
+PY
+}
+
+spin_off=(--worker_spin_microseconds=0 --wait_spin_microseconds=0 --transport_spin_microseconds=0 --bind_to=none)
+port=$(( 20000 + RANDOM % 9000 ))
+
+# Starts every rank of lockstep's program "$@" (host by host), each as its
+# host (its network namespace, a UTS namespace named lab-h<h>), rank 0's
+# stdout to $out; waits for all, within --timeout_s.
+run_lockstep() {
+  local out=$1; shift
+  port=$(( port + 1 ))
+  local h l r rank_pids=()
+  for (( h = 0; h < hosts; h++ )); do
+    for (( l = 0; l < ranks_per_host; l++ )); do
+      r=$(( h * ranks_per_host + l ))
+      setsid ip netns exec "${tag}h$h" unshare --uts -- /bin/sh -c 'hostname "$0" && exec "$@"' "lab-h$h" \
+        env RANK=$r WORLD_SIZE=$p LOCAL_RANK=$l LOCAL_WORLD_SIZE=$ranks_per_host GROUP_RANK=$h \
+        MASTER_ADDR="$(address 0)" MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+        timeout -k 10 "$timeout_s" "$@" >"$out.$r" 2>"$out.$r.err" </dev/null &
+      rank_pids+=($!)
+      pids+=($!)
+    done
+  done
+  local failed=0 pid rc
+  for (( r = 0; r < p; r++ )); do
+    wait "${rank_pids[$r]}"
+    rc=$?
+    (( rc == 124 || rc == 137 )) && echo "rank $r: no end within --timeout_s=$timeout_s s (rc $rc)" >>"$out.$r.err"
+    (( rc == 0 )) || failed=1
+  done
+  cp "$out.0" "$out"
+  if (( failed )); then
+    echo "run.sh: a lockstep rank failed; its errors:" >&2
+    for (( r = 0; r < p; r++ )); do [[ -s "$out.$r.err" ]] && { echo "--- rank $r" >&2; tail -5 "$out.$r.err" >&2; }; done
+    return 1
+  fi
+}
+
+# OpenMPI over the same hosts: mpirun in host 0, the others reached by an
+# rsh agent that enters their namespaces.
+run_mpi() {
+  local out=$1 impl=$2; shift 2
+  local agent="$tmp/lab_rsh"
+  cat >"$agent" <<EOF
+#!/bin/bash
+# mpirun's rsh agent in the lab: the host is an address 10.77.0.N.
+host=\$1; shift
+h=\$(( \${host##*.} - 1 ))
+exec ip netns exec "${tag}h\$h" unshare --uts -- /bin/sh -c 'hostname "\$0" && exec /bin/sh -c "\$1"' "lab-h\$h" "\$*"
+EOF
+  chmod 755 "$agent"
+  : >"$tmp/hostfile"
+  local h
+  for (( h = 0; h < hosts; h++ )); do echo "$(address "$h") slots=$ranks_per_host" >>"$tmp/hostfile"; done
+  # slots=R per host says "not oversubscribed", so OpenMPI would busy-poll
+  # without yielding: ranks outnumber cores here, so make it yield, as it does
+  # when it sees the oversubscription itself.
+  local mca=(--mca btl self,vader,tcp --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
+    --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1)
+  (( hosts > 1 )) && mca+=(--mca btl_tcp_if_include lab0 --mca oob_tcp_if_include lab0)
+  [[ "$impl" == openmpi_han ]] && mca+=(--mca coll_han_priority 100)
+  setsid ip netns exec "${tag}h0" unshare --uts -- /bin/sh -c 'hostname lab-h0 && exec "$@"' _ \
+    timeout -k 10 "$timeout_s" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$p" \
+    --hostfile "$tmp/hostfile" --map-by "ppr:$ranks_per_host:node" "${mca[@]}" \
+    -x OMP_NUM_THREADS=1 "$tmp/mpi_collectives" "$@" >"$out" 2>"$out.err" </dev/null &
+  local pid=$!
+  pids+=("$pid")
+  wait "$pid" || { echo "run.sh: $impl failed:" >&2; tail -15 "$out.err" >&2; return 1; }
+}
+
+status=0
+lab_rows="$tmp/rows.jsonl"
+: >"$lab_rows"
+json_keep=$json
+json=$lab_rows
+bench_args=(--json --min_bytes="$min_bytes" --max_bytes="$max_bytes" --iters="$iters" --warmup="$warmup"
+  --timeout=$(( timeout_s > 60 ? timeout_s - 30 : timeout_s )) "${spin_off[@]}")
+(( check )) && bench_args+=(--check)
+to_bytes() { numfmt --from=iec "$1"; }
+
+case $workload in
+  bench)
+    for op in ${ops//,/ }; do
+      echo "run.sh: lockstep $op on $hosts x $ranks_per_host (delay $delay_us us) ..." >&2
+      if run_lockstep "$tmp/ls_$op" "$tmp/collectives" --op="$op" "${bench_args[@]}"; then
+        emit "$tmp/ls_$op" lockstep "$(load)" >/dev/null
+      else
+        status=1
+      fi
+    done
+    if (( want_mpi )); then
+      for impl in ${peers//,/ }; do
+        case $impl in openmpi) ;; han) impl=openmpi_han ;; *) echo "run.sh: no peer $impl" >&2; status=1; continue ;; esac
+        echo "run.sh: $impl ($ops) ..." >&2
+        mpi_args=(--ops="$ops" --min_bytes="$(to_bytes "$min_bytes")" --max_bytes="$(to_bytes "$max_bytes")"
+          --iters="$iters" --warmup="$warmup")
+        (( check )) && mpi_args+=(--check)
+        if run_mpi "$tmp/mpi_$impl" "$impl" "${mpi_args[@]}"; then
+          emit "$tmp/mpi_$impl" "$impl" "$(load)" >/dev/null
+        else
+          status=1
+        fi
+      done
+    fi
+    ;;
+  setup)
+    echo "run.sh: lockstep set-up on $hosts x $ranks_per_host ..." >&2
+    if run_lockstep "$tmp/ls_setup" "$tmp/collectives" --op=all_reduce --min_bytes=4 --max_bytes=4 --iters=1 \
+        --warmup=0 --json "${spin_off[@]}"; then
+      emit "$tmp/ls_setup" lockstep "$(load)" >/dev/null
+    else
+      status=1
+    fi
+    if (( want_mpi )); then
+      if run_mpi "$tmp/mpi_setup" openmpi --ops=all_reduce --min_bytes=4 --max_bytes=4 --iters=1 --warmup=0; then
+        emit "$tmp/mpi_setup" openmpi "$(load)" >/dev/null
+      else
+        status=1
+      fi
+    fi
+    ;;
+  trainer)
+    echo "run.sh: the DDP trainer on $hosts x $ranks_per_host ..." >&2
+    if run_lockstep "$tmp/trainer" "$tmp/ddp_trainer" --dataset=synthetic --synthetic_train_size=$(( 64 * p * trainer_steps )) \
+        --synthetic_test_size=$(( 64 * p )) --epochs=1 --max_steps="$trainer_steps" --num_workers=0 \
+        --metrics="$tmp/trainer_metrics.jsonl"; then
+      /usr/bin/python3 - "$tmp/trainer" "$tmp/trainer.jsonl" "$trainer_steps" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+row = {"op": "ddp_trainer", "bytes": 0}
+m = re.search(r"([0-9.]+) samples/s", text)
+if m: row["samples_per_s"] = float(m.group(1))
+m = re.search(r"peak RSS ([0-9.]+) MiB", text)
+if m: row["rss_mib"] = float(m.group(1))
+open(sys.argv[2], "w").write(json.dumps(row) + "\n")
+PY
+      emit "$tmp/trainer.jsonl" lockstep "$(load)" >/dev/null
+    else
+      status=1
+    fi
+    ;;
+esac
+
+# --- the links' own account, the table ----------------------------------------
+valid=true lateness=""
+if (( hosts > 1 )); then
+  kill -TERM "$link_pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$link_pid" 2>/dev/null || break; sleep 0.1; done
+  if [[ -s "$tmp/link_stats.json" ]]; then
+    lateness=$(link_field "$tmp/link_stats.json" lateness_p99_us)
+    [[ "$(link_field "$tmp/link_stats.json" valid)" == True ]] || valid=false
+  else
+    echo "run.sh: the delay links wrote no statistics: the run is not valid" >&2
+    valid=false
+  fi
+fi
+/usr/bin/python3 - "$lab_rows" "$valid" "${lateness:-0}" "${json_keep:-/dev/null}" <<'PY'
+import json, sys
+rows_path, valid, lateness, out = sys.argv[1:]
+rows = [json.loads(l) for l in open(rows_path) if l.strip()]
+with open(out, "w") as o:
+  for r in rows:
+    r["valid"] = valid == "true"
+    r["lateness_p99_us"] = float(lateness or 0)
+    o.write(json.dumps(r, sort_keys=True) + "\n")
+cols = ["impl", "op", "bytes", "p", "hosts", "delay_us", "time_us", "p50_us", "p95_us", "wrong", "setup_s",
+        "rss_mib", "fds", "load"]
+print("| " + " | ".join(cols) + " |")
+print("|" + "---|" * len(cols))
+for r in rows:
+  print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+if valid != "true":
+  print(f"INVALID: the links' p99 lateness ({lateness} us) exceeds 10 % of the delay")
+PY
+exit $status
