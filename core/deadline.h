@@ -30,11 +30,14 @@ Deadline DeadlineIn(std::chrono::milliseconds timeout);
 Deadline DeadlineAfter(Deadline now, std::chrono::milliseconds timeout);
 
 // The steady clock as of the kernel's last tick (CLOCK_MONOTONIC_COARSE: the
-// same clock, read for ~3 ns instead of ~27 ns, up to CoarseResolution()
-// behind). For timestamps taken once per operation on a hot path.
+// same clock, read for ~3 ns instead of ~27 ns). Never ahead of
+// SteadyClock::now(); normally up to CoarseResolution() behind, more when the
+// tick itself runs late (a loaded VM, a tickless idle CPU), so a deadline timed
+// on it may fire that much late. For timestamps taken once per operation on a
+// hot path.
 Deadline CoarseNow();
-// How far CoarseNow() may lag SteadyClock::now() (the tick: 4 ms at
-// HZ=250).
+// The tick CoarseNow() advances by (4 ms at HZ=250): how far it lags
+// SteadyClock::now() when ticks are on time.
 std::chrono::nanoseconds CoarseResolution();
 
 // a + b without overflow (clamped to the range of milliseconds), for timeouts

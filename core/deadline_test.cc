@@ -22,15 +22,24 @@ TEST(DeadlineTest, SaturatesInsteadOfOverflowing) {
   EXPECT_NE(soon, kNoDeadline);
 }
 
-TEST(DeadlineTest, CoarseNowLagsTheSteadyClockByAtMostItsResolution) {
-  const std::chrono::nanoseconds resolution = CoarseResolution();
-  EXPECT_GT(resolution.count(), 0);
-  for (int i = 0; i < 1000; ++i) {
-    const Deadline before = SteadyClock::now();
+// The kernel promises only that the coarse clock is the steady clock as of
+// its last tick: never ahead, monotonic, and advancing. How far behind depends
+// on when the tick ran (a late tick on a loaded VM lags by more than the
+// resolution), so the lag is not asserted.
+TEST(DeadlineTest, CoarseNowIsNeverAheadOfTheSteadyClockAndAdvances) {
+  EXPECT_GT(CoarseResolution().count(), 0);
+  const Deadline first = CoarseNow();
+  Deadline previous = first;
+  const Deadline give_up = SteadyClock::now() + std::chrono::seconds(30);
+  bool advanced = false;
+  for (int i = 0; i < 1000 || !advanced; ++i) {
     const Deadline coarse = CoarseNow();
     const Deadline after = SteadyClock::now();
     ASSERT_LE(coarse, after);
-    ASSERT_GE(coarse + resolution, before);
+    ASSERT_GE(coarse, previous);
+    previous = coarse;
+    advanced = coarse > first;
+    ASSERT_LT(after, give_up) << "CLOCK_MONOTONIC_COARSE did not advance in 30 s";
   }
 }
 
