@@ -3,6 +3,9 @@
 # --check and reports no wrong elements; its JSON carries the mean, the percentiles and the tail;
 # bad flags are refused with a clear message.
 set -euo pipefail
+# Text is matched with here-strings, not `echo | grep -q`: under pipefail a
+# grep that exits at its first match can fail the pipeline with the writer's
+# SIGPIPE.
 bin="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bench/collectives"
 for op in all_reduce all_gather all_gather_v reduce_scatter broadcast reduce gather scatter all_to_all send_recv; do
   out=$("$bin" --op=$op --nproc=3 --min_bytes=1K --max_bytes=1M --step_factor=32 --iters=2 --warmup=1 --check)
@@ -15,7 +18,7 @@ for op in all_reduce all_gather all_gather_v reduce_scatter broadcast reduce gat
   fi
 done
 json=$("$bin" --op=all_reduce --dtype=bf16 --nproc=2 --min_bytes=64K --max_bytes=64K --iters=1 --warmup=0 --check --json)
-echo "$json" | grep -q '"wrong": 0' || { echo "json: $json"; exit 1; }
+grep -q '"wrong": 0' <<<"$json" || { echo "json: $json"; exit 1; }
 # The percentiles in order, and the tail's figures consistent with them.
 json=$("$bin" --op=all_reduce --nproc=2 --min_bytes=4K --max_bytes=4K --iters=50 --warmup=2 --json)
 echo "$json"
@@ -37,27 +40,27 @@ for key in ("caller_vcsw", "caller_ivcsw", "other_vcsw", "other_ivcsw"):
     assert row[key] == int(row[key]) and row[key] >= 0, key
 PY
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
-echo "$err" | grep -q "is not a collective" || { echo "unclear error: $err"; exit 1; }
+grep -q "is not a collective" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --bind_to=socket --nproc=2 2>&1); then echo "bad --bind_to accepted"; exit 1; fi
-echo "$err" | grep -q "expected core or none" || { echo "unclear error: $err"; exit 1; }
+grep -q "expected core or none" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --timeout=0 --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "--timeout=0 accepted"; exit 1; fi
-echo "$err" | grep -q "timeout=0" || { echo "unclear error: $err"; exit 1; }
+grep -q "timeout=0" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 # Shared memory's options reach the transport, and the header names its copy
 # path: with single copy off, the ring only.
 out=$("$bin" --transport=shm --shm_single_copy_bytes=0 --nproc=2 --min_bytes=4M --max_bytes=4M --iters=2 --warmup=1 --check)
 echo "$out"
-echo "$out" | grep -q '^# shared-memory copy path (rank 0): ring only (single copy off)' || { echo "no copy path: $out"; exit 1; }
+grep -q '^# shared-memory copy path (rank 0): ring only (single copy off)' <<<"$out" || { echo "no copy path: $out"; exit 1; }
 echo "$out" | grep -v '^#' | awk '{print $NF}' | grep -qx 0 || { echo "wrong elements over the ring: $out"; exit 1; }
 if err=$("$bin" --op=send_recv --nproc=1 2>&1); then echo "send_recv on one rank accepted"; exit 1; fi
-echo "$err" | grep -q "needs at least 2 ranks" || { echo "unclear error: $err"; exit 1; }
+grep -q "needs at least 2 ranks" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 # Backend choice: the header says what ran and why; NCCL on CPU tensors and
 # CUDA without a device are refused with what to do.
 out=$("$bin" --nproc=2 --min_bytes=4K --max_bytes=4K --iters=1 --warmup=0)
-echo "$out" | grep -q '^# device cpu:0; backend host' || { echo "no backend line: $out"; exit 1; }
+grep -q '^# device cpu:0; backend host' <<<"$out" || { echo "no backend line: $out"; exit 1; }
 if err=$("$bin" --backend=nccl --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "nccl on cpu accepted"; exit 1; fi
-echo "$err" | grep -q "NCCL needs CUDA tensors" || { echo "unclear error: $err"; exit 1; }
+grep -q "NCCL needs CUDA tensors" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if [[ ! -e /dev/nvidia0 ]]; then
   if err=$("$bin" --device=cuda --nproc=2 --min_bytes=4K --max_bytes=4K 2>&1); then echo "cuda without a GPU accepted"; exit 1; fi
-  echo "$err" | grep -q "no CUDA device is visible" || { echo "unclear error: $err"; exit 1; }
+  grep -q "no CUDA device is visible" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 fi
 echo ok
