@@ -15,12 +15,13 @@ Round BruckRound(const Level& level, int k, double bytes, bool reduce) {
   return ShiftRound(level, distance, moved, reduce ? moved : 0);
 }
 
-// All ranks send one block to the right neighbour, p − 1 times.
+// All ranks send one block to the right neighbour, p − 1 times, as a
+// pipeline (AddRingChain).
 Cost Ring(const Level& level, double bytes, bool reduce) {
   Cost cost;
   if (level.p <= 1) return cost;
   const double block = bytes / static_cast<double>(level.p);
-  AddRounds(level, ShiftRound(level, 1, block, reduce ? block : 0), static_cast<double>(level.p - 1), &cost);
+  AddRingChain(level, ShiftRound(level, 1, block, reduce ? block : 0), level.p - 1, &cost);
   return cost;
 }
 

@@ -19,7 +19,9 @@
 // | reduce_scatter Bruck               | K                       | (p−1)·b                    | (p−1)·b             |
 //
 // Ring (collectives/algorithms/all_gather.h, reduce_scatter.h, today's):
-//   p − 1 rounds of one block to the right neighbour (ShiftRound(1)).
+//   p − 1 steps of one block to the right neighbour (ShiftRound(1)), run as
+//   a pipeline: α adds along the chain, ceil((p−1)/L) remote hops, the
+//   rest local (AddRingChain).
 // Recursive doubling all-gather (MPICH): round k sends the 2^k blocks
 //   gathered so far to r XOR 2^k (2^k·n/p' bytes). Non-powers of two fold:
 //   the first p − p' odd ranks hand their block to their even neighbour

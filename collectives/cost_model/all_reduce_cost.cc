@@ -43,9 +43,11 @@ Cost RingAllReduceCost(const Level& level, double bytes) {
   Cost cost;
   if (level.p <= 1) return cost;
   const double chunk = bytes / static_cast<double>(level.p);
-  const double steps = static_cast<double>(level.p - 1);
-  AddRounds(level, ShiftRound(level, 1, chunk, chunk), steps, &cost);  // reduce-scatter
-  AddRounds(level, ShiftRound(level, 1, chunk, 0), steps, &cost);      // all-gather
+  // Reduce-scatter then all-gather: one chain of 2(p − 1) steps (the
+  // all-gather's first step forwards what the reduce-scatter's last made),
+  // p − 1 of them reducing.
+  Round round = ShiftRound(level, 1, chunk, chunk / 2);
+  AddRingChain(level, round, 2 * (level.p - 1), &cost);
   return cost;
 }
 

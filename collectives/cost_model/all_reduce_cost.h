@@ -21,10 +21,11 @@
 // | hierarchical(X)      | intra reduce + X + intra broadcast (below)                                      |
 //
 // Ring (collectives/algorithms/ring_all_reduce.h): reduce-scatter then
-//   all-gather, each of p − 1 rounds of n/p to the right neighbour
-//   (ShiftRound(1): with several hosts one rank per host sends across, and
-//   the round costs that remote link). The pipelined segments only make it
-//   reach this bound.
+//   all-gather, each of p − 1 steps of n/p to the right neighbour
+//   (ShiftRound(1): with several hosts one rank per host sends across). The
+//   steps run as one pipeline (AddRingChain): α adds along a chain of
+//   2(p−1) edges, ceil(2(p−1)/L) of them across hosts; every step moves
+//   n/p over the slowest edge.
 // Recursive doubling (collectives/algorithms/recursive_doubling_all_reduce.h):
 //   round k exchanges all n with r XOR 2^k and reduces it. p not a power of
 //   two folds first as MPICH does: the first 2(p − p') ranks pair up, odd

@@ -40,8 +40,14 @@ TEST(RingAllReduce, ByHand) {
   // p = 3, n = 300: 4 rounds of 100 B, 2 reducing.
   EXPECT_DOUBLE_EQ(RingAllReduceCost(OneHost(3), 300).time_us, 44.2);
   EXPECT_DOUBLE_EQ(RingAllReduceCost(OneHost(1), 300).time_us, 0);
-  // Two hosts of 4, n = 800: every round costs its remote link, 100 + 0.1*100.
-  EXPECT_DOUBLE_EQ(RingAllReduceCost(Hosts(8, 4), 800).time_us, 14 * 110);
+  // Two hosts of 4, n = 800: a pipeline of 14 steps of 100 B whose longest
+  // chain crosses hosts ceil(14 / 4) = 4 times (α 100) and stays inside 10
+  // times (α 10); every step moves its block over the remote link (0.1*100).
+  c = RingAllReduceCost(Hosts(8, 4), 800);
+  EXPECT_DOUBLE_EQ(c.time_us, 4 * 100 + 10 * 10 + 14 * 10);
+  EXPECT_DOUBLE_EQ(c.rounds, 14);
+  // One rank per host: every edge crosses, 14 remote hops.
+  EXPECT_DOUBLE_EQ(RingAllReduceCost(Hosts(8, 1), 800).time_us, 14 * (100 + 10));
 }
 
 TEST(RecursiveDoublingAllReduce, ByHand) {

@@ -6,10 +6,23 @@
 namespace lockstep {
 namespace cost_model {
 
-Cost PairwiseAllToAllCost(const Level& level, double bytes) {
+Cost PairwiseAllToAllCost(const Level& level, double bytes, double small_message_bytes) {
   Cost cost;
+  if (level.p <= 1) return cost;
   const double block = bytes / static_cast<double>(level.p);
-  for (int64_t s = 1; s < level.p; ++s) AddRounds(level, ShiftRound(level, s, block, 0), 1, &cost);
+  const int64_t window = block <= small_message_bytes ? level.p - 1 : std::min(kPairwiseLargeWindow, level.p - 1);
+  for (int64_t first = 1; first < level.p; first += window) {
+    const int64_t last = std::min(level.p - 1, first + window - 1);
+    Round round{0, 0, 0, false};
+    for (int64_t s = first; s <= last; ++s) {
+      const Round step = ShiftRound(level, s, block, 0);
+      round.bytes += block;
+      round.local = round.local || step.local;
+      round.remote_flows += step.remote_flows;  // every crossing message is a flow (a connection) of its own
+      round.host_remote_bytes += block * static_cast<double>(step.remote_flows);
+    }
+    AddRounds(level, round, 1, &cost);
+  }
   return cost;
 }
 

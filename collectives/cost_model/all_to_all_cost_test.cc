@@ -17,13 +17,22 @@ Level Hosts(int64_t p, int64_t per_host) {
 }
 
 TEST(PairwiseAllToAll, ByHand) {
-  // One host, p = 4, blocks of 100 B: 3 steps of 10 + 1.
+  // One host, p = 4, blocks of 100 B (small): the 3 steps in one window,
+  // one α and 300 B: 10 + 0.01*300.
   Cost c = PairwiseAllToAllCost(Hosts(4, 4), 400);
-  EXPECT_DOUBLE_EQ(c.time_us, 33);
-  EXPECT_DOUBLE_EQ(c.rounds, 3);
+  EXPECT_DOUBLE_EQ(c.time_us, 13);
+  EXPECT_DOUBLE_EQ(c.rounds, 1);
   EXPECT_DOUBLE_EQ(c.bytes, 300);
-  // Two hosts of 4, blocks of 100 B: step s sends min(4, s, 8 - s) blocks across per host.
-  EXPECT_DOUBLE_EQ(PairwiseAllToAllCost(Hosts(8, 4), 800).time_us, 110 + 120 + 130 + 140 + 130 + 120 + 110);
+  // Two hosts of 4, blocks of 100 B: step s sends min(4, s, 8 - s) blocks
+  // across per host, 1+2+3+4+3+2+1 = 16 in the one window: 100 + 0.1*1600
+  // (more than the 10 + 0.01*700 inside).
+  EXPECT_DOUBLE_EQ(PairwiseAllToAllCost(Hosts(8, 4), 800).time_us, 100 + 160);
+  // Blocks above small_message_bytes: windows of 4 steps, {1..4} (10 blocks
+  // across) and {5..7} (6 blocks).
+  c = PairwiseAllToAllCost(Hosts(8, 4), 800, /*small_message_bytes=*/50);
+  EXPECT_DOUBLE_EQ(c.time_us, (100 + 100) + (100 + 60));
+  EXPECT_DOUBLE_EQ(c.rounds, 2);
+  EXPECT_DOUBLE_EQ(c.bytes, 700);
   EXPECT_DOUBLE_EQ(PairwiseAllToAllCost(Hosts(1, 1), 800).time_us, 0);
 }
 

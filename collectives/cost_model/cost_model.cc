@@ -1,5 +1,6 @@
 #include "collectives/cost_model/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -45,10 +46,22 @@ CostModel DefaultCostModel() {
   model.link(LinkKind::kShm) = LinkCost{1.0, 1.0 / 8000.0};         // 8 GB/s
   model.link(LinkKind::kTcpLocal) = LinkCost{8.0, 1.0 / 4000.0};    // 4 GB/s
   model.link(LinkKind::kTcpRemote) = LinkCost{50.0, 1.0 / 1250.0};  // 10 Gbit/s
-  model.gamma_us_per_byte = 1.0 / 10000.0;                          // 10 GB/s
+  // TcpTransportOptions::socket_buffer_bytes' default fixes TCP's window.
+  model.link(LinkKind::kTcpLocal).window_bytes = 256 << 10;
+  model.link(LinkKind::kTcpRemote).window_bytes = 256 << 10;
+  model.gamma_us_per_byte = 1.0 / 10000.0;  // 10 GB/s
   model.cpu_us_per_round = 38.0;
   model.setup = SetupCost{100000.0, 20.0, 100.0};
   return model;
+}
+
+double TransferTime(const LinkCost& link, double bytes, double flows) {
+  double time = link.alpha_us + link.beta_us_per_byte * bytes * flows;
+  if (link.window_bytes > 0 && bytes > link.window_bytes) {
+    const double windows = std::ceil(bytes / link.window_bytes);
+    time += (windows - 1) * std::max(0.0, 2 * link.alpha_us - link.beta_us_per_byte * link.window_bytes * flows);
+  }
+  return time;
 }
 
 absl::Status ValidateCostModel(const CostModel& model) {
@@ -57,6 +70,7 @@ absl::Status ValidateCostModel(const CostModel& model) {
     const std::string prefix = absl::StrCat("links.", LinkKindName(kind), ".");
     absl::Status s = CheckNonNegative(prefix + "alpha_us", link.alpha_us);
     if (s.ok()) s = CheckNonNegative(prefix + "beta_us_per_byte", link.beta_us_per_byte);
+    if (s.ok()) s = CheckNonNegative(prefix + "window_bytes", link.window_bytes);
     if (!s.ok()) return s;
   }
   for (const auto& [field, value] : {std::pair<absl::string_view, double>{"gamma_us_per_byte", model.gamma_us_per_byte},

@@ -62,6 +62,7 @@ std::string CostModelToJson(const CostModel& model, absl::string_view notes) {
     nlohmann::ordered_json link = nlohmann::ordered_json::object();
     link["alpha_us"] = model.link(kind).alpha_us;
     link["beta_us_per_byte"] = model.link(kind).beta_us_per_byte;
+    if (model.link(kind).window_bytes > 0) link["window_bytes"] = model.link(kind).window_bytes;
     links[std::string(LinkKindName(kind))] = std::move(link);
   }
   j["links"] = std::move(links);
@@ -98,13 +99,18 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
     const std::string where = absl::StrCat("links.", LinkKindName(kind), ".");
     absl::StatusOr<const Json*> link = Object(**links, "links.", std::string(LinkKindName(kind)));
     if (!link.ok()) return link.status();
-    s = OnlyKnown(**link, where, {"alpha_us", "beta_us_per_byte"});
+    s = OnlyKnown(**link, where, {"alpha_us", "beta_us_per_byte", "window_bytes"});
     if (!s.ok()) return s;
     absl::StatusOr<double> alpha = Number(**link, where, "alpha_us");
     if (!alpha.ok()) return alpha.status();
     absl::StatusOr<double> beta = Number(**link, where, "beta_us_per_byte");
     if (!beta.ok()) return beta.status();
     model.link(kind) = LinkCost{*alpha, *beta};
+    if ((*link)->contains("window_bytes")) {  // optional: absent, no window
+      absl::StatusOr<double> window = Number(**link, where, "window_bytes");
+      if (!window.ok()) return window.status();
+      model.link(kind).window_bytes = *window;
+    }
   }
   absl::StatusOr<double> gamma = Number(j, "", "gamma_us_per_byte");
   if (!gamma.ok()) return gamma.status();

@@ -15,6 +15,7 @@ CostModel Awkward() {
   model.link(LinkKind::kShm) = LinkCost{1.0 / 3, 1e-9};
   model.link(LinkKind::kTcpLocal) = LinkCost{7.77, 2.0 / 3e4};
   model.link(LinkKind::kTcpRemote) = LinkCost{123456.789, 0.1};
+  model.link(LinkKind::kTcpRemote).window_bytes = 12345;
   model.gamma_us_per_byte = 3.0e-5 / 7;
   model.cpu_us_per_round = 37.714285714285715;
   model.setup = SetupCost{1e6 / 3, 0, 99.5};
@@ -25,6 +26,7 @@ void ExpectSame(const CostModel& a, const CostModel& b) {
   for (int k = 0; k < kNumLinkKinds; ++k) {
     EXPECT_EQ(a.links[k].alpha_us, b.links[k].alpha_us) << k;
     EXPECT_EQ(a.links[k].beta_us_per_byte, b.links[k].beta_us_per_byte) << k;
+    EXPECT_EQ(a.links[k].window_bytes, b.links[k].window_bytes) << k;
   }
   EXPECT_EQ(a.gamma_us_per_byte, b.gamma_us_per_byte);
   EXPECT_EQ(a.cpu_us_per_round, b.cpu_us_per_round);
@@ -54,6 +56,19 @@ TEST(CostModelJson, RoundTripsExactly) {
     ASSERT_TRUE(back.ok()) << back.status();
     ExpectSame(model, *back);
   }
+}
+
+TEST(CostModelJson, WindowIsOptionalAndChecked) {
+  // A calibration written before windows: no field, no window.
+  std::string text = CostModelToJson(Awkward());
+  const std::string field = ",\n      \"window_bytes\": 12345.0";
+  const size_t at = text.find(field);
+  ASSERT_NE(at, std::string::npos) << text;
+  absl::StatusOr<CostModel> back = CostModelFromJson(std::string(text).erase(at, field.size()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->link(LinkKind::kTcpRemote).window_bytes, 0);
+  text.replace(at, field.size(), ",\n      \"window_bytes\": -1");
+  EXPECT_NE(ErrorOf(text).find("links.tcp_remote.window_bytes"), std::string::npos) << ErrorOf(text);
 }
 
 TEST(CostModelJson, ErrorsNameTheField) {

@@ -9,13 +9,17 @@
 namespace lockstep {
 namespace cost_model {
 
-absl::StatusOr<LinkFit> FitLink(absl::Span<const LinkPoint> points) {
+absl::StatusOr<LinkFit> FitLink(absl::Span<const LinkPoint> points, FitError error) {
   std::set<double> sizes;
   for (size_t i = 0; i < points.size(); ++i) {
     const LinkPoint& pt = points[i];
     if (!std::isfinite(pt.bytes) || !std::isfinite(pt.time_us) || pt.bytes < 0 || pt.time_us < 0) {
       return absl::InvalidArgumentError(absl::StrCat("FitLink: point ", i, " is (bytes ", pt.bytes, ", time_us ",
                                                      pt.time_us, "); both must be finite and >= 0"));
+    }
+    if (error == FitError::kRelative && pt.time_us <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("FitLink: point ", i, " has time_us ", pt.time_us,
+                                                     "; a relative fit divides by it (give times > 0)"));
     }
     sizes.insert(pt.bytes);
   }
@@ -24,18 +28,23 @@ absl::StatusOr<LinkFit> FitLink(absl::Span<const LinkPoint> points) {
                                                    " distinct size(s); α and β need at least 2 sizes "
                                                    "(e.g. 0 B and 1 MiB)"));
   }
-  // Centered sums: the normal equations without cancellation at large sizes.
-  const double n = static_cast<double>(points.size());
-  double mean_x = 0, mean_y = 0;
+  // Weighted least squares (weights 1, or 1/time² for relative errors) with
+  // centered sums: the normal equations without cancellation at large sizes.
+  auto weight = [error](const LinkPoint& pt) {
+    return error == FitError::kRelative ? 1.0 / (pt.time_us * pt.time_us) : 1.0;
+  };
+  double total = 0, mean_x = 0, mean_y = 0;
+  for (const LinkPoint& pt : points) total += weight(pt);
   for (const LinkPoint& pt : points) {
-    mean_x += pt.bytes / n;
-    mean_y += pt.time_us / n;
+    mean_x += weight(pt) * pt.bytes / total;
+    mean_y += weight(pt) * pt.time_us / total;
   }
   double sxx = 0, sxy = 0;
   for (const LinkPoint& pt : points) {
-    sxx += (pt.bytes - mean_x) * (pt.bytes - mean_x);
-    sxy += (pt.bytes - mean_x) * (pt.time_us - mean_y);
+    sxx += weight(pt) * (pt.bytes - mean_x) * (pt.bytes - mean_x);
+    sxy += weight(pt) * (pt.bytes - mean_x) * (pt.time_us - mean_y);
   }
+  const double n = static_cast<double>(points.size());
   LinkFit fit;
   fit.points = static_cast<int64_t>(points.size());
   fit.cost.beta_us_per_byte = sxy / sxx;

@@ -41,6 +41,28 @@ TEST(FitLink, LeastSquaresOnNoisyPoints) {
   EXPECT_GT(fit->rms_residual_us, 0);
 }
 
+TEST(FitLink, RelativeErrorsKeepAlphaWhereSmallSizesPutIt) {
+  // The lab's link through the forwarder: superlinear at large sizes. Plain
+  // least squares follows the megabytes to alpha -1.69; relative errors give
+  // alpha 41.81, beta 1.27336e-3 (numpy's lstsq on rows scaled by 1/time).
+  std::vector<LinkPoint> points = {{4096, 54},    {16384, 61},   {65536, 117},
+                                   {131072, 165}, {524288, 852}, {2097152, 3611}};
+  EXPECT_FALSE(FitLink(points).ok());
+  absl::StatusOr<LinkFit> fit = FitLink(points, FitError::kRelative);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->cost.alpha_us, 41.8079103, 1e-6);
+  EXPECT_NEAR(fit->cost.beta_us_per_byte, 1.27336080e-3, 1e-11);
+  // Exact points: both errors give the line.
+  std::vector<LinkPoint> exact = {{1000, 11}, {100000, 110}, {10000000, 10010}};
+  fit = FitLink(exact, FitError::kRelative);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->cost.alpha_us, 10, 1e-9);
+  EXPECT_NEAR(fit->cost.beta_us_per_byte, 0.001, 1e-15);
+  // A zero time cannot be a relative error's denominator.
+  std::vector<LinkPoint> zero = {{0, 0}, {1000, 1}};
+  EXPECT_NE(FitLink(zero, FitError::kRelative).status().message().find("time_us 0"), std::string::npos);
+}
+
 TEST(FitLink, RefusesFewerThanTwoSizes) {
   EXPECT_EQ(FitLink({}).status().code(), absl::StatusCode::kInvalidArgument);
   std::vector<LinkPoint> one_size = {{4096, 10}, {4096, 11}, {4096, 12}};

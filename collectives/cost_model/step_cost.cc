@@ -49,13 +49,23 @@ Level LeaderLevel(const Topology& topology, const CostModel& model) {
   return level;
 }
 
+namespace {
+
+// The round's transfer across hosts: remote_flows flows share the host
+// link, each moving round.bytes, or host_remote_bytes / remote_flows when
+// that is given (TransferTime: bandwidth and window stalls).
+double RemoteTime(const Level& level, const Round& round) {
+  const double flows = static_cast<double>(round.remote_flows);
+  const double per_flow = round.host_remote_bytes > 0 ? round.host_remote_bytes / flows : round.bytes;
+  return TransferTime(level.remote, per_flow, flows);
+}
+
+}  // namespace
+
 double RoundTime(const Level& level, const Round& round) {
   double link = 0;
-  if (round.local) link = level.local.alpha_us + level.local.beta_us_per_byte * round.bytes;
-  if (round.remote_flows > 0) {
-    link = std::max(link, level.remote.alpha_us +
-                              level.remote.beta_us_per_byte * round.bytes * static_cast<double>(round.remote_flows));
-  }
+  if (round.local) link = TransferTime(level.local, round.bytes);
+  if (round.remote_flows > 0) link = std::max(link, RemoteTime(level, round));
   return link + level.gamma_us_per_byte * round.reduce_bytes + level.cpu_us_per_round;
 }
 
@@ -65,6 +75,26 @@ void AddRounds(const Level& level, const Round& round, double count, Cost* cost)
   cost->rounds += count;
   cost->bytes += count * round.bytes;
   cost->reduced_bytes += count * round.reduce_bytes;
+}
+
+void AddRingChain(const Level& level, const Round& round, int64_t steps, Cost* cost) {
+  if (steps <= 0) return;
+  if (round.remote_flows == 0 || level.ranks_per_host <= 1) {
+    AddRounds(level, round, static_cast<double>(steps), cost);  // every edge alike: lock step and chain agree
+    return;
+  }
+  const int64_t L = level.ranks_per_host;
+  const int64_t crossings = std::min(steps, (steps + L - 1) / L);
+  const double n = static_cast<double>(steps);
+  // A step's transfer beyond its α (bandwidth, window stalls), on the slower edge.
+  const double transfer = std::max(TransferTime(level.local, round.bytes) - level.local.alpha_us,
+                                   RemoteTime(level, round) - level.remote.alpha_us);
+  cost->time_us += static_cast<double>(crossings) * level.remote.alpha_us +
+                   static_cast<double>(steps - crossings) * level.local.alpha_us +
+                   n * (transfer + level.gamma_us_per_byte * round.reduce_bytes + level.cpu_us_per_round);
+  cost->rounds += n;
+  cost->bytes += n * round.bytes;
+  cost->reduced_bytes += n * round.reduce_bytes;
 }
 
 Round ShiftRound(const Level& level, int64_t distance, double bytes, double reduce_bytes) {

@@ -18,6 +18,8 @@
 //   RoundTime = max(α_local + β_local·bytes            if some pair shares a host,
 //                   α_remote + β_remote·bytes·flows     if some pair crosses hosts)
 //             + γ·reduce_bytes + cpu
+// (each link term TransferTime's, which adds TCP window stalls when a
+// message exceeds the link's window_bytes: collectives/cost_model/cost_model.h)
 // where `flows` is how many ranks of one host send across hosts in the same
 // round: they share the host's one link to the network (the lab gives each
 // host one TUN link; a real host one NIC), so its bytes add up while the
@@ -88,12 +90,30 @@ struct Round {
   double reduce_bytes = 0;   // what that rank then reduces
   int64_t remote_flows = 0;  // ranks of one host sending across hosts at once (0: none cross)
   bool local = true;         // some pair of the round shares a host
+  // When > 0, what one host sends across hosts in the round, in place of
+  // bytes·remote_flows (a round whose ranks send several blocks, some
+  // across and some not: a window of pairwise steps).
+  double host_remote_bytes = 0;
 };
 
 double RoundTime(const Level& level, const Round& round);
 
 // Adds `count` rounds of one shape to `cost`.
 void AddRounds(const Level& level, const Round& round, double count, Cost* cost);
+
+// Adds `steps` steps of a ring (ShiftRound(1) each) that runs as a pipeline,
+// not in lock step: a rank forwards step k's block as soon as step k − 1's
+// arrives from its left, so latencies add along a chain of `steps`
+// consecutive edges, not as `steps` times the slowest edge. Ranks sit host
+// by host, so one edge in L crosses hosts and the longest such chain
+// crosses ceil(steps / L) of them (all when L = 1): its time is
+//   crossings·α_remote + (steps − crossings)·α_local
+//   + steps·(max(β_local·bytes, β_remote·bytes + window stalls) + γ·reduce_bytes + cpu)
+// (every step still moves a block over the slowest edge, reduces it and
+// wakes the rank). On one host, or with one host's worth of ranks, it is
+// AddRounds'. The scale lab measured this: a ring all-gather over 4 hosts
+// of 2 ranks with 2 ms links takes ~4 hops, not 7.
+void AddRingChain(const Level& level, const Round& round, int64_t steps, Cost* cost);
 
 // Rank r sends to r + distance (mod p), as in a ring (distance 1), Bruck
 // and dissemination (2^k) and pairwise exchange (s). With several hosts, a

@@ -46,6 +46,37 @@ TEST(AddRounds, MultipliesEveryQuantity) {
   EXPECT_DOUBLE_EQ(cost.rounds, 3);
 }
 
+TEST(RoundTime, HostRemoteBytesReplaceBytesTimesFlows) {
+  // max(10 + 0.5*4, 100 + 1*10) + 0 + 3
+  Round round{4, 0, 3, true};
+  round.host_remote_bytes = 10;
+  EXPECT_DOUBLE_EQ(RoundTime(TwoKinds(8, 4), round), 113);
+}
+
+TEST(AddRingChain, LatenciesAddAlongTheChainBandwidthPerStep) {
+  // 8 ranks, 2 per host, 7 steps of 4 B reducing 2: the longest chain of 7
+  // edges crosses ceil(7/2) = 4 times; each step moves 4 B over the slower
+  // edge (max(0.5*4, 1*4) = 4), reduces 2 (0.25*2) and pays the CPU term 3.
+  Cost cost;
+  AddRingChain(TwoKinds(8, 2), ShiftRound(TwoKinds(8, 2), 1, 4, 2), 7, &cost);
+  EXPECT_DOUBLE_EQ(cost.time_us, 4 * 100 + 3 * 10 + 7 * (4 + 0.5 + 3));
+  EXPECT_DOUBLE_EQ(cost.rounds, 7);
+  EXPECT_DOUBLE_EQ(cost.bytes, 28);
+  EXPECT_DOUBLE_EQ(cost.reduced_bytes, 14);
+  // One rank per host or one host: every edge alike, the lock-step sum.
+  for (const Level& level : {TwoKinds(8, 1), TwoKinds(8, 8)}) {
+    Cost chain, rounds;
+    AddRingChain(level, ShiftRound(level, 1, 4, 2), 7, &chain);
+    AddRounds(level, ShiftRound(level, 1, 4, 2), 7, &rounds);
+    EXPECT_DOUBLE_EQ(chain.time_us, rounds.time_us);
+  }
+  // Never more than the lock-step sum.
+  Cost chain, rounds;
+  AddRingChain(TwoKinds(16, 4), ShiftRound(TwoKinds(16, 4), 1, 4, 0), 30, &chain);
+  AddRounds(TwoKinds(16, 4), ShiftRound(TwoKinds(16, 4), 1, 4, 0), 30, &rounds);
+  EXPECT_LT(chain.time_us, rounds.time_us);
+}
+
 TEST(CpuPerRound, OnlyWhenRanksOutnumberCores) {
   EXPECT_DOUBLE_EQ(CpuPerRound(38, 2, 2), 0);
   EXPECT_DOUBLE_EQ(CpuPerRound(38, 1, 8), 0);

@@ -5,14 +5,15 @@
 //   # α, β of a link from ping-pong points, one JSON object per line:
 //   #   {"bytes": 4096, "time_us": 61.2}   (time_us one way: half the round trip)
 //   bazel run //tools/scale_lab:model -- fit --points=$PWD/remote.jsonl --link=tcp_remote --out=$PWD/calib.json
-//   #   (--in=$PWD/calib.json: update an existing calibration; --out may be the same file)
-//   #   --link=gamma fits γ instead: points of (bytes reduced, time_us), the slope is γ.
+//   #   (--in=$PWD/calib.json: update an existing calibration; --out may be the same file;
+//   #   --fit_error=relative, the default, or absolute: see cost_model::FitError)
+//   #   --link=gamma fits γ instead: points of (bytes reduced, time_us), the slope through the origin is γ.
 //   # set-up constants from measured set-up times {"p": 8, "ranks_per_host": 4, "time_us": ...}:
 //   bazel run //tools/scale_lab:model -- fit_setup --points=$PWD/setup.jsonl --in=... --out=...
 //   # predictions, per size: every algorithm, Choose's pick, today's choice, NCCL's model:
 //   bazel run //tools/scale_lab:model -- simulate --calibration=$PWD/calib.json --p=1024 --ranks_per_host=8
 //   #   [--bytes=4K,1M,64M] [--op=all_reduce] [--cores_per_host=8] [--hop_us=5 --link_gbit=25]
-//   #   [--transport=tcp] [--json]
+//   #   [--transport=tcp] [--window_bytes=262144] [--json]
 //   bazel run //tools/scale_lab:model -- setup --calibration=$PWD/calib.json --p=16384 --ranks_per_host=8
 //
 // Without --calibration (or --in), the model's placeholders
@@ -39,6 +40,9 @@
 
 ABSL_FLAG(std::string, points, "", "fit, fit_setup: a JSON-lines file of measurements");
 ABSL_FLAG(std::string, link, "tcp_remote", "fit: shm, tcp_local, tcp_remote, or gamma");
+ABSL_FLAG(std::string, fit_error, "relative",
+          "fit: minimize relative errors (each point's as a fraction of its time: sizes spanning decades) or "
+          "absolute ones (cost_model::FitError)");
 ABSL_FLAG(std::string, in, "", "fit, fit_setup: the calibration to update (default: the model's placeholders)");
 ABSL_FLAG(std::string, out, "", "fit, fit_setup: where to write the calibration");
 ABSL_FLAG(std::string, notes, "", "fit, fit_setup: a note stored in the calibration (how it was measured)");
@@ -51,6 +55,9 @@ ABSL_FLAG(std::string, op, "all_reduce",
 ABSL_FLAG(std::string, bytes, "4K,64K,1M,16M,64M", "simulate: message sizes (K = 1024)");
 ABSL_FLAG(double, hop_us, -1, "simulate, setup: replaces tcp_remote's alpha_us (>= 0)");
 ABSL_FLAG(double, link_gbit, -1, "simulate, setup: replaces tcp_remote's beta: the link's Gbit/s (> 0)");
+ABSL_FLAG(double, window_bytes, -1,
+          "fit: the fitted link's TCP window (TcpTransportOptions::socket_buffer_bytes; 0: none; default: keep the "
+          "calibration's, 256 KiB in the placeholders); simulate, setup: replaces tcp_remote's");
 ABSL_FLAG(std::string, transport, "auto",
           "simulate: the flat algorithms' transport: auto (shared memory on one host) or tcp (forced, as "
           "LOCKSTEP_TRANSPORT=tcp)");
@@ -89,19 +96,38 @@ absl::StatusOr<std::vector<Point>> ReadPoints(const std::string& path, Parse par
 absl::Status Fit() {
   absl::StatusOr<std::vector<LinkPoint>> points = ReadPoints<LinkPoint>(absl::GetFlag(FLAGS_points), ParseLinkPoint);
   if (!points.ok()) return points.status();
-  absl::StatusOr<LinkFit> fit = FitLink(*points);
-  if (!fit.ok()) return fit.status();
   absl::StatusOr<CostModel> model = ModelFrom(absl::GetFlag(FLAGS_in), "in");
   if (!model.ok()) return model.status();
   const std::string link = absl::GetFlag(FLAGS_link);
   if (link == "gamma") {
-    model->gamma_us_per_byte = fit->cost.beta_us_per_byte;
-    std::printf("gamma_us_per_byte %.6g (intercept %.3f us, rms %.3f us, %lld points)\n", fit->cost.beta_us_per_byte,
-                fit->cost.alpha_us, fit->rms_residual_us, static_cast<long long>(fit->points));
+    // A reduction has no start-up term worth a line's intercept, and cache
+    // sizes bend the line (a free intercept goes negative): γ is the slope
+    // through the origin.
+    double xy = 0, xx = 0;
+    for (const LinkPoint& point : *points) {
+      xy += static_cast<double>(point.bytes) * point.time_us;
+      xx += static_cast<double>(point.bytes) * static_cast<double>(point.bytes);
+    }
+    if (xx <= 0 || xy <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("fit --link=gamma: ", points->size(),
+                                                     " points with no positive size and time; give (bytes reduced, "
+                                                     "time_us) points such as {\"bytes\": 65536, \"time_us\": 1.7}"));
+    }
+    model->gamma_us_per_byte = xy / xx;
+    std::printf("gamma_us_per_byte %.6g (slope through the origin, %lld points)\n", model->gamma_us_per_byte,
+                static_cast<long long>(points->size()));
   } else {
+    const std::string error = absl::GetFlag(FLAGS_fit_error);
+    if (error != "relative" && error != "absolute") {
+      return absl::InvalidArgumentError(absl::StrCat("fit: --fit_error=", error, " is not relative or absolute"));
+    }
+    absl::StatusOr<LinkFit> fit = FitLink(*points, error == "relative" ? FitError::kRelative : FitError::kAbsolute);
+    if (!fit.ok()) return fit.status();
     absl::StatusOr<LinkKind> kind = ParseLinkKind(link);
     if (!kind.ok()) return kind.status();
-    model->link(*kind) = fit->cost;
+    model->link(*kind).alpha_us = fit->cost.alpha_us;  // the window is not fitted: keep it
+    model->link(*kind).beta_us_per_byte = fit->cost.beta_us_per_byte;
+    if (absl::GetFlag(FLAGS_window_bytes) >= 0) model->link(*kind).window_bytes = absl::GetFlag(FLAGS_window_bytes);
     std::printf("%s alpha_us %.3f beta_us_per_byte %.6g (%.2f GB/s), rms %.3f us, %lld points\n", link.c_str(),
                 fit->cost.alpha_us, fit->cost.beta_us_per_byte,
                 fit->cost.beta_us_per_byte > 0 ? 1e-3 / fit->cost.beta_us_per_byte : 0.0, fit->rms_residual_us,
@@ -133,6 +159,9 @@ absl::Status Inputs(CostModel* model, Topology* topology) {
   if (!loaded.ok()) return loaded.status();
   *model = *loaded;
   if (absl::GetFlag(FLAGS_hop_us) >= 0) model->link(LinkKind::kTcpRemote).alpha_us = absl::GetFlag(FLAGS_hop_us);
+  if (absl::GetFlag(FLAGS_window_bytes) >= 0) {
+    model->link(LinkKind::kTcpRemote).window_bytes = absl::GetFlag(FLAGS_window_bytes);
+  }
   if (absl::GetFlag(FLAGS_link_gbit) > 0) {
     model->link(LinkKind::kTcpRemote).beta_us_per_byte = 8.0 / (1000.0 * absl::GetFlag(FLAGS_link_gbit));
   }

@@ -23,6 +23,7 @@
 #            collectives as a second peer (--peers=openmpi,han; none: lockstep only);
 #   trainer  //trainers:ddp_trainer (the MLP on synthetic data) on every rank;
 #   setup    group set-up alone: process start to the end of the first collective.
+# --lockstep_flags="--transport=tcp ..." passes flags to lockstep's benchmark.
 #
 # Ranks outnumber cores here, so lockstep runs with spinning off
 # (--worker_spin_microseconds=0, --wait_spin_microseconds=0,
@@ -44,7 +45,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi,han"
-min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1
+min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1 lockstep_flags=""
 usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 for arg in "$@"; do
   case $arg in
@@ -63,6 +64,7 @@ for arg in "$@"; do
     --timeout_s=*) timeout_s=${arg#*=} ;;
     --trainer_steps=*) trainer_steps=${arg#*=} ;;
     --no_check) check=0 ;;
+    --lockstep_flags=*) lockstep_flags=${arg#*=} ;;
     -h|--help) usage 0 ;;
     *) echo "run.sh: unknown argument $arg" >&2; usage ;;
   esac
@@ -249,8 +251,10 @@ lab_rows="$tmp/rows.jsonl"
 : >"$lab_rows"
 json_keep=$json
 json=$lab_rows
+# --lockstep_flags adds the benchmark's own flags (e.g. --transport=tcp).
+read -r -a extra_flags <<<"$lockstep_flags"
 bench_args=(--json --min_bytes="$min_bytes" --max_bytes="$max_bytes" --iters="$iters" --warmup="$warmup"
-  --timeout=$(( timeout_s > 60 ? timeout_s - 30 : timeout_s )) "${spin_off[@]}")
+  --timeout=$(( timeout_s > 60 ? timeout_s - 30 : timeout_s )) "${spin_off[@]}" "${extra_flags[@]}")
 (( check )) && bench_args+=(--check)
 to_bytes() { numfmt --from=iec "$1"; }
 
@@ -282,7 +286,7 @@ case $workload in
   setup)
     echo "run.sh: lockstep set-up on $hosts x $ranks_per_host ..." >&2
     if run_lockstep "$tmp/ls_setup" "$tmp/collectives" --op=all_reduce --min_bytes=4 --max_bytes=4 --iters=1 \
-        --warmup=0 --json "${spin_off[@]}"; then
+        --warmup=0 --json "${spin_off[@]}" "${extra_flags[@]}"; then
       emit "$tmp/ls_setup" lockstep "$(load)" >/dev/null
     else
       status=1
