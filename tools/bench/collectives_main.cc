@@ -87,6 +87,10 @@ ABSL_FLAG(std::string, max_bytes, "64M", "largest size");
 ABSL_FLAG(double, step_factor, 2.0, "multiply the size by this between rows");
 ABSL_FLAG(int, iters, 20, "timed iterations per size");
 ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
+ABSL_FLAG(std::string, large_bytes, "0",
+          "sizes above this run --iters_large and --warmup_large iterations instead (0: every size the same)");
+ABSL_FLAG(int, iters_large, 3, "timed iterations per size above --large_bytes");
+ABSL_FLAG(int, warmup_large, 1, "untimed iterations per size above --large_bytes");
 ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the environment)");
 ABSL_FLAG(bool, check, false, "verify every result and count wrong elements");
 ABSL_FLAG(bool, json, false, "print JSON lines instead of the table");
@@ -164,6 +168,14 @@ absl::StatusOr<SweepOptions> SweepOptionsFromFlags(const CollectiveDescriptor& o
   if (op.validate != nullptr) LOCKSTEP_RETURN_IF_ERROR(op.validate(o.dtype, world));
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
+  LOCKSTEP_ASSIGN_OR_RETURN(o.large_bytes, ParseBytes(absl::GetFlag(FLAGS_large_bytes)));
+  o.iters_large = absl::GetFlag(FLAGS_iters_large);
+  o.warmup_large = absl::GetFlag(FLAGS_warmup_large);
+  if (o.iters < 1 || o.iters_large < 1 || o.warmup < 0 || o.warmup_large < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--iters=", o.iters, ", --iters_large=", o.iters_large,
+                                                   ", --warmup=", o.warmup, ", --warmup_large=", o.warmup_large,
+                                                   ": expected at least 1 timed and 0 untimed iterations"));
+  }
   o.check = absl::GetFlag(FLAGS_check);
   o.json = absl::GetFlag(FLAGS_json);
   return o;

@@ -39,6 +39,13 @@ assert row["stall_us"] * 50 >= row["stalls"] * 9 * row["p50_us"] - slack, row
 for key in ("caller_vcsw", "caller_ivcsw", "other_vcsw", "other_ivcsw"):
     assert row[key] == int(row[key]) and row[key] >= 0, key
 PY
+# Sizes above --large_bytes run --iters_large iterations (the rows say how many).
+json=$("$bin" --op=all_reduce --nproc=2 --min_bytes=4K --max_bytes=16K --large_bytes=8K --iters=5 --iters_large=2 \
+  --warmup_large=0 --json)
+iters=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(str(json.loads(l)["iters"]) for l in sys.stdin if l.startswith("{")))' <<<"$json")
+[[ $iters == "5 5 2" ]] || { echo "iterations per size: $iters, expected 5 5 2: $json"; exit 1; }
+if err=$("$bin" --iters_large=0 --large_bytes=8K --nproc=2 2>&1); then echo "--iters_large=0 accepted"; exit 1; fi
+grep -q "iters_large=0" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi
 grep -q "is not a collective" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --bind_to=socket --nproc=2 2>&1); then echo "bad --bind_to accepted"; exit 1; fi

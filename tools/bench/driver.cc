@@ -49,6 +49,10 @@ void PrintHeader(const CollectiveDescriptor& op, const SweepOptions& options, co
       "# iters %d, warmup %d, check %s; time = slowest rank's mean; p50, p95 = the slowest rank's "
       "percentiles of its iteration times; GB/s = 1e9 bytes/s\n",
       options.iters, options.warmup, options.check ? "on" : "off");
+  if (options.large_bytes > 0) {
+    std::printf("# above %lld bytes: iters %d, warmup %d\n", static_cast<long long>(options.large_bytes),
+                options.iters_large, options.warmup_large);
+  }
   std::printf("#%12s %12s %6s %12s %10s %10s %12s %12s %8s\n", "bytes", "count", "type", "time(us)", "p50(us)",
               "p95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   std::fflush(stdout);  // The group is up: say so now, not after the first size.
@@ -175,6 +179,7 @@ struct Row {
   double algbw, busbw;
   int64_t wrong;  // -1: not checked.
   std::vector<double> slowest;
+  int iters = 0;  // timed iterations behind the figures
 };
 
 void PrintTableRow(const Row& r) {
@@ -194,11 +199,11 @@ void PrintJsonRow(const Row& r) {
       "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
       "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
       "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f, \"setup_s\": %.3f, "
-      "\"fds\": %.0f}\n",
+      "\"fds\": %.0f, \"iters\": %d}\n",
       r.op.c_str(), std::string(DTypeName(r.dtype)).c_str(), r.world, r.transport.c_str(),
       static_cast<long long>(r.bytes), static_cast<long long>(r.count), f[kMean] * 1e6, f[kP50] * 1e6, f[kP95] * 1e6,
       r.algbw, r.busbw, static_cast<long long>(r.wrong), f[kPeakRssMib], f[kP99] * 1e6, f[kMax] * 1e6, f[kStall] * 1e6,
-      f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw], f[kOtherIvcsw], f[kSetupS], f[kFds]);
+      f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw], f[kOtherIvcsw], f[kSetupS], f[kFds], r.iters);
 }
 
 // One size: timed, checked (--check) and printed by rank 0. An error when
@@ -218,7 +223,17 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
     LOCKSTEP_ASSIGN_OR_RETURN(wrong, CountWrong(comm, op, buffers, options.args, count));
   }
   if (comm.rank() == 0) {
-    Row row{op.name, options.dtype, n, transport, op.bytes(count, element, n), count, 0, 0, wrong, slowest};
+    Row row{op.name,
+            options.dtype,
+            n,
+            transport,
+            op.bytes(count, element, n),
+            count,
+            0,
+            0,
+            wrong,
+            slowest,
+            std::max(1, options.iters)};
     row.algbw = static_cast<double>(row.bytes) / slowest[kMean] / 1e9;
     row.busbw = row.algbw * op.bus_factor(n);
     if (options.json)
@@ -240,8 +255,13 @@ absl::Status RunSweep(Communicator& comm, const CollectiveDescriptor& op, const 
   LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
   const double setup_s = ProcessAgeSeconds();
   const double step = options.step_factor, last = static_cast<double>(options.max_bytes) * 1.0000001;
+  SweepOptions large = options;
+  large.iters = options.iters_large;
+  large.warmup = options.warmup_large;
   for (double size = static_cast<double>(options.min_bytes); size <= last; size = size * step) {
-    LOCKSTEP_RETURN_IF_ERROR(RunSize(comm, op, options, transport, static_cast<int64_t>(size), setup_s));
+    const int64_t bytes = static_cast<int64_t>(size);
+    const bool is_large = options.large_bytes > 0 && bytes > options.large_bytes;
+    LOCKSTEP_RETURN_IF_ERROR(RunSize(comm, op, is_large ? large : options, transport, bytes, setup_s));
     if (size * step <= size) break;
   }
   return comm.Barrier()->Wait();

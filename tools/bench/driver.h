@@ -37,6 +37,12 @@ struct SweepOptions {
   double step_factor = 2.0;  // > 1 unless min_bytes == max_bytes.
   int iters = 20;            // At least 1 runs.
   int warmup = 5;
+  // Sizes above large_bytes (when > 0) run iters_large and warmup_large
+  // iterations instead (OSU's large-message iterations): a sweep to 64 MiB
+  // over many ranks and slow links in minutes, not hours.
+  int64_t large_bytes = 0;
+  int iters_large = 3;
+  int warmup_large = 1;
   bool check = false;
   bool json = false;
   DType dtype = DType::kF32;

@@ -211,7 +211,14 @@ def setup_seconds(model, calibration, p, rph, cores, hop):
 
 
 def cmd_predict(a):
-  """Markdown tables: all-reduce and DDP's buckets at large p, start-up."""
+  """Markdown tables: all-reduce and DDP's buckets at large p, start-up.
+
+  A hop is the network's one-way latency; a message across hosts also pays
+  the software on both ends (lockstep and the kernel's TCP), which the
+  calibration's tcp_local alpha measures: alpha_remote = tcp_local alpha + hop.
+  """
+  with open(a.calibration) as f:
+    software = json.load(f)["links"]["tcp_local"]["alpha_us"]
   sizes = [4096, 1 << 20, 64 << 20]
   # ResNet-18's 43 MiB of f32 gradients in DDP's buckets: the first 1 MiB,
   # then 25 MiB caps (PyTorch's rule): 1 + 25 + 17 MiB.
@@ -221,7 +228,7 @@ def cmd_predict(a):
   for p in a.p:
     for hop in a.hop_us:
       m = simulate(a.model, a.calibration, p, a.ranks_per_host, a.cores, "all_reduce", sorted(set(sizes + buckets)),
-                   hop_us=hop, link_gbit=a.link_gbit)
+                   hop_us=software + hop, link_gbit=a.link_gbit)
       for b in sizes:
         r = m[b]
         print(f"| {p:,} | {hop:g} us | all_reduce | {b // 1024 if b < 1 << 20 else b >> 20} "
@@ -236,7 +243,8 @@ def cmd_predict(a):
       print(f"| {p:,} | {hop:g} us | DDP ResNet-18 (43 MiB: 1 + 25 + 17 MiB buckets) | 43 MiB | {fmt_us(today)} "
             f"| {fmt_us(best)} | {fmt_us(ring)} | {fmt_us(nring)} | {fmt_us(ntree)} |")
       print(f"| {p:,} | {hop:g} us | start-up (full mesh, one store) | | "
-            f"{fmt_us(1e6 * setup_seconds(a.model, a.calibration, p, a.ranks_per_host, a.cores, hop))} | | | | |")
+            f"{fmt_us(1e6 * setup_seconds(a.model, a.calibration, p, a.ranks_per_host, a.cores, software + hop))}"
+            " | | | | |")
 
 
 def main():

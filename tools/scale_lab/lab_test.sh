@@ -49,9 +49,10 @@ cleanup() {  # Whatever a failed run left (the script's own trap should have).
 }
 trap cleanup EXIT
 
-echo "=== 4 hosts x 4 ranks, 200 us links: every op, lockstep and OpenMPI, --check"
+echo "=== 4 hosts x 4 ranks, 200 us links: every op, lockstep and OpenMPI, --check, fewer iterations above 16K"
 LAB_TAG="lt$$a" timeout -k 10 600 bash "$run" --hosts=4 --ranks_per_host=4 --link_delay_us=200 \
-  --workload=bench --min_bytes=4K --max_bytes=64K --iters=3 --warmup=1 --peers=openmpi --timeout_s=240 \
+  --workload=bench --min_bytes=4K --max_bytes=64K --iters=3 --warmup=1 --large_bytes=16K --iters_large=2 \
+  --peers=openmpi --timeout_s=240 \
   --json="$tmp/out.jsonl" >"$tmp/run.out" 2>"$tmp/run.err"
 rc=$?
 check "run.sh exits 0 (rc $rc)" test "$rc" -eq 0 || { tail -30 "$tmp/run.err"; }
@@ -62,7 +63,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ops = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all"]
 sizes = [4096, 8192, 16384, 32768, 65536]
 fields = ["impl", "op", "bytes", "p", "hosts", "delay_us", "rate", "time_us", "p50_us", "p95_us", "setup_s",
-          "rss_mib", "fds", "load", "valid", "wrong"]
+          "rss_mib", "fds", "load", "valid", "wrong", "iters"]
 bad = []
 for impl in ["lockstep", "openmpi"]:
   for op in ops:
@@ -75,6 +76,8 @@ for impl in ["lockstep", "openmpi"]:
       missing = [f for f in fields if f not in r]
       if missing:
         bad.append(f"{impl} {op} {size}: missing {missing}")
+      if r.get("iters") != (3 if size <= 16384 else 2):
+        bad.append(f"{impl} {op} {size}: {r.get('iters')} iterations; --large_bytes=16K wants 3 up to it, 2 above")
       if r.get("wrong") != 0:
         bad.append(f"{impl} {op} {size}: wrong = {r.get('wrong')} (--check)")
       if (r.get("p"), r.get("hosts"), r.get("delay_us")) != (16, 4, 200):

@@ -5,6 +5,7 @@
  *   mpicc -O2 -o /tmp/mpi_collectives tools/scale_lab/mpi_collectives.c
  *   mpirun --allow-run-as-root -np 4 /tmp/mpi_collectives \
  *       --ops=all_reduce,all_gather --min_bytes=4096 --max_bytes=67108864 --iters=20 --warmup=5 --check
+ *       [--step_factor=4 --large_bytes=1048576 --iters_large=3 --warmup_large=1]
  *
  * Sizes as //tools/bench:collectives (nccl-tests'): `bytes` is the whole
  * buffer for all_reduce, broadcast and reduce; the gathered (or scattered)
@@ -18,7 +19,8 @@
  * bytes, p, time_us, p50_us, p95_us, wrong (elements, with --check; else
  * -1), then setup_s (process start to the end of the first barrier, the
  * slowest rank's), rss_mib (the largest peak RSS) and fds (the most open
- * descriptors of any rank after set-up).
+ * descriptors of any rank after set-up), iters (timed iterations at that
+ * size: --iters_large above --large_bytes, as the lockstep benchmark).
  */
 #include <dirent.h>
 #include <mpi.h>
@@ -166,7 +168,8 @@ int main(int argc, char** argv) {
   double setup = started >= 0 ? BootSeconds() - started : -1;
   int fds = OpenDescriptors();
 
-  long min_bytes = 4096, max_bytes = 64L << 20, iters = 20, warmup = 5;
+  long min_bytes = 4096, max_bytes = 64L << 20, iters = 20, warmup = 5, step_factor = 2;
+  long large_bytes = 0, iters_large = 3, warmup_large = 1;
   int check = 0, want[kOps] = {0}, any = 0;
   for (int a = 1; a < argc; ++a) {
     long v;
@@ -174,6 +177,10 @@ int main(int argc, char** argv) {
     else if ((v = ParseLong(argv[a], "--max_bytes=")) >= 0) max_bytes = v;
     else if ((v = ParseLong(argv[a], "--iters=")) >= 0) iters = v;
     else if ((v = ParseLong(argv[a], "--warmup=")) >= 0) warmup = v;
+    else if ((v = ParseLong(argv[a], "--step_factor=")) >= 0) step_factor = v;
+    else if ((v = ParseLong(argv[a], "--large_bytes=")) >= 0) large_bytes = v;
+    else if ((v = ParseLong(argv[a], "--iters_large=")) >= 0) iters_large = v;
+    else if ((v = ParseLong(argv[a], "--warmup_large=")) >= 0) warmup_large = v;
     else if (strcmp(argv[a], "--check") == 0) check = 1;
     else if (strncmp(argv[a], "--ops=", 6) == 0) {
       char* list = strdup(argv[a] + 6);
@@ -191,8 +198,12 @@ int main(int argc, char** argv) {
     }
   }
   if (!any) for (int o = 0; o < kOps; ++o) want[o] = 1;
-  if (iters < 1 || min_bytes < 4 || max_bytes < min_bytes) {
-    if (rank == 0) fprintf(stderr, "mpi_collectives: need iters >= 1 and 4 <= min_bytes <= max_bytes\n");
+  if (iters < 1 || iters_large < 1 || step_factor < 2 || min_bytes < 4 || max_bytes < min_bytes) {
+    if (rank == 0) {
+      fprintf(stderr,
+              "mpi_collectives: need iters, iters_large >= 1, an integer step_factor >= 2 and "
+              "4 <= min_bytes <= max_bytes\n");
+    }
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
@@ -200,7 +211,7 @@ int main(int argc, char** argv) {
   const long most = max_bytes / (long)sizeof(float) + p;
   float* in = malloc(sizeof(float) * most);
   float* out = malloc(sizeof(float) * most);
-  double* times = malloc(sizeof(double) * iters);
+  double* times = malloc(sizeof(double) * (iters > iters_large ? iters : iters_large));
   if (in == NULL || out == NULL || times == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
   memset(in, 0, sizeof(float) * most);
   memset(out, 0, sizeof(float) * most);
@@ -213,9 +224,11 @@ int main(int argc, char** argv) {
   for (int o = 0; o < kOps; ++o) {
     if (!want[o]) continue;
     const enum Op op = (enum Op)o;
-    for (long bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+    for (long bytes = min_bytes; bytes <= max_bytes; bytes *= step_factor) {
       const long c = BlockCount(op, bytes, p);
       if (c < 1) continue;
+      const int large = large_bytes > 0 && bytes > large_bytes;
+      const long n_iters = large ? iters_large : iters, n_warmup = large ? warmup_large : warmup;
       const int wide_in = op == kReduceScatter || op == kScatter || op == kAllToAll;
       const long n_in = wide_in ? c * p : c;
       long wrong = -1;
@@ -224,17 +237,18 @@ int main(int argc, char** argv) {
         Run(op, in, out, c, p);
         wrong = CountWrong(op, in, out, c, p, rank);
       }
-      for (long i = 0; i < warmup; ++i) Run(op, in, out, c, p);
+      for (long i = 0; i < n_warmup; ++i) Run(op, in, out, c, p);
       MPI_Barrier(MPI_COMM_WORLD);
       double total = 0;
-      for (long i = 0; i < iters; ++i) {
+      for (long i = 0; i < n_iters; ++i) {
         const double t0 = MPI_Wtime();
         Run(op, in, out, c, p);
         times[i] = MPI_Wtime() - t0;
         total += times[i];
       }
-      qsort(times, (size_t)iters, sizeof(double), CompareDoubles);
-      double mine[3] = {total / (double)iters, Percentile(times, (int)iters, 50), Percentile(times, (int)iters, 95)};
+      qsort(times, (size_t)n_iters, sizeof(double), CompareDoubles);
+      double mine[3] = {total / (double)n_iters, Percentile(times, (int)n_iters, 50),
+                        Percentile(times, (int)n_iters, 95)};
       double slowest[3];
       long all_wrong = 0;
       struct rusage ru;
@@ -246,9 +260,9 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         printf("{\"impl\": \"openmpi\", \"op\": \"%s\", \"bytes\": %ld, \"p\": %d, \"time_us\": %.3f, "
                "\"p50_us\": %.3f, \"p95_us\": %.3f, \"wrong\": %ld, \"setup_s\": %.3f, \"rss_mib\": %.1f, "
-               "\"fds\": %d}\n",
+               "\"fds\": %d, \"iters\": %ld}\n",
                kNames[o], bytes, p, 1e6 * slowest[0], 1e6 * slowest[1], 1e6 * slowest[2],
-               check ? all_wrong : -1L, most_setup, most_rss_kib / 1024.0, most_fds);
+               check ? all_wrong : -1L, most_setup, most_rss_kib / 1024.0, most_fds, n_iters);
         fflush(stdout);
       }
     }

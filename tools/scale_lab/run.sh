@@ -17,7 +17,10 @@
 # Workloads:
 #   bench    //tools/bench:collectives for every op in --ops (default: all
 #            that both sides run), --check, sizes --min_bytes..--max_bytes
-#            (4K..64M); OpenMPI beside it with the same placement (a hostfile
+#            (4K..64M, x --step_factor=2), --iters=20 (--warmup=5) up to
+#            --large_bytes=1M and --iters_large=3 (--warmup_large=1) above it,
+#            as OSU's benchmarks do, so that 8 x 8 ranks sweep every op in
+#            minutes; OpenMPI beside it with the same placement (a hostfile
 #            of the hosts, an rsh agent that enters a namespace, btl tcp
 #            across and vader inside), and OpenMPI with its HAN hierarchical
 #            collectives as a second peer (--peers=openmpi,han; none: lockstep only);
@@ -46,6 +49,7 @@ repo=$(cd "$here/../.." && pwd)
 
 hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi,han"
 min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1 lockstep_flags=""
+step_factor=2 large_bytes=1M iters_large=3 warmup_large=1
 usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 for arg in "$@"; do
   case $arg in
@@ -61,6 +65,10 @@ for arg in "$@"; do
     --max_bytes=*) max_bytes=${arg#*=} ;;
     --iters=*) iters=${arg#*=} ;;
     --warmup=*) warmup=${arg#*=} ;;
+    --step_factor=*) step_factor=${arg#*=} ;;
+    --large_bytes=*) large_bytes=${arg#*=} ;;
+    --iters_large=*) iters_large=${arg#*=} ;;
+    --warmup_large=*) warmup_large=${arg#*=} ;;
     --timeout_s=*) timeout_s=${arg#*=} ;;
     --trainer_steps=*) trainer_steps=${arg#*=} ;;
     --no_check) check=0 ;;
@@ -254,6 +262,7 @@ json=$lab_rows
 # --lockstep_flags adds the benchmark's own flags (e.g. --transport=tcp).
 read -r -a extra_flags <<<"$lockstep_flags"
 bench_args=(--json --min_bytes="$min_bytes" --max_bytes="$max_bytes" --iters="$iters" --warmup="$warmup"
+  --step_factor="$step_factor" --large_bytes="$large_bytes" --iters_large="$iters_large" --warmup_large="$warmup_large"
   --timeout=$(( timeout_s > 60 ? timeout_s - 30 : timeout_s )) "${spin_off[@]}" "${extra_flags[@]}")
 (( check )) && bench_args+=(--check)
 to_bytes() { numfmt --from=iec "$1"; }
@@ -273,7 +282,8 @@ case $workload in
         case $impl in openmpi) ;; han) impl=openmpi_han ;; *) echo "run.sh: no peer $impl" >&2; status=1; continue ;; esac
         echo "run.sh: $impl ($ops) ..." >&2
         mpi_args=(--ops="$ops" --min_bytes="$(to_bytes "$min_bytes")" --max_bytes="$(to_bytes "$max_bytes")"
-          --iters="$iters" --warmup="$warmup")
+          --iters="$iters" --warmup="$warmup" --step_factor="$step_factor" --large_bytes="$(to_bytes "$large_bytes")"
+          --iters_large="$iters_large" --warmup_large="$warmup_large")
         (( check )) && mpi_args+=(--check)
         if run_mpi "$tmp/mpi_$impl" "$impl" "${mpi_args[@]}"; then
           emit "$tmp/mpi_$impl" "$impl" "$(load)" >/dev/null
