@@ -12,8 +12,8 @@ TEST(TransferTime, AlphaBetaWithoutAWindow) {
 }
 
 TEST(TransferTime, EachWindowBeyondTheFirstWaitsARoundTripLessItsTransfer) {
-  LinkCost link{100, 0.01, 1000};  // RTT 200; a window transfers in 10
-  EXPECT_DOUBLE_EQ(TransferTime(link, 1000), 100 + 10);              // one window: no wait
+  LinkCost link{100, 0.01, 1000};                                     // RTT 200; a window transfers in 10
+  EXPECT_DOUBLE_EQ(TransferTime(link, 1000), 100 + 10);               // one window: no wait
   EXPECT_DOUBLE_EQ(TransferTime(link, 1001), 100 + 10.01 + 190);      // two windows
   EXPECT_DOUBLE_EQ(TransferTime(link, 4000), 100 + 40 + 3 * 190);     // four
   EXPECT_DOUBLE_EQ(TransferTime(link, 4000, 2), 100 + 80 + 3 * 180);  // two flows: a window takes 20

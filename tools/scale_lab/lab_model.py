@@ -25,7 +25,8 @@ the machine's cores). c is the least-squares slope of (measured - model
 without c) against rounds x factor.
 
 compare: each measured row beside the model: today's algorithm's time with
-the lab's links (alpha = the calibrated through-the-forwarder alpha + D) and
+the lab's links (alpha = the calibrated through-the-forwarder alpha + D + the
+run's median forwarder lateness, which the link really added) and
 the CPU term; the link term is the model without the CPU term. A point
 counts for validation when link >= 5 x CPU (`validate.sh`).
 
@@ -140,11 +141,13 @@ def cmd_compare(a):
   for r in read_rows(a.rows):
     if r.get("impl") != "lockstep":
       continue
-    key = (r["p"], r["hosts"], r["ranks_per_host"], r["delay_us"], r["op"])
+    key = (r["p"], r["hosts"], r["ranks_per_host"], r["delay_us"], r["op"], r.get("lateness_p50_us", 0.0))
     groups.setdefault(key, []).append(r)
-  for (p, hosts, rph, delay, op), rows in sorted(groups.items()):
+  for (p, hosts, rph, delay, op, late), rows in sorted(groups.items()):
     sizes = sorted({r["bytes"] for r in rows})
-    hop = a.hop_us + delay
+    # The link's one-way time: the calibrated forwarder path, D, and how late
+    # the forwarder let packets go in this run (its median lateness).
+    hop = a.hop_us + delay + late
     model = simulate(a.model, a.calibration, p, rph, rph, op, sizes, hop_us=hop, cpu=0)
     for r in rows:
       m = model[r["bytes"]]
@@ -156,7 +159,8 @@ def cmd_compare(a):
                         "delay_us": delay, "algorithm": m["today"], "rounds": rounds, "measured_us": r["time_us"],
                         "predicted_us": round(predicted, 1), "link_us": round(link, 1), "cpu_us": round(cpu, 1),
                         "link_dominates": link >= 5 * cpu, "ratio": round(r["time_us"] / predicted, 3),
-                        "valid_links": r.get("valid", True), "load": r.get("load")}, sort_keys=True))
+                        "valid_links": r.get("valid", True), "load": r.get("load"), "lateness_p50_us": late},
+                       sort_keys=True))
 
 
 def cmd_plot(a):

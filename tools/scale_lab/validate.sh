@@ -29,7 +29,7 @@
 # Writes DIR (default docs/scaling): calibration.json, calibration_real_host.json
 # (the same with shm and tcp_local refit with lockstep's default spinning and
 # binding, as on a host with a core per rank: what predictions use),
-# lab_rows.jsonl (every lab row), validation.jsonl (each point beside the
+# lab_rows.jsonl (every lab row), validation.jsonl and validation.md (each point beside the
 # model) and validation.png (tools/scale_lab/lab_model.py plot; gnuplot-nox).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,7 +75,7 @@ if [[ -z "$calibration" ]]; then
   "$model" fit --link=gamma --points="$tmp/gamma.jsonl" --out="$calibration" \
     --notes="calibrated by tools/scale_lab/validate.sh on $(date -u +%F), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   gamma=$(/usr/bin/python3 -c "import json; print(json.load(open('$calibration'))['gamma_us_per_byte'])")
-  small=(--min_bytes=4K --max_bytes=4M --iters=200 --warmup=20 --large_bytes=0 --ops=all_reduce)
+  small=(--min_bytes=4K --max_bytes=4M --step_factor=2 --iters=200 --warmup=20 --large_bytes=0 --ops=all_reduce)
   run cal_shm --hosts=1 --ranks_per_host=2 --link_delay_us=0 "${small[@]}"
   run cal_tcp_local --hosts=1 --ranks_per_host=2 --link_delay_us=0 "${small[@]}" --lockstep_flags=--transport=tcp
   run cal_tcp_remote --hosts=2 --ranks_per_host=1 --link_delay_us=0 "${small[@]}"
@@ -138,16 +138,20 @@ lab compare --rows="$tmp/val_rows.jsonl" --model="$model" --calibration="$calibr
   --hop_us="$alpha0" >"$out/validation.jsonl"
 lab plot --compare="$out/validation.jsonl" --out="$out/validation.png"
 rm -f "$out/validation.png.dat" "$calibration".cpu*.json
-/usr/bin/python3 - "$out/validation.jsonl" <<'PY'
+/usr/bin/python3 - "$out/validation.jsonl" <<'PY' | tee "$out/validation.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 kept = [r for r in rows if r["link_dominates"]]
 inside = [r for r in kept if 0.7 <= r["ratio"] <= 1.3]
-print("| op | bytes | p | hosts x ranks | D (us) | algorithm | measured (us) | predicted (us) | link (us) | CPU (us) | measured/predicted |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("# The scale lab's validation points\n")
+print("Written by `tools/scale_lab/validate.sh` (see [SCALING.md](../SCALING.md)): each lab point beside the")
+print("calibrated model; D is the links' delay, late the forwarder's median lateness in that run.\n")
+print("| op | bytes | p | hosts x ranks | D (us) | late (us) | algorithm | measured (us) | predicted (us) | link (us) | CPU (us) | measured/predicted |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
   flag = "" if r["link_dominates"] else " (CPU term too large: not counted)"
-  print(f"| {r['op']} | {r['bytes']} | {r['p']} | {r['hosts']}x{r['ranks_per_host']} | {r['delay_us']} | {r['algorithm']} "
+  print(f"| {r['op']} | {r['bytes']} | {r['p']} | {r['hosts']}x{r['ranks_per_host']} | {r['delay_us']} "
+        f"| {r['lateness_p50_us']:.0f} | {r['algorithm']} "
         f"| {r['measured_us']:.0f} | {r['predicted_us']:.0f} | {r['link_us']:.0f} | {r['cpu_us']:.0f} | {r['ratio']:.2f}{flag} |")
 print(f"\n{len(inside)} of {len(kept)} points where the link term is >= 5 x the CPU term are within +-30 %"
       f" ({len(rows) - len(kept)} points not counted)")
