@@ -196,6 +196,10 @@ plot x title "measured = predicted" lc rgb "black", \\
 
 
 def fmt_us(us):
+  if us >= 86400e6:
+    return "%.1f days" % (us / 86400e6)
+  if us >= 3600e6:
+    return "%.1f h" % (us / 3600e6)
   if us >= 1e6:
     return "%.2f s" % (us / 1e6)
   if us >= 1e3:
@@ -227,7 +231,7 @@ def cmd_predict(a):
   # ResNet-18's 43 MiB of f32 gradients in DDP's buckets: the first 1 MiB,
   # then 25 MiB caps (PyTorch's rule): 1 + 25 + 17 MiB.
   buckets = [1 << 20, 25 << 20, 17 << 20]
-  print("| ranks | hop | op | bytes | lockstep today | lockstep, best algorithm | plain ring | NCCL ring | NCCL tree |")
+  print("| ranks | hop | op | bytes | lockstep today | the model's best | plain ring | NCCL ring | NCCL tree |")
   print("|---|---|---|---|---|---|---|---|---|")
   for p in a.p:
     for hop in a.hop_us:
