@@ -1,7 +1,7 @@
 // libFuzzer entry point for the safetensors parser. With clang (one line):
-//   clang++ -std=c++17 -fsanitize=fuzzer,address -I. nn/safetensors_fuzz_target.cc
+//   clang++ -std=c++17 -fsanitize=fuzzer,address -I. nn/checkpoint/safetensors_fuzz_target.cc
 //     nn/checkpoint/safetensors.cc core/atomic_file.cc core/tensor.cc core/storage.cc core/dtype.cc
-//     core/device.cc core/cuda_runtime_none.cc -labsl_status -labsl_statusor -labsl_strings
+//     core/device.cc core/cuda/cuda_runtime_none.cc -labsl_status -labsl_statusor -labsl_strings
 //     -labsl_str_format_internal -labsl_int128 -o /tmp/safetensors_fuzz
 //   /tmp/safetensors_fuzz -max_total_time=60
 // Under gcc, safetensors_fuzz_test drives it with seeded mutations in CI.

@@ -58,7 +58,7 @@ absl::Status FromCuda(cudaError_t err, const char* operation, int device) {
   } while (0)
 
 // One cuDNN handle per device and thread (as the cuBLAS handles of
-// nn/cuda_math_cuda.cc), made at first use, destroyed when the thread exits.
+// nn/kernels/cuda_math_cuda.cc), made at first use, destroyed when the thread exits.
 class ThreadHandles {
  public:
   ~ThreadHandles() {

@@ -1,4 +1,4 @@
-// nn/kernels/cuda_math.h with cuBLAS and nn/nn_cuda_kernels.cu.
+// nn/kernels/cuda_math.h with cuBLAS and nn/kernels/nn_cuda_kernels.cu.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
