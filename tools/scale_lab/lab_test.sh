@@ -51,7 +51,7 @@ trap cleanup EXIT
 
 echo "=== 4 hosts x 4 ranks, 200 us links: every op, lockstep and OpenMPI, --check, fewer iterations above 16K"
 LAB_TAG="lt$$a" timeout -k 10 600 bash "$run" --hosts=4 --ranks_per_host=4 --link_delay_us=200 \
-  --workload=bench --min_bytes=4K --max_bytes=64K --iters=3 --warmup=1 --large_bytes=16K --iters_large=2 \
+  --workload=bench --min_bytes=4K --max_bytes=64K --step_factor=2 --iters=3 --warmup=1 --large_bytes=16K --iters_large=2 \
   --peers=openmpi --timeout_s=240 \
   --json="$tmp/out.jsonl" >"$tmp/run.out" 2>"$tmp/run.err"
 rc=$?
