@@ -223,17 +223,8 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
     LOCKSTEP_ASSIGN_OR_RETURN(wrong, CountWrong(comm, op, buffers, options.args, count));
   }
   if (comm.rank() == 0) {
-    Row row{op.name,
-            options.dtype,
-            n,
-            transport,
-            op.bytes(count, element, n),
-            count,
-            0,
-            0,
-            wrong,
-            slowest,
-            std::max(1, options.iters)};
+    Row row{op.name, options.dtype, n, transport, op.bytes(count, element, n), count, 0, 0, wrong, slowest};
+    row.iters = std::max(1, options.iters);
     row.algbw = static_cast<double>(row.bytes) / slowest[kMean] / 1e9;
     row.busbw = row.algbw * op.bus_factor(n);
     if (options.json)
