@@ -24,6 +24,7 @@
 #ifndef LOCKSTEP_TOOLS_BENCH_COLLECTIVE_DESCRIPTOR_H_
 #define LOCKSTEP_TOOLS_BENCH_COLLECTIVE_DESCRIPTOR_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -110,6 +111,20 @@ double UnitBusFactor(int n);       // 1
 double InputValue(int rank, int64_t i);
 // Element i of the reduction of every rank's input by `op`.
 double ReducedValue(ReduceOp op, int n, int64_t i);
+// InputValue repeats every kInputPeriod elements, and so does ReducedValue.
+inline constexpr int kInputPeriod = 7;
+// ReducedValue(op, n, i) for every i, from one period computed once: a check
+// of 64 MiB over 64 ranks costs a lookup per element, not 63 operations.
+class ReducedValues {
+ public:
+  ReducedValues(ReduceOp op, int n) {
+    for (int k = 0; k < kInputPeriod; ++k) period_[k] = ReducedValue(op, n, k);
+  }
+  double operator()(int64_t i) const { return period_[i % kInputPeriod]; }
+
+ private:
+  std::array<double, kInputPeriod> period_;
+};
 // Element i of `t` (on the host) as a double.
 double ValueAt(const Tensor& t, int64_t i);
 

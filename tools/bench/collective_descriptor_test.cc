@@ -118,6 +118,18 @@ TEST(CollectiveDescriptorTest, KnownValues) {
   EXPECT_EQ(ReducedValue(ReduceOp::kProd, 3, 3), 2 * 3 * 4);
 }
 
+// The checks' table of one period gives ReducedValue itself at every index.
+TEST(CollectiveDescriptorTest, ReducedValuesRepeatReducedValue) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (int n : {1, 2, 7, 64}) {
+      const ReducedValues table(op, n);
+      for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{6}, int64_t{7}, int64_t{13}, int64_t{1} << 33}) {
+        EXPECT_EQ(table(i), ReducedValue(op, n, i)) << ReduceOpName(op) << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(CollectiveDescriptorTest, CheckCountsWrongElements) {
   absl::StatusOr<Tensor> t = Tensor::Zeros({8}, DType::kF32);
   ASSERT_TRUE(t.ok());

@@ -59,6 +59,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "collectives/bootstrap/backend_choice.h"
 #include "collectives/bootstrap/communicator_factory.h"
 #include "collectives/bootstrap/local_launch.h"
@@ -79,7 +81,8 @@
 
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, all_gather_v, reduce_scatter, broadcast, reduce, gather, scatter, all_to_all, "
-          "or send_recv (rank 0 sends to rank 1, the other ranks idle: one direction's stream)");
+          "or send_recv (rank 0 sends to rank 1, the other ranks idle: one direction's stream); a comma-separated "
+          "list sweeps each in turn on one group");
 ABSL_FLAG(std::string, dtype, "f32", "element type: f32, f64, f16, bf16, i32, i64, u8, i8, bool");
 ABSL_FLAG(std::string, reduce_op, "sum", "sum, avg, prod, min or max");
 ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (K, M, G suffixes: powers of 1024)");
@@ -322,21 +325,48 @@ std::string CopyPath(std::shared_ptr<Store> store, const RankEnvironment& env, c
   return probe.ok() ? (*probe)->CopyPath() : probe.status().ToString();
 }
 
+// --op's collectives, in order: one name, or several separated by commas.
+absl::StatusOr<std::vector<const CollectiveDescriptor*>> OpsFromFlag() {
+  const std::string flag = absl::GetFlag(FLAGS_op);
+  std::vector<const CollectiveDescriptor*> ops;
+  for (absl::string_view name : absl::StrSplit(flag, ',')) {
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--op=", flag, ": an empty name; give one op, or several separated by single commas"));
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(const CollectiveDescriptor* op, bench::FindCollective(std::string(name)));
+    ops.push_back(op);
+  }
+  return ops;
+}
+
 absl::Status RunRank(const RankEnvironment& env) {
-  LOCKSTEP_ASSIGN_OR_RETURN(const CollectiveDescriptor* op, bench::FindCollective(absl::GetFlag(FLAGS_op)));
-  LOCKSTEP_ASSIGN_OR_RETURN(SweepOptions sweep, SweepOptionsFromFlags(*op, env.world_size));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<const CollectiveDescriptor*> ops, OpsFromFlag());
+  std::vector<SweepOptions> sweeps;
+  for (const CollectiveDescriptor* op : ops) {
+    LOCKSTEP_ASSIGN_OR_RETURN(SweepOptions sweep, SweepOptionsFromFlags(*op, env.world_size));
+    sweeps.push_back(sweep);
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(TcpStoreOptions store_options, StoreOptions(env));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> tcp_store, TcpStore::Create(store_options));
   LOCKSTEP_ASSIGN_OR_RETURN(CommunicatorFactoryOptions options, FactoryOptions(env, store_options));
   std::shared_ptr<Store> store(std::move(tcp_store));
   const int gpus = cuda::DeviceCount();
-  LOCKSTEP_ASSIGN_OR_RETURN(sweep.device, DeviceFromFlag(env, gpus));
-  LOCKSTEP_ASSIGN_OR_RETURN(Group group, Connect(env, store, options, store_options, sweep.device, gpus));
+  LOCKSTEP_ASSIGN_OR_RETURN(const Device device, DeviceFromFlag(env, gpus));
+  LOCKSTEP_ASSIGN_OR_RETURN(Group group, Connect(env, store, options, store_options, device, gpus));
   if (group.backend != BackendKind::kNccl) {
     group.info.copy_path = CopyPath(store, env, options.shm, group.info.transport);
   }
-  if (env.rank == 0 && !sweep.json) bench::PrintHeader(*op, sweep, group.info);
-  return bench::RunSweep(*group.comm, *op, sweep, group.info.transport);
+  LOCKSTEP_ASSIGN_OR_RETURN(const double setup_s, bench::MeasureSetup(*group.comm));
+  for (size_t k = 0; k < ops.size(); ++k) {
+    sweeps[k].device = device;
+    if (env.rank == 0 && !sweeps[k].json) {
+      if (k > 0) std::printf("\n");
+      bench::PrintHeader(*ops[k], sweeps[k], group.info);
+    }
+    LOCKSTEP_RETURN_IF_ERROR(bench::RunSweep(*group.comm, *ops[k], sweeps[k], group.info.transport, setup_s));
+  }
+  return absl::OkStatus();
 }
 
 // --nproc: this binary again as the ranks, under a store this process holds

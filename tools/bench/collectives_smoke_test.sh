@@ -44,6 +44,22 @@ json=$("$bin" --op=all_reduce --nproc=2 --min_bytes=4K --max_bytes=16K --large_b
   --warmup_large=0 --json)
 iters=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(str(json.loads(l)["iters"]) for l in sys.stdin if l.startswith("{")))' <<<"$json")
 [[ $iters == "5 5 2" ]] || { echo "iterations per size: $iters, expected 5 5 2: $json"; exit 1; }
+# A list of ops sweeps each in turn on one group: every op's rows, in order,
+# checked, all with the one set-up the group had.
+json=$("$bin" --op=all_reduce,all_to_all,broadcast --nproc=3 --min_bytes=3K --max_bytes=12K --step_factor=4 --iters=2 \
+  --warmup=1 --check --json)
+/usr/bin/python3 - "$json" <<'PY' || { echo "bad rows for a list of ops: $json"; exit 1; }
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert [(r["op"], r["bytes"]) for r in rows] == [(op, b) for op in ("all_reduce", "all_to_all", "broadcast")
+                                                 for b in (3072, 12288)], rows
+assert all(r["wrong"] == 0 for r in rows), rows
+assert len({r["setup_s"] for r in rows}) == 1, rows
+PY
+out=$("$bin" --op=all_reduce,broadcast --nproc=2 --min_bytes=4K --max_bytes=4K --iters=1 --warmup=0)
+[[ $(grep -c '^# lockstep collectives benchmark: op ' <<<"$out") -eq 2 ]] || { echo "a header per op expected: $out"; exit 1; }
+if err=$("$bin" --op=all_reduce,,broadcast --nproc=2 2>&1); then echo "an empty op name accepted"; exit 1; fi
+grep -q "an empty name" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --iters_large=0 --large_bytes=8K --nproc=2 2>&1); then echo "--iters_large=0 accepted"; exit 1; fi
 grep -q "iters_large=0" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 if err=$("$bin" --op=all_reduce_x --nproc=2 2>&1); then echo "bad --op accepted"; exit 1; fi

@@ -239,12 +239,13 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
 
 }  // namespace
 
-absl::Status RunSweep(Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options,
-                      const std::string& transport) {
-  // Set-up: process start to the end of the first collective (JSON setup_s,
-  // the slowest rank's).
+absl::StatusOr<double> MeasureSetup(Communicator& comm) {
   LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
-  const double setup_s = ProcessAgeSeconds();
+  return ProcessAgeSeconds();
+}
+
+absl::Status RunSweep(Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options,
+                      const std::string& transport, double setup_s) {
   const double step = options.step_factor, last = static_cast<double>(options.max_bytes) * 1.0000001;
   SweepOptions large = options;
   large.iters = options.iters_large;

@@ -4,8 +4,9 @@
 // (tools/bench/collective_descriptor.h) describes. collectives_main.cc
 // parses the flags, builds the communicator and calls it:
 //
+//   LOCKSTEP_ASSIGN_OR_RETURN(double setup_s, MeasureSetup(*comm));
 //   PrintHeader(*op, options, info);   // rank 0, table mode
-//   LOCKSTEP_RETURN_IF_ERROR(RunSweep(*comm, *op, options, info.transport));
+//   LOCKSTEP_RETURN_IF_ERROR(RunSweep(*comm, *op, options, info.transport, setup_s));
 //
 // Per size, each rank times every iteration with one steady_clock read
 // (iteration i ends where i + 1 starts, so the iterations add up to the
@@ -62,10 +63,17 @@ struct RunInfo {
 // The table's header lines (for rank 0 when not --json).
 void PrintHeader(const CollectiveDescriptor& op, const SweepOptions& options, const RunInfo& info);
 
+// Set-up: process start to the end of the group's first collective (a
+// barrier), in seconds: each row's setup_s shows the slowest rank's. Once per
+// process, before the first sweep.
+absl::StatusOr<double> MeasureSetup(Communicator& comm);
+
 // Runs every size from min_bytes to max_bytes (x step_factor) on this rank;
 // rank 0 prints a row per size. An error when --check finds wrong elements.
+// One group runs as many sweeps as it likes, one op after another (the lab
+// sweeps 8 ops over 64 ranks in one launch, not 8).
 absl::Status RunSweep(Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options,
-                      const std::string& transport);
+                      const std::string& transport, double setup_s);
 
 // The nearest-rank percentile (the smallest value with at least p% of the
 // values at or below it): always one of the measured times, never an

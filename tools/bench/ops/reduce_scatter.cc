@@ -11,8 +11,8 @@ std::shared_ptr<Work> LaunchReduceScatter(Communicator& comm, const Buffers& b, 
 }
 
 int64_t CheckReduceScatter(const CheckInput& in) {
-  return CountWrongIn(in.host.output, 0, in.count,
-                      [&](int64_t i) { return ReducedValue(in.args.reduce_op, in.n, in.rank * in.count + i); });
+  const ReducedValues reduced(in.args.reduce_op, in.n);
+  return CountWrongIn(in.host.output, 0, in.count, [&](int64_t i) { return reduced(in.rank * in.count + i); });
 }
 
 }  // namespace
