@@ -81,6 +81,8 @@ for arg in "$@"; do
 done
 
 die() { echo "run.sh: $*" >&2; exit 2; }
+# Progress on stderr, with the seconds since the start: where a run's time goes.
+say() { echo "run.sh: [${SECONDS} s] $*" >&2; }
 int_in() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= $2 && $1 <= $3 )); }
 int_in "$hosts" 1 16 || die "--hosts=$hosts: must be 1..16"
 int_in "$ranks_per_host" 1 16 || die "--ranks_per_host=$ranks_per_host: must be 1..16"
@@ -121,7 +123,7 @@ trap 'exit 130' INT TERM
 
 # --- binaries ------------------------------------------------------------------
 if [[ -z "${LAB_BENCH:-}" || -z "${LAB_DELAY_LINK:-}" || -z "${LAB_TRAINER:-}" ]]; then
-  echo "run.sh: building (bazel build -c opt) ..." >&2
+  say "building (bazel build -c opt) ..."
   (cd "$repo" && bazel build -c opt //tools/bench:collectives //tools/scale_lab:delay_link //trainers:ddp_trainer \
     >"$tmp/build.log" 2>&1) || { tail -20 "$tmp/build.log" >&2; die "the build failed"; }
   bin=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
@@ -141,6 +143,7 @@ if [[ "$workload" != trainer && "$peers" != none ]]; then
 fi
 
 # --- the cluster ---------------------------------------------------------------
+say "the cluster: $hosts hosts x $ranks_per_host ranks, links of $delay_us us ..."
 for (( h = 0; h < hosts; h++ )); do
   ns="${tag}h$h"
   ip netns add "$ns" || die "ip netns add $ns failed"
@@ -271,18 +274,17 @@ to_bytes() { numfmt --from=iec "$1"; }
 
 case $workload in
   bench)
-    for op in ${ops//,/ }; do
-      echo "run.sh: lockstep $op on $hosts x $ranks_per_host (delay $delay_us us) ..." >&2
-      if run_lockstep "$tmp/ls_$op" "$tmp/collectives" --op="$op" "${bench_args[@]}"; then
-        emit "$tmp/ls_$op" lockstep "$(load)" >/dev/null
-      else
-        status=1
-      fi
-    done
+    # One launch sweeps every op on one group, as the peers' one mpirun does.
+    say "lockstep ($ops) on $hosts x $ranks_per_host (delay $delay_us us) ..."
+    if run_lockstep "$tmp/ls_bench" "$tmp/collectives" --op="$ops" "${bench_args[@]}"; then
+      emit "$tmp/ls_bench" lockstep "$(load)" >/dev/null
+    else
+      status=1
+    fi
     if (( want_mpi )); then
       for impl in ${peers//,/ }; do
         case $impl in openmpi) ;; han) impl=openmpi_han ;; *) echo "run.sh: no peer $impl" >&2; status=1; continue ;; esac
-        echo "run.sh: $impl ($ops) ..." >&2
+        say "$impl ($ops) ..."
         mpi_args=(--ops="$ops" --min_bytes="$(to_bytes "$min_bytes")" --max_bytes="$(to_bytes "$max_bytes")"
           --iters="$iters" --warmup="$warmup" --step_factor="$step_factor" --large_bytes="$(to_bytes "$large_bytes")"
           --iters_large="$iters_large" --warmup_large="$warmup_large")
@@ -296,7 +298,7 @@ case $workload in
     fi
     ;;
   setup)
-    echo "run.sh: lockstep set-up on $hosts x $ranks_per_host ..." >&2
+    say "lockstep set-up on $hosts x $ranks_per_host ..."
     if run_lockstep "$tmp/ls_setup" "$tmp/collectives" --op=all_reduce --min_bytes=4 --max_bytes=4 --iters=1 \
         --warmup=0 --json "${spin_off[@]}" "${extra_flags[@]}"; then
       emit "$tmp/ls_setup" lockstep "$(load)" >/dev/null
@@ -312,7 +314,7 @@ case $workload in
     fi
     ;;
   trainer)
-    echo "run.sh: the DDP trainer on $hosts x $ranks_per_host ..." >&2
+    say "the DDP trainer on $hosts x $ranks_per_host ..."
     if run_lockstep "$tmp/trainer" "$tmp/ddp_trainer" --dataset=synthetic --synthetic_train_size=$(( 64 * p * trainer_steps )) \
         --synthetic_test_size=$(( 64 * p )) --epochs=1 --max_steps="$trainer_steps" --num_workers=0 \
         --metrics="$tmp/trainer_metrics.jsonl"; then
@@ -334,6 +336,7 @@ PY
 esac
 
 # --- the links' own account, the table ----------------------------------------
+say "$workload done; tearing the lab down"
 valid=true lateness="" lateness_p50=""
 if (( hosts > 1 )); then
   kill -TERM "$link_pid" 2>/dev/null
