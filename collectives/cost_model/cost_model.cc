@@ -75,6 +75,7 @@ absl::Status ValidateCostModel(const CostModel& model) {
   }
   for (const auto& [field, value] : {std::pair<absl::string_view, double>{"gamma_us_per_byte", model.gamma_us_per_byte},
                                      {"cpu_us_per_round", model.cpu_us_per_round},
+                                     {"fabric_us_per_byte", model.fabric_us_per_byte},
                                      {"setup.constant_us", model.setup.constant_us},
                                      {"setup.store_us_per_request", model.setup.store_us_per_request},
                                      {"setup.handshake_us", model.setup.handshake_us}}) {

@@ -88,6 +88,14 @@ struct CostModel {
   std::array<LinkCost, kNumLinkKinds> links{};
   double gamma_us_per_byte = 0;  // γ
   double cpu_us_per_round = 0;   // c
+  // φ: each byte that crosses between hosts, summed over every host sending
+  // in a round, when the hosts' links share one capacity: an oversubscribed
+  // switch, or the scale lab, whose links are one forwarder thread on the
+  // machine's cores (there one flow alone gets what all get together, so
+  // φ ≈ β_remote). A round across hosts then takes at least
+  //   α_remote + φ · (the bytes all its sending hosts put on the network).
+  // 0: a full-bisection network, each host's link its own.
+  double fabric_us_per_byte = 0;
   SetupCost setup;
 
   LinkCost& link(LinkKind kind) { return links[static_cast<int>(kind)]; }

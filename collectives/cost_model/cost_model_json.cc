@@ -68,6 +68,7 @@ std::string CostModelToJson(const CostModel& model, absl::string_view notes) {
   j["links"] = std::move(links);
   j["gamma_us_per_byte"] = model.gamma_us_per_byte;
   j["cpu_us_per_round"] = model.cpu_us_per_round;
+  if (model.fabric_us_per_byte > 0) j["fabric_us_per_byte"] = model.fabric_us_per_byte;
   nlohmann::ordered_json setup = nlohmann::ordered_json::object();
   setup["constant_us"] = model.setup.constant_us;
   setup["store_us_per_request"] = model.setup.store_us_per_request;
@@ -81,7 +82,7 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
   const Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("the text is not valid JSON");
   if (!j.is_object()) return Bad("expected an object at the top");
-  absl::Status s = OnlyKnown(j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "setup", "notes"});
+  absl::Status s = OnlyKnown(j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "fabric_us_per_byte", "setup", "notes"});
   if (!s.ok()) return s;
   auto version = j.find("version");
   if (version == j.end()) return Bad("missing field version");
@@ -118,6 +119,11 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
   absl::StatusOr<double> cpu = Number(j, "", "cpu_us_per_round");
   if (!cpu.ok()) return cpu.status();
   model.cpu_us_per_round = *cpu;
+  if (j.contains("fabric_us_per_byte")) {  // optional: absent, a full-bisection network
+    absl::StatusOr<double> fabric = Number(j, "", "fabric_us_per_byte");
+    if (!fabric.ok()) return fabric.status();
+    model.fabric_us_per_byte = *fabric;
+  }
   absl::StatusOr<const Json*> setup = Object(j, "", "setup");
   if (!setup.ok()) return setup.status();
   s = OnlyKnown(**setup, "setup.", {"constant_us", "store_us_per_request", "handshake_us"});

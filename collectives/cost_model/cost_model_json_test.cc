@@ -18,6 +18,7 @@ CostModel Awkward() {
   model.link(LinkKind::kTcpRemote).window_bytes = 12345;
   model.gamma_us_per_byte = 3.0e-5 / 7;
   model.cpu_us_per_round = 37.714285714285715;
+  model.fabric_us_per_byte = 1.0 / 1150;
   model.setup = SetupCost{1e6 / 3, 0, 99.5};
   return model;
 }
@@ -30,6 +31,7 @@ void ExpectSame(const CostModel& a, const CostModel& b) {
   }
   EXPECT_EQ(a.gamma_us_per_byte, b.gamma_us_per_byte);
   EXPECT_EQ(a.cpu_us_per_round, b.cpu_us_per_round);
+  EXPECT_EQ(a.fabric_us_per_byte, b.fabric_us_per_byte);
   EXPECT_EQ(a.setup.constant_us, b.setup.constant_us);
   EXPECT_EQ(a.setup.store_us_per_request, b.setup.store_us_per_request);
   EXPECT_EQ(a.setup.handshake_us, b.setup.handshake_us);
@@ -69,6 +71,18 @@ TEST(CostModelJson, WindowIsOptionalAndChecked) {
   EXPECT_EQ(back->link(LinkKind::kTcpRemote).window_bytes, 0);
   text.replace(at, field.size(), ",\n      \"window_bytes\": -1");
   EXPECT_NE(ErrorOf(text).find("links.tcp_remote.window_bytes"), std::string::npos) << ErrorOf(text);
+}
+
+TEST(CostModelJson, FabricIsOptionalAndChecked) {
+  // No field: a full-bisection network (0), and 0 is written as no field.
+  EXPECT_EQ(CostModelToJson(DefaultCostModel()).find("fabric_us_per_byte"), std::string::npos);
+  std::string text = CostModelToJson(Awkward());
+  const std::string field = "\"fabric_us_per_byte\": ";
+  const size_t at = text.find(field);
+  ASSERT_NE(at, std::string::npos) << text;
+  const size_t end = text.find(',', at);
+  text.replace(at, end - at, field + "-0.5");
+  EXPECT_NE(ErrorOf(text).find("fabric_us_per_byte"), std::string::npos) << ErrorOf(text);
 }
 
 TEST(CostModelJson, ErrorsNameTheField) {

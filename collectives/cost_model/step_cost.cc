@@ -24,6 +24,7 @@ Level FlatLevel(const Topology& topology, const CostModel& model, FlatTransport 
   level.remote = model.link(LinkKind::kTcpRemote);
   level.gamma_us_per_byte = model.gamma_us_per_byte;
   level.cpu_us_per_round = CpuPerRound(model.cpu_us_per_round, topology.ranks_per_host, topology.cores_per_host);
+  level.fabric_us_per_byte = model.fabric_us_per_byte;
   return level;
 }
 
@@ -46,6 +47,7 @@ Level LeaderLevel(const Topology& topology, const CostModel& model) {
   level.local = level.remote;  // Never used: one rank per host.
   level.gamma_us_per_byte = model.gamma_us_per_byte;
   level.cpu_us_per_round = 0;
+  level.fabric_us_per_byte = model.fabric_us_per_byte;
   return level;
 }
 
@@ -54,10 +56,15 @@ namespace {
 // The round's transfer across hosts: remote_flows flows share the host
 // link, each moving round.bytes, or host_remote_bytes / remote_flows when
 // that is given (TransferTime: bandwidth and window stalls).
+// With a shared fabric, what every sending host puts on the network together
+// takes at least φ per byte.
 double RemoteTime(const Level& level, const Round& round) {
   const double flows = static_cast<double>(round.remote_flows);
   const double per_flow = round.host_remote_bytes > 0 ? round.host_remote_bytes / flows : round.bytes;
-  return TransferTime(level.remote, per_flow, flows);
+  const double link = TransferTime(level.remote, per_flow, flows);
+  if (level.fabric_us_per_byte <= 0) return link;
+  const double senders = static_cast<double>(round.sending_hosts >= 0 ? round.sending_hosts : level.hosts());
+  return std::max(link, level.remote.alpha_us + level.fabric_us_per_byte * per_flow * flows * senders);
 }
 
 }  // namespace
@@ -125,10 +132,14 @@ Round BinomialRound(const Level& level, int64_t distance, double bytes, double r
   const int64_t p = level.p, L = level.ranks_per_host;
   if (level.hosts() <= 1) return round;
   if (distance >= L) {
+    // Virtual ranks v < min(distance, p − distance) send, host by host.
+    const int64_t senders = std::min(distance, p - distance);
     round.remote_flows = std::min({L, distance, p - distance});
+    round.sending_hosts = (senders + L - 1) / L;
     round.local = false;
   } else {
     round.remote_flows = std::max<int64_t>(0, std::min(2 * distance, p) - L);
+    round.sending_hosts = 1;  // only host 0's ranks reach past it
   }
   return round;
 }

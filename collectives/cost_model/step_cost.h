@@ -16,7 +16,8 @@
 // What a round costs. In one round each rank sends (and receives) at most
 // `bytes`; the round ends when its slowest transfer does:
 //   RoundTime = max(α_local + β_local·bytes            if some pair shares a host,
-//                   α_remote + β_remote·bytes·flows     if some pair crosses hosts)
+//                   α_remote + β_remote·bytes·flows,    if some pair crosses hosts,
+//                   α_remote + φ·bytes·flows·senders    the same, on a shared fabric)
 //             + γ·reduce_bytes + cpu
 // (each link term TransferTime's, which adds TCP window stalls when a
 // message exceeds the link's window_bytes: collectives/cost_model/cost_model.h)
@@ -24,7 +25,9 @@
 // round: they share the host's one link to the network (the lab gives each
 // host one TUN link; a real host one NIC), so its bytes add up while the
 // latencies overlap. Inside a host every pair is assumed to have its own
-// bandwidth (memory copies, loopback). `cpu` is Level::cpu_us_per_round,
+// bandwidth (memory copies, loopback). φ (Level::fabric_us_per_byte, 0 on
+// a full-bisection network) charges what all `senders` hosts of the round
+// put on the network together against one capacity. `cpu` is Level::cpu_us_per_round,
 // c·(max(1, A/C) − 1) (collectives/cost_model/cost_model.h says why).
 // Reductions are not overlapped with the transfers (an upper bound for
 // lockstep's pipelined ring, which reduces a segment while the next arrives).
@@ -60,6 +63,7 @@ struct Level {
   LinkCost remote;             // between hosts
   double gamma_us_per_byte = 0;
   double cpu_us_per_round = 0;  // added to every round: c·(max(1, A/C) − 1)
+  double fabric_us_per_byte = 0;  // φ: CostModel::fabric_us_per_byte (0: none)
 
   int64_t hosts() const { return p / ranks_per_host; }
 };
@@ -94,6 +98,9 @@ struct Round {
   // bytes·remote_flows (a round whose ranks send several blocks, some
   // across and some not: a window of pairwise steps).
   double host_remote_bytes = 0;
+  // How many hosts send across hosts in the round (-1: every host), for the
+  // fabric term: φ·(their bytes together).
+  int64_t sending_hosts = -1;
 };
 
 double RoundTime(const Level& level, const Round& round);

@@ -53,6 +53,21 @@ TEST(RoundTime, HostRemoteBytesReplaceBytesTimesFlows) {
   EXPECT_DOUBLE_EQ(RoundTime(TwoKinds(8, 4), round), 113);
 }
 
+TEST(RoundTime, AFabricChargesEverySendingHostsBytesTogether) {
+  // 8 ranks, 2 hosts of 4: 3 flows of 4 bytes from each host. Own links:
+  // 100 + 1*4*3 = 112; a fabric of 2 us/byte: 100 + 2*4*3*2 = 148.
+  Level level = TwoKinds(8, 4);
+  level.fabric_us_per_byte = 2;
+  EXPECT_DOUBLE_EQ(RoundTime(level, Round{4, 0, 3, false}), 148 + 3);
+  // Only one host sends: 100 + 2*4*3*1 = 124.
+  Round one{4, 0, 3, false};
+  one.sending_hosts = 1;
+  EXPECT_DOUBLE_EQ(RoundTime(level, one), 124 + 3);
+  // A fabric faster than the hosts' links together changes nothing.
+  level.fabric_us_per_byte = 0.25;
+  EXPECT_DOUBLE_EQ(RoundTime(level, Round{4, 0, 3, false}), 112 + 3);
+}
+
 TEST(AddRingChain, LatenciesAddAlongTheChainBandwidthPerStep) {
   // 8 ranks, 2 per host, 7 steps of 4 B reducing 2: the longest chain of 7
   // edges crosses ceil(7/2) = 4 times; each step moves 4 B over the slower
@@ -125,6 +140,12 @@ TEST(BinomialRound, CrossesOnceTheTreeLeavesHostZero) {
   EXPECT_TRUE(BinomialRound(TwoKinds(12, 3), 2, 1, 0).local);
   // 5 hosts of one rank, distance 4: the pair (0, 4) only.
   EXPECT_EQ(BinomialRound(TwoKinds(5, 1), 4, 1, 0).remote_flows, 1);
+  // Sending hosts: host 0 below L; from L on, the hosts of v < min(d, p − d).
+  EXPECT_EQ(BinomialRound(level, 2, 1, 0).sending_hosts, 1);
+  EXPECT_EQ(BinomialRound(level, 4, 1, 0).sending_hosts, 1);
+  EXPECT_EQ(BinomialRound(level, 8, 1, 0).sending_hosts, 2);
+  EXPECT_EQ(BinomialRound(TwoKinds(5, 1), 4, 1, 0).sending_hosts, 1);
+  EXPECT_EQ(BinomialRound(TwoKinds(8, 1), 4, 1, 0).sending_hosts, 4);
 }
 
 TEST(PipelineRound, OneFlowPerHost) {
