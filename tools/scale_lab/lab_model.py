@@ -4,6 +4,7 @@
     lab_model.py points   --rows=ROWS.jsonl --op=all_reduce [--gamma=G] > points.jsonl
     lab_model.py gamma    --benchmark_json=BENCH.json > points.jsonl
     lab_model.py fit_cpu  --rows=ROWS.jsonl --model=MODEL --calibration=CALIB.json --cores=2
+    lab_model.py fabric   --rows=ROWS.jsonl --calibration=CALIB.json
     lab_model.py setup    --rows=ROWS.jsonl --cores=2 > setup_points.jsonl
     lab_model.py compare  --rows=ROWS.jsonl --model=MODEL --calibration=CALIB.json --cores=2 --hop_us=A0 > cmp.jsonl
     lab_model.py predict  --model=MODEL --calibration=CALIB.json [--p 1024 16384 100000] [--hop_us 5 50]
@@ -23,6 +24,16 @@ Here every host shares the same cores, so the factor is machine-wide:
 max(1, p / cores) - 1 extra per round (collectives/cost_model's term, with
 the machine's cores). c is the least-squares slope of (measured - model
 without c) against rounds x factor.
+
+fabric: phi, what the links carry together (CostModel::fabric_us_per_byte).
+The lab's links are one forwarder thread on the machine's cores, not a
+link per host: an all-to-all of H hosts of one rank at D = 0, where every
+host sends to every other at once ((H - 1) x bytes cross in all, in one
+window up to 4 MiB over 4 hosts), takes t = alpha_remote + phi (H - 1) bytes;
+phi is the slope through alpha_remote of t against (H - 1) bytes over the
+sizes from 256 KiB (where bandwidth, not alpha, decides). Predictions for a
+real cluster leave it out (calibration_real_host.json: a full-bisection
+network).
 
 compare: each measured row beside the model: today's algorithm's time with
 the lab's links (alpha = the calibrated through-the-forwarder alpha + D + the
@@ -124,6 +135,32 @@ def cmd_fit_cpu(a):
   for p, b, t, m, x in used:
     print("p=%d bytes=%d measured %.1f us, model without c %.1f us, rounds x factor %.1f" % (p, b, t, m, x))
   print("cpu_us_per_round %.3f (machine-wide factor max(1, p/%d) - 1)" % (c, a.cores))
+
+
+def cmd_fabric(a):
+  with open(a.calibration) as f:
+    j = json.load(f)
+  alpha = j["links"]["tcp_remote"]["alpha_us"]
+  num = den = 0.0
+  used = []
+  for r in read_rows(a.rows):
+    if r.get("op") != "all_to_all" or r.get("ranks_per_host") != 1 or r.get("hosts", 1) < 2 or r["bytes"] < a.min_bytes:
+      continue
+    x = (r["hosts"] - 1) * r["bytes"]
+    num += x * (r["time_us"] - alpha)
+    den += x * x
+    used.append((r["hosts"], r["bytes"], r["time_us"], x))
+  if den == 0:
+    sys.exit("fabric: no all_to_all row of several one-rank hosts from %d bytes; nothing to fit" % a.min_bytes)
+  phi = max(0.0, num / den)
+  j["fabric_us_per_byte"] = phi
+  with open(a.calibration, "w") as f:
+    json.dump(j, f, indent=2, sort_keys=True)
+  for h, b, t, x in used:
+    print("hosts=%d bytes=%d measured %.1f us, %d bytes on the network, alpha + phi x: %.1f us" %
+          (h, b, t, x, alpha + phi * x))
+  print("fabric_us_per_byte %.6g (%.2f GB/s together; one link alone: %.2f GB/s)" %
+        (phi, 1e-3 / phi if phi > 0 else float("inf"), 1e-3 / j["links"]["tcp_remote"]["beta_us_per_byte"]))
 
 
 def cmd_setup(a):
@@ -274,6 +311,10 @@ def main():
     s.add_argument("--cores", type=int, default=2)
     if name == "compare":
       s.add_argument("--hop_us", type=float, required=True)
+  s = sub.add_parser("fabric")
+  s.add_argument("--rows", required=True)
+  s.add_argument("--calibration", required=True)
+  s.add_argument("--min_bytes", type=int, default=256 * 1024)
   s = sub.add_parser("setup")
   s.add_argument("--rows", required=True)
   s.add_argument("--cores", type=int, default=2)
@@ -289,7 +330,7 @@ def main():
   s.add_argument("--compare", required=True)
   s.add_argument("--out", required=True)
   a = parser.parse_args()
-  {"points": cmd_points, "gamma": cmd_gamma, "fit_cpu": cmd_fit_cpu, "setup": cmd_setup, "compare": cmd_compare,
+  {"points": cmd_points, "gamma": cmd_gamma, "fit_cpu": cmd_fit_cpu, "fabric": cmd_fabric, "setup": cmd_setup, "compare": cmd_compare,
    "predict": cmd_predict, "plot": cmd_plot}[a.cmd](a)
 
 

@@ -3,7 +3,12 @@
 # where the link term dominates and compares each with the model's
 # prediction: a benchmark, not a test (its results go in docs/SCALING.md).
 #
-#   sudo bash tools/scale_lab/validate.sh [--out=DIR] [--calibration=FILE] [--quick]
+#   sudo bash tools/scale_lab/validate.sh [--out=DIR] [--calibration=FILE] [--quick] [--rows=FILE]
+#
+# --rows=FILE runs no lab at all: it compares FILE's validation rows (those
+# with D > 0, e.g. a former DIR/lab_rows.jsonl) with --calibration (default
+# DIR/calibration.json): a change to the model checked against the points
+# already measured, in seconds.
 #
 # Calibration (skipped with --calibration=FILE), each a lab run (run.sh):
 #   shm, tcp_local    2 ranks on one host, all_reduce 4 KiB-4 MiB (recursive
@@ -14,6 +19,10 @@
 #                     forwarder's own cost is in alpha; a link of delay D then
 #                     has alpha + D;
 #   gamma             //core:kernels_benchmark's f32 sum;
+#   fabric (phi)      4 hosts of 1 rank at D = 0, all_to_all 256 KiB-4 MiB:
+#                     every host sends at once, and the lab's links share one
+#                     forwarder thread and this machine's cores
+#                     (lab_model.py fabric); not in calibration_real_host.json;
 #   c (CPU term)      one host of 4, 8 and 16 ranks over loopback TCP, 4 KiB;
 #   set-up            the setup workload at 2..16 ranks on one host.
 # Validation points: hosts x ranks per host in {2x1, 4x1, 8x1, 2x2, 4x2, 8x2,
@@ -33,10 +42,11 @@
 # model) and validation.png (tools/scale_lab/lab_model.py plot; gnuplot-nox).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=docs/scaling calibration="" quick=0
+out=docs/scaling calibration="" quick=0 reuse_rows=""
 for arg in "$@"; do
   case $arg in
     --out=*) out=${arg#*=} ;;
+    --rows=*) reuse_rows=${arg#*=} ;;
     --calibration=*) calibration=${arg#*=} ;;
     --quick) quick=1 ;;
     *) echo "validate.sh: unknown argument $arg" >&2; exit 2 ;;
@@ -57,6 +67,14 @@ export LAB_TRAINER=$bin/trainers/ddp_trainer
 model=$bin/tools/scale_lab/model
 lab() { /usr/bin/python3 tools/scale_lab/lab_model.py "$@"; }
 rows=$out/lab_rows.jsonl
+if [[ -n "$reuse_rows" ]]; then
+  [[ -s "$reuse_rows" ]] || { echo "validate.sh: --rows=$reuse_rows: no such file, or empty" >&2; exit 2; }
+  /usr/bin/python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+  if l.strip() and json.loads(l).get("delay_us", 0) > 0: sys.stdout.write(l)' "$reuse_rows" >"$tmp/reused_rows.jsonl"
+  [[ "$(realpath "$reuse_rows")" == "$(realpath -m "$rows")" ]] || cp "$reuse_rows" "$rows"
+  calibration=${calibration:-$out/calibration.json}
+fi
 # lab NAME ARGS...: a run of run.sh, its rows appended to lab_rows.jsonl.
 run() {
   local name=$1; shift
@@ -65,7 +83,7 @@ run() {
     { tail -20 "$tmp/$name.err" >&2; echo "validate.sh: the lab run $name failed" >&2; exit 1; }
   cat "$tmp/$name.jsonl" >>"$rows"
 }
-: >"$rows"
+[[ -n "$reuse_rows" ]] || : >"$rows"
 
 if [[ -z "$calibration" ]]; then
   calibration=$out/calibration.json
@@ -116,16 +134,23 @@ if [[ -z "$calibration" ]]; then
     "$model" fit --link=$link --points="$tmp/points_${link}_spin.jsonl" --in="$real_host" --out="$real_host" \
       --window_bytes="$window" --notes="$(basename "$calibration") with the links inside a host refit with spinning on"
   done
+  # After the copy: a real cluster's network is taken as full bisection.
+  run cal_fabric --hosts=4 --ranks_per_host=1 --link_delay_us=0 --ops=all_to_all --min_bytes=256K --max_bytes=4M \
+    --step_factor=2 --iters=20 --warmup=5 --large_bytes=0
+  lab fabric --rows="$tmp/cal_fabric.jsonl" --calibration="$calibration"
 fi
 
 alpha0=$(/usr/bin/python3 -c "import json; print(json.load(open('$calibration'))['links']['tcp_remote']['alpha_us'])")
-if (( quick )); then
+if [[ -n "$reuse_rows" ]]; then
+  topologies=() delays=()
+  cp "$tmp/reused_rows.jsonl" "$tmp/val_rows.jsonl"
+elif (( quick )); then
   topologies=("2 1" "4 2") delays=(2000) sizes=(--min_bytes=4K --max_bytes=64K --step_factor=16 --large_bytes=0)
 else
   topologies=("2 1" "4 1" "8 1" "2 2" "4 2" "8 2" "4 4") delays=(1000 2000)
   sizes=(--min_bytes=4K --max_bytes=1M --step_factor=16 --large_bytes=0)
 fi
-: >"$tmp/val_rows.jsonl"
+[[ -n "$reuse_rows" ]] || : >"$tmp/val_rows.jsonl"
 for d in "${delays[@]}"; do
   for t in "${topologies[@]}"; do
     set -- $t
