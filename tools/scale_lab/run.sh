@@ -20,10 +20,12 @@
 #            (4K..64M, x --step_factor=4), --iters=20 (--warmup=5) up to
 #            --large_bytes=1M and --iters_large=2 (--warmup_large=1) above it,
 #            as OSU's benchmarks do, so that 8 x 8 ranks sweep every op beside
-#            both peers in under 20 minutes; OpenMPI beside it with the same placement (a hostfile
-#            of the hosts, an rsh agent that enters a namespace, btl tcp
-#            across and vader inside), and OpenMPI with its HAN hierarchical
-#            collectives as a second peer (--peers=openmpi,han; none: lockstep only);
+#            OpenMPI in under 20 minutes (~11 here); OpenMPI beside it with the
+#            same placement (a hostfile of the hosts, an rsh agent that enters
+#            a namespace, btl tcp across and vader inside), one peer per name
+#            in --peers (default openmpi; han adds OpenMPI with its HAN
+#            hierarchical collectives, ~10 minutes more at 8 x 8; none:
+#            lockstep only);
 #   trainer  //trainers:ddp_trainer (the MLP on synthetic data) on every rank;
 #   setup    group set-up alone: process start to the end of the first collective.
 # --lockstep_flags="--transport=tcp ..." passes flags to lockstep's benchmark.
@@ -49,7 +51,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi,han"
+hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi"
 min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1 lockstep_flags=""
 step_factor=4 large_bytes=1M iters_large=2 warmup_large=1
 usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
