@@ -20,7 +20,7 @@
 #            (4K..64M, x --step_factor=4), --iters=20 (--warmup=5) up to
 #            --large_bytes=1M and --iters_large=2 (--warmup_large=1) above it,
 #            as OSU's benchmarks do, so that 8 x 8 ranks sweep every op beside
-#            OpenMPI in under 20 minutes (~11 here); OpenMPI beside it with the
+#            OpenMPI in under 20 minutes (12 here); OpenMPI beside it with the
 #            same placement (a hostfile of the hosts, an rsh agent that enters
 #            a namespace, btl tcp across and vader inside), one peer per name
 #            in --peers (default openmpi; han adds OpenMPI with its HAN
