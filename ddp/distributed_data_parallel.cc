@@ -149,6 +149,8 @@ DistributedDataParallel::NoSyncScope::~NoSyncScope() {
   if (ddp_ != nullptr) ddp_->sync_ = true;
 }
 
+double DistributedDataParallel::last_finalize_seconds() const { return reducer_->last_finalize_seconds(); }
+
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_indices() const {
   std::vector<std::vector<size_t>> buckets = reducer_->bucket_indices();
   for (std::vector<size_t>& bucket : buckets) {

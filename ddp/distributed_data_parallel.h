@@ -115,6 +115,13 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> bucket_indices() const;
   // Called on the completing thread for every bucket reduction.
   void SetBucketObserver(std::function<void(const BucketTiming&)> observer);
+  // Whether the next Backward reduces (false inside NoSync).
+  bool sync() const { return sync_; }
+  // Seconds the last synchronized Backward spent after the module's backward
+  // had returned: waiting for the buckets in flight and writing the averages
+  // back (Reducer::last_finalize_seconds), the communication backward did not
+  // hide.
+  double last_finalize_seconds() const;
 
  private:
   friend class Join;

@@ -213,6 +213,13 @@ absl::Status Reducer::ReduceUsedMap(std::vector<bool>* globally_used) {
 }
 
 absl::Status Reducer::FinalizeBackward() {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = FinalizeBackwardImpl();
+  last_finalize_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
+}
+
+absl::Status Reducer::FinalizeBackwardImpl() {
   expect_hooks_ = false;
   divide_factor_ = 0;
   const bool detect_unused = options_.find_unused_parameters || options_.static_graph;

@@ -61,6 +61,14 @@ class Reducer {
 
   std::vector<std::vector<size_t>> bucket_indices() const;
 
+  // How long the last FinalizeBackward took, in seconds (0 before the
+  // first): called once the local backward is done, it waits for the
+  // buckets still in flight, reduces the unused parameters' map and copies
+  // the averages back, so this is the reduction time backward did not hide
+  // (the step's exposed communication). With CUDA buckets the host does not
+  // wait (the stream does), so it is only the host's part.
+  double last_finalize_seconds() const { return last_finalize_seconds_; }
+
   // Join (ddp/join.h). The divisor of this iteration's gradients without a
   // comm hook: the number of ranks that have not joined
   // (divide_by_initial_world_size false); 0 is the group's size. Reset by
@@ -92,6 +100,7 @@ class Reducer {
           ReducerOptions options);
   absl::Status InitializeBuckets(const std::vector<std::vector<size_t>>& buckets);
   absl::Status CopyGradIntoBucket(size_t index);
+  absl::Status FinalizeBackwardImpl();
   void LaunchReadyBuckets();
   // Which parameters were used on any rank (find_unused_parameters).
   absl::Status ReduceUsedMap(std::vector<bool>* globally_used);
@@ -102,6 +111,7 @@ class Reducer {
   const ReducerOptions options_;
   std::unique_ptr<CommHook> hook_;
   std::function<void(const BucketTiming&)> observer_;
+  double last_finalize_seconds_ = 0;
 
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;  // Per parameter.

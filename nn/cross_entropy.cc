@@ -23,7 +23,8 @@ absl::StatusOr<std::vector<int64_t>> LabelsOf(const Tensor& labels) {
 
 }  // namespace
 
-absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
+absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index,
+                                                double grad_scale) {
   if (!logits.defined() || logits.dim() != 2 ||
       !(logits.dtype() == DType::kF32 || logits.dtype() == DType::kF64 || logits.dtype() == DType::kF16 ||
         logits.dtype() == DType::kBF16)) {
@@ -60,7 +61,8 @@ absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tens
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor grad, Tensor::Empty(logits.shape(), DType::kF32));
   float* g = grad.data<float>();
   double total = 0.0;
-  const double inv_count = result.counted > 0 ? 1.0 / static_cast<double>(result.counted) : 0.0;
+  // With grad_scale 1 this is 1 / counted exactly, as before grad_scale existed.
+  const double inv_count = result.counted > 0 ? grad_scale / static_cast<double>(result.counted) : 0.0;
   for (int64_t i = 0; i < rows; ++i) {
     const double* row = z + i * classes;
     float* grow = g + i * classes;

@@ -12,6 +12,11 @@
 // logits' device -- scale it (GradScaler) before backward casts it down.
 // Logits on a CUDA device are copied to the host for this step (a batch of
 // class scores is small) and the gradient copied back.
+//
+// `grad_scale` multiplies the gradient in double before its one rounding to
+// f32: the gradient of grad_scale * loss, as backward of `loss / N` under
+// gradient accumulation over N micro-batches gives (trainers/train_loop.h).
+// The loss itself is never scaled.
 #ifndef LOCKSTEP_NN_CROSS_ENTROPY_H_
 #define LOCKSTEP_NN_CROSS_ENTROPY_H_
 
@@ -27,7 +32,8 @@ inline constexpr int64_t kCrossEntropyIgnoreIndex = -100;
 struct CrossEntropyResult {
   // Mean over the rows whose label is not ignored (NaN if all are, as torch).
   double loss = 0.0;
-  // [N, C] f32 on the logits' device: (softmax - one_hot) / counted rows.
+  // [N, C] f32 on the logits' device: (softmax - one_hot) * grad_scale /
+  // counted rows, rounded once.
   Tensor grad_logits;
   // Rows whose first maximal logit is the label (torch.argmax), and the
   // number of rows counted.
@@ -38,7 +44,8 @@ struct CrossEntropyResult {
 // logits [N, C] floating; labels [N] i64 or i32 (any device), each in
 // [0, C) or ignore_index. An out-of-range label is an error naming its row.
 absl::StatusOr<CrossEntropyResult> CrossEntropy(const Tensor& logits, const Tensor& labels,
-                                                int64_t ignore_index = kCrossEntropyIgnoreIndex);
+                                                int64_t ignore_index = kCrossEntropyIgnoreIndex,
+                                                double grad_scale = 1.0);
 
 }  // namespace lockstep
 

@@ -23,7 +23,9 @@ namespace lockstep {
 
 // Cross-entropy of `logits` [..., C] against integer `targets` whose shape
 // is logits' without the last dimension; grad_logits has logits' shape.
-absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets);
+// grad_scale as CrossEntropy's.
+absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets,
+                                                       double grad_scale = 1.0);
 
 }  // namespace lockstep
 

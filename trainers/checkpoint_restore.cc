@@ -32,6 +32,7 @@ constexpr char kLossSumKey[] = "trainer.epoch_loss_sum";
 constexpr char kCorrectKey[] = "trainer.epoch_correct";
 constexpr char kSeenKey[] = "trainer.epoch_seen";
 constexpr char kExamplesKey[] = "trainer.epoch_examples";  // Absent before sequence models: = seen.
+constexpr char kGradAccumKey[] = "trainer.grad_accum_steps";  // Absent before accumulation: 1.
 constexpr char kScalerPrefix[] = "scaler.";
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -71,6 +72,21 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   if (at.batch < 0 || at.batch > batches || at.epoch < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": batch ", at.batch, " of epoch ", at.epoch,
                                                    " is outside an epoch of ", batches, " batches"));
+  }
+  int64_t grad_accum_steps = 1;
+  if (md.count(kGradAccumKey) > 0) {
+    LOCKSTEP_ASSIGN_OR_RETURN(grad_accum_steps, ParseInt(md, kGradAccumKey, path));
+  }
+  if (grad_accum_steps != o.grad_accum_steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " was written with --grad_accum_steps=", grad_accum_steps, "; this run has ", o.grad_accum_steps,
+        ". Its step count and position are in optimizer steps of that many micro-batches: resume with the same "
+        "value or use another --checkpoint_dir"));
+  }
+  if (at.batch % grad_accum_steps != 0 && at.batch != batches) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": batch ", at.batch, " is inside an accumulation group of ",
+                                                   grad_accum_steps, " micro-batches (checkpoints are written "
+                                                   "between groups)"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(at.carried.correct, ParseInt(md, kCorrectKey, path));
   LOCKSTEP_ASSIGN_OR_RETURN(at.carried.count, ParseInt(md, kSeenKey, path));
@@ -195,6 +211,7 @@ absl::Status SaveTrainerCheckpoint(const TrainLoopOptions& o, const Position& at
   metadata[kCorrectKey] = absl::StrCat(at.carried.correct);
   metadata[kSeenKey] = absl::StrCat(at.carried.count);
   metadata[kExamplesKey] = absl::StrCat(at.carried.examples);
+  metadata[kGradAccumKey] = absl::StrCat(o.grad_accum_steps);
   for (const auto& [key, value] : o.checkpoint_metadata) {
     if (metadata.count(key) > 0 || absl::StartsWith(key, "trainer.") || absl::StartsWith(key, kScalerPrefix)) {
       return absl::InvalidArgumentError(

@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<DdpStepper>> DdpStepper::Create(Module& module, C
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
                             DistributedDataParallel::Create(module, comm, options));
   if (hook != nullptr) LOCKSTEP_RETURN_IF_ERROR(ddp->RegisterCommHook(std::move(hook)));
-  return std::unique_ptr<DdpStepper>(new DdpStepper(std::move(ddp)));
+  return std::unique_ptr<DdpStepper>(new DdpStepper(std::move(ddp), comm));
 }
 
 absl::Status DdpStepper::BeginShard() {
@@ -35,6 +35,21 @@ absl::Status DdpStepper::AfterStep(int64_t steps_before) {
   // same steps).
   averager_->set_step(steps_before);
   return averager_->AverageParameters(module().Parameters());
+}
+
+absl::Status DdpStepper::SetSync(bool sync) {
+  if (sync) {
+    no_sync_.reset();
+  } else if (!no_sync_) {
+    no_sync_.emplace(ddp_->NoSync());
+  }
+  return absl::OkStatus();
+}
+
+uint64_t DdpStepper::BytesSent() {
+  uint64_t sent = 0;
+  for (uint64_t b : comm_.Traffic().bytes_sent) sent += b;
+  return sent;
 }
 
 std::function<void(const BucketTiming&)> BucketTraceObserver(TraceRecorder* trace) {

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
@@ -40,7 +41,6 @@ class DdpStepper : public ModelStepper {
 
   Module& module() override { return ddp_->module(); }
   absl::StatusOr<Tensor> Forward(const Tensor& input) override { return ddp_->Forward(input); }
-  absl::Status Backward(const Tensor& grad_output) override { return ddp_->Backward(grad_output); }
   void AttachTrace(TraceRecorder* trace) override;
   // Uneven shards: the epoch runs under a Join (PyTorch's defaults:
   // gradients divided by the world size, no early termination).
@@ -49,14 +49,25 @@ class DdpStepper : public ModelStepper {
   // Post-local SGD's model averaging after each step (null: none).
   void SetAverager(std::unique_ptr<PeriodicModelAverager> averager) { averager_ = std::move(averager); }
   absl::Status AfterStep(int64_t steps_before) override;
+  // Accumulation: DDP's NoSync while sync is false.
+  absl::Status SetSync(bool sync) override;
+  double LastExposedCommSeconds() override { return last_synced_ ? ddp_->last_finalize_seconds() : 0; }
+  uint64_t BytesSent() override;
+  absl::Status Backward(const Tensor& grad_output) override {
+    last_synced_ = ddp_->sync();
+    return ddp_->Backward(grad_output);
+  }
 
   DistributedDataParallel& ddp() { return *ddp_; }
   // Steps the last EndShard shadowed for ranks with more batches.
   int64_t shadowed_steps() const { return shadowed_; }
 
  private:
-  explicit DdpStepper(std::unique_ptr<DistributedDataParallel> ddp) : ddp_(std::move(ddp)) {}
+  DdpStepper(std::unique_ptr<DistributedDataParallel> ddp, Communicator& comm) : ddp_(std::move(ddp)), comm_(comm) {}
   std::unique_ptr<DistributedDataParallel> ddp_;
+  Communicator& comm_;
+  std::optional<DistributedDataParallel::NoSyncScope> no_sync_;
+  bool last_synced_ = false;
   std::unique_ptr<Join> join_;
   std::unique_ptr<PeriodicModelAverager> averager_;
   int64_t shadowed_ = 0;

@@ -257,7 +257,13 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, c
   for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
   std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, rank,
               static_cast<unsigned long long>(sent));
-  if (rank == 0) PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
+  std::fflush(stdout);
+  // Every rank's lines first: rank 0's result and breakdown are the run's last lines.
+  LOCKSTEP_RETURN_IF_ERROR(grad_comm.Barrier()->Wait());
+  if (rank == 0) {
+    PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
+    PrintStepBreakdown(kProgram, result, " or --comm_hook=fp16_compress");
+  }
   return absl::OkStatus();
 }
 
@@ -341,6 +347,12 @@ int main(int argc, char** argv) {
                                       "--sync_bn: --model=", config->model,
                                       " has no BatchNorm layer to synchronize (--model=cnn has BatchNorm2d)")));
     }
+  }
+  if (absl::GetFlag(FLAGS_uneven_shards) && config->grad_accum_steps > 1) {
+    return UsageError(kProgram, absl::InvalidArgumentError(
+                                    "--uneven_shards with --grad_accum_steps > 1: ranks with different numbers of "
+                                    "micro-batches would end their last accumulation group at different points, "
+                                    "one synchronizing while another still accumulates; use one of them"));
   }
   if (absl::GetFlag(FLAGS_uneven_shards) && config->checkpoint_every > 0) {
     return UsageError(kProgram, absl::InvalidArgumentError(

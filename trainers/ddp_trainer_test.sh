@@ -5,7 +5,8 @@
 # the recipes' flags: --uneven_shards (ranks of 129 and 128 examples take 3
 # and 2 steps an epoch and end with the same parameters), --sync_bn,
 # --freeze, --clip_grad_norm, --zero, --comm_hook=powersgd,
-# --local_sgd_period, and the combinations PyTorch (or lockstep) refuses.
+# --local_sgd_period, --grad_accum_steps with --log_every's breakdown, and
+# the combinations PyTorch (or lockstep) refuses.
 set -uo pipefail
 bin="${TEST_SRCDIR}/${TEST_WORKSPACE}/trainers/ddp_trainer"
 tmp="${TEST_TMPDIR:-/tmp}/ddp_trainer_test"
@@ -80,6 +81,19 @@ check '[[ $rc -eq 2 ]] && grep -q "post-local SGD is DDP.s comm hook itself" "$t
 check '[[ $rc -ne 0 ]] && grep -q "must be divisible by .group_size." "$tmp/out"'
 "$bin" "${small[@]}" --zero --uneven_shards >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q "shadow ZeRO" "$tmp/out"'
+# Gradient accumulation (--grad_accum_steps): 129 examples a rank in
+# micro-batches of 64 is 3 micro-batches an epoch, one step of 2 and one of
+# 1; step lines with the breakdown every step (--log_every), and the last
+# line the breakdown with its exposed communication.
+"$bin" "${small[@]}" --grad_accum_steps=2 --log_every=1 --metrics="$tmp/accum.jsonl" >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 0 ]] && grep -q "final test accuracy .* 4 steps" "$tmp/out"'
+check 'grep -q "^step 1  loss .* samples/s  data wait [0-9]* %  forward [0-9]* %  backward [0-9]* %  exposed communication [0-9]* %  optimizer [0-9]* %  [0-9]* bytes sent per sample" "$tmp/out"'
+check '[[ $(tail -n 1 "$tmp/out" | grep -c "ddp_trainer: step time: .*exposed communication [0-9]* %.*bytes sent per sample; .*-bound") -eq 1 ]]'
+check '[[ $(grep -c "\"event\":\"step\"" "$tmp/accum.jsonl") -eq 4 ]] && grep -q "\"exposed_comm_s\"" "$tmp/accum.jsonl" && grep -q "\"grad_accum_steps\":2" "$tmp/accum.jsonl"'
+"$bin" "${small[@]}" --grad_accum_steps=0 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "grad_accum_steps=0: must be at least 1" "$tmp/out"'
+"$bin" "${small[@]}" --grad_accum_steps=2 --uneven_shards >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "uneven_shards with --grad_accum_steps" "$tmp/out"'
 "$bin" --help >"$tmp/out" 2>&1
 check 'grep -q -- "--uneven_shards  --sync_bn  --zero" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out" && grep -q -- "--local_sgd_period=N" "$tmp/out"'
 

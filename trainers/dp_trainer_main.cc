@@ -110,6 +110,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data, const
   loop.device = master;  // batches and evaluation on device_ids[0]
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
   PrintFinalResult(kProgram, result, absl::StrCat("on ", devices.size(), " devices"));
+  PrintStepBreakdown(kProgram, result);
   return absl::OkStatus();
 }
 

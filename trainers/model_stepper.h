@@ -43,6 +43,19 @@ class ModelStepper {
   // number of steps done before this one, resumed ones included. DdpStepper
   // runs its model averager here (post-local SGD).
   virtual absl::Status AfterStep(int64_t steps_before) { return absl::OkStatus(); }
+  // Gradient accumulation (train_loop.h): before each micro-batch's Forward,
+  // whether its Backward is the group's last, which synchronizes; false:
+  // gradients accumulate locally without communication (DdpStepper: DDP's
+  // NoSync for that forward and backward). One process and DataParallel
+  // accumulate either way.
+  virtual absl::Status SetSync(bool sync) { return absl::OkStatus(); }
+  // After Backward: the seconds of it spent waiting for the gradients'
+  // reductions once the local backward had finished (the communication it
+  // did not hide); 0 without communication or after an unsynchronized one.
+  virtual double LastExposedCommSeconds() { return 0; }
+  // Payload bytes this rank has sent over the gradients' communicator so far
+  // (Communicator::Traffic); 0 without one.
+  virtual uint64_t BytesSent() { return 0; }
 };
 
 // One process: the module itself.

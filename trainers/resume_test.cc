@@ -91,8 +91,9 @@ struct Trainee {
   }
 };
 
-TrainLoopOptions BaseOptions(int workers) {
+TrainLoopOptions BaseOptions(int workers, int64_t grad_accum_steps = 1) {
   TrainLoopOptions o;
+  o.grad_accum_steps = grad_accum_steps;
   o.epochs = 3;
   o.batch_size = 32;
   o.num_workers = workers;
@@ -115,6 +116,7 @@ struct Case {
   int64_t stop_after;
   int64_t checkpoint_every;
   bool drop_newest;  // Resume from the periodic checkpoint before the stop (a crash).
+  int64_t grad_accum_steps = 1;
 };
 
 class ResumeTest : public ::testing::TestWithParam<Case> {};
@@ -125,9 +127,12 @@ TEST_P(ResumeTest, StoppedAndResumedEqualsUninterruptedBitForBit) {
 
   Trainee reference(1, c.opt, c.compute);
   LocalStepper reference_stepper(*reference.model);
-  absl::StatusOr<TrainResult> full = reference.Train(data, BaseOptions(c.workers), reference_stepper);
+  absl::StatusOr<TrainResult> full =
+      reference.Train(data, BaseOptions(c.workers, c.grad_accum_steps), reference_stepper);
   ASSERT_TRUE(full.ok()) << full.status();
-  ASSERT_EQ(full->steps, 30);
+  // 10 micro-batches an epoch, in groups of N (the last may be shorter).
+  const int64_t steps = 3 * ((10 + c.grad_accum_steps - 1) / c.grad_accum_steps);
+  ASSERT_EQ(full->steps, steps);
   if (c.compute == DType::kF16) {
     int64_t skipped = 0;
     for (const EpochMetrics& m : full->epochs) skipped += m.skipped_steps;
@@ -135,7 +140,7 @@ TEST_P(ResumeTest, StoppedAndResumedEqualsUninterruptedBitForBit) {
   }
 
   const std::string dir = FreshDir(c.name);
-  TrainLoopOptions first = BaseOptions(c.workers);
+  TrainLoopOptions first = BaseOptions(c.workers, c.grad_accum_steps);
   first.checkpoint_dir = dir;
   first.checkpoint_every = c.checkpoint_every;
   first.max_steps = c.stop_after;
@@ -161,7 +166,7 @@ TEST_P(ResumeTest, StoppedAndResumedEqualsUninterruptedBitForBit) {
   // everything must come from the checkpoint.
   Trainee resumed(999, c.opt, c.compute);
   LocalStepper stepper(*resumed.model);
-  TrainLoopOptions second = BaseOptions(c.workers);
+  TrainLoopOptions second = BaseOptions(c.workers, c.grad_accum_steps);
   second.checkpoint_dir = dir;
   second.checkpoint_every = c.checkpoint_every;
   second.resume = true;
@@ -169,7 +174,7 @@ TEST_P(ResumeTest, StoppedAndResumedEqualsUninterruptedBitForBit) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->resumed);
   EXPECT_EQ(r->resumed_from_step, expected_resume_step);
-  EXPECT_EQ(r->steps, 30);
+  EXPECT_EQ(r->steps, steps);
   EXPECT_EQ(resumed.Bytes(), reference.Bytes());
   EXPECT_EQ(resumed.model->ExtraState(), reference.model->ExtraState());
   EXPECT_EQ(resumed.scaler->scale(), reference.scaler->scale());
@@ -191,8 +196,36 @@ INSTANTIATE_TEST_SUITE_P(Cases, ResumeTest,
                              // f16 with loss scaling (skipped steps, a changing scale).
                              Case{"fp16", Opt::kSgd, DType::kF16, 1, 17, 5, false},
                              // bf16, stopped exactly at an epoch end.
-                             Case{"bf16_epoch_end", Opt::kSgd, DType::kBF16, 0, 20, 0, false}),
+                             Case{"bf16_epoch_end", Opt::kSgd, DType::kBF16, 0, 20, 0, false},
+                             // Accumulation of 3 (steps of 3, 3, 3, 1 micro-batches), f16 loss
+                             // scaling once per optimizer step; the stop's checkpoint is lost:
+                             // resume from step 4's, mid-epoch 1 (its second group).
+                             Case{"accumulate_fp16", Opt::kSgd, DType::kF16, 1, 7, 2, true, 3}),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// A checkpoint counts optimizer steps of N micro-batches: a resume with
+// another N is refused, naming both.
+TEST(ResumeTest, AnotherGradAccumStepsIsRefused) {
+  const Data data = MakeData();
+  const std::string dir = FreshDir("accumulate_other_n");
+  TrainLoopOptions first = BaseOptions(0, 2);
+  first.checkpoint_dir = dir;
+  first.max_steps = 3;
+  {
+    Trainee stopped(1, Opt::kSgd, DType::kF32);
+    LocalStepper stepper(*stopped.model);
+    ASSERT_TRUE(stopped.Train(data, first, stepper).ok());
+  }
+  Trainee resumed(2, Opt::kSgd, DType::kF32);
+  LocalStepper stepper(*resumed.model);
+  TrainLoopOptions second = BaseOptions(0, 4);
+  second.checkpoint_dir = dir;
+  second.resume = true;
+  absl::StatusOr<TrainResult> r = resumed.Train(data, second, stepper);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("written with --grad_accum_steps=2; this run has 4"), absl::string_view::npos)
+      << r.status();
+}
 
 TEST(ResumeTest, WithoutACheckpointItStartsFresh) {
   const Data data = MakeData();

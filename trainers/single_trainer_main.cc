@@ -34,6 +34,7 @@ absl::Status Run(const TrainerConfig& config, const TrainerDatasets& data) {
   LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result,
                             RunTraining(MakeLoopOptions(config, /*rank=*/0, /*world_size=*/1), parts));
   PrintFinalResult(kProgram, result, "");
+  PrintStepBreakdown(kProgram, result);
   return absl::OkStatus();
 }
 

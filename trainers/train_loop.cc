@@ -21,6 +21,7 @@
 #include "nn/clip_grad.h"
 #include "nn/last_dim_cross_entropy.h"
 #include "trainers/checkpoint_restore.h"
+#include "trainers/device_prefetch.h"
 #include "trainers/progress_display.h"
 
 namespace lockstep {
@@ -36,6 +37,15 @@ EvalCounts Add(const EvalCounts& a, const EvalCounts& b) {
 
 // JSON numbers must be finite.
 std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.9g", v) : "null"; }
+
+// This rank's phases over some steps, as JSON fields (",\"data_wait_s\":...").
+std::string TimesJson(const StepTimes& t) {
+  return absl::StrFormat(
+      ",\"data_wait_s\":%s,\"forward_s\":%s,\"backward_s\":%s,\"exposed_comm_s\":%s,\"optimizer_s\":%s,"
+      "\"bytes_sent_per_sample\":%s",
+      Num(t.data_wait_s), Num(t.forward_s), Num(t.backward_s), Num(t.exposed_comm_s), Num(t.optimizer_s),
+      Num(t.bytes_per_example()));
+}
 
 std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has_test, float loss_scale) {
   std::string s = absl::StrFormat(
@@ -62,6 +72,8 @@ std::string EpochJson(const EpochMetrics& m, const TrainLoopOptions& o, bool has
                         Num(m.seconds), Num(m.samples_per_second), Num(m.data_wait_s), Num(m.forward_s),
                         Num(m.backward_s), Num(m.optimizer_s), m.skipped_steps, Num(loss_scale),
                         absl::StrJoin(m.peak_rss_bytes, ","));
+  absl::StrAppendFormat(&s, ",\"exposed_comm_s\":%s,\"bytes_sent_per_sample\":%s,\"grad_accum_steps\":%d",
+                        Num(m.times.exposed_comm_s), Num(m.times.bytes_per_example()), o.grad_accum_steps);
   if (o.device.is_cuda()) {
     absl::StrAppendFormat(&s, ",\"cuda_peak_allocated_bytes\":[%s],\"cuda_peak_reserved_bytes\":[%s]",
                           absl::StrJoin(m.cuda_peak_allocated_bytes, ","),
@@ -110,9 +122,11 @@ class Trainer {
   // sums.
   absl::StatusOr<EpochEnd> TrainEpoch(DataLoader& loader, int64_t epoch, int64_t first, int64_t batches,
                                       const EvalCounts& carried, EpochMetrics& m, EvalCounts& local);
-  // One step; whether the optimizer stepped (GradScaler skips Inf/NaN).
+  // One micro-batch, its loss gradient scaled by `loss_scale`; with `step`
+  // the group's last, followed by the optimizer step. Whether the optimizer
+  // stepped (GradScaler skips Inf/NaN; true without `step`).
   absl::StatusOr<bool> TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local, Clock::time_point t0,
-                                  Clock::time_point t1);
+                                  Clock::time_point t1, double loss_scale, bool step);
   // After a whole epoch: evaluation, every rank's peak memory, the metrics
   // line, the progress line and the epoch's checkpoint.
   absl::Status FinishEpoch(EpochMetrics& m);
@@ -135,12 +149,16 @@ class Trainer {
   std::vector<Tensor> grads_;       // The parameters' gradients, for the scaler.
   std::vector<Parameter*> params_;  // The optimizer's parameters, for clipping.
   std::optional<train_loop_internal::ProgressDisplay> progress_;
+  std::unique_ptr<train_loop_internal::BatchSource> source_;
   std::unique_ptr<TraceRecorder> trace_;
   std::FILE* metrics_ = nullptr;
   int64_t step_ = 0;
   // --log_every: this rank's sums since the last "step" line, and when it was.
   EvalCounts window_;
+  StepTimes window_times_;
   Clock::time_point window_start_;
+  StepTimes run_times_;      // Every step this process trained.
+  uint64_t bytes_mark_ = 0;  // The stepper's BytesSent after the last micro-batch.
 };
 
 absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums) {
@@ -161,9 +179,12 @@ absl::Status Trainer::LogSteps(const EvalCounts& local) {
   std::string line = absl::StrFormat("{\"event\":\"step\",\"step\":%d,\"loss\":%s,\"accuracy\":%s", step_,
                                      Num(sums.loss()), Num(sums.accuracy()));
   if (o_.report_perplexity) absl::StrAppend(&line, ",\"perplexity\":", Num(std::exp(sums.loss())));
-  absl::StrAppend(&line, ",\"samples_per_s\":", Num(seconds > 0 ? sums.examples / seconds : 0), "}");
+  const double samples_per_s = seconds > 0 ? sums.examples / seconds : 0;
+  absl::StrAppend(&line, ",\"samples_per_s\":", Num(samples_per_s), TimesJson(window_times_), "}");
   WriteMetrics(line);
+  progress_->Line(train_loop_internal::StepLine(step_, sums, samples_per_s, window_times_, o_.report_perplexity));
   window_ = {};
+  window_times_ = {};
   window_start_ = Clock::now();
   return absl::OkStatus();
 }
@@ -240,9 +261,13 @@ absl::StatusOr<train_loop_internal::Position> Trainer::Start(int64_t batches, Tr
 
 absl::StatusOr<TrainResult> Trainer::Run() {
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader, MakeLoader());
+  LOCKSTEP_ASSIGN_OR_RETURN(source_, train_loop_internal::BatchSource::Create(*loader, o_.device, o_.device_prefetch));
   const int64_t batches = loader->num_batches();
   const bool checkpointing = !o_.checkpoint_dir.empty();
   progress_.emplace(o_, batches);
+  progress_->Line(
+      train_loop_internal::BatchSource::Describe(o_.device, o_.device_prefetch, o_.num_workers, o_.prefetch_factor));
+  bytes_mark_ = p_.stepper->BytesSent();
   TrainResult result;
   LOCKSTEP_ASSIGN_OR_RETURN(const train_loop_internal::Position start, Start(batches, result));
 
@@ -283,31 +308,44 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   }
   LOCKSTEP_RETURN_IF_ERROR(WriteTrace());
   result.steps = step_;
+  result.breakdown = run_times_;
   return result;
 }
 
 absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_t epoch, int64_t first, int64_t batches,
                                                       const EvalCounts& carried, EpochMetrics& m, EvalCounts& local) {
   const bool checkpointing = !o_.checkpoint_dir.empty();
+  const int64_t n = o_.grad_accum_steps;
   model_.Train();
   LOCKSTEP_RETURN_IF_ERROR(loader.StartEpoch(epoch, first));
+  LOCKSTEP_RETURN_IF_ERROR(source_->Reset());
   if (o_.uneven_shards) LOCKSTEP_RETURN_IF_ERROR(p_.stepper->BeginShard());
   const Clock::time_point epoch_start = Clock::now();
   window_ = {};
+  window_times_ = {};
   window_start_ = epoch_start;
   EpochEnd end;
   end.batch = first;
   while (true) {
+    // Groups of n micro-batches from the epoch's first; the last may be
+    // shorter. A resumed epoch starts at a group's start (checkpoints are
+    // written between groups).
+    const int64_t group_start = end.batch - end.batch % n;
+    const int64_t group_size = std::max<int64_t>(1, std::min(n, batches - group_start));
+    const bool last_of_group = end.batch - group_start + 1 >= group_size;
     const Clock::time_point t0 = Clock::now();
-    LOCKSTEP_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader.Next());
+    LOCKSTEP_ASSIGN_OR_RETURN(std::optional<Batch> batch, source_->Next());
     if (!batch) break;
     const Clock::time_point t1 = Clock::now();
-    LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, TrainBatch(*batch, m, local, t0, t1));
-    ++step_;
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SetSync(last_of_group));
+    LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, TrainBatch(*batch, m, local, t0, t1,
+                                                             1.0 / static_cast<double>(group_size), last_of_group));
     ++end.batch;
-    if (!stepped) ++m.skipped_steps;
     progress_->Step(epoch, end.batch, local,
                     local.examples * o_.world_size / std::max(Seconds(Clock::now() - epoch_start), 1e-9));
+    if (!last_of_group) continue;
+    ++step_;
+    if (!stepped) ++m.skipped_steps;
     if (o_.log_every > 0 && step_ % o_.log_every == 0) LOCKSTEP_RETURN_IF_ERROR(LogSteps(local));
     const bool epoch_done = end.batch >= batches;
     const bool at_max = o_.max_steps > 0 && step_ >= o_.max_steps;
@@ -322,6 +360,9 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
       break;
     }
   }
+  // Back to synchronizing: whatever runs next (a Join's shadowing, another
+  // epoch) expects it.
+  LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SetSync(true));
   if (o_.uneven_shards) {
     // This rank's share is done: shadow the others' remaining steps.
     const Clock::time_point joined = Clock::now();
@@ -333,47 +374,62 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
 }
 
 absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, EvalCounts& local, Clock::time_point t0,
-                                         Clock::time_point t1) {
+                                         Clock::time_point t1, double loss_scale, bool step) {
   if (batch.fields.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("RunTraining: a batch has ", batch.fields.size(),
                                                    " fields; the training set needs the input and the targets"));
   }
-  Tensor features = batch.fields[0];
-  if (!o_.device.is_cpu()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(features, features.To(o_.device));
-  }
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, p_.stepper->Forward(features));
-  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, TargetsCrossEntropy(logits, batch.fields[1]));
+  // The input is on the device already (BatchSource).
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, p_.stepper->Forward(batch.fields[0]));
+  // 1/N of accumulation goes into the loss gradient's one rounding.
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, TargetsCrossEntropy(logits, batch.fields[1], loss_scale));
   const Clock::time_point t2 = Clock::now();
   // No autograd: scaling the loss's gradient scales every gradient.
   LOCKSTEP_RETURN_IF_ERROR(scaler_.Scale(ce.grad_logits));
   LOCKSTEP_RETURN_IF_ERROR(p_.stepper->Backward(ce.grad_logits));
   const Clock::time_point t3 = Clock::now();
-  for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = p_.optimizer->parameters()[i].parameter->grad;
-  if (o_.clip_grad_norm > 0) {
-    // Clipping needs the true gradients: unscale first (Step then does not
-    // unscale again), as PyTorch's recipe does.
-    LOCKSTEP_RETURN_IF_ERROR(scaler_.Unscale(grads_));
-    LOCKSTEP_RETURN_IF_ERROR(ClipGradNorm(params_, o_.clip_grad_norm).status());
+  const double exposed = p_.stepper->LastExposedCommSeconds();
+  bool stepped = true;
+  if (step) {
+    for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = p_.optimizer->parameters()[i].parameter->grad;
+    if (o_.clip_grad_norm > 0) {
+      // Clipping needs the true gradients: unscale first (Step then does not
+      // unscale again), as PyTorch's recipe does.
+      LOCKSTEP_RETURN_IF_ERROR(scaler_.Unscale(grads_));
+      LOCKSTEP_RETURN_IF_ERROR(ClipGradNorm(params_, o_.clip_grad_norm).status());
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(stepped, scaler_.Step(grads_, [&] { return p_.optimizer->Step(); }));
+    LOCKSTEP_RETURN_IF_ERROR(scaler_.Update());
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->AfterStep(step_));
+    LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, scaler_.Step(grads_, [&] { return p_.optimizer->Step(); }));
-  LOCKSTEP_RETURN_IF_ERROR(scaler_.Update());
-  LOCKSTEP_RETURN_IF_ERROR(p_.stepper->AfterStep(step_));
-  LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ZeroGrad());
   const Clock::time_point t4 = Clock::now();
   const EvalCounts counts{ce.loss * ce.counted, ce.correct, ce.counted,
                           batch.fields[1].dim() > 0 ? batch.fields[1].shape()[0] : 0};
   local = Add(local, counts);
   window_ = Add(window_, counts);
-  m.data_wait_s += Seconds(t1 - t0);
-  m.forward_s += Seconds(t2 - t1);
-  m.backward_s += Seconds(t3 - t2);
-  m.optimizer_s += Seconds(t4 - t3);
+  StepTimes t;
+  t.data_wait_s = Seconds(t1 - t0);
+  t.forward_s = Seconds(t2 - t1);
+  t.backward_s = Seconds(t3 - t2);
+  t.exposed_comm_s = std::min(exposed, t.backward_s);
+  t.optimizer_s = Seconds(t4 - t3);
+  t.examples = counts.examples;
+  const uint64_t sent = p_.stepper->BytesSent();
+  t.bytes_sent = sent - std::min(sent, bytes_mark_);
+  bytes_mark_ = sent;
+  m.times += t;
+  window_times_ += t;
+  run_times_ += t;
+  m.data_wait_s += t.data_wait_s;
+  m.forward_s += t.forward_s;
+  m.backward_s += t.backward_s;
+  m.optimizer_s += t.optimizer_s;
   if (trace_) {
     trace_->Complete("data wait", "step", t0, t1);
     trace_->Complete("forward", "step", t1, t2);
     trace_->Complete("backward", "step", t2, t3);
-    trace_->Complete("optimizer step", "step", t3, t4);
+    if (step) trace_->Complete("optimizer step", "step", t3, t4);
   }
   return stepped;
 }
@@ -422,6 +478,17 @@ absl::Status Trainer::GatherPeakMemory(EpochMetrics& m) {
 
 }  // namespace
 
+StepTimes& StepTimes::operator+=(const StepTimes& o) {
+  data_wait_s += o.data_wait_s;
+  forward_s += o.forward_s;
+  backward_s += o.backward_s;
+  optimizer_s += o.optimizer_s;
+  exposed_comm_s += o.exposed_comm_s;
+  examples += o.examples;
+  bytes_sent += o.bytes_sent;
+  return *this;
+}
+
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainParts& p) {
   if (p.stepper == nullptr || p.optimizer == nullptr || (p.train == nullptr) == (p.train_examples == nullptr)) {
     return absl::InvalidArgumentError(
@@ -432,6 +499,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& o, const TrainPa
   }
   if (o.log_every < 0) {
     return absl::InvalidArgumentError(absl::StrCat("RunTraining: log_every (", o.log_every, ") must be >= 0"));
+  }
+  if (o.grad_accum_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("RunTraining: grad_accum_steps (", o.grad_accum_steps,
+                                                   ") must be >= 1 (1: an optimizer step per batch)"));
+  }
+  if (o.grad_accum_steps > 1 && o.uneven_shards) {
+    return absl::InvalidArgumentError(
+        "RunTraining: gradient accumulation (grad_accum_steps > 1) with uneven shards: ranks with different "
+        "numbers of micro-batches would end their last accumulation group at different micro-batches, so one "
+        "rank would synchronize while another still accumulates; use one of them");
   }
   if (o.epochs < 1 || o.batch_size < 1 || o.checkpoint_every < 0 || o.max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("RunTraining: epochs (", o.epochs, ") and batch_size (",

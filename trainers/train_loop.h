@@ -27,6 +27,46 @@
 // optimizer (GradScaler::Step + Update, ZeroGrad). Each is timed for the
 // metrics and recorded in the trace.
 //
+// Gradient accumulation (grad_accum_steps = N > 1): batch_size stays the
+// per-rank micro-batch, and an optimizer step is taken after every N
+// micro-batches, so it sees N x batch_size x world_size examples. The
+// micro-batches of an epoch form groups of N from its first one; the first
+// N-1 of a group run forward and backward without synchronizing
+// (ModelStepper::SetSync(false): DDP's no_sync, so no communication), the
+// last one synchronizes, and each micro-batch's loss gradient is scaled by
+// 1/N (folded into the cross-entropy's one rounding), as PyTorch's recipe
+// `(loss / N).backward()` under `no_sync`. The epoch's last group may be
+// partial, of r < N micro-batches: it steps too, with each loss scaled by
+// 1/r, so every optimizer step takes the mean of its micro-batches' mean
+// losses (no micro-batch is dropped or carried into the next epoch). The
+// GradScaler scales every micro-batch's loss, checks the accumulated
+// gradients for Inf/NaN once per optimizer step, and skips (and backs off)
+// that one step; clipping, the optimizer, ZeroGrad and AfterStep run once per
+// optimizer step. Steps are optimizer steps everywhere: max_steps,
+// checkpoint_every, log_every, the metrics' "step" and checkpoints (which
+// are written only between groups, and record N: a resume with another N is
+// refused). With N = 1 every micro-batch is a step, exactly as before.
+// Uneven shards (ranks with different micro-batch counts) are refused with
+// N > 1: a rank's last group would end while another's is still open.
+//
+// Device prefetch: with a CUDA `device` (and device_prefetch), the loader's
+// next batch is copied to the device on a side stream from pinned memory
+// while the current step computes and communicates, and the compute stream
+// waits for that copy through an event before the batch is used
+// (trainers/device_prefetch.h); on the CPU the loader's workers prefetch
+// (num_workers x prefetch_factor batches). The first line rank 0 prints says
+// which ("data: ...").
+//
+// Where the time goes: each step's data wait, forward, backward and
+// optimizer time, the exposed communication (the part of backward spent
+// waiting for gradient reductions after the local backward had finished,
+// ModelStepper::LastExposedCommSeconds) and the bytes the stepper's
+// communicator sent go into the epoch metrics, the "step" lines of
+// log_every (as seconds over the last N steps, and a line rank 0 prints:
+// each phase's share of the step and the bytes sent per example) and the
+// run's totals (TrainResult::breakdown), which StepBreakdownLine turns into
+// the trainers' last line: "exposed communication N %" and the bound.
+//
 // Checkpoints (checkpoint_dir non-empty): every rank first lets the
 // optimizer gather its state (Optimizer::ConsolidateState: a sharded
 // ZeroRedundancyOptimizer's reaches rank 0), then rank 0 writes
@@ -60,8 +100,10 @@
 // are per prediction; samples/s counts examples.
 //
 // With log_every = N > 0, a "step" line (step, loss and accuracy of the last
-// N steps over all ranks, samples/s of those steps) is written every N steps;
-// every rank takes part in its reduction. With report_perplexity, the epoch
+// N steps over all ranks, samples/s of those steps, and this rank's
+// data_wait_s, forward_s, backward_s, exposed_comm_s, optimizer_s and
+// bytes_sent_per_sample over them) is written every N steps, and rank 0
+// prints the same as a line; every rank takes part in its reduction. With report_perplexity, the epoch
 // lines and metrics carry exp(loss) too ("perplexity", "test_perplexity").
 // checkpoint_metadata is written into every checkpoint (a vocabulary, a model
 // configuration); a resume refuses a checkpoint whose value of one of these
@@ -108,7 +150,12 @@ enum class ProgressMode {
 
 struct TrainLoopOptions {
   int64_t epochs = 1;
-  int64_t batch_size = 64;  // Per rank.
+  int64_t batch_size = 64;  // Per rank (with grad_accum_steps, the micro-batch).
+  // Micro-batches per optimizer step (see above); 1: no accumulation.
+  int64_t grad_accum_steps = 1;
+  // With a CUDA device: copy the next batch on a side stream while the step
+  // runs (see above); false: copy each batch when it is used.
+  bool device_prefetch = true;
   int num_workers = 0;      // DataLoader threads (0: batches made in the loop).
   int prefetch_factor = 2;
   int rank = 0;
@@ -159,6 +206,20 @@ struct TrainParts {
   Communicator* comm = nullptr;
 };
 
+// Where a rank's training time went, summed over steps (see above).
+struct StepTimes {
+  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // The part of backward_s spent waiting for the gradients' reductions
+  // after the local backward had finished (0 without communication).
+  double exposed_comm_s = 0;
+  int64_t examples = 0;     // This rank's training examples.
+  uint64_t bytes_sent = 0;  // By this rank over the stepper's communicator.
+
+  double total_s() const { return data_wait_s + forward_s + backward_s + optimizer_s; }
+  double bytes_per_example() const { return examples > 0 ? static_cast<double>(bytes_sent) / examples : 0; }
+  StepTimes& operator+=(const StepTimes& o);
+};
+
 struct EpochMetrics {
   int64_t epoch = 0;
   int64_t step = 0;               // Steps done at the end of the epoch.
@@ -168,6 +229,8 @@ struct EpochMetrics {
   double samples_per_second = 0;  // Training examples (all ranks) per second.
   // This rank's time in each phase of the step, seconds, summed over the epoch.
   double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // The same with the exposed communication and the bytes sent.
+  StepTimes times;
   int64_t skipped_steps = 0;  // GradScaler found Inf/NaN.
   // Per rank, since the process started: peak resident set (getrusage);
   // with a CUDA device, also the peak bytes of that device's caching
@@ -188,7 +251,22 @@ struct TrainResult {
   // Training samples/s (all ranks) of the last epoch this process trained
   // in, whole or stopped by max_steps; 0 when it trained none.
   double samples_per_second = 0;
+  // This rank's time in each phase and bytes sent, over every step this
+  // process trained (StepBreakdownLine reports it).
+  StepTimes breakdown;
 };
+
+// Each phase's share of the step, the bytes sent per example and what bounds
+// the run, as the trainers print it last:
+//   "step time: data wait 1 %, forward 21 %, backward 38 %, exposed
+//   communication 38 %, optimizer 2 %; 4194 bytes sent per sample;
+//   communication-bound: 38 % of the step waits for the all-reduce; try
+//   --grad_accum_steps<comm_hint>"
+// The bound is the larger of the two waits (data, exposed communication)
+// when it is at least 20 % of the step (removing it would make the step at
+// least 1.25x faster), else compute. `comm_hint` follows --grad_accum_steps
+// in the advice (" or --comm_hook=fp16_compress" where that flag exists).
+std::string StepBreakdownLine(const StepTimes& times, const std::string& comm_hint = "");
 
 absl::StatusOr<TrainResult> RunTraining(const TrainLoopOptions& options, const TrainParts& parts);
 

@@ -43,6 +43,16 @@ ABSL_FLAG(std::string, freeze, "",
           "comma-separated parameter names or prefixes to freeze (requires_grad false: no gradient, not updated, "
           "left out of DDP's buckets), e.g. 0 or 0.weight; a prefix selects the names below it (\"1\": 1.weight, "
           "1.bias, not 10.weight)");
+ABSL_FLAG(int64_t, grad_accum_steps, 1,
+          "micro-batches of --batch_size per optimizer step: the first N-1 accumulate gradients without "
+          "communication (DDP's no_sync), each loss scaled by 1/N, so a step sees N x batch_size x ranks examples; "
+          "steps (--max_steps, --checkpoint_every, --log_every) count optimizer steps");
+ABSL_FLAG(int64_t, log_every, 0,
+          "every N steps a \"step\" line in --metrics and on stdout: loss, accuracy, samples/s and where the time "
+          "went (data wait, forward, backward, exposed communication, optimizer, bytes sent per sample); 0: none");
+ABSL_FLAG(bool, device_prefetch, true,
+          "with --device=cuda, copy the next batch to the GPU on a side stream while the step runs (false: copy "
+          "each batch when it is used)");
 ABSL_FLAG(double, clip_grad_norm, 0,
           "clip the gradients to this global L2 norm after backward (and after unscaling with --amp=fp16), as "
           "torch.nn.utils.clip_grad_norm_; 0: off");
@@ -74,7 +84,7 @@ constexpr char kSharedUsage[] =
     "  --amp=off|fp16|bf16  --seed=0  --device=cpu|cuda  --num_workers=2\n"
     "  --checkpoint_dir=DIR  --checkpoint_every=N  --resume  --max_steps=N\n"
     "  --metrics=FILE.jsonl  --trace=DIR  --synthetic_train_size=N  --synthetic_test_size=N\n"
-    "  --freeze=NAME[,NAME...]  --clip_grad_norm=X\n";
+    "  --freeze=NAME[,NAME...]  --clip_grad_norm=X  --grad_accum_steps=1  --log_every=N  --nodevice_prefetch\n";
 
 // absl keeps the usage message that ParseTrainerFlagsOrExit set.
 void PrintUsage() {
@@ -198,6 +208,15 @@ absl::StatusOr<TrainerConfig> TrainerConfigFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--clip_grad_norm=", c.clip_grad_norm, ": expected a finite number >= 0 (0: off)"));
   }
+  c.grad_accum_steps = absl::GetFlag(FLAGS_grad_accum_steps);
+  if (c.grad_accum_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--grad_accum_steps=", c.grad_accum_steps,
+                                                   ": must be at least 1 (1: an optimizer step per batch)"));
+  }
+  c.log_every = absl::GetFlag(FLAGS_log_every);
+  if (c.log_every < 0) return absl::InvalidArgumentError("--log_every must be >= 0");
+  // CPU runs ignore it (the DataLoader's workers prefetch; the "data:" line says so).
+  c.device_prefetch = absl::GetFlag(FLAGS_device_prefetch);
   c.num_workers = absl::GetFlag(FLAGS_num_workers);
   if (c.num_workers < 0 || c.num_workers > 64) {
     return absl::InvalidArgumentError("--num_workers must be in [0, 64]");

@@ -20,7 +20,8 @@
 // bf16), --seed (0), --checkpoint_dir, --checkpoint_every, --resume,
 // --max_steps, --metrics, --trace, --device (cpu | cuda), --num_workers (2),
 // --synthetic_train_size, --synthetic_test_size, --freeze, --clip_grad_norm
-// (0: off).
+// (0: off), --grad_accum_steps (1), --log_every (0: none), --device_prefetch
+// (true; CUDA only).
 #ifndef LOCKSTEP_TRAINERS_TRAINER_FLAGS_H_
 #define LOCKSTEP_TRAINERS_TRAINER_FLAGS_H_
 
@@ -58,6 +59,9 @@ struct TrainerConfig {
   int num_workers = 2;
   std::vector<std::string> freeze;  // --freeze: names or prefixes
   double clip_grad_norm = 0;        // --clip_grad_norm; 0: off
+  int64_t grad_accum_steps = 1;     // --grad_accum_steps: micro-batches per optimizer step
+  int64_t log_every = 0;            // --log_every: a "step" line every N steps; 0: none
+  bool device_prefetch = true;      // --device_prefetch (CUDA)
 };
 
 // Checks argv against the registered flags (unknown names, values that do

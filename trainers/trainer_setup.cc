@@ -21,6 +21,12 @@ TrainerConfig StartTrainerOrExit(int argc, char** argv, const char* program, con
   return *std::move(config);
 }
 
+void PrintStepBreakdown(const char* program, const TrainResult& result, const std::string& comm_hint) {
+  if (result.breakdown.examples == 0) return;
+  std::printf("%s: %s\n", program, StepBreakdownLine(result.breakdown, comm_hint).c_str());
+  std::fflush(stdout);
+}
+
 void PrintFinalResult(const char* program, const TrainResult& result, const std::string& where) {
   if (result.epochs.empty()) return;
   const EpochMetrics& last = result.epochs.back();
@@ -45,6 +51,9 @@ TrainLoopOptions MakeLoopOptions(const TrainerConfig& c, int rank, int world_siz
   o.metrics_path = c.metrics;
   o.trace_dir = c.trace;
   o.clip_grad_norm = c.clip_grad_norm;
+  o.grad_accum_steps = c.grad_accum_steps;
+  o.log_every = c.log_every;
+  o.device_prefetch = c.device_prefetch;
   return o;
 }
 

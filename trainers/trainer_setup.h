@@ -35,6 +35,10 @@ TrainerConfig StartTrainerOrExit(int argc, char** argv, const char* program, con
 // "<program>: final test accuracy 86.09% (10000 examples), 36168 samples/s
 // <where>, 1407 steps", when an epoch completed.
 void PrintFinalResult(const char* program, const TrainResult& result, const std::string& where);
+// The trainers' last line: "<program>: step time: data wait 1 %, ...,
+// exposed communication 38 %, ...; communication-bound: ..."
+// (StepBreakdownLine, train_loop.h), when any step was trained.
+void PrintStepBreakdown(const char* program, const TrainResult& result, const std::string& comm_hint = "");
 
 TrainLoopOptions MakeLoopOptions(const TrainerConfig& config, int rank, int world_size);
 

@@ -92,6 +92,12 @@ class Event {
   absl::StatusOr<bool> Query() const;
   // Waits for the recorded work.
   absl::Status Synchronize() const;
+  // Makes `stream` (nullptr: the event's device's legacy default stream, where
+  // stream-less copies and kernels run) wait for the recorded work before it
+  // runs anything queued on it afterwards; the host does not wait
+  // (cudaStreamWaitEvent). How a copy made on a side stream is ordered before
+  // the kernels that read it.
+  absl::Status BlockStream(Stream* stream) const;
 
   int device() const { return device_; }
 

@@ -149,6 +149,17 @@ absl::Status Event::Synchronize() const {
                   absl::StrCat("Event::Synchronize on cuda:", device_));
 }
 
+absl::Status Event::BlockStream(Stream* stream) const {
+  if (stream != nullptr && stream->device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("Event::BlockStream: the event is on cuda:", device_,
+                                                   " but the stream on cuda:", stream->device()));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(UseDevice(device_, "Event::BlockStream"));
+  cudaStream_t s = stream == nullptr ? cudaStreamLegacy : static_cast<cudaStream_t>(stream->native());
+  return FromCuda(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event_), 0),
+                  absl::StrCat("Event::BlockStream on cuda:", device_));
+}
+
 absl::Status DeviceSynchronize(int device) {
   LOCKSTEP_RETURN_IF_ERROR(UseDevice(device, "DeviceSynchronize"));
   return FromCuda(cudaDeviceSynchronize(), absl::StrCat("DeviceSynchronize on cuda:", device));

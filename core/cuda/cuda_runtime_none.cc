@@ -47,6 +47,7 @@ Event::~Event() = default;
 absl::Status Event::Record(Stream*) { return NotBuilt("Event::Record"); }
 absl::StatusOr<bool> Event::Query() const { return NotBuilt("Event::Query"); }
 absl::Status Event::Synchronize() const { return NotBuilt("Event::Synchronize"); }
+absl::Status Event::BlockStream(Stream*) const { return NotBuilt("Event::BlockStream"); }
 absl::Status DeviceSynchronize(int device) { return NotBuilt(absl::StrCat("DeviceSynchronize(cuda:", device, ")")); }
 
 absl::StatusOr<void*> DeviceAlloc(size_t, int) { return NotBuilt("DeviceAlloc"); }

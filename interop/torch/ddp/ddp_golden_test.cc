@@ -2,8 +2,9 @@
 // test runs testdata/torch_ddp_reference.py (gloo, 2 ranks, one thread
 // each; twice, and requires the two runs to agree byte for byte), then the
 // same models, inputs and cases through interop::DistributedDataParallel
-// on 2 ranks, and requires every loss, every averaged gradient and every
-// parameter after every optimizer step to be bit-identical.
+// on 2 ranks, and requires every loss, every averaged gradient, every
+// parameter and every f32 buffer (BatchNorm's running statistics) after
+// every optimizer step to be bit-identical.
 //
 // Why bit-identical is the right bar: both sides run libtorch 1.13's CPU
 // kernels on the same machine, with one intra-op thread, in the same order
@@ -50,6 +51,7 @@ struct Case {
   const char* name;
   DdpOptions options;
   int micro = 1;
+  bool scale_loss = false;  // each micro-batch's loss / micro (accumulation's recipe)
   bool with_unused = false;
   bool frozen = false;
   bool fp16 = false;
@@ -69,6 +71,10 @@ std::vector<Case> Cases() {
   Case no_sync{"no_sync", {}};
   no_sync.micro = 2;
   cases.push_back(no_sync);
+  Case accumulate{"accumulate", {}};
+  accumulate.micro = 2;
+  accumulate.scale_loss = true;
+  cases.push_back(accumulate);
   Case unused{"unused", {}};
   unused.options.find_unused_parameters = true;
   unused.with_unused = true;
@@ -169,14 +175,15 @@ absl::Status RunRank(Communicator& comm, const std::string& model_name, const Ca
       LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor x, ToTorch(inputs.at(data + "/x")));
       LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor y, ToTorch(inputs.at(data + "/y")));
       torch::Tensor loss;
+      const int divisor = c.scale_loss ? c.micro : 1;
       if (m < c.micro - 1) {
         auto no_sync = ddp->NoSync();
         LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, ddp->Forward(x));
-        loss = torch::nn::functional::cross_entropy(out, y);
+        loss = torch::nn::functional::cross_entropy(out, y) / divisor;
         loss.backward();
       } else {
         LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, ddp->Forward(x));
-        loss = torch::nn::functional::cross_entropy(out, y);
+        loss = torch::nn::functional::cross_entropy(out, y) / divisor;
         loss.backward();
       }
       LOCKSTEP_RETURN_IF_ERROR(SameBits(absl::StrCat(prefix, "/loss", m), loss.detach().reshape({1}), expected));
@@ -194,6 +201,13 @@ absl::Status RunRank(Communicator& comm, const std::string& model_name, const Ca
     sgd.step();
     for (const auto& item : model->named_parameters()) {
       LOCKSTEP_RETURN_IF_ERROR(SameBits(absl::StrCat(prefix, "/param/", item.key()), item.value(), expected));
+      ++*compared;
+    }
+    // BatchNorm's running statistics: each rank's own inside no_sync, rank
+    // 0's broadcast before a forward that follows a synchronized one.
+    for (const auto& item : model->named_buffers()) {
+      if (item.value().scalar_type() != at::kFloat) continue;
+      LOCKSTEP_RETURN_IF_ERROR(SameBits(absl::StrCat(prefix, "/buffer/", item.key()), item.value(), expected));
       ++*compared;
     }
   }

@@ -179,7 +179,10 @@ absl::Status TorchDdp::BeforeForward() {
   LOCKSTEP_RETURN_IF_ERROR(s.error);
   LOCKSTEP_RETURN_IF_ERROR(s.reducer->CheckPreviousIterationFinished());
   if (sync_) LOCKSTEP_RETURN_IF_ERROR(s.reducer->RebuildBucketsIfNeeded());
-  if (options_.broadcast_buffers && s.has_buffers) {
+  // Buffers go from rank 0 before a forward that follows a synchronized one
+  // only (distributed.py's require_forward_param_sync): inside no_sync they
+  // stay each rank's own until the next group's first forward.
+  if (options_.broadcast_buffers && s.has_buffers && require_forward_param_sync_) {
     // Bridged anew each time: a module may replace a buffer's tensor.
     std::vector<Tensor> buffers;
     try {
@@ -201,6 +204,7 @@ absl::Status TorchDdp::BeforeForward() {
   } else {
     s.expect_hooks = false;
   }
+  require_forward_param_sync_ = sync_ && at::GradMode::is_enabled();
   return absl::OkStatus();
 }
 
@@ -216,6 +220,11 @@ absl::Status TorchDdp::RegisterCommHook(std::unique_ptr<CommHook> hook) {
 void TorchDdp::SetBucketObserver(std::function<void(const BucketTiming&)> observer) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->reducer->SetObserver(std::move(observer));
+}
+
+double TorchDdp::last_finalize_seconds() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->reducer->last_finalize_seconds();
 }
 
 std::vector<std::vector<size_t>> TorchDdp::bucket_indices() const {

@@ -33,7 +33,9 @@
 //     into param.grad() before backward() returns. With
 //     gradient_as_bucket_view, param.grad() becomes a view of its bucket.
 //   * NoSync(): gradients accumulate locally; the first backward after the
-//     scope reduces the sum. find_unused_parameters, static_graph and comm
+//     scope reduces the sum. Buffers are broadcast before a forward that
+//     follows a synchronized one only, so inside NoSync each rank keeps its
+//     own (PyTorch's require_forward_param_sync). find_unused_parameters, static_graph and comm
 //     hooks (ddp/comm_hook.h) as in DdpOptions.
 // Errors: DDP's own calls return absl::Status. An error inside backward (a
 // collective failed, a gradient came twice) is raised by loss.backward() as
@@ -89,6 +91,11 @@ class TorchDdp {
   // The averaged parameters' names, in bucket-index order.
   const std::vector<std::string>& parameter_names() const { return names_; }
   void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+  // Seconds the last synchronized backward spent reducing after libtorch's
+  // backward had finished (Reducer::last_finalize_seconds): the exposed
+  // communication of that step.
+  double last_finalize_seconds() const;
 
  private:
   struct State;
@@ -99,6 +106,9 @@ class TorchDdp {
   std::vector<std::string> names_;
   std::shared_ptr<State> state_;  // Shared with the hooks.
   bool sync_ = true;
+  // Whether the last forward was followed by a synchronized backward: the
+  // buffers are broadcast before a forward only then (as PyTorch's).
+  bool require_forward_param_sync_ = true;
 };
 
 template <typename M>

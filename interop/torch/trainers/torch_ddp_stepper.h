@@ -37,13 +37,23 @@ class TorchDdpStepper : public ModelStepper {
   absl::StatusOr<Tensor> Forward(const Tensor& input) override;
   absl::Status Backward(const Tensor& grad_output) override;
   void AttachTrace(TraceRecorder* trace) override;
+  // Accumulation: the DDP core's sync flag (NoSync while false).
+  absl::Status SetSync(bool sync) override {
+    ddp_->set_sync(sync);
+    return absl::OkStatus();
+  }
+  double LastExposedCommSeconds() override { return last_synced_ ? ddp_->last_finalize_seconds() : 0; }
+  uint64_t BytesSent() override;
 
   TorchDdp& ddp() { return *ddp_; }
 
  private:
-  TorchDdpStepper(TorchModule& module, std::unique_ptr<TorchDdp> ddp) : module_(module), ddp_(std::move(ddp)) {}
+  TorchDdpStepper(TorchModule& module, std::unique_ptr<TorchDdp> ddp, Communicator& comm)
+      : module_(module), ddp_(std::move(ddp)), comm_(comm) {}
   TorchModule& module_;
   std::unique_ptr<TorchDdp> ddp_;
+  Communicator& comm_;
+  bool last_synced_ = false;
 };
 
 }  // namespace interop

@@ -29,21 +29,19 @@ ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
 ABSL_FLAG(double, first_bucket_mb, 1,
           "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
 ABSL_FLAG(int, timeout, 300, "seconds the group's setup and each collective may take before they fail");
-ABSL_FLAG(int64_t, log_every, 0, "a \"step\" line in --metrics every N steps (loss, accuracy, samples/s); 0: none");
 
 namespace lockstep {
 namespace interop {
 namespace {
 
 constexpr char kTorchUsage[] =
-    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300  --log_every=N\n";
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n";
 
 struct TorchFlags {
   int nproc = 2;
   bool bind_to_core = true;
   DdpOptions ddp;
   int timeout_s = 300;
-  int64_t log_every = 0;
 };
 
 // Whether argv sets --name (--name, --name=..., -name, --noname), before "--".
@@ -85,8 +83,6 @@ absl::StatusOr<TorchFlags> ReadTorchFlags(const TorchTrainerInfo& info, int argc
   f.ddp.first_bucket_bytes = std::max<size_t>(1, static_cast<size_t>(first_bucket_mb * 1024 * 1024));
   f.timeout_s = absl::GetFlag(FLAGS_timeout);
   if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout must be at least 1 (seconds)");
-  f.log_every = absl::GetFlag(FLAGS_log_every);
-  if (f.log_every < 0) return absl::InvalidArgumentError("--log_every must be >= 0");
   return f;
 }
 
@@ -126,7 +122,6 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
     std::fflush(stdout);
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
-  loop.log_every = flags.log_every;
   loop.report_perplexity = spec.language_model;
   loop.checkpoint_metadata = spec.checkpoint_metadata;
   TrainParts parts;
@@ -156,6 +151,7 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
       info.program, test.loss(), perplexity.c_str(), 100 * test.accuracy(), static_cast<long long>(test.examples),
       result.samples_per_second, world_size, static_cast<long long>(result.steps));
   std::fflush(stdout);
+  PrintStepBreakdown(info.program, result);
   return absl::OkStatus();
 }
 

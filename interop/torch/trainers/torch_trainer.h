@@ -19,9 +19,11 @@
 //
 // Flags: the shared ones (--epochs, --batch_size per rank, --lr, --momentum,
 // --optimizer, --seed, --num_workers, --checkpoint_dir, --checkpoint_every,
-// --resume, --max_steps, --metrics, --trace, --clip_grad_norm; --model,
-// --amp, --device and --freeze do not apply and are refused), plus --nproc,
-// --bind_to, --bucket_cap_mb, --first_bucket_mb, --timeout and --log_every.
+// --resume, --max_steps, --metrics, --trace, --clip_grad_norm,
+// --grad_accum_steps, --log_every; --model, --amp, --device and --freeze do
+// not apply and are refused), plus --nproc, --bind_to, --bucket_cap_mb,
+// --first_bucket_mb and --timeout. The last line rank 0 prints is the step
+// time's breakdown (PrintStepBreakdown).
 // libtorch and OpenBLAS run one intra-op thread per rank unless
 // OMP_NUM_THREADS says otherwise. A run stopped by --max_steps in the middle
 // of an epoch is evaluated on the test set before it ends.

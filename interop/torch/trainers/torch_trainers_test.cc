@@ -129,6 +129,43 @@ void ExpectLearns(const std::vector<std::string>& argv, const std::string& name,
 
 TEST(TorchTrainersTest, ResNet18Learns) { ExpectLearns(Resnet({"--width=16", "--lr=0.02"}), "resnet18", 0.5); }
 
+// --grad_accum_steps: N micro-batches per optimizer step, only the last
+// synchronizing, so the bytes sent per example fall by N exactly once the
+// buckets are rebuilt (the third step on: the second carries DDP's one-time
+// bucket rebuild, as it does without accumulation); the last line is the step
+// time's breakdown. (The arithmetic of the recipe, no_sync and loss / N,
+// is ddp_golden_test's "accumulate" case, bit for bit against PyTorch.)
+TEST(TorchTrainersTest, ResNet18AccumulationSendsOnceAStep) {
+  auto bytes_per_sample = [](const std::string& metrics) {
+    std::vector<double> bytes;
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.value("event", "") == "step") bytes.push_back(j["bytes_sent_per_sample"].get<double>());
+    }
+    return bytes;
+  };
+  const std::vector<std::string> common = {"--dataset=synthetic", "--synthetic_train_size=512",
+                                           "--synthetic_test_size=32", "--width=8", "--batch_size=8",
+                                           "--log_every=1"};
+  std::vector<std::string> every = common, accumulated = common;
+  every.insert(every.end(), {"--max_steps=3", "--metrics=" + Tmp() + "/accum1.jsonl"});
+  accumulated.insert(accumulated.end(),
+                     {"--max_steps=3", "--grad_accum_steps=4", "--metrics=" + Tmp() + "/accum4.jsonl"});
+  RunTrainer(Resnet(every));
+  const std::string out = RunTrainer(Resnet(accumulated));
+  const std::vector<double> one = bytes_per_sample(Tmp() + "/accum1.jsonl");
+  const std::vector<double> four = bytes_per_sample(Tmp() + "/accum4.jsonl");
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(four.size(), 3u);
+  EXPECT_NEAR(four[2] * 4, one[2], one[2] * 1e-8) << "bytes per sample, N = 4: " << four[2] << ", N = 1: " << one[2];
+  const size_t last = out.rfind("resnet18_trainer: step time: ");
+  ASSERT_NE(last, std::string::npos) << out;
+  EXPECT_NE(out.find("exposed communication", last), std::string::npos) << out;
+  EXPECT_EQ(out.find('\n', last), out.size() - 1) << "the breakdown is not the last line: " << out;
+}
+
 TEST(TorchTrainersTest, CharTransformerLearnsAndSamples) {
   const std::string out = RunTrainer(Transformer({"--max_steps=1", "--sample_length=60", "--temperature=0"}));
   EXPECT_NE(out.find("sample (temperature 0) after the prompt"), std::string::npos) << out;

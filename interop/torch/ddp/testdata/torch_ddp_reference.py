@@ -7,8 +7,9 @@ that test: lockstep's DDP for libtorch must give the same bits.
 
 Writes OUT_DIR/rank<r>.safetensors with, for every model, case and step s:
 <model>/<case>/step<s>/loss<m> (each micro-batch's loss), .../grad/<param>
-(the averaged gradient after backward) and .../param/<param> (after the
-optimizer step).
+(the averaged gradient after backward), .../param/<param> (after the
+optimizer step) and .../buffer/<buffer> (f32 buffers: BatchNorm's running
+statistics, after the step).
 """
 import os
 import sys
@@ -36,6 +37,9 @@ CASES = {
     "buckets": dict(bucket_cap_mb=0.001, first_bucket_bytes=1048),
     "gradient_as_bucket_view": dict(gradient_as_bucket_view=True),
     "no_sync": dict(micro=2),
+    # Gradient accumulation as the DDP notes teach it: no_sync for the first
+    # N - 1 micro-batches, each loss divided by N (the trainers' --grad_accum_steps).
+    "accumulate": dict(micro=2, scale_loss=True),
     "unused": dict(find_unused_parameters=True, with_unused=True),
     "frozen": dict(frozen=True),
     "fp16": dict(hook="fp16_compress_hook"),
@@ -68,12 +72,13 @@ def run(rank, model_name, case, inputs, out):
         for m in range(micro):
             data = f"data/{model_name}/rank{rank}/step{step}/micro{m}"
             x, y = inputs[data + "/x"], inputs[data + "/y"]
+            divisor = micro if cfg.get("scale_loss") else 1
             if m < micro - 1:
                 with ddp.no_sync():
-                    loss = F.cross_entropy(ddp(x), y)
+                    loss = F.cross_entropy(ddp(x), y) / divisor
                     loss.backward()
             else:
-                loss = F.cross_entropy(ddp(x), y)
+                loss = F.cross_entropy(ddp(x), y) / divisor
                 loss.backward()
             out[f"{prefix}/loss{m}"] = loss.detach().clone().reshape(1)
         for name, p in model.named_parameters():
@@ -82,6 +87,11 @@ def run(rank, model_name, case, inputs, out):
         opt.step()
         for name, p in model.named_parameters():
             out[f"{prefix}/param/{name}"] = p.detach().clone()
+        # BatchNorm's running statistics: broadcast from rank 0 before a
+        # forward that follows a synchronized one only.
+        for name, b in model.named_buffers():
+            if b.dtype == torch.float32:
+                out[f"{prefix}/buffer/{name}"] = b.detach().clone()
 
 
 def worker(rank, inputs_path, init_file, out_dir):
