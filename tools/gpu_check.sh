@@ -185,6 +185,28 @@ run() {
     trainer_run "ddp_trainer --model=cnn --amp=bf16, 2 ranks on cuda:0" "precision bf16" 0 \
       env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --amp=bf16 --device=cuda --nproc=2 \
       --bind_to=none "${synthetic[@]}" --epochs=2 --lr=0.01
+    # Device prefetch (trainers/device_prefetch.h): the next batch's input
+    # crosses to the GPU on a side stream while the step runs, ordered by an
+    # event; it changes when the copy happens, never what is computed, so
+    # with and without it the run ends with the same test loss, bit for bit.
+    trainer_run "ddp_trainer --model=cnn, device prefetch on" "copied to cuda:0 on a side stream" 0 \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --device=cuda --nproc=1 --bind_to=none \
+      "${synthetic[@]}" --seed=3 --grad_accum_steps=2 --log_every=16
+    local with_prefetch
+    with_prefetch=$(grep -o 'final test accuracy.*' "$log" | cut -d, -f1)
+    trainer_run "ddp_trainer --model=cnn, device prefetch off, same result" "device prefetch off" 0 \
+      env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/ddp_trainer" --model=cnn --device=cuda --nproc=1 --bind_to=none \
+      "${synthetic[@]}" --seed=3 --grad_accum_steps=2 --log_every=16 --device_prefetch=false
+    if selected "device prefetch changes no number" && [[ $gpus -gt 0 ]]; then
+      local without
+      without=$(grep -o 'final test accuracy.*' "$log" | cut -d, -f1)
+      if [[ -n "$with_prefetch" && "$with_prefetch" == "$without" ]]; then
+        passed=$((passed + 1)); echo "--- device prefetch changes no number PASSED ($with_prefetch)"
+      else
+        failed=$((failed + 1)); failures+=("device prefetch changes no number")
+        echo "--- device prefetch changes no number FAILED: with '$with_prefetch', without '$without'"
+      fi
+    fi
     if [[ $gpus -ge 2 ]]; then
       trainer_run "ddp_trainer 2 ranks on 2 GPUs (NCCL)" "gradient backend nccl" 0 \
         "$bundle/bin/ddp_trainer" --device=cuda --nproc=2 --bind_to=none "${synthetic[@]}"
