@@ -9,8 +9,7 @@
 
 namespace lockstep {
 
-absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets,
-                                                       double grad_scale) {
+absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale) {
   if (logits.dim() == 2 && targets.dim() == 1) {
     return CrossEntropy(logits, targets, kCrossEntropyIgnoreIndex, grad_scale);
   }
@@ -26,7 +25,8 @@ absl::StatusOr<CrossEntropyResult> TargetsCrossEntropy(const Tensor& logits, con
   const int64_t classes = shape.back();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_logits, logits.Reshape({targets.numel(), classes}));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat_targets, targets.Reshape({targets.numel()}));
-  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(flat_logits, flat_targets, kCrossEntropyIgnoreIndex, grad_scale));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce,
+                            CrossEntropy(flat_logits, flat_targets, kCrossEntropyIgnoreIndex, grad_scale));
   LOCKSTEP_ASSIGN_OR_RETURN(ce.grad_logits, ce.grad_logits.Reshape(shape));
   return ce;
 }

@@ -31,7 +31,7 @@ constexpr char kWorldSizeKey[] = "trainer.world_size";
 constexpr char kLossSumKey[] = "trainer.epoch_loss_sum";
 constexpr char kCorrectKey[] = "trainer.epoch_correct";
 constexpr char kSeenKey[] = "trainer.epoch_seen";
-constexpr char kExamplesKey[] = "trainer.epoch_examples";  // Absent before sequence models: = seen.
+constexpr char kExamplesKey[] = "trainer.epoch_examples";     // Absent before sequence models: = seen.
 constexpr char kGradAccumKey[] = "trainer.grad_accum_steps";  // Absent before accumulation: 1.
 constexpr char kScalerPrefix[] = "scaler.";
 
@@ -85,7 +85,8 @@ absl::StatusOr<train_loop_internal::Position> ReadPosition(const LoadedCheckpoin
   }
   if (at.batch % grad_accum_steps != 0 && at.batch != batches) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": batch ", at.batch, " is inside an accumulation group of ",
-                                                   grad_accum_steps, " micro-batches (checkpoints are written "
+                                                   grad_accum_steps,
+                                                   " micro-batches (checkpoints are written "
                                                    "between groups)"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(at.carried.correct, ParseInt(md, kCorrectKey, path));

@@ -114,8 +114,8 @@ Trained Train(int64_t examples, int64_t batch_size, int64_t grad_accum_steps, in
 //   |a - b| <= lr (2 gamma(n + N + 1) + 4u) max|x[k]| + 2u max(|a|, |b|)
 // (the bias: max|x| = 1).
 void ExpectOneStepEqualsTheConcatenatedBatch(int64_t per_rank, int64_t micro_batch, int64_t grad_accum_steps) {
-  SCOPED_TRACE(::testing::Message() << per_rank << " examples per rank, micro-batches of " << micro_batch << ", N = "
-                                    << grad_accum_steps);
+  SCOPED_TRACE(::testing::Message() << per_rank << " examples per rank, micro-batches of " << micro_batch
+                                    << ", N = " << grad_accum_steps);
   const Trained accumulated = Train(per_rank * kWorld, micro_batch, grad_accum_steps);
   const Trained concatenated = Train(per_rank * kWorld, per_rank, 1);
   ASSERT_EQ(accumulated.result.steps, 1);

@@ -72,10 +72,10 @@ Shares SharesOf(const StepTimes& t) {
 }
 
 std::string SharesText(const Shares& s, const char* separator) {
-  return absl::StrFormat("data wait %.0f %%%sforward %.0f %%%sbackward %.0f %%%sexposed communication %.0f %%%s"
-                         "optimizer %.0f %%",
-                         s.data, separator, s.forward, separator, s.backward, separator, s.exposed, separator,
-                         s.optimizer);
+  return absl::StrFormat(
+      "data wait %.0f %%%sforward %.0f %%%sbackward %.0f %%%sexposed communication %.0f %%%s"
+      "optimizer %.0f %%",
+      s.data, separator, s.forward, separator, s.backward, separator, s.exposed, separator, s.optimizer);
 }
 
 }  // namespace

@@ -338,8 +338,8 @@ absl::StatusOr<Trainer::EpochEnd> Trainer::TrainEpoch(DataLoader& loader, int64_
     if (!batch) break;
     const Clock::time_point t1 = Clock::now();
     LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SetSync(last_of_group));
-    LOCKSTEP_ASSIGN_OR_RETURN(const bool stepped, TrainBatch(*batch, m, local, t0, t1,
-                                                             1.0 / static_cast<double>(group_size), last_of_group));
+    LOCKSTEP_ASSIGN_OR_RETURN(
+        const bool stepped, TrainBatch(*batch, m, local, t0, t1, 1.0 / static_cast<double>(group_size), last_of_group));
     ++end.batch;
     progress_->Step(epoch, end.batch, local,
                     local.examples * o_.world_size / std::max(Seconds(Clock::now() - epoch_start), 1e-9));

@@ -156,7 +156,7 @@ struct TrainLoopOptions {
   // With a CUDA device: copy the next batch on a side stream while the step
   // runs (see above); false: copy each batch when it is used.
   bool device_prefetch = true;
-  int num_workers = 0;      // DataLoader threads (0: batches made in the loop).
+  int num_workers = 0;  // DataLoader threads (0: batches made in the loop).
   int prefetch_factor = 2;
   int rank = 0;
   int world_size = 1;

@@ -82,7 +82,8 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
   const Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("the text is not valid JSON");
   if (!j.is_object()) return Bad("expected an object at the top");
-  absl::Status s = OnlyKnown(j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "fabric_us_per_byte", "setup", "notes"});
+  absl::Status s = OnlyKnown(
+      j, "", {"version", "links", "gamma_us_per_byte", "cpu_us_per_round", "fabric_us_per_byte", "setup", "notes"});
   if (!s.ok()) return s;
   auto version = j.find("version");
   if (version == j.end()) return Bad("missing field version");

@@ -62,7 +62,7 @@ struct Level {
   LinkCost local;              // between two ranks of one host
   LinkCost remote;             // between hosts
   double gamma_us_per_byte = 0;
-  double cpu_us_per_round = 0;  // added to every round: c·(max(1, A/C) − 1)
+  double cpu_us_per_round = 0;    // added to every round: c·(max(1, A/C) − 1)
   double fabric_us_per_byte = 0;  // φ: CostModel::fabric_us_per_byte (0: none)
 
   int64_t hosts() const { return p / ranks_per_host; }

@@ -146,9 +146,9 @@ TEST(TorchTrainersTest, ResNet18AccumulationSendsOnceAStep) {
     }
     return bytes;
   };
-  const std::vector<std::string> common = {"--dataset=synthetic", "--synthetic_train_size=512",
-                                           "--synthetic_test_size=32", "--width=8", "--batch_size=8",
-                                           "--log_every=1"};
+  const std::vector<std::string> common = {"--dataset=synthetic",      "--synthetic_train_size=512",
+                                           "--synthetic_test_size=32", "--width=8",
+                                           "--batch_size=8",           "--log_every=1"};
   std::vector<std::string> every = common, accumulated = common;
   every.insert(every.end(), {"--max_steps=3", "--metrics=" + Tmp() + "/accum1.jsonl"});
   accumulated.insert(accumulated.end(),
