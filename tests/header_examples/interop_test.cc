@@ -52,6 +52,7 @@ TEST(InteropExamplesTest, CharTransformerPredictsEveryPosition) {
   using interop::CharTransformerOptions;
   CharTransformerOptions options;
   options.vocab_size = 114;             // a CharCorpus's vocabulary().size()
+  torch::manual_seed(0);                // its initialization, whatever ran before in this process
   CharTransformer model(options);
   torch::Tensor logits = model->forward(torch::zeros({4, 128}, torch::kLong));  // [4, 128, vocab]
   torch::Tensor loss = CharTransformerLoss(logits, torch::zeros({4, 128}, torch::kLong));
