@@ -21,6 +21,8 @@ def lockstep_forwarding_targets(targets, **kwargs):
             name = name + "_forwarding_header",
             outs = [name + ".h"],
             cmd = "printf '%%s\\n' '// Old include path, kept for old users: include \"%s\".' '#include \"%s\"' > $@" % (header, header),
+            # //tools/install installs the old paths too.
+            visibility = ["//tools/install:__pkg__"],
             **kwargs
         )
         native.cc_library(

@@ -37,6 +37,10 @@ packages=(
   pybind11-dev      # interop/torch:lockstep_torch, the torch.distributed backend (a Python extension)
   python3-dev       # Python.h, for the same
   clang-format      # tools/format.sh (C++ formatting, checked in CI)
+  cmake             # tests/cmake_consumer: a CMake project on the installed package (tools/install.sh)
+  pkg-config        # the same, through lockstep's .pc files
+  python3-venv      # python/: pip install into a venv (the pip install test)
+  python3-pip
 )
 
 # buildifier (tools/format.sh: BUILD and .bzl formatting, checked in CI) is no

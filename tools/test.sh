@@ -65,10 +65,12 @@ fi
 
 run_step main bazel test //...
 # The scale lab runs plain only (namespaces and many ranks; its own
-# forwarder's unit tests do run under ASan).
+# forwarder's unit tests do run under ASan). So does the install package: a
+# CMake project links it without the sanitizer's runtime.
 run_step asan bazel test --config=asan //core/... //data/... //collectives/... //nn/... //amp/... //ddp/... \
   //dp/... //trainers/... //tests/... //tools/... //interop/... -- -//collectives:communicator_test \
   -//tools/scale_lab:lab_test -//tools/scale_lab:delay_link_test \
+  -//tools/install/... -//tests/cmake_consumer/... \
   -//interop/torch/c10d:pytorch_suite_test -//interop/torch/trainers:torch_trainers_test
 # The libtorch trainers under ASan without the full-width ResNet-18 resume
 # (3 minutes alone under ASan on a quiet machine; it runs in the plain step,

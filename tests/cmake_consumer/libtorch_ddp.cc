@@ -1,12 +1,14 @@
 // Your libtorch model with lockstep's DDP: the README's example, built from
-// outside the lockstep repository. Run it under any launcher:
-//   lockstep-run --standalone --nproc_per_node 2 bazel-bin/libtorch_ddp
+// outside the lockstep repository, by CMake on the installed package
+// (CMakeLists.txt here) and by Bazel in tests/consumer. Run it under any
+// launcher:
+//   lockstep-run --standalone --nproc_per_node 2 build/libtorch_ddp
 #include <torch/torch.h>
 
 #include <cstdio>
 
 #include "collectives/bootstrap/init_from_env.h"
-#include "interop/torch/distributed_data_parallel.h"
+#include "interop/torch/ddp/distributed_data_parallel.h"
 
 struct Net : torch::nn::Module {
   torch::nn::Linear fc1{register_module("fc1", torch::nn::Linear(20, 32))};
