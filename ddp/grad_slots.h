@@ -7,6 +7,7 @@
 #define LOCKSTEP_DDP_GRAD_SLOTS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,16 @@ class GradSlots {
   // Makes `g` its gradient (a bucket view, with gradient_as_bucket_view,
   // or a tensor of its own).
   virtual absl::Status set_grad(size_t i, const Tensor& g) = 0;
+  // With gradient_as_bucket_view: makes `view` (elements [offset, offset +
+  // view.numel()) of the flat `bucket`, with the parameter's shape) its
+  // gradient. By default set_grad(i, view); libtorch's slots make it a view
+  // of one libtorch tensor per bucket instead, as PyTorch's narrow() views
+  // of the bucket are (one storage: is_alias_of holds between them).
+  virtual absl::Status set_grad_view(size_t i, const Tensor& bucket, int64_t offset, const Tensor& view) {
+    (void)bucket;
+    (void)offset;
+    return set_grad(i, view);
+  }
 };
 
 // lockstep's own parameters (nn/module.h's Parameter: value and grad).

@@ -176,7 +176,10 @@ absl::Status Reducer::CopyGradIntoBucket(size_t index) {
     LOCKSTEP_RETURN_IF_ERROR(view.CopyFrom(grad));
     if (hook_ == nullptr && world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(view, 1.0 / world));
   }
-  if (options_.gradient_as_bucket_view) return params_->set_grad(index, view);
+  if (options_.gradient_as_bucket_view) {
+    const GradBucket& bucket = buckets_[loc.bucket].grad_bucket;
+    return params_->set_grad_view(index, bucket.buffer(), bucket.offsets()[loc.member], view);
+  }
   return absl::OkStatus();
 }
 
@@ -272,7 +275,7 @@ absl::Status Reducer::FinalizeBackwardImpl() {
       const Tensor& view = b.grad_bucket.views()[m];
       LOCKSTEP_ASSIGN_OR_RETURN(const Tensor grad, params_->grad(i));
       if (options_.gradient_as_bucket_view) {
-        LOCKSTEP_RETURN_IF_ERROR(params_->set_grad(i, view));
+        LOCKSTEP_RETURN_IF_ERROR(params_->set_grad_view(i, b.grad_bucket.buffer(), b.grad_bucket.offsets()[m], view));
       } else if (!grad.defined()) {
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor copy, view.Clone());
         LOCKSTEP_RETURN_IF_ERROR(params_->set_grad(i, copy));

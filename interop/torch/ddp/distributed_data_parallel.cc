@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -39,10 +40,41 @@ class TorchSlots : public GradSlots {
     params_[i].mutable_grad() = std::move(t);
     return absl::OkStatus();
   }
+  // As PyTorch's reducer's bucket.narrow(0, offset, numel).view(sizes): the
+  // gradients of a bucket share one libtorch storage (is_alias_of holds
+  // between them, storage_offset is the bucket offset). Made with set_, not
+  // narrow(): libtorch's C++ Optimizer::zero_grad calls detach_() on every
+  // gradient, which an autograd view refuses ("Can't detach views
+  // in-place"); Python's zero_grad steers around that, the C++ one cannot.
+  absl::Status set_grad_view(size_t i, const Tensor& bucket, int64_t offset, const Tensor& view) override {
+    at::Tensor* base = nullptr;
+    for (auto& [ours, theirs] : buckets_) {
+      if (ours.raw_data() == bucket.raw_data() && ours.nbytes() == bucket.nbytes()) base = &theirs;
+    }
+    if (base == nullptr) {
+      // A bucket not seen before (the first, or one rebuilt after the first
+      // iteration): forget those that nothing but this cache holds.
+      buckets_.erase(std::remove_if(buckets_.begin(), buckets_.end(),
+                                    [](const auto& b) { return b.second.storage().use_count() == 1; }),
+                     buckets_.end());
+      LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor t, ToTorch(bucket));
+      buckets_.emplace_back(bucket, std::move(t));
+      base = &buckets_.back().second;
+    }
+    try {
+      params_[i].mutable_grad() = at::empty({0}, base->options()).set_(base->storage(), offset, params_[i].sizes());
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("DistributedDataParallel: parameter ", i,
+                                              "'s gradient as a view of its bucket: ", e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  }
 
  private:
   std::vector<at::Tensor> params_;
   std::vector<Tensor> values_;
+  // Each bucket seen, as lockstep's flat tensor and as one libtorch tensor.
+  std::vector<std::pair<Tensor, at::Tensor>> buckets_;
 };
 
 // Raises `status` inside backward as libtorch's own error type, so that

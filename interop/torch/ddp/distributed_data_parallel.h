@@ -37,6 +37,45 @@
 //     follows a synchronized one only, so inside NoSync each rank keeps its
 //     own (PyTorch's require_forward_param_sync). find_unused_parameters, static_graph and comm
 //     hooks (ddp/comm_hook.h) as in DdpOptions.
+//
+// Weights to start from: load them into the libtorch module itself, before
+// Create (Create then broadcasts rank 0's, so only rank 0 needs the file):
+// torch::load(model, "net.pt") for libtorch's own archives, or, for a
+// safetensors file PyTorch wrote (save_file(model.state_dict(), ...)):
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));   // nn/checkpoint/safetensors.h
+//   torch::NoGradGuard no_grad;
+//   auto params = model->named_parameters(), buffers = model->named_buffers();
+//   for (auto& [name, value] : file.tensors) {
+//     LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor t, ToTorch(value));                   // bridge/tensor_bridge.h
+//     (params.contains(name) ? params[name] : buffers[name]).copy_(t);
+//   }
+//
+// Not through TorchModule (bridge/torch_module.h) and LoadModel: a
+// TorchModule gives every parameter a zero gradient at once (so that torch
+// accumulates into one tensor), where a fresh PyTorch module's .grad is
+// None until the first backward; training is the same, a check of
+// grad().defined() against PyTorch is not.
+//
+// DdpOptions (ddp/ddp_options.h, namespace lockstep, shared with lockstep's
+// own DDP) has PyTorch's names and defaults: bucket_cap_mb (25),
+// find_unused_parameters, gradient_as_bucket_view, broadcast_buffers,
+// static_graph, and first_bucket_bytes (PyTorch's module-level
+// dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB). As in PyTorch, the first
+// iteration uses one bucket for all gradients (without
+// find_unused_parameters), and the buckets rebuilt after it take
+// first_bucket_bytes for the first bucket and bucket_cap_mb for the rest:
+// a small bucket_cap_mb alone still gives a model under 1 MiB one bucket;
+// lower first_bucket_bytes too to get several.
+//
+// gradient_as_bucket_view: each param.grad() is then a tensor on its
+// bucket's storage at the bucket offset, as PyTorch's narrow() views are
+// (the gradients of one bucket are is_alias_of each other). They are made
+// with set_(), not as autograd views: libtorch's C++ Optimizer::zero_grad
+// calls detach_() on every gradient, which an autograd view refuses
+// (Python's zero_grad steers around it). libtorch 1.13's zero_grad()
+// zeroes them in place, in their buckets; 2.x's zero_grad() sets them to
+// none by default, and the next backward makes them bucket views again.
 // Errors: DDP's own calls return absl::Status. An error inside backward (a
 // collective failed, a gradient came twice) is raised by loss.backward() as
 // libtorch's c10::Error carrying lockstep's message, and the next Forward

@@ -12,15 +12,20 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/testing/group.h"
 #include "ddp/comm_hook.h"
 #include "gtest/gtest.h"
+#include "interop/torch/bridge/tensor_bridge.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace interop {
@@ -190,7 +195,78 @@ TEST_F(TorchDdpTest, GradientAsBucketViewMakesTheGradientABucketView) {
       // stay where their bucket views are.
       if (step == 1) first = now;
       if (step == 2 && now != first) return absl::InternalError("gradients moved out of their bucket views");
+      // As PyTorch's: narrow() views of one bucket tensor (the model is one
+      // bucket), so they alias each other and tile its storage exactly.
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      int64_t total = 0;
+      for (const auto& p : net->parameters()) {
+        if (!p.grad().is_alias_of(net->parameters()[0].grad())) {
+          return absl::InternalError("a gradient is not a view of the same bucket tensor");
+        }
+        if (!p.grad().is_contiguous() || p.grad().sizes() != p.sizes()) {
+          return absl::InternalError("a gradient view has another shape than its parameter");
+        }
+        ranges.emplace_back(p.grad().storage_offset(), p.numel());
+        total += p.numel();
+      }
+      std::sort(ranges.begin(), ranges.end());
+      int64_t next = 0;
+      for (const auto& [offset, numel] : ranges) {
+        if (offset != next) return absl::InternalError(absl::StrCat("a gap or overlap at element ", offset));
+        next = offset + numel;
+      }
+      const int64_t bucket_elements =
+          static_cast<int64_t>(net->parameters()[0].grad().storage().nbytes() / sizeof(float));
+      if (next != total || bucket_elements != total) {
+        return absl::InternalError(absl::StrCat("the views cover ", next, " of ", bucket_elements, " elements"));
+      }
       for (auto& p : net->parameters()) p.mutable_grad().zero_();
+    }
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+}
+
+// The header's route to starting weights, as written there: a safetensors
+// file loaded into the libtorch module itself before Create.
+absl::Status LoadWeights(const std::string& path, NetImpl* model) {
+  LOCKSTEP_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
+  torch::NoGradGuard no_grad;
+  auto params = model->named_parameters(), buffers = model->named_buffers();
+  for (auto& [name, value] : file.tensors) {
+    LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor t, ToTorch(value));
+    (params.contains(name) ? params[name] : buffers[name]).copy_(t);
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0 loads a trained model's file (parameters and buffers, the
+// BatchNorm's running statistics moved off their initial values); after
+// Create every rank holds exactly those values and, as a fresh PyTorch
+// module does, no gradient at all.
+TEST_F(TorchDdpTest, WeightsLoadedBeforeCreateReachEveryRank) {
+  auto trained = MakeNet(5);
+  {
+    torch::NoGradGuard no_grad;
+    trained->bn->running_mean.add_(0.5);
+    trained->bn->running_var.mul_(3);
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& item : trained->named_parameters()) tensors.emplace_back(item.key(), *FromTorch(item.value()));
+  for (const auto& item : trained->named_buffers()) tensors.emplace_back(item.key(), *FromTorch(item.value()));
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/trained.safetensors";
+  ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  const std::vector<absl::Status> results = testing::RunThreads(kWorld, [&](Communicator& comm) -> absl::Status {
+    auto net = MakeNet(100 + comm.rank());
+    if (comm.rank() == 0) LOCKSTEP_RETURN_IF_ERROR(LoadWeights(path, net.get()));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel<NetImpl>::Create(net, comm));
+    auto want_params = trained->named_parameters(), want_buffers = trained->named_buffers();
+    for (const auto& item : net->named_parameters()) {
+      if (!torch::equal(item.value(), want_params[item.key()])) return absl::InternalError(item.key() + " differs");
+      if (item.value().grad().defined()) return absl::InternalError(item.key() + " has a gradient before backward");
+    }
+    for (const auto& item : net->named_buffers()) {
+      if (!torch::equal(item.value(), want_buffers[item.key()])) return absl::InternalError(item.key() + " differs");
     }
     return absl::OkStatus();
   });
