@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/bootstrap/init_from_env.h"
 #include "collectives/monitored_barrier.h"
+#include "collectives/work_promise.h"
 #include "core/status.h"
 #include "interop/torch/bridge/tensor_bridge.h"
 #include "interop/torch/c10d/huge_pages.h"
@@ -212,7 +214,76 @@ c10::intrusive_ptr<ProcessGroupLockstep> ProcessGroupLockstep::Create(const c10:
 }
 
 ProcessGroupLockstep::ProcessGroupLockstep(std::unique_ptr<Communicator> comm, std::shared_ptr<Store> store)
-    : ::c10d::ProcessGroup(comm->rank(), comm->size()), store_(std::move(store)), comm_(std::move(comm)) {}
+    : TorchBackendBase(comm->rank(), comm->size()), store_(std::move(store)), comm_(std::move(comm)) {}
+
+c10::intrusive_ptr<ProcessGroupLockstep> ProcessGroupLockstep::Create(
+    const ::c10d::DistributedBackendOptions& options) {
+  TORCH_CHECK(options.timeout.count() > 0, "lockstep: the group's timeout must be positive, got ",
+              options.timeout.count(), " s");
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+  c10::intrusive_ptr<ProcessGroupLockstep> group =
+      Create(options.store, options.group_rank, options.group_size, std::max(timeout, std::chrono::milliseconds(1)));
+  TORCH_CHECK(options.global_ranks_in_group.empty() ||
+                  static_cast<int>(options.global_ranks_in_group.size()) == options.group_size,
+              "lockstep: group ", options.group_id, " has ", options.group_size, " ranks but ",
+              options.global_ranks_in_group.size(), " global ranks were given");
+  group->group_name_ = options.group_id;
+  group->global_ranks_ = options.global_ranks_in_group;
+  // torch.distributed passes none for the default group: its ranks are the
+  // global ones.
+  if (group->global_ranks_.empty()) {
+    for (int r = 0; r < options.group_size; ++r) group->global_ranks_.push_back(r);
+  }
+  return group;
+}
+
+TorchWorkPtr ProcessGroupLockstep::Track(TorchWorkPtr work) {
+  std::lock_guard<std::mutex> lock(coalescing_mu_);
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+#if LOCKSTEP_TORCH_BACKEND_API
+void ProcessGroupLockstep::startCoalescing() {
+  std::lock_guard<std::mutex> lock(coalescing_mu_);
+  TORCH_CHECK(!coalescing_, "lockstep startCoalescing: rank ", rank_,
+              " is coalescing already; call endCoalescing first (coalescing does not nest)");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+TorchWorkPtr ProcessGroupLockstep::endCoalescing() {
+  std::vector<TorchWorkPtr> works;
+  {
+    std::lock_guard<std::mutex> lock(coalescing_mu_);
+    TORCH_CHECK(coalescing_, "lockstep endCoalescing: rank ", rank_, " did not call startCoalescing");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  // Completes when every operation has, with the first error among them.
+  struct Pending {
+    std::mutex mu;
+    size_t left;
+    absl::Status first_error;
+    WorkPromise promise;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = works.size();
+  std::shared_ptr<Work> all = pending->promise.work();
+  std::vector<at::Tensor> outputs;
+  if (works.empty()) pending->promise.Complete(absl::OkStatus());
+  for (const TorchWorkPtr& w : works) {
+    w->getFuture()->addCallback([pending](c10::ivalue::Future& future) {
+      std::lock_guard<std::mutex> lock(pending->mu);
+      if (future.hasError() && pending->first_error.ok()) {
+        pending->first_error = absl::InternalError(future.tryRetrieveErrorMessage());
+      }
+      if (--pending->left == 0) pending->promise.Complete(pending->first_error);
+    });
+  }
+  return TorchWork::Create(rank_, OpType::COALESCED, all, {outputs}, nullptr, "lockstep:coalesced");
+}
+#endif
 
 ProcessGroupLockstep::~ProcessGroupLockstep() {
   if (teardown_) teardown_([this] { comm_.reset(); });
@@ -226,7 +297,8 @@ TorchWorkPtr ProcessGroupLockstep::broadcast(std::vector<at::Tensor>& tensors, c
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->Broadcast(s.view, static_cast<int>(opts.rootRank));
-  return TorchWork::Create(rank_, OpType::BROADCAST, work, {tensors}, WriteBackAll({s}), "lockstep:broadcast", tensors);
+  return Track(
+      TorchWork::Create(rank_, OpType::BROADCAST, work, {tensors}, WriteBackAll({s}), "lockstep:broadcast", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::allreduce(std::vector<at::Tensor>& tensors, const ::c10d::AllreduceOptions& opts) {
@@ -236,8 +308,8 @@ TorchWorkPtr ProcessGroupLockstep::allreduce(std::vector<at::Tensor>& tensors, c
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->AllReduce(s.view, op);
-  return TorchWork::Create(rank_, OpType::ALLREDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:all_reduce",
-                           tensors);
+  return Track(
+      TorchWork::Create(rank_, OpType::ALLREDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:all_reduce", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -255,8 +327,8 @@ TorchWorkPtr ProcessGroupLockstep::allreduce_coalesced(std::vector<at::Tensor>& 
   }
   Count();
   std::shared_ptr<Work> work = comm_->AllReduceCoalesced(std::move(views), op);
-  return TorchWork::Create(rank_, OpType::ALLREDUCE_COALESCED, work, {tensors}, WriteBackAll(std::move(staged)),
-                           "lockstep:allreduce_coalesced", tensors);
+  return Track(TorchWork::Create(rank_, OpType::ALLREDUCE_COALESCED, work, {tensors}, WriteBackAll(std::move(staged)),
+                                 "lockstep:allreduce_coalesced", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::reduce(std::vector<at::Tensor>& tensors, const ::c10d::ReduceOptions& opts) {
@@ -268,7 +340,8 @@ TorchWorkPtr ProcessGroupLockstep::reduce(std::vector<at::Tensor>& tensors, cons
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->Reduce(s.view, s.view, op, static_cast<int>(opts.rootRank));
-  return TorchWork::Create(rank_, OpType::REDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:reduce", tensors);
+  return Track(
+      TorchWork::Create(rank_, OpType::REDUCE, work, {tensors}, WriteBackAll({s}), "lockstep:reduce", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -284,9 +357,9 @@ TorchWorkPtr ProcessGroupLockstep::allgather(std::vector<std::vector<at::Tensor>
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, flat_view);
   std::vector<at::Tensor> targets = outputs[0];
-  return TorchWork::Create(
+  return Track(TorchWork::Create(
       rank_, OpType::ALLGATHER, work, outputs, [flat = flat, targets] { return Unpack(flat, targets); },
-      "lockstep:all_gather", inputs);
+      "lockstep:all_gather", inputs));
 }
 
 TorchWorkPtr ProcessGroupLockstep::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -301,8 +374,8 @@ TorchWorkPtr ProcessGroupLockstep::_allgather_base(at::Tensor& output, at::Tenso
   Staged out = Stage(output, kOp, "output", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(in.view, out.view);
-  return TorchWork::Create(rank_, OpType::_ALLGATHER_BASE, work, {{output}}, WriteBackAll({out}),
-                           "lockstep:_all_gather_base", {input});
+  return Track(TorchWork::Create(rank_, OpType::_ALLGATHER_BASE, work, {{output}}, WriteBackAll({out}),
+                                 "lockstep:_all_gather_base", {input}));
 }
 
 TorchWorkPtr ProcessGroupLockstep::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -329,9 +402,9 @@ TorchWorkPtr ProcessGroupLockstep::allgather_coalesced(std::vector<std::vector<a
   for (const auto& list : outputs) targets.insert(targets.end(), list.begin(), list.end());
   Count();
   std::shared_ptr<Work> work = comm_->AllGather(packed_view, flat_view);
-  return TorchWork::Create(
+  return Track(TorchWork::Create(
       rank_, OpType::ALLGATHER_COALESCED, work, outputs,
-      [flat = flat, targets, packed] { return Unpack(flat, targets); }, "lockstep:all_gather_coalesced", inputs);
+      [flat = flat, targets, packed] { return Unpack(flat, targets); }, "lockstep:all_gather_coalesced", inputs));
 }
 
 TorchWorkPtr ProcessGroupLockstep::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -358,7 +431,7 @@ TorchWorkPtr ProcessGroupLockstep::gather(std::vector<std::vector<at::Tensor>>& 
   std::shared_ptr<Work> work = comm_->Gather(in.view, flat_view, root);
   std::function<absl::Status()> finish;
   if (rank_ == root) finish = [flat, targets] { return Unpack(flat, targets); };
-  return TorchWork::Create(rank_, OpType::GATHER, work, outputs, std::move(finish), "lockstep:gather", inputs);
+  return Track(TorchWork::Create(rank_, OpType::GATHER, work, outputs, std::move(finish), "lockstep:gather", inputs));
 }
 
 TorchWorkPtr ProcessGroupLockstep::scatter(std::vector<at::Tensor>& outputs,
@@ -383,7 +456,8 @@ TorchWorkPtr ProcessGroupLockstep::scatter(std::vector<at::Tensor>& outputs,
   }
   Count();
   std::shared_ptr<Work> work = comm_->Scatter(packed_view, out.view, root);
-  return TorchWork::Create(rank_, OpType::SCATTER, work, {outputs}, WriteBackAll({out}), "lockstep:scatter", outputs);
+  return Track(
+      TorchWork::Create(rank_, OpType::SCATTER, work, {outputs}, WriteBackAll({out}), "lockstep:scatter", outputs));
 }
 
 TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -401,8 +475,8 @@ TorchWorkPtr ProcessGroupLockstep::reduce_scatter(std::vector<at::Tensor>& outpu
   Tensor packed_view = ValueOrThrow(FromTorch(packed));
   Count();
   std::shared_ptr<Work> work = comm_->ReduceScatter(packed_view, out.view, op);
-  return TorchWork::Create(rank_, OpType::REDUCE_SCATTER, work, {outputs}, WriteBackAll({out}),
-                           "lockstep:reduce_scatter", outputs);
+  return Track(TorchWork::Create(rank_, OpType::REDUCE_SCATTER, work, {outputs}, WriteBackAll({out}),
+                                 "lockstep:reduce_scatter", outputs));
 }
 
 TorchWorkPtr ProcessGroupLockstep::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -419,8 +493,8 @@ TorchWorkPtr ProcessGroupLockstep::_reduce_scatter_base(at::Tensor& output, at::
   Staged out = Stage(output, kOp, "output", &huge_pages_);
   Count();
   std::shared_ptr<Work> work = comm_->ReduceScatter(in.view, out.view, op);
-  return TorchWork::Create(rank_, OpType::_REDUCE_SCATTER_BASE, work, {{output}}, WriteBackAll({out}),
-                           "lockstep:_reduce_scatter_base", {input});
+  return Track(TorchWork::Create(rank_, OpType::_REDUCE_SCATTER_BASE, work, {{output}}, WriteBackAll({out}),
+                                 "lockstep:_reduce_scatter_base", {input}));
 }
 
 TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -463,8 +537,8 @@ TorchWorkPtr ProcessGroupLockstep::alltoall_base(at::Tensor& output, at::Tensor&
   std::shared_ptr<Work> work = output_split_sizes.empty() && input_split_sizes.empty()
                                    ? comm_->AllToAll(in.view, out.view)
                                    : comm_->AllToAllV(in.view, out.view, send, recv);
-  return TorchWork::Create(rank_, OpType::ALLTOALL_BASE, work, {{output}}, WriteBackAll({out}), "lockstep:all_to_all",
-                           {input});
+  return Track(TorchWork::Create(rank_, OpType::ALLTOALL_BASE, work, {{output}}, WriteBackAll({out}),
+                                 "lockstep:all_to_all", {input}));
 }
 
 TorchWorkPtr ProcessGroupLockstep::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -491,9 +565,9 @@ TorchWorkPtr ProcessGroupLockstep::alltoall(std::vector<at::Tensor>& outputs, st
   Count();
   std::shared_ptr<Work> work = comm_->AllToAllV(packed_view, flat_view, send, recv);
   std::vector<at::Tensor> targets = outputs;
-  return TorchWork::Create(
+  return Track(TorchWork::Create(
       rank_, OpType::ALLTOALL, work, {outputs}, [flat = flat, targets, packed] { return Unpack(flat, targets); },
-      "lockstep:all_to_all", inputs);
+      "lockstep:all_to_all", inputs));
 }
 
 void ProcessGroupLockstep::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) {
@@ -517,8 +591,8 @@ TorchWorkPtr ProcessGroupLockstep::send(std::vector<at::Tensor>& tensors, int ds
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->Send(s.view, dst_rank, Tag(tag, kOp));
   // Keeps the staged copy alive until sent.
-  return TorchWork::Create(
-      rank_, OpType::SEND, work, {}, [s] { return absl::OkStatus(); }, "lockstep:send", tensors);
+  return Track(TorchWork::Create(
+      rank_, OpType::SEND, work, {}, [s] { return absl::OkStatus(); }, "lockstep:send", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
@@ -527,7 +601,7 @@ TorchWorkPtr ProcessGroupLockstep::recv(std::vector<at::Tensor>& tensors, int sr
   CheckRank(src_rank, size_, kOp, "source");
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->Recv(s.view, src_rank, Tag(tag, kOp));
-  return TorchWork::Create(rank_, OpType::RECV, work, {tensors}, WriteBackAll({s}), "lockstep:recv", tensors);
+  return Track(TorchWork::Create(rank_, OpType::RECV, work, {tensors}, WriteBackAll({s}), "lockstep:recv", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -535,13 +609,13 @@ TorchWorkPtr ProcessGroupLockstep::recvAnysource(std::vector<at::Tensor>& tensor
   CheckOne(tensors, kOp);
   Staged s = Stage(tensors[0], kOp, "tensor", &huge_pages_);
   std::shared_ptr<Work> work = comm_->RecvAnySource(s.view, Tag(tag, kOp));
-  return TorchWork::Create(rank_, OpType::RECVANYSOURCE, work, {tensors}, WriteBackAll({s}), "lockstep:recvAnySource",
-                           tensors);
+  return Track(TorchWork::Create(rank_, OpType::RECVANYSOURCE, work, {tensors}, WriteBackAll({s}),
+                                 "lockstep:recvAnySource", tensors));
 }
 
 TorchWorkPtr ProcessGroupLockstep::barrier(const ::c10d::BarrierOptions&) {
   Count();
-  return TorchWork::Create(rank_, OpType::BARRIER, comm_->Barrier(), {}, nullptr, "lockstep:barrier", {});
+  return Track(TorchWork::Create(rank_, OpType::BARRIER, comm_->Barrier(), {}, nullptr, "lockstep:barrier", {}));
 }
 
 }  // namespace lockstep

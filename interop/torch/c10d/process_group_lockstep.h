@@ -1,6 +1,8 @@
 // ProcessGroupLockstep: lockstep's Communicator as a torch.distributed
-// backend, PyTorch 1.13's c10d::ProcessGroup interface. Python programs get
-// it through the `lockstep_torch` module (lockstep_torch_module.cc):
+// backend: a c10d::ProcessGroup on PyTorch 1.13, a c10d::Backend (which
+// PyTorch's ProcessGroup holds for CPU tensors) on 2.x, from one source
+// (torch_version.h keeps the difference). Python programs get it through
+// the `lockstep_torch` module (lockstep_torch_module.cc):
 //
 //   import torch.distributed as dist
 //   import lockstep_torch                     # registers the backend "lockstep"
@@ -9,7 +11,7 @@
 //
 // and C++ programs that hold a c10d store through Create:
 //
-//   c10::intrusive_ptr<c10d::ProcessGroup> pg =
+//   c10::intrusive_ptr<ProcessGroupLockstep> pg =
 //       ProcessGroupLockstep::Create(store, rank, size, std::chrono::minutes(30));
 //   pg->allreduce(tensors)->wait();
 //
@@ -44,6 +46,16 @@
 // (a mismatch between ranks, a dead peer, the timeout) raises lockstep's
 // error at wait(). Sequence numbers count the collectives each rank
 // started (every rank agrees while they call the same ones).
+//
+// CUDA tensors: on 1.13 they reach the backend, and the communicator
+// stages them through pinned host memory (correct, not fast). On 2.x the
+// backend is registered for "cpu" only, so PyTorch itself refuses a CUDA
+// tensor ("No backend type associated with device type cuda") before it
+// reaches lockstep; name a CUDA backend beside it for those:
+// init_process_group("cpu:lockstep,cuda:nccl"). On 2.x, operations between
+// startCoalescing() and endCoalescing() (dist._coalescing_manager) run as
+// they are called, each asynchronous already; endCoalescing's Work
+// completes when all of them have, with the first error among them.
 #ifndef LOCKSTEP_INTEROP_TORCH_C10D_PROCESS_GROUP_LOCKSTEP_H_
 #define LOCKSTEP_INTEROP_TORCH_C10D_PROCESS_GROUP_LOCKSTEP_H_
 
@@ -51,9 +63,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,10 +74,11 @@
 #include "collectives/communicator.h"
 #include "collectives/store/store.h"
 #include "interop/torch/c10d/huge_pages.h"
+#include "interop/torch/c10d/torch_version.h"
 
 namespace lockstep {
 
-class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
+class ProcessGroupLockstep final : public TorchBackendBase {
  public:
   // Throws c10::Error (RuntimeError in Python) when the group cannot form.
   static c10::intrusive_ptr<ProcessGroupLockstep> Create(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
@@ -75,6 +89,12 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
                                                                          std::chrono::milliseconds timeout,
                                                                          const EnvLookup& env);
 
+  // As torch.distributed's creator registered with extended_api=True
+  // calls it (both versions): the group's store, rank, size and timeout,
+  // and its name and members' global ranks, kept for group_name() and
+  // global_ranks().
+  static c10::intrusive_ptr<ProcessGroupLockstep> Create(const ::c10d::DistributedBackendOptions& options);
+
   ProcessGroupLockstep(std::unique_ptr<Communicator> comm, std::shared_ptr<Store> store);
   ~ProcessGroupLockstep() override;
 
@@ -82,6 +102,10 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
   // What lockstep chose: "host over shm", "host over tcp", "hierarchical(shm+tcp)".
   std::string transport() const { return comm_->capabilities().name; }
   Communicator& communicator() { return *comm_; }
+  // torch.distributed's name of the group and the global rank of each of
+  // its ranks; empty unless made from DistributedBackendOptions.
+  const std::string& group_name() const { return group_name_; }
+  const std::vector<int64_t>& global_ranks() const { return global_ranks_; }
 
   // How the destructor tears the communicator down: `teardown` is given a
   // function that does it (joining the communicator's threads) and must
@@ -131,16 +155,28 @@ class ProcessGroupLockstep final : public ::c10d::ProcessGroup {
   c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
   c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+#if LOCKSTEP_TORCH_BACKEND_API
+  void startCoalescing() override;
+  c10::intrusive_ptr<::c10d::Work> endCoalescing() override;
+#endif
 
  private:
   // A started collective's number (getSequenceNumberForGroup).
   void Count() { seq_.fetch_add(1, std::memory_order_relaxed); }
+  // Every operation's Work passes here: between startCoalescing and
+  // endCoalescing it is kept for endCoalescing's Work.
+  c10::intrusive_ptr<::c10d::Work> Track(c10::intrusive_ptr<::c10d::Work> work);
 
   std::shared_ptr<Store> store_;  // Outlives comm_ (its failure reports).
   HugePageAdvisor huge_pages_;    // 2 MiB pages for large tensors (huge_pages.h).
   std::unique_ptr<Communicator> comm_;
   Teardown teardown_;
   std::atomic<uint64_t> seq_{0};
+  std::string group_name_;
+  std::vector<int64_t> global_ranks_;
+  std::mutex coalescing_mu_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<::c10d::Work>> coalesced_;
 };
 
 }  // namespace lockstep

@@ -28,6 +28,16 @@ DEADLINE_S = 240
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "bool"]
 
 
+def lockstep_group(torch, dist, group=None):
+    """The backend's own object for `group`: the group itself on PyTorch 1.13,
+    the Backend PyTorch's ProcessGroup holds for CPU tensors on 2.x."""
+    import lockstep_torch
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if isinstance(pg, lockstep_torch.ProcessGroupLockstep):
+        return pg
+    return pg._get_backend(torch.device("cpu"))
+
+
 def log(rank, msg):
     print(f"[rank {rank}] {msg}", flush=True)
 
@@ -51,9 +61,12 @@ def rank_main(args):
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
         dist.init_process_group("lockstep", init_method="env://", timeout=timeout)
     assert dist.get_backend() == "lockstep", dist.get_backend()
-    pg = dist.distributed_c10d._get_default_group()
+    pg = lockstep_group(torch, dist)
     expected_transport = {"tcp": "host over tcp", "shm": "host over shm"}[os.environ["LOCKSTEP_TRANSPORT"]]
     assert pg.transport == expected_transport, (pg.transport, expected_transport)
+    # The creator was given the group's global ranks and name (extended_api).
+    assert pg.global_ranks == list(range(world)), pg.global_ranks
+    assert isinstance(pg.group_name, str), pg.group_name
 
     if args.case == "ops":
         run_op_cases(torch, dist, rank, world)
@@ -299,6 +312,16 @@ def run_op_cases(torch, dist, rank, world):
             check(t, torch.full((5,), float(sum(members) + 2 * k)), f"subgroup all_reduce {k}")
         dist.all_reduce(whole)
         check(whole, torch.full((5,), float(sum(range(world)))), f"whole group after subgroup {k}")
+    if rank in members:
+        assert lockstep_group(torch, dist, sub).global_ranks == members, lockstep_group(torch, dist, sub).global_ranks
+    # lockstep has no pg_options: a group asked to take some is refused, on
+    # every rank (all of them members: a non-member would go on to wait for
+    # the others in new_group's barrier).
+    try:
+        dist.new_group(list(range(world)), backend="lockstep", pg_options=object())
+        raise AssertionError("new_group with pg_options did not raise")
+    except RuntimeError as e:
+        assert "pg_options" in str(e), e
 
     dist.barrier()
     # 1.13's dist.monitored_barrier admits gloo only; the group's own method is the backend's.
