@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -86,7 +87,9 @@ setup(
             sources=[os.path.join(ROOT, s) for s in SOURCES],
             # The tree's headers first: they match its libraries.
             include_dirs=[os.path.join(tree, "include", "lockstep"), ROOT],
-            extra_compile_args=["-std=c++17", "-O2"],
+            # 1.13's cpp_extension defaults to C++14, which lockstep's
+            # headers are not; 2.x chooses its own (C++17, C++20 from 2.12).
+            extra_compile_args=(["-std=c++17"] if int(torch.__version__.split(".")[0]) < 2 else []) + ["-O2"],
             # After the extension's objects on the link line: the linker
             # takes from the archives what those objects use.
             extra_objects=archives,
