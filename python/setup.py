@@ -19,9 +19,14 @@ import shlex
 import subprocess
 import sys
 
-import torch
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+try:
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError as e:
+    sys.exit(f"lockstep-torch: the build cannot import torch ({e}). Build it against the torch it will be loaded "
+             "into, with that Python: pip install --no-build-isolation ./python")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)  # the lockstep checkout
