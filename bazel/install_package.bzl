@@ -158,6 +158,27 @@ def _impl(ctx):
                 fail("layer %s uses %s, which `layers` lists after it: list layers low to high" % (name, dep))
     present = [n for n in layer_names if info[n].objects]
 
+    # A layer's objects may call a system library directly that they reach
+    # only through a lower layer's targets (libtorch's headers, inline):
+    # each layer links what the layers under it link too.
+    # The same for the layers themselves: a layer links every layer under
+    # the ones it uses (inline code of their headers calls into those).
+    for name in layer_names:
+        for dep in layer_names:
+            if dep in info[name].deps:
+                for lower in info[dep].deps:
+                    info[name].deps[lower] = True
+        for dep in layer_names:
+            if dep not in info[name].deps:
+                continue
+            if info[dep].torch[0]:
+                info[name].torch[0] = True
+                info[name].torch_flags.extend(info[dep].torch_flags)
+            info[name].other_flags.extend(info[dep].other_flags)
+            for f in info[dep].flags:
+                if f not in info[name].flags:
+                    info[name].flags.append(f)
+
     cc_toolchain = find_cpp_toolchain(ctx)
     outputs = []
     manifest = []

@@ -18,7 +18,8 @@
 # must be in CHECKED or in SKIPPED (an example that is not C++, with a
 # one-word reason), so a new header cannot slip by. The check also fails when
 # a header in either list no longer exists or no longer has an example, and
-# when a public header is missing from this test's `data` (tests/BUILD).
+# when a public header is missing from this test's `data` (tests/BUILD), or
+# from the CMake package (tools/install/BUILD's lists).
 #
 # Only the packages whose BUILD file is in this test's data are searched: a
 # new package with public headers must add its BUILD file (and its public
@@ -265,6 +266,18 @@ for package in packages:
                         (package, type(e).__name__, e))
 if not packages:
     problems.append("no BUILD files in this test's data")
+
+# Every public header is in the CMake package too (tools/install/BUILD
+# lists the public targets it installs; a new one must be added there).
+manifest_path = os.path.join(root, "tools/install/lockstep/share/lockstep/MANIFEST")
+if not os.path.exists(manifest_path):
+    problems.append("%s is missing: //tools/install:lockstep belongs in this test's data" % manifest_path)
+else:
+    installed = {line.strip()[len("include/lockstep/"):] for line in open(manifest_path)
+                 if line.startswith("include/lockstep/")}
+    for header in sorted(public - installed):
+        problems.append("%s: public header that tools/install.sh does not install: add its target to the lists "
+                        "in tools/install/BUILD" % header)
 
 for header in sorted(set(CHECKED) & set(SKIPPED)):
     problems.append("%s: both checked and skipped" % header)

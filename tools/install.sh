@@ -5,9 +5,9 @@
 #
 # Builds //tools/install:lockstep (optimized) and copies it to DIR:
 #   DIR/include/lockstep/...                    the public headers (old include paths too)
-#   DIR/lib/liblockstep_<layer>.{so,a}          core, collectives, data, nn, amp, dp, ddp and,
-#                                               with libtorch-dev, torch_bridge, torch_ddp,
-#                                               torch_c10d, torch_models
+#   DIR/lib/liblockstep_<layer>.{so,a}          core, collectives, data, nn, amp, dp, ddp,
+#                                               trainers and, with libtorch-dev, torch_bridge,
+#                                               torch_ddp, torch_c10d, torch_models, torch_trainers
 #   DIR/lib/cmake/lockstep/lockstepConfig.cmake find_package(lockstep): lockstep::<layer>
 #   DIR/lib/pkgconfig/lockstep-<layer>.pc       pkg-config
 #   DIR/bin/lockstep-run                        the launcher

@@ -70,7 +70,7 @@ run_step main bazel test //...
 run_step asan bazel test --config=asan //core/... //data/... //collectives/... //nn/... //amp/... //ddp/... \
   //dp/... //trainers/... //tests/... //tools/... //interop/... -- -//collectives:communicator_test \
   -//tools/scale_lab:lab_test -//tools/scale_lab:delay_link_test \
-  -//tools/install/... -//tests/cmake_consumer/... -//python/... \
+  -//tools/install/... -//tests/cmake_consumer/... -//python/... -//tests:header_examples_check \
   -//interop/torch/c10d:pytorch_suite_test -//interop/torch/trainers:torch_trainers_test
 # The libtorch trainers under ASan without the full-width ResNet-18 resume
 # (3 minutes alone under ASan on a quiet machine; it runs in the plain step,

@@ -247,7 +247,7 @@ TEST(InteropHeaderExamplesTest, TorchWorkCompletesWithTheResult) {
 // one c10d store and all-reduce; rank r's result goes to `out[r]`.
 void ProcessGroupExample(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, float* out) {
   std::vector<at::Tensor> tensors = {torch::full({4}, static_cast<float>(rank + 1))};
-  c10::intrusive_ptr<c10d::ProcessGroup> pg =
+  c10::intrusive_ptr<TorchBackendBase> pg =  // c10d::ProcessGroup (1.13) or c10d::Backend (2.x)
       ProcessGroupLockstep::Create(store, rank, size, std::chrono::minutes(30));
   pg->allreduce(tensors)->wait();
   *out = tensors[0][3].item<float>();

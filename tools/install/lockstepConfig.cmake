@@ -8,9 +8,9 @@
 # One imported target per layer, each carrying the layers below it and its
 # system libraries (absl, OpenBLAS, oneDNN, OpenSSL's crypto, and CUDA's
 # runtime when lockstep was built with CUDA):
-#   lockstep::core, ::collectives, ::data, ::nn, ::amp, ::dp, ::ddp, and with
-#   libtorch ::torch_bridge, ::torch_ddp, ::torch_c10d (ProcessGroupLockstep
-#   for C++ programs), ::torch_models.
+#   lockstep::core, ::collectives, ::data, ::nn, ::amp, ::dp, ::ddp,
+#   ::trainers, and with libtorch ::torch_bridge, ::torch_ddp, ::torch_c10d
+#   (ProcessGroupLockstep for C++ programs), ::torch_models, ::torch_trainers.
 # lockstep_TARGETS lists the targets defined, lockstep_LAYERS every layer
 # installed. Any set of them links into one program: every object is in
 # exactly one library. Headers keep their repository paths

@@ -11,7 +11,7 @@
 //
 // and C++ programs that hold a c10d store through Create:
 //
-//   c10::intrusive_ptr<ProcessGroupLockstep> pg =
+//   c10::intrusive_ptr<TorchBackendBase> pg =  // c10d::ProcessGroup (1.13) or c10d::Backend (2.x)
 //       ProcessGroupLockstep::Create(store, rank, size, std::chrono::minutes(30));
 //   pg->allreduce(tensors)->wait();
 //
