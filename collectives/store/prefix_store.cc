@@ -30,6 +30,10 @@ absl::StatusOr<std::string> PrefixStore::CompareSet(absl::string_view key, absl:
 absl::Status PrefixStore::Wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   return base_->Wait(Keys(keys), timeout);
 }
+absl::StatusOr<std::vector<std::string>> PrefixStore::MultiGet(const std::vector<std::string>& keys,
+                                                               Milliseconds timeout) {
+  return base_->MultiGet(Keys(keys), timeout);
+}
 absl::StatusOr<bool> PrefixStore::Check(const std::vector<std::string>& keys) { return base_->Check(Keys(keys)); }
 absl::StatusOr<bool> PrefixStore::DeleteKey(absl::string_view key) { return base_->DeleteKey(Key(key)); }
 absl::StatusOr<int64_t> PrefixStore::NumKeys() { return base_->NumKeys(); }

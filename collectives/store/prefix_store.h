@@ -24,6 +24,9 @@ class PrefixStore : public Store {
   absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
                                          absl::string_view desired) override;
   absl::Status Wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                                    Milliseconds timeout) override;
+  using Store::MultiGet;
   using Store::Wait;
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys) override;
   absl::StatusOr<bool> DeleteKey(absl::string_view key) override;

@@ -53,6 +53,15 @@ class Store {
   virtual absl::Status Wait(const std::vector<std::string>& keys, Milliseconds timeout) = 0;
   absl::Status Wait(const std::vector<std::string>& keys) { return Wait(keys, timeout()); }
 
+  // The values of `keys`, in order, once every one exists (waiting up to
+  // `timeout`): what Wait then one Get per key gives, in one round trip
+  // where the store can (TcpStore: one request, however many keys). The
+  // default does exactly Wait then Get.
+  virtual absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys, Milliseconds timeout);
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys) {
+    return MultiGet(keys, timeout());
+  }
+
   // True when every key exists (no waiting).
   virtual absl::StatusOr<bool> Check(const std::vector<std::string>& keys) = 0;
 
@@ -67,6 +76,20 @@ class Store {
  private:
   Milliseconds timeout_ = kDefaultStoreTimeout;
 };
+
+inline absl::StatusOr<std::vector<std::string>> Store::MultiGet(const std::vector<std::string>& keys,
+                                                                Milliseconds timeout) {
+  absl::Status waited = Wait(keys, timeout);
+  if (!waited.ok()) return waited;
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> value = Get(key, timeout);
+    if (!value.ok()) return value.status();
+    values.push_back(*std::move(value));
+  }
+  return values;
+}
 
 }  // namespace lockstep
 

@@ -102,6 +102,32 @@ TEST_P(StoreContractTest, WaitReturnsWhenAnotherThreadSets) {
   setter.join();
 }
 
+// MultiGet: the values in the keys' order (a key twice gives its value
+// twice), waiting for the missing ones; a timeout names them; an empty list
+// is an empty answer. TcpStore does it in one request, the others by Wait
+// then Get: the answers must be the same.
+TEST_P(StoreContractTest, MultiGetReturnsTheValuesInOrderOnceAllExist) {
+  Fixture f = GetParam()();
+  std::shared_ptr<Store> s = f.store;
+  ASSERT_TRUE(s->Set("k1", "one").ok());
+  ASSERT_TRUE(s->Set("k2", std::string("t\0wo", 4)).ok());
+  ASSERT_TRUE(s->Set("empty", "").ok());
+  absl::StatusOr<std::vector<std::string>> got = s->MultiGet({"k2", "empty", "k1", "k2"}, Milliseconds(1000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<std::string>{std::string("t\0wo", 4), "", "one", std::string("t\0wo", 4)}));
+  EXPECT_TRUE(s->MultiGet({}, Milliseconds(1000))->empty());
+  const absl::StatusOr<std::vector<std::string>> missing = s->MultiGet({"k1", "nope"}, Milliseconds(50));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("nope"), absl::string_view::npos) << missing.status();
+  // Waits for a key another thread sets later.
+  std::thread setter([&] { ASSERT_TRUE(s->Set("k3", "three").ok()); });
+  got = s->MultiGet({"k1", "k3"}, Milliseconds(10000));
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<std::string>{"one", "three"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values(&MakeHash, &MakeTcp, &MakePrefix, &MakeFile));
 
 TEST(PrefixStoreTest, NamespacesKeys) {

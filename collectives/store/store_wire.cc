@@ -94,6 +94,8 @@ const char* OpName(Op op) {
       return "DELETE";
     case Op::kNumKeys:
       return "NUM_KEYS";
+    case Op::kMultiGet:
+      return "MULTI_GET";
     case Op::kResponse:
       return "RESPONSE";
   }
@@ -120,7 +122,7 @@ absl::StatusOr<FrameHeader> ParseHeader(absl::string_view bytes) {
                                                    "; use the same lockstep version on every node"));
   }
   if (bytes[6] != 0 || bytes[7] != 0) return absl::InvalidArgumentError("store frame: reserved bytes are not zero");
-  if (!((op >= 1 && op <= 9) || op == 0x80)) {
+  if (!((op >= 1 && op <= 10) || op == 0x80)) {
     return absl::InvalidArgumentError(absl::StrCat("store frame: unknown op ", int{op}));
   }
   if (body > kMaxBodyBytes) {
@@ -171,6 +173,7 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
       r.keys.push_back(key);
       break;
     case Op::kWait:
+    case Op::kMultiGet:
     case Op::kCheck: {
       uint32_t count = 0;
       if (!in.U32(&count)) break;
@@ -181,7 +184,7 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
       r.keys.resize(count);
       bool ok = true;
       for (uint32_t i = 0; i < count && ok; ++i) ok = in.String(&r.keys[i], kMaxKeyBytes, "key");
-      if (ok && op == Op::kWait) in.I64(&r.integer);
+      if (ok && op != Op::kCheck) in.I64(&r.integer);
       break;
     }
     case Op::kDelete:
@@ -195,7 +198,7 @@ absl::StatusOr<Request> ParseRequest(Op op, absl::string_view body) {
   }
   absl::Status s = in.Finish();
   if (!s.ok()) return s;
-  if ((op == Op::kGet || op == Op::kWait) && r.integer < 0) {
+  if ((op == Op::kGet || op == Op::kWait || op == Op::kMultiGet) && r.integer < 0) {
     return absl::InvalidArgumentError(absl::StrCat(OpName(op), ": negative timeout"));
   }
   return r;
@@ -222,10 +225,11 @@ std::string EncodeRequest(const Request& r) {
       PutString(&body, r.desired);
       break;
     case Op::kWait:
+    case Op::kMultiGet:
     case Op::kCheck:
       PutU32(&body, static_cast<uint32_t>(r.keys.size()));
       for (const std::string& k : r.keys) PutString(&body, k);
-      if (r.op == Op::kWait) PutI64(&body, r.integer);
+      if (r.op != Op::kCheck) PutI64(&body, r.integer);
       break;
     case Op::kDelete:
       PutString(&body, r.keys.at(0));
@@ -257,6 +261,22 @@ std::string EncodeResponse(const Response& r) {
   PutString(&body, r.value);
   PutI64(&body, r.integer);
   return EncodeFrame(Op::kResponse, body);
+}
+
+std::string PackValues(const std::vector<std::string>& values) {
+  std::string packed;
+  for (const std::string& v : values) PutString(&packed, v);
+  return packed;
+}
+
+absl::StatusOr<std::vector<std::string>> UnpackValues(absl::string_view packed, size_t count) {
+  Reader in(packed, "MULTI_GET reply");
+  std::vector<std::string> values(count);
+  bool ok = true;
+  for (size_t i = 0; i < count && ok; ++i) ok = in.String(&values[i], kMaxValueBytes, "value");
+  absl::Status s = in.Finish();
+  if (!s.ok()) return s;
+  return values;
 }
 
 }  // namespace store_wire

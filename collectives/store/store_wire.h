@@ -7,7 +7,8 @@
 // Requests (client -> server), body by op:
 //   HELLO token | SET key value | GET key timeout_ms | ADD key delta |
 //   COMPARE_SET key expected desired | WAIT count keys... timeout_ms |
-//   CHECK count keys... | DELETE key | NUM_KEYS (empty)
+//   CHECK count keys... | DELETE key | NUM_KEYS (empty) |
+//   MULTI_GET count keys... timeout_ms (the reply's value: PackValues)
 // Response (op RESPONSE): u8 status code | string value-or-error | i64 integer
 // The first frame of every connection is HELLO (body <= kMaxHelloBodyBytes);
 // with a server token, a wrong token gets PERMISSION_DENIED and the
@@ -49,6 +50,7 @@ enum class Op : uint8_t {
   kCheck = 7,
   kDelete = 8,
   kNumKeys = 9,
+  kMultiGet = 10,
   kResponse = 0x80,
 };
 
@@ -84,6 +86,12 @@ struct Response {
 };
 
 absl::StatusOr<Response> ParseResponse(absl::string_view body);
+
+// MULTI_GET's reply value: the values in the request's key order, each as a
+// string (u32 length | bytes). Unpack checks every length and that exactly
+// `count` values fill the bytes.
+std::string PackValues(const std::vector<std::string>& values);
+absl::StatusOr<std::vector<std::string>> UnpackValues(absl::string_view packed, size_t count);
 std::string EncodeResponse(const Response& response);
 
 }  // namespace store_wire

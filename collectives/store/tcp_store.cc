@@ -1,6 +1,6 @@
 #include "collectives/store/tcp_store.h"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <functional>
+#include <iterator>
 #include <list>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/store/store_ops.h"
@@ -50,6 +52,14 @@ struct Connection {
   bool dead = false;
   std::optional<wire::Request> pending;  // A GET/WAIT waiting for keys.
   Deadline pending_deadline;
+  // How many of the pending request's keys were missing when last counted,
+  // and which request that was (ServerLoop::waiters_ entries name it).
+  size_t missing = 0;
+  uint64_t pending_serial = 0;
+  uint32_t interest = 0;  // The epoll events registered for it.
+  int64_t accounted = 0;  // Its buffers' capacity, as counted in stats.
+  bool touched = false;   // In ServerLoop::touched_ this round.
+  std::list<Connection>::iterator self;
 
   bool out_pending() const { return out_offset < out.size(); }
 };
@@ -77,47 +87,45 @@ class ServerLoop {
         publish_(std::move(publish)),
         read_buffer_(64 << 10) {}
 
+  // One epoll round: the events, then the connections they (or a woken
+  // wait, or an expired deadline) touched are re-armed or dropped. Nothing
+  // here visits the idle connections; the deadline scan runs only when the
+  // earliest deadline it knows of has come (TrackDeadline).
   void Run() {
-    std::vector<pollfd> fds;
-    std::vector<Connection*> polled;
+    epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_.valid() || !Register(wake_fd_, EPOLLIN, kWakeTag) || !Register(listen_fd_, EPOLLIN, kListenTag)) {
+      return;
+    }
+    std::vector<epoll_event> events(1024);
     while (true) {
-      fds.clear();
-      polled.clear();
-      fds.push_back({wake_fd_, POLLIN, 0});
-      // A negative fd is skipped by poll(): the listener rests while at the
-      // connection limit or backing off from EMFILE, and the pending
-      // connections wait in the kernel's backlog.
-      const bool at_limit = static_cast<int64_t>(conns_.size()) >= limits_.max_connections;
-      if (at_limit) ++stats_.accept_limit_pauses;
-      const bool listening = !at_limit && SteadyClock::now() >= accept_resume_;
-      fds.push_back({listening ? listen_fd_ : -1, POLLIN, 0});
-      for (Connection& c : conns_) {
-        // POLLRDHUP: a client that closes while its reads are paused (a
-        // parked GET, an undrained reply) is still noticed and dropped.
-        short events = POLLRDHUP;
-        if (WantsInput(c)) events |= POLLIN;
-        if (c.out_pending()) events |= POLLOUT;
-        fds.push_back({c.fd.get(), events, 0});
-        polled.push_back(&c);
-      }
-      const int rc = ::poll(fds.data(), fds.size(), NextTimeoutMs(listening));
-      if (rc < 0 && errno != EINTR) return;
-      if (fds[0].revents & POLLIN) return;  // Stop requested.
+      const bool listening = UpdateListener();
+      const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                                 PollTimeoutMs(NextWake(listening)));
+      if (n < 0 && errno != EINTR) return;
       bool changed = false;
-      for (size_t i = 0; i < polled.size(); ++i) {
-        Connection& c = *polled[i];
-        const short revents = fds[i + 2].revents;
-        if (revents & POLLIN) {
+      bool accept = false;
+      for (int i = 0; i < n; ++i) {
+        const uint64_t tag = events[static_cast<size_t>(i)].data.u64;
+        if (tag == kWakeTag) return;  // Stop requested.
+        if (tag == kListenTag) {
+          accept = true;
+          continue;
+        }
+        Connection& c = *reinterpret_cast<Connection*>(tag);
+        Touch(c);
+        if (c.dead) continue;
+        const uint32_t revents = events[static_cast<size_t>(i)].events;
+        if (revents & EPOLLIN) {
           changed |= ReadAndHandle(c);
-        } else if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        } else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
           c.dead = true;  // Closed or reset: drop it and any pending wait.
         }
-        if (!c.dead && (revents & POLLOUT)) Flush(c);
+        if (!c.dead && (revents & EPOLLOUT)) Flush(c);
       }
-      if (fds[1].revents & POLLIN) AcceptSome();
+      if (accept) AcceptSome();
       if (changed) WakeWaiters();
-      ExpireDeadlines();
-      conns_.remove_if([](const Connection& c) { return c.dead || (c.close_after_flush && !c.out_pending()); });
+      if (SteadyClock::now() >= next_deadline_) ExpireDeadlines();
+      Settle();
       PublishStats();
     }
   }
@@ -129,16 +137,83 @@ class ServerLoop {
     return !c.dead && !c.close_after_flush && !c.pending && !c.out_pending();
   }
 
-  int NextTimeoutMs(bool listening) const {
-    Deadline earliest = kNoDeadline;
-    for (const Connection& c : conns_) {
-      if (c.pending) earliest = std::min(earliest, c.pending_deadline);
-      if (!c.hello) earliest = std::min(earliest, c.hello_deadline);
-      if (!c.in.empty()) earliest = std::min(earliest, c.frame_deadline);
-      if (c.out_pending()) earliest = std::min(earliest, c.out_deadline);
+  static constexpr uint64_t kWakeTag = 1;
+  static constexpr uint64_t kListenTag = 2;
+
+  bool Register(int fd, uint32_t events, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+  }
+
+  // The listener rests (no events) while at the connection limit or backing
+  // off from EMFILE; pending connections wait in the kernel's backlog.
+  bool UpdateListener() {
+    const bool at_limit = static_cast<int64_t>(conns_.size()) >= limits_.max_connections;
+    if (at_limit) ++stats_.accept_limit_pauses;
+    const bool listening = !at_limit && SteadyClock::now() >= accept_resume_;
+    if (listening != listener_armed_) {
+      epoll_event ev{};
+      ev.events = listening ? EPOLLIN : 0;
+      ev.data.u64 = kListenTag;
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listen_fd_, &ev);
+      listener_armed_ = listening;
     }
-    if (!listening && accept_resume_ > SteadyClock::now()) earliest = std::min(earliest, accept_resume_);
-    return earliest == kNoDeadline ? -1 : PollTimeoutMs(earliest);
+    return listening;
+  }
+
+  Deadline NextWake(bool listening) const {
+    Deadline wake = next_deadline_;
+    if (!listening && accept_resume_ > SteadyClock::now()) wake = std::min(wake, accept_resume_);
+    return wake;
+  }
+
+  // Every deadline set goes through here: the loop wakes for the earliest.
+  void TrackDeadline(Deadline deadline) { next_deadline_ = std::min(next_deadline_, deadline); }
+
+  void Touch(Connection& c) {
+    if (!c.touched) {
+      c.touched = true;
+      touched_.push_back(&c);
+    }
+  }
+
+  // The end of a round, for each connection something happened to: drop it
+  // if it is done for, else register the events it now waits for.
+  void Settle() {
+    for (Connection* cp : touched_) {
+      Connection& c = *cp;
+      c.touched = false;
+      Account(c);
+      if (c.dead || (c.close_after_flush && !c.out_pending())) {
+        Unpark(c);
+        stats_.authenticated -= c.hello ? 1 : 0;
+        stats_.buffered_bytes -= c.accounted;
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+        conns_.erase(c.self);
+        continue;
+      }
+      // EPOLLRDHUP: a client that closes while its reads are paused (a parked
+      // GET, an undrained reply) is still noticed and dropped.
+      uint32_t interest = EPOLLRDHUP;
+      if (WantsInput(c)) interest |= EPOLLIN;
+      if (c.out_pending()) interest |= EPOLLOUT;
+      if (interest != c.interest) {
+        epoll_event ev{};
+        ev.events = interest;
+        ev.data.u64 = reinterpret_cast<uint64_t>(&c);
+        if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) c.interest = interest;
+      }
+    }
+    touched_.clear();
+  }
+
+  // Keeps stats_.buffered_bytes equal to the sum of the buffers' capacity.
+  void Account(Connection& c) {
+    const int64_t now = static_cast<int64_t>(c.in.capacity() + c.out.capacity());
+    stats_.buffered_bytes += now - c.accounted;
+    c.accounted = now;
   }
 
   void AcceptSome() {
@@ -158,8 +233,15 @@ class ServerLoop {
       TuneSocket(fd.get(), 0);
       conns_.emplace_back();
       Connection& c = conns_.back();
+      c.self = std::prev(conns_.end());
       c.fd = std::move(fd);
       c.hello_deadline = DeadlineIn(limits_.hello_timeout);
+      TrackDeadline(c.hello_deadline);
+      c.interest = EPOLLIN | EPOLLRDHUP;
+      if (!Register(c.fd.get(), c.interest, reinterpret_cast<uint64_t>(&c))) {
+        conns_.pop_back();
+        continue;
+      }
     }
   }
 
@@ -198,7 +280,10 @@ class ServerLoop {
         if (errno == EINTR) continue;
         return false;  // Drained for now; the rest comes in a later round.
       }
-      if (c.in.empty()) c.frame_deadline = DeadlineIn(limits_.frame_timeout);
+      if (c.in.empty()) {
+        c.frame_deadline = DeadlineIn(limits_.frame_timeout);
+        TrackDeadline(c.frame_deadline);
+      }
       c.in.append(read_buffer_.data(), static_cast<size_t>(n));
       budget -= static_cast<size_t>(n);
       if (c.in.size() == wire::kHeaderBytes && !AcceptHeader(c)) {
@@ -232,6 +317,7 @@ class ServerLoop {
         return false;
       }
       c.hello = true;
+      ++stats_.authenticated;
       Reply(c, Ok());
       return false;
     }
@@ -239,22 +325,26 @@ class ServerLoop {
       case wire::Op::kSet:
         data_[r.keys[0]] = std::move(r.value);
         Reply(c, Ok());
-        return true;
+        return Changed(r.keys[0]);
       case wire::Op::kGet:
       case wire::Op::kWait:
+      case wire::Op::kMultiGet:
         // Saturates: a huge timeout (2^62 ms) parks the request "forever".
         c.pending_deadline = DeadlineIn(Milliseconds(r.integer));
+        TrackDeadline(c.pending_deadline);
         c.pending = std::move(r);
-        TryComplete(c);
+        ++stats_.pending_waits;
+        c.pending_serial = ++serial_;
+        Park(c);
         return false;
       case wire::Op::kAdd: {
         absl::StatusOr<int64_t> v = store_ops::Add(data_, r.keys[0], r.integer);
         Reply(c, v.ok() ? Ok("", *v) : Error(v.status()));
-        return v.ok();
+        return v.ok() && Changed(r.keys[0]);
       }
       case wire::Op::kCompareSet:
         Reply(c, Ok(store_ops::CompareSet(data_, r.keys[0], r.value, r.desired)));
-        return true;
+        return data_.count(r.keys[0]) > 0 && Changed(r.keys[0]);
       case wire::Op::kCheck:
         Reply(c, Ok("", store_ops::AllPresent(data_, r.keys) ? 1 : 0));
         return false;
@@ -275,30 +365,98 @@ class ServerLoop {
     return false;
   }
 
-  // Answers a pending GET/WAIT if its keys are all present.
-  void TryComplete(Connection& c) {
-    if (!c.pending || !store_ops::AllPresent(data_, c.pending->keys)) return;
+  // A key was written: its waiters are woken after this round's reads.
+  bool Changed(const std::string& key) {
+    if (waiters_.count(key) > 0) changed_keys_.push_back(key);
+    return !changed_keys_.empty();
+  }
+
+  // Counts the pending request's missing keys and waits on each of them
+  // (waiters_), or answers it when none is missing. Each key's waiters are
+  // visited once, when it appears: no work per round for parked requests.
+  void Park(Connection& c) {
+    c.missing = 0;
+    for (const std::string& key : c.pending->keys) {
+      if (data_.count(key) > 0) continue;
+      ++c.missing;
+      waiters_[key].push_back({&c, c.pending_serial});
+    }
+    if (c.missing == 0) Answer(c);
+  }
+
+  void Answer(Connection& c) {
     if (c.pending->op == wire::Op::kGet) {
       Reply(c, Ok(data_.find(c.pending->keys[0])->second));
+    } else if (c.pending->op == wire::Op::kMultiGet) {
+      std::vector<std::string> values;
+      values.reserve(c.pending->keys.size());
+      size_t bytes = 0;
+      for (const std::string& key : c.pending->keys) {
+        values.push_back(data_.find(key)->second);
+        bytes += 4 + values.back().size();
+      }
+      if (bytes > wire::kMaxValueBytes) {
+        Reply(c, Error(absl::ResourceExhaustedError(absl::StrCat(
+                     "TcpStore MULTI_GET: the ", values.size(), " values take ", bytes,
+                     " bytes, more than a reply carries (", wire::kMaxValueBytes, "); ask for fewer keys at a time"))));
+      } else {
+        Reply(c, Ok(wire::PackValues(values)));
+      }
     } else {
       Reply(c, Ok());
     }
     c.pending.reset();
+    --stats_.pending_waits;
+  }
+
+  // Drops the parked request's entries (it timed out or its client went).
+  void Unpark(Connection& c) {
+    if (!c.pending) return;
+    for (const std::string& key : c.pending->keys) {
+      auto it = waiters_.find(key);
+      if (it == waiters_.end()) continue;
+      auto& list = it->second;
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const Waiter& w) { return w.connection == &c; }),
+                 list.end());
+      if (list.empty()) waiters_.erase(it);
+    }
+    c.pending.reset();
+    --stats_.pending_waits;
   }
 
   void WakeWaiters() {
-    for (Connection& c : conns_) {
-      if (!c.dead) TryComplete(c);
+    std::vector<std::string> keys;
+    keys.swap(changed_keys_);
+    for (const std::string& key : keys) {
+      auto it = waiters_.find(key);
+      if (it == waiters_.end() || data_.count(key) == 0) continue;
+      std::vector<Waiter> woken = std::move(it->second);
+      waiters_.erase(it);
+      for (const Waiter& w : woken) {
+        Connection& c = *w.connection;
+        if (c.dead || !c.pending || c.pending_serial != w.serial) continue;
+        if (--c.missing > 0) continue;
+        // A key counted present may have been deleted since: count again.
+        if (store_ops::AllPresent(data_, c.pending->keys)) {
+          Answer(c);
+        } else {
+          Park(c);
+        }
+      }
     }
   }
 
+  // Runs when the earliest deadline TrackDeadline saw has come: acts on every
+  // deadline that passed and finds the next one (a scan of all connections,
+  // once per deadline reached, not per round).
   void ExpireDeadlines() {
     const Deadline now = SteadyClock::now();
+    next_deadline_ = kNoDeadline;
     for (Connection& c : conns_) {
       if (c.dead) continue;
       if (c.pending && c.pending_deadline <= now) {
         Reply(c, Error(store_ops::WaitTimeout(data_, c.pending->keys, Milliseconds(c.pending->integer))));
-        c.pending.reset();
+        Unpark(c);
       }
       if (!c.hello && c.hello_deadline <= now) {
         ++stats_.dropped_hello_timeout;
@@ -307,6 +465,14 @@ class ServerLoop {
         ++stats_.dropped_frame_timeout;
         c.dead = true;
       }
+      if (c.dead) {
+        Touch(c);
+        continue;
+      }
+      if (c.pending) TrackDeadline(c.pending_deadline);
+      if (!c.hello) TrackDeadline(c.hello_deadline);
+      if (!c.in.empty()) TrackDeadline(c.frame_deadline);
+      if (c.out_pending()) TrackDeadline(c.out_deadline);
     }
   }
 
@@ -319,7 +485,9 @@ class ServerLoop {
       c.out_deadline = DeadlineIn(limits_.frame_timeout);
     }
     c.out += wire::EncodeResponse(response);
+    Touch(c);
     Flush(c);
+    if (c.out_pending()) TrackDeadline(c.out_deadline);
   }
 
   void Flush(Connection& c) {
@@ -339,16 +507,10 @@ class ServerLoop {
     ReleaseIfLarge(c.out);
   }
 
+  // The counters are kept as things happen (Account, Settle, Park...): no
+  // scan of the connections.
   void PublishStats() {
     stats_.connections = static_cast<int64_t>(conns_.size());
-    stats_.authenticated = 0;
-    stats_.pending_waits = 0;
-    stats_.buffered_bytes = 0;
-    for (const Connection& c : conns_) {
-      stats_.authenticated += c.hello ? 1 : 0;
-      stats_.pending_waits += c.pending ? 1 : 0;
-      stats_.buffered_bytes += static_cast<int64_t>(c.in.capacity() + c.out.capacity());
-    }
     publish_(stats_);
   }
 
@@ -359,9 +521,23 @@ class ServerLoop {
   const Publish publish_;
   std::vector<char> read_buffer_;
   Deadline accept_resume_;  // The listener rests until then (EMFILE).
+  Fd epoll_;
+  bool listener_armed_ = true;
+  // No deadline of any connection is earlier (ExpireDeadlines recomputes it).
+  Deadline next_deadline_ = kNoDeadline;
+  std::vector<Connection*> touched_;
   TcpStoreServerStats stats_;
   std::list<Connection> conns_;
   store_ops::Map data_;
+  // Parked GET/WAIT requests by missing key (a std::list keeps Connection
+  // addresses stable); `serial` tells a stale entry from the current request.
+  struct Waiter {
+    Connection* connection;
+    uint64_t serial;
+  };
+  std::unordered_map<std::string, std::vector<Waiter>> waiters_;
+  std::vector<std::string> changed_keys_;  // Written this round, with waiters.
+  uint64_t serial_ = 0;
 };
 
 }  // namespace
@@ -562,6 +738,20 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, Milliseconds t
   r.keys = keys;
   r.integer = timeout.count();
   return Call(r, timeout).status();
+}
+
+absl::StatusOr<std::vector<std::string>> TcpStore::MultiGet(const std::vector<std::string>& keys,
+                                                            Milliseconds timeout) {
+  if (keys.size() > wire::kMaxKeys) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpStore MultiGet: ", keys.size(), " keys, at most ",
+                                                   wire::kMaxKeys, " in one call; split the list"));
+  }
+  wire::Request r;
+  r.op = wire::Op::kMultiGet;
+  r.keys = keys;
+  r.integer = timeout.count();
+  LOCKSTEP_ASSIGN_OR_RETURN(wire::Response response, Call(r, timeout));
+  return wire::UnpackValues(response.value, keys.size());
 }
 
 absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys) {

@@ -136,6 +136,11 @@ class TcpStore : public Store {
                                          absl::string_view desired) override;
   absl::Status Wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
   using Store::Wait;
+  // One request, however many keys (at most store_wire::kMaxKeys, and
+  // values of at most kMaxValueBytes together).
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                                    Milliseconds timeout) override;
+  using Store::MultiGet;
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys) override;
   absl::StatusOr<bool> DeleteKey(absl::string_view key) override;
   absl::StatusOr<int64_t> NumKeys() override;
