@@ -26,7 +26,7 @@ namespace wire = store_wire;
 constexpr char kWorkersKey[] = "__lockstep/store_workers";
 constexpr char kWorkersDoneKey[] = "__lockstep/store_workers_done";
 
-// Per poll() round and connection: bytes read at most (so one client sending
+// Per epoll round and connection: bytes read at most (so one client sending
 // a 64 MiB value does not hold the loop), and connections accepted at most.
 constexpr size_t kReadBudgetPerRound = 1 << 20;
 constexpr int kAcceptsPerRound = 64;

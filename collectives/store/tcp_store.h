@@ -13,8 +13,9 @@
 // them. The wire format (collectives/store/store_wire.h) is validated field by
 // field; a client that sends garbage is dropped without disturbing the server
 // or other clients. With a token, clients without it are refused. One
-// server thread multiplexes all clients with poll(): hundreds of clients
-// (tests use 256) are fine. A TcpStore may be shared by threads: each call
+// server thread multiplexes all clients with epoll, doing work only for the
+// connections that have something to do (tools/bench:store_load measures it
+// with thousands of clients). MultiGet asks for many keys in one request. A TcpStore may be shared by threads: each call
 // uses its own connection from a small pool. TcpStoreServer runs a server alone (the
 // launcher's rendezvous).
 //
@@ -31,7 +32,7 @@
 //   stay, as the client's pool keeps them);
 // - per connection at most one request frame is buffered and one reply is
 //   queued: the server reads a client's next request only once its previous
-//   reply is sent, and handles at most one request per connection per poll()
+//   reply is sent, and handles at most one request per connection per epoll
 //   round, so a client that pipelines requests and never reads cannot grow
 //   the server's memory or delay the others.
 #ifndef LOCKSTEP_COLLECTIVES_STORE_TCP_STORE_H_
@@ -89,7 +90,7 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const { return port_; }
-  // As of the end of the server's latest poll() round.
+  // As of the end of the server's latest epoll round.
   TcpStoreServerStats stats() const;
 
  private:

@@ -128,10 +128,12 @@ absl::StatusOr<ProcessUsage> UsageOf(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   for (std::string line; std::getline(status, line);) {
     double kib = 0;
-    if (line.rfind("VmRSS:", 0) == 0 && absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib)) {
+    if (line.rfind("VmRSS:", 0) == 0 &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib)) {
       usage.rss_mib = kib / 1024;
     }
-    if (line.rfind("VmHWM:", 0) == 0 && absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib)) {
+    if (line.rfind("VmHWM:", 0) == 0 &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib)) {
       usage.peak_mib = kib / 1024;
     }
   }
@@ -175,7 +177,8 @@ class ClientThread {
                                                         clients_.size(), " clients of a thread did not finish"));
       }
       const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), 100);
-      if (n < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("store_load: epoll_wait: ", std::strerror(errno)));
+      if (n < 0 && errno != EINTR)
+        return absl::InternalError(absl::StrCat("store_load: epoll_wait: ", std::strerror(errno)));
       for (int e = 0; e < n; ++e) {
         Client& c = clients_[events[e].data.u64];
         if (c.step == Client::kConnect) {
@@ -183,8 +186,8 @@ class ClientThread {
           socklen_t len = sizeof(err);
           ::getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
           if (err != 0) {
-            return absl::UnavailableError(absl::StrCat("store_load: client ", c.index, " could not connect: ",
-                                                       std::strerror(err)));
+            return absl::UnavailableError(
+                absl::StrCat("store_load: client ", c.index, " could not connect: ", std::strerror(err)));
           }
           --connecting;
           LOCKSTEP_RETURN_IF_ERROR(Send(c, Request(c, Client::kHello)));
@@ -202,8 +205,8 @@ class ClientThread {
     c.index = indices_[slot];
     c.fd = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!c.fd.valid()) {
-      return absl::ResourceExhaustedError(absl::StrCat("store_load: socket() for client ", c.index, ": ",
-                                                       std::strerror(errno), " (raise ulimit -n)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("store_load: socket() for client ", c.index, ": ", std::strerror(errno), " (raise ulimit -n)"));
     }
     const int one = 1;
     ::setsockopt(c.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -281,7 +284,8 @@ class ClientThread {
       const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EAGAIN) break;
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError(absl::StrCat("store_load: client ", c.index, " send: ", std::strerror(errno)));
+      if (n <= 0)
+        return absl::UnavailableError(absl::StrCat("store_load: client ", c.index, " send: ", std::strerror(errno)));
       c.out_sent += static_cast<size_t>(n);
     }
     epoll_event ev{};
@@ -300,7 +304,8 @@ class ClientThread {
       if (n < 0 && errno == EAGAIN) break;
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        return absl::UnavailableError(absl::StrCat("store_load: client ", c.index, ": the server closed the connection (",
+        return absl::UnavailableError(absl::StrCat("store_load: client ", c.index,
+                                                   ": the server closed the connection (",
                                                    n == 0 ? "EOF" : std::strerror(errno), ") at step ", c.step));
       }
       c.in.append(buffer, static_cast<size_t>(n));
@@ -309,8 +314,8 @@ class ClientThread {
       LOCKSTEP_ASSIGN_OR_RETURN(wire::FrameHeader header,
                                 wire::ParseHeader(absl::string_view(c.in).substr(0, wire::kHeaderBytes)));
       if (c.in.size() < wire::kHeaderBytes + header.body_bytes) break;
-      LOCKSTEP_ASSIGN_OR_RETURN(wire::Response response,
-                                wire::ParseResponse(absl::string_view(c.in).substr(wire::kHeaderBytes, header.body_bytes)));
+      LOCKSTEP_ASSIGN_OR_RETURN(wire::Response response, wire::ParseResponse(absl::string_view(c.in).substr(
+                                                             wire::kHeaderBytes, header.body_bytes)));
       c.in.erase(0, wire::kHeaderBytes + header.body_bytes);
       LOCKSTEP_RETURN_IF_ERROR(Advance(c, response));
     }
@@ -391,7 +396,8 @@ absl::StatusOr<Measured> RunLockstep(int clients, int threads, bool batched, std
   std::string line;
   pollfd pfd{read_end.get(), POLLIN, 0};
   while (line.find('\n') == std::string::npos) {
-    if (::poll(&pfd, 1, 30'000) <= 0) return absl::DeadlineExceededError("store_load: the server did not start in 30 s");
+    if (::poll(&pfd, 1, 30'000) <= 0)
+      return absl::DeadlineExceededError("store_load: the server did not start in 30 s");
     char buffer[64];
     const ssize_t n = ::read(read_end.get(), buffer, sizeof(buffer));
     if (n <= 0) return absl::InternalError("store_load: the server exited before printing its port");
@@ -456,7 +462,8 @@ absl::StatusOr<std::string> RunTorch(int clients, int timeout_s) {
   std::string out;
   char buffer[4096];
   for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<size_t>(n));
-  LOCKSTEP_ASSIGN_OR_RETURN(ExitStatus status, child.Wait(Subprocess::Clock::now() + std::chrono::seconds(timeout_s + 120)));
+  LOCKSTEP_ASSIGN_OR_RETURN(ExitStatus status,
+                            child.Wait(Subprocess::Clock::now() + std::chrono::seconds(timeout_s + 120)));
   if (!status.success()) {
     return absl::InternalError(absl::StrCat("store_load: the TCPStore run failed (", status.ToString(), "): ", out));
   }
@@ -486,10 +493,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", ours.status().ToString().c_str());
     return 1;
   }
-  std::printf(
-      "lockstep TcpStore: %.3f s (server: %.2f s CPU, peak RSS %.1f MiB, %.1f MiB idle: %.1f KiB per client)\n",
-      ours->seconds, ours->server.cpu_s, ours->server.peak_mib, ours->idle_rss_mib,
-      (ours->server.peak_mib - ours->idle_rss_mib) * 1024 / clients);
+  std::printf("lockstep TcpStore: %.3f s (server: %.2f s CPU, peak RSS %.1f MiB, %.1f MiB idle: %.1f KiB per client)\n",
+              ours->seconds, ours->server.cpu_s, ours->server.peak_mib, ours->idle_rss_mib,
+              (ours->server.peak_mib - ours->idle_rss_mib) * 1024 / clients);
   if (peer != "torch") return 0;
   std::fflush(stdout);
   const int peer_timeout = absl::GetFlag(FLAGS_peer_timeout_s);
@@ -501,8 +507,9 @@ int Main(int argc, char** argv) {
   double seconds = 0, cpu = 0, peak = 0, idle = 0;
   if (std::sscanf(theirs->c_str(), "duration_s %lf server_cpu_s %lf server_peak_mib %lf server_idle_mib %lf", &seconds,
                   &cpu, &peak, &idle) == 4) {
-    std::printf("torch TCPStore:    %.3f s (server: %.2f s CPU, peak RSS %.1f MiB, %.1f MiB idle: %.1f KiB per client)\n",
-                seconds, cpu, peak, idle, (peak - idle) * 1024 / clients);
+    std::printf(
+        "torch TCPStore:    %.3f s (server: %.2f s CPU, peak RSS %.1f MiB, %.1f MiB idle: %.1f KiB per client)\n",
+        seconds, cpu, peak, idle, (peak - idle) * 1024 / clients);
     std::printf("ratio %.2f\n", seconds / ours->seconds);
     return 0;
   }
