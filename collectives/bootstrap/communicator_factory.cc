@@ -30,14 +30,19 @@ absl::StatusOr<Announcements> Announce(Store& store, int rank, int size, const s
                                        const std::string& identity, Milliseconds timeout) {
   LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), absl::StrCat(asked, "|", identity)));
   Announcements all;
+  // One round trip for all of them (Store::MultiGet), not one per rank.
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(size));
+  for (int peer = 0; peer < size; ++peer) keys.push_back(absl::StrCat("host/", peer));
+  absl::StatusOr<std::vector<std::string>> values = store.MultiGet(keys, timeout);
+  if (!values.ok()) {
+    return absl::Status(values.status().code(),
+                        absl::StrCat("CreateCommunicator: rank ", rank,
+                                     " waited for every rank's host identity: ", values.status().message(),
+                                     "; is every rank started, with the same world size and store prefix?"));
+  }
   for (int peer = 0; peer < size; ++peer) {
-    absl::StatusOr<std::string> value = store.Get(absl::StrCat("host/", peer), timeout);
-    if (!value.ok()) {
-      return absl::Status(value.status().code(),
-                          absl::StrCat("CreateCommunicator: rank ", rank, " waited for rank ", peer,
-                                       "'s host identity: ", value.status().message(),
-                                       "; is every rank started, with the same world size and store prefix?"));
-    }
+    const std::string* value = &(*values)[static_cast<size_t>(peer)];
     const size_t bar = value->find('|');
     if (bar == std::string::npos) {
       return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", peer, " published '", *value,

@@ -118,15 +118,17 @@ absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options
   LOCKSTEP_RETURN_IF_ERROR(group.store->Set(absl::StrCat("init_method/host/", group.env.rank), identity));
   group.env.local_rank = 0;
   group.env.local_world_size = 0;
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < group.env.world_size; ++peer) keys.push_back(absl::StrCat("init_method/host/", peer));
+  absl::StatusOr<std::vector<std::string>> all = group.store->MultiGet(keys, options.store_timeout);
+  if (!all.ok()) {
+    return absl::Status(all.status().code(),
+                        absl::StrCat(what, ": rank ", group.env.rank, " waited for every rank's host (",
+                                     group.env.source, "): ", all.status().message(),
+                                     "; is every rank started with the same init method and world size?"));
+  }
   for (int peer = 0; peer < group.env.world_size; ++peer) {
-    absl::StatusOr<std::string> theirs =
-        group.store->Get(absl::StrCat("init_method/host/", peer), options.store_timeout);
-    if (!theirs.ok()) {
-      return absl::Status(theirs.status().code(),
-                          absl::StrCat(what, ": rank ", group.env.rank, " waited for rank ", peer, " (",
-                                       group.env.source, "): ", theirs.status().message(),
-                                       "; is every rank started with the same init method and world size?"));
-    }
+    const std::string* theirs = &(*all)[static_cast<size_t>(peer)];
     if (*theirs != identity) continue;
     if (peer < group.env.rank) ++group.env.local_rank;
     ++group.env.local_world_size;

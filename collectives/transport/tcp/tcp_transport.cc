@@ -154,22 +154,30 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   // Connect to every other rank (our send direction) and introduce
   // ourselves; the replies are read after accepting, so no rank waits on
   // another's accept loop while that one waits on it.
-  std::vector<rank_handshake::Nonce> sent_nonces(size);
+  // Every peer's address and challenge in one round trip (Store::MultiGet).
+  std::vector<std::string> keys;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    absl::StatusOr<std::string> published = store.Get(AddressKey(peer), options.timeout);
-    if (!published.ok()) {
-      absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
-      if (duplicate.ok() && *duplicate) {
-        absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
-        return absl::FailedPreconditionError(
-            absl::StrCat("TcpTransport: rank ", peer, " never arrived because RANK ", which.ok() ? *which : "?",
-                         " was given to two processes (so one rank is missing): every process needs its own RANK"));
-      }
-      return published.status();
+    keys.push_back(AddressKey(peer));
+    keys.push_back(ChallengeKey(peer));
+  }
+  absl::StatusOr<std::vector<std::string>> published = store.MultiGet(keys, options.timeout);
+  if (!published.ok()) {
+    absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
+    if (duplicate.ok() && *duplicate) {
+      absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
+      return absl::FailedPreconditionError(
+          absl::StrCat("TcpTransport: a rank never arrived because RANK ", which.ok() ? *which : "?",
+                       " was given to two processes (so one rank is missing): every process needs its own RANK"));
     }
-    const std::string address = *published;
-    LOCKSTEP_ASSIGN_OR_RETURN(std::string challenge_hex, store.Get(ChallengeKey(peer), options.timeout));
+    return published.status();
+  }
+  std::vector<rank_handshake::Nonce> sent_nonces(size);
+  size_t next = 0;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::string address = (*published)[next++];
+    const std::string challenge_hex = (*published)[next++];
     LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce peer_challenge, rank_handshake::NonceFromHex(challenge_hex));
     std::string host;
     int peer_port = 0;
