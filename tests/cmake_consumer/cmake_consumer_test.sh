@@ -35,7 +35,8 @@ check() {
   echo "$name: ok ($a -> $b)"
 }
 
-run2() { "$prefix/bin/lockstep-run" --standalone --nproc_per_node 2 "$@" 2>&1; }
+# Each 2-rank run has its own deadline (the launcher stops a stuck group with it).
+run2() { timeout -k 5 180 "$prefix/bin/lockstep-run" --standalone --nproc_per_node 2 "$@" 2>&1; }
 
 for kind in shared static; do
   build="$work/build-$kind"
