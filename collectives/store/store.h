@@ -54,9 +54,9 @@ class Store {
   absl::Status Wait(const std::vector<std::string>& keys) { return Wait(keys, timeout()); }
 
   // The values of `keys`, in order, once every one exists (waiting up to
-  // `timeout`): what Wait then one Get per key gives, in one round trip
-  // where the store can (TcpStore: one request, however many keys). The
-  // default does exactly Wait then Get.
+  // `timeout`): what Wait then one Get per key gives, in a few round trips
+  // where the store can (TcpStore: one request per 1,024 keys; EtcdStore:
+  // one transaction per 128). The default does exactly Wait then Get.
   virtual absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys, Milliseconds timeout);
   absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys) {
     return MultiGet(keys, timeout());

@@ -6,8 +6,10 @@
 
 namespace lockstep {
 namespace store_ops {
+namespace {
 
-absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta) {
+template <typename M>
+absl::StatusOr<int64_t> AddTo(M& data, absl::string_view key, int64_t delta) {
   int64_t value = 0;
   auto it = data.find(key);
   if (it != data.end() && !absl::SimpleAtoi(it->second, &value)) {
@@ -21,7 +23,8 @@ absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta) {
   return value;
 }
 
-std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected, absl::string_view desired) {
+template <typename M>
+std::string CompareSetIn(M& data, absl::string_view key, absl::string_view expected, absl::string_view desired) {
   auto it = data.find(key);
   if (it == data.end()) {
     if (expected.empty()) {
@@ -34,14 +37,16 @@ std::string CompareSet(Map& data, absl::string_view key, absl::string_view expec
   return it->second;
 }
 
-bool AllPresent(const Map& data, const std::vector<std::string>& keys) {
+template <typename M>
+bool AllPresentIn(const M& data, const std::vector<std::string>& keys) {
   for (const std::string& k : keys) {
     if (data.find(k) == data.end()) return false;
   }
   return true;
 }
 
-absl::Status WaitTimeout(const Map& data, const std::vector<std::string>& keys, Milliseconds timeout) {
+template <typename M>
+absl::Status WaitTimeoutIn(const M& data, const std::vector<std::string>& keys, Milliseconds timeout) {
   std::vector<std::string> missing;
   for (const std::string& k : keys) {
     if (data.find(k) == data.end()) missing.push_back(k);
@@ -50,6 +55,25 @@ absl::Status WaitTimeout(const Map& data, const std::vector<std::string>& keys, 
       absl::StrCat("Store: timed out after ", timeout.count(), " ms waiting for key(s) ", absl::StrJoin(missing, ", "),
                    "; a process that should set them has not (started late, crashed, or uses another "
                    "prefix/run id). Raise the timeout or check that process's log"));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Add(Map& data, absl::string_view key, int64_t delta) { return AddTo(data, key, delta); }
+absl::StatusOr<int64_t> Add(HashMap& data, absl::string_view key, int64_t delta) { return AddTo(data, key, delta); }
+std::string CompareSet(Map& data, absl::string_view key, absl::string_view expected, absl::string_view desired) {
+  return CompareSetIn(data, key, expected, desired);
+}
+std::string CompareSet(HashMap& data, absl::string_view key, absl::string_view expected, absl::string_view desired) {
+  return CompareSetIn(data, key, expected, desired);
+}
+bool AllPresent(const Map& data, const std::vector<std::string>& keys) { return AllPresentIn(data, keys); }
+bool AllPresent(const HashMap& data, const std::vector<std::string>& keys) { return AllPresentIn(data, keys); }
+absl::Status WaitTimeout(const Map& data, const std::vector<std::string>& keys, Milliseconds timeout) {
+  return WaitTimeoutIn(data, keys, timeout);
+}
+absl::Status WaitTimeout(const HashMap& data, const std::vector<std::string>& keys, Milliseconds timeout) {
+  return WaitTimeoutIn(data, keys, timeout);
 }
 
 }  // namespace store_ops

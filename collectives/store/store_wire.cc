@@ -264,8 +264,18 @@ std::string EncodeResponse(const Response& r) {
 }
 
 std::string PackValues(const std::vector<std::string>& values) {
+  std::vector<const std::string*> in_place;
+  in_place.reserve(values.size());
+  for (const std::string& v : values) in_place.push_back(&v);
+  return PackValues(in_place);
+}
+
+std::string PackValues(const std::vector<const std::string*>& values) {
+  size_t bytes = 0;
+  for (const std::string* v : values) bytes += 4 + v->size();
   std::string packed;
-  for (const std::string& v : values) PutString(&packed, v);
+  packed.reserve(bytes);
+  for (const std::string* v : values) PutString(&packed, *v);
   return packed;
 }
 

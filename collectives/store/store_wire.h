@@ -33,6 +33,10 @@ inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 inline constexpr uint32_t kMaxKeyBytes = 64u << 10;
 inline constexpr uint32_t kMaxKeys = 1u << 16;
+// A client's MultiGet asks for at most this many keys a request (more go in
+// several requests, one after another): a server answering thousands of
+// clients at once then holds at most ~1,024 values for each, not p each.
+inline constexpr uint32_t kMultiGetKeysPerRequest = 1024;
 inline constexpr uint32_t kMaxBodyBytes = kMaxValueBytes + 2 * kMaxKeyBytes + 64;
 // HELLO is all a server reads from a client that has not authenticated, so
 // its limit is small: an unauthenticated peer can make the server buffer at
@@ -91,6 +95,8 @@ absl::StatusOr<Response> ParseResponse(absl::string_view body);
 // string (u32 length | bytes). Unpack checks every length and that exactly
 // `count` values fill the bytes.
 std::string PackValues(const std::vector<std::string>& values);
+// The same from values left where they are (the server's map).
+std::string PackValues(const std::vector<const std::string*>& values);
 absl::StatusOr<std::vector<std::string>> UnpackValues(absl::string_view packed, size_t count);
 std::string EncodeResponse(const Response& response);
 

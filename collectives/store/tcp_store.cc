@@ -155,7 +155,7 @@ class ServerLoop {
     const bool listening = !at_limit && SteadyClock::now() >= accept_resume_;
     if (listening != listener_armed_) {
       epoll_event ev{};
-      ev.events = listening ? EPOLLIN : 0;
+      ev.events = listening ? static_cast<uint32_t>(EPOLLIN) : 0u;
       ev.data.u64 = kListenTag;
       ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listen_fd_, &ev);
       listener_armed_ = listening;
@@ -388,16 +388,18 @@ class ServerLoop {
     if (c.pending->op == wire::Op::kGet) {
       Reply(c, Ok(data_.find(c.pending->keys[0])->second));
     } else if (c.pending->op == wire::Op::kMultiGet) {
-      std::vector<std::string> values;
+      // The size first, from the stored values in place: a request naming
+      // one large key 65,536 times must cost nothing before it is refused.
+      std::vector<const std::string*> values;
       values.reserve(c.pending->keys.size());
       size_t bytes = 0;
       for (const std::string& key : c.pending->keys) {
-        values.push_back(data_.find(key)->second);
-        bytes += 4 + values.back().size();
+        values.push_back(&data_.find(key)->second);
+        bytes += 4 + values.back()->size();
       }
       if (bytes > wire::kMaxValueBytes) {
         Reply(c, Error(absl::ResourceExhaustedError(absl::StrCat(
-                     "TcpStore MULTI_GET: the ", values.size(), " values take ", bytes,
+                     "TcpStore MULTI_GET: the ", c.pending->keys.size(), " values take ", bytes,
                      " bytes, more than a reply carries (", wire::kMaxValueBytes, "); ask for fewer keys at a time"))));
       } else {
         Reply(c, Ok(wire::PackValues(values)));
@@ -528,7 +530,7 @@ class ServerLoop {
   std::vector<Connection*> touched_;
   TcpStoreServerStats stats_;
   std::list<Connection> conns_;
-  store_ops::Map data_;
+  store_ops::HashMap data_;
   // Parked GET/WAIT requests by missing key (a std::list keeps Connection
   // addresses stable); `serial` tells a stale entry from the current request.
   struct Waiter {
@@ -742,16 +744,28 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, Milliseconds t
 
 absl::StatusOr<std::vector<std::string>> TcpStore::MultiGet(const std::vector<std::string>& keys,
                                                             Milliseconds timeout) {
-  if (keys.size() > wire::kMaxKeys) {
-    return absl::InvalidArgumentError(absl::StrCat("TcpStore MultiGet: ", keys.size(), " keys, at most ",
-                                                   wire::kMaxKeys, " in one call; split the list"));
+  // In requests of at most kMultiGetKeysPerRequest keys, each waiting for
+  // its own keys: once the last answers, every key has existed, as one
+  // request would say; the server's memory per client stays bounded.
+  if (keys.empty()) return std::vector<std::string>();
+  const Deadline deadline = DeadlineIn(timeout);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (size_t begin = 0; begin < keys.size(); begin += wire::kMultiGetKeysPerRequest) {
+    const size_t end = std::min(keys.size(), begin + wire::kMultiGetKeysPerRequest);
+    wire::Request r;
+    r.op = wire::Op::kMultiGet;
+    r.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin), keys.begin() + static_cast<std::ptrdiff_t>(end));
+    // The first request's wait gets the whole timeout; later ones what is left.
+    const Milliseconds left =
+        begin == 0 ? timeout
+                   : std::max(Milliseconds(0), std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now()));
+    r.integer = left.count();
+    LOCKSTEP_ASSIGN_OR_RETURN(wire::Response response, Call(r, left));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::string> part, wire::UnpackValues(response.value, end - begin));
+    for (std::string& v : part) values.push_back(std::move(v));
   }
-  wire::Request r;
-  r.op = wire::Op::kMultiGet;
-  r.keys = keys;
-  r.integer = timeout.count();
-  LOCKSTEP_ASSIGN_OR_RETURN(wire::Response response, Call(r, timeout));
-  return wire::UnpackValues(response.value, keys.size());
+  return values;
 }
 
 absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys) {

@@ -15,8 +15,9 @@
 // or other clients. With a token, clients without it are refused. One
 // server thread multiplexes all clients with epoll, doing work only for the
 // connections that have something to do (tools/bench:store_load measures it
-// with thousands of clients). MultiGet asks for many keys in one request. A TcpStore may be shared by threads: each call
-// uses its own connection from a small pool. TcpStoreServer runs a server alone (the
+// with thousands of clients). MultiGet asks for many keys in one request per
+// 1,024 keys. A TcpStore may be shared by threads: each call uses its own
+// connection from a small pool. TcpStoreServer runs a server alone (the
 // launcher's rendezvous).
 //
 // Resource limits (TcpStoreLimits), so that no client, with or without the
@@ -137,8 +138,8 @@ class TcpStore : public Store {
                                          absl::string_view desired) override;
   absl::Status Wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
   using Store::Wait;
-  // One request, however many keys (at most store_wire::kMaxKeys, and
-  // values of at most kMaxValueBytes together).
+  // One request per kMultiGetKeysPerRequest (1,024) keys, one after
+  // another (each reply's values at most kMaxValueBytes together).
   absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
                                                     Milliseconds timeout) override;
   using Store::MultiGet;

@@ -407,6 +407,65 @@ TEST(TcpStoreTest, GreedyClientCannotFreezeOthers) {
   EXPECT_LT(stats.buffered_bytes, static_cast<int64_t>(kValueBytes + (1 << 20))) << stats.buffered_bytes;
 }
 
+// A MULTI_GET whose reply would pass the 64 MiB a reply carries is refused
+// with the reason, before the server copies a value: one 16 MiB key named
+// 60,000 times (~1 TB if copied) costs the server nothing, and it goes on
+// serving this client and others.
+TEST(TcpStoreTest, OversizeMultiGetIsRefusedWithoutCopying) {
+  auto server = StartServer(TcpStoreLimits{});
+  absl::StatusOr<std::unique_ptr<TcpStore>> setter = Client(server->port());
+  ASSERT_TRUE(setter.ok()) << setter.status();
+  ASSERT_TRUE((*setter)->Set("big", std::string(16 << 20, 'b')).ok());
+  Fd hostile = RawHello(server->port());
+  wire::Request r;
+  r.op = wire::Op::kMultiGet;
+  r.keys.assign(60000, "big");
+  r.integer = 1000;
+  Send(hostile.get(), wire::EncodeRequest(r));
+  absl::StatusOr<wire::Response> answer = ReadResponse(hostile.get());
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->code, absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(answer->value.find("more than a reply carries"), std::string::npos) << answer->value;
+  EXPECT_NE(answer->value.find("ask for fewer keys"), std::string::npos) << answer->value;
+  // The same connection, and another client, are still served.
+  Send(hostile.get(), RequestFrame(wire::Op::kGet, "big", "", 1000));
+  answer = ReadResponse(hostile.get());
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->value.size(), size_t{16} << 20);
+  EXPECT_LT(server->stats().buffered_bytes, int64_t{17} << 20);
+  ASSERT_TRUE((*setter)->Set("small", "1").ok());
+  EXPECT_EQ(*(*setter)->Get("small"), "1");
+}
+
+// MultiGet over more keys than one request carries (kMultiGetKeysPerRequest)
+// asks in several requests and still answers in order, waiting for a key
+// that arrives while the later requests are pending.
+TEST(TcpStoreTest, MultiGetOfManyKeysSpansRequests) {
+  auto server = StartServer(TcpStoreLimits{});
+  absl::StatusOr<std::unique_ptr<TcpStore>> client = Client(server->port());
+  absl::StatusOr<std::unique_ptr<TcpStore>> late = Client(server->port());
+  ASSERT_TRUE(client.ok() && late.ok());
+  const int n = 2 * static_cast<int>(wire::kMultiGetKeysPerRequest) + 500;
+  std::vector<std::string> keys;
+  std::vector<std::string> want;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back(absl::StrCat("k", i));
+    want.push_back(absl::StrCat("v", i));
+    if (i != n - 1) ASSERT_TRUE((*client)->Set(keys.back(), want.back()).ok());
+  }
+  std::thread setter([&] { ASSERT_TRUE((*late)->Set(keys.back(), want.back()).ok()); });
+  absl::StatusOr<std::vector<std::string>> got = (*client)->MultiGet(keys, kTestDeadline);
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, want);
+  // A missing key in the last request: the timeout names it.
+  keys.push_back("never");
+  got = (*client)->MultiGet(keys, Milliseconds(100));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(got.status().message().find("never"), absl::string_view::npos) << got.status();
+}
+
 // Frames split at every byte and interleaved between clients are reassembled
 // per connection.
 TEST(TcpStoreTest, FramesSplitAtEveryByteAndInterleaved) {

@@ -239,11 +239,19 @@ class ClientThread {
         r.value = Value(c.index);
         break;
       case Client::kWaitAll:
-      case Client::kMultiGet:
-        r.op = step == Client::kWaitAll ? wire::Op::kWait : wire::Op::kMultiGet;
+        r.op = wire::Op::kWait;
         for (int i = 0; i < total_; ++i) r.keys.push_back(Key(i));
         r.integer = 600'000;
         break;
+      case Client::kMultiGet: {
+        // As TcpStore::MultiGet asks: at most kMultiGetKeysPerRequest keys
+        // a request, from next_get on.
+        r.op = wire::Op::kMultiGet;
+        const int end = std::min(total_, c.next_get + static_cast<int>(wire::kMultiGetKeysPerRequest));
+        for (int i = c.next_get; i < end; ++i) r.keys.push_back(Key(i));
+        r.integer = 600'000;
+        break;
+      }
       case Client::kGet:
         r.op = wire::Op::kGet;
         r.keys = {Key(c.next_get)};
@@ -330,15 +338,20 @@ class ClientThread {
       case Client::kHello:
         return Send(c, Request(c, Client::kSet));
       case Client::kSet:
+        c.next_get = 0;
         return Send(c, Request(c, batched_ ? Client::kMultiGet : Client::kWaitAll));
       case Client::kMultiGet: {
-        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::string> values, wire::UnpackValues(r.value, total_));
-        for (int i = 0; i < total_; ++i) {
-          if (values[static_cast<size_t>(i)] != Value(i)) {
-            return absl::DataLossError(absl::StrCat("store_load: client ", c.index, " read '", values[i], "' for ",
+        const int n = std::min(total_ - c.next_get, static_cast<int>(wire::kMultiGetKeysPerRequest));
+        LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::string> values, wire::UnpackValues(r.value, n));
+        for (int k = 0; k < n; ++k) {
+          const int i = c.next_get + k;
+          if (values[static_cast<size_t>(k)] != Value(i)) {
+            return absl::DataLossError(absl::StrCat("store_load: client ", c.index, " read '", values[k], "' for ",
                                                     Key(i), ", expected '", Value(i), "'"));
           }
         }
+        c.next_get += n;
+        if (c.next_get < total_) return Send(c, Request(c, Client::kMultiGet));
         return Send(c, Request(c, Client::kAdd));
       }
       case Client::kWaitAll:
