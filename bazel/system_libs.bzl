@@ -72,13 +72,16 @@ _LIBS = {
     "zlib": (["z"], [], "zlib.h", "zlib1g-dev"),
     # HMAC-SHA256 for authenticated rank connections.
     "crypto": (["crypto"], ["pthread", "dl"], "openssl/hmac.h", "libssl-dev"),
+    # etcd's HTTP/JSON gateway (rendezvous on etcd).
+    "curl": (["curl"], [], "x86_64-linux-gnu/curl/curl.h", "libcurl4-openssl-dev"),
     # Header-only: the target only checks that the header is there.
     "nlohmann_json": ([], [], "nlohmann/json.hpp", "nlohmann-json3-dev"),
 }
 
 # Google Benchmark ships no static archive on Debian 12; tools/gpu_check.sh
-# carries its shared library along instead.
-_NO_STATIC = ["benchmark"]
+# carries its shared library along instead. libcurl's archive would pull a
+# dozen more (nghttp2, idn2, krb5, ...): the launcher links it dynamically.
+_NO_STATIC = ["benchmark", "curl"]
 
 def _static_flags(libs):
     if not libs:

@@ -41,6 +41,9 @@ packages=(
   pkg-config        # the same, through lockstep's .pc files
   python3-venv      # python/: pip install into a venv (the pip install test)
   python3-pip
+  libcurl4-openssl-dev  # lockstep-run --rdzv_backend=etcd: etcd's HTTP/JSON gateway
+  etcd-server       # a real etcd for the etcd rendezvous tests (each test starts its own)
+  etcd-client       # etcdctl: the tests read and forge keys with it
 )
 
 # buildifier (tools/format.sh: BUILD and .bzl formatting, checked in CI) is no
