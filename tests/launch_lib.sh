@@ -128,3 +128,33 @@ lib_netns_cleanup() {
   [[ -n "${ns_b:-}" ]] && ip netns del "$ns_b" 2>/dev/null
   return 0
 }
+
+# A real etcd (Debian's etcd-server) on free loopback ports, data in DIR:
+# lib_etcd_start DIR [SCHEME [ETCD FLAGS...]] sets etcd_pid and
+# etcd_endpoint (127.0.0.1:PORT) once etcd says it serves clients;
+# lib_etcd_stop (call it from the EXIT trap too) stops it and removes DIR.
+lib_etcd_start() {
+  local dir=$1 scheme=${2:-http}; shift; [[ $# -gt 0 ]] && shift
+  local client peer
+  client=$(lib_free_port) && peer=$(lib_free_port) || return 1
+  mkdir -p "$dir"
+  etcd_dir=$dir
+  etcd_endpoint="127.0.0.1:$client"
+  etcd --name=lab --data-dir="$dir/data" \
+    --listen-client-urls="$scheme://127.0.0.1:$client" --advertise-client-urls="$scheme://127.0.0.1:$client" \
+    --listen-peer-urls="http://127.0.0.1:$peer" --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+    --initial-cluster="lab=http://127.0.0.1:$peer" "$@" >"$dir/etcd.log" 2>&1 &
+  etcd_pid=$!
+  lib_wait_for 60 "etcd to serve clients ($dir/etcd.log)" grep -q "ready to serve client requests" "$dir/etcd.log" ||
+    { tail -20 "$dir/etcd.log"; return 1; }
+}
+lib_etcd_stop() {
+  if [[ -n "${etcd_pid:-}" ]]; then
+    kill "$etcd_pid" 2>/dev/null
+    lib_wait_for 10 "etcd (pid $etcd_pid) to stop" lib_dead "$etcd_pid" || kill -9 "$etcd_pid" 2>/dev/null
+    wait "$etcd_pid" 2>/dev/null
+    etcd_pid=
+  fi
+  [[ -n "${etcd_dir:-}" ]] && rm -rf "$etcd_dir"
+  return 0
+}

@@ -11,12 +11,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collectives/bootstrap/local_launch.h"
+#include "collectives/store/etcd/etcd_store.h"
 #include "collectives/store/prefix_store.h"
 #include "collectives/store/tcp_store.h"
 #include "collectives/transport/tcp/address.h"
 #include "collectives/transport/tcp/socket.h"
 #include "core/status.h"
+#include "tools/launch/etcd_liveness.h"
 #include "tools/launch/group_state.h"
 #include "tools/launch/rendezvous.h"
 #include "tools/launch/worker_group.h"
@@ -55,16 +58,44 @@ bool IsLocalHost(const std::string& host) {
 }
 
 // The rendezvous store: hosted here (a server in this process plus a
-// client), or a client of another agent's.
+// client), a client of another agent's, or etcd.
 struct RendezvousStore {
   std::shared_ptr<TcpStore> tcp;
+  // etcd: the run's keys (the prefix holds --rdzv_id); nobody hosts it.
+  std::shared_ptr<EtcdStore> etcd;
   bool hosting = false;
   std::string where;  // host:port, for messages.
   std::string token;  // The join token in force ("" = none).
 };
 
+absl::StatusOr<RendezvousStore> OpenEtcdStore(const AgentOptions& o) {
+  const RendezvousSettings& r = o.rendezvous;
+  RendezvousStore rs;
+  rs.where = absl::StrJoin(r.etcd_endpoints, ",");
+  rs.token = r.token;
+  // As with our own store: one node and no token of the user's: a random
+  // one, so the workers' secret cannot be read from etcd.
+  if (o.flags.max_nodes == 1 && rs.token.empty()) rs.token = RandomStoreToken();
+  EtcdClientOptions c;
+  c.endpoints = r.etcd_endpoints;
+  c.protocol = r.etcd_protocol;
+  c.ca_cert = r.etcd_ca_cert;
+  c.client_cert = r.etcd_cert;
+  c.client_key = r.etcd_key;
+  c.connect_timeout = std::min(r.read_timeout, milliseconds(10000));
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+      EtcdStore::Create(c, absl::StrCat(r.etcd_prefix, "/", o.flags.rdzv_id, "/"), r.read_timeout);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(), absl::StrCat("lockstep-run: cannot use etcd at ", rs.where,
+                                                            " for the rendezvous: ", store.status().message()));
+  }
+  rs.etcd = *std::move(store);
+  return rs;
+}
+
 absl::StatusOr<RendezvousStore> OpenRendezvousStore(const AgentOptions& o) {
   const RendezvousSettings& r = o.rendezvous;
+  if (r.backend == "etcd") return OpenEtcdStore(o);
   RendezvousStore rs;
   rs.where = HostPort(r.host, r.port);
   bool host_it;
@@ -189,9 +220,13 @@ class Agent {
   // Says goodbye; the store's host waits for the others first.
   void Leave(GroupState& state, const FailureRecord* failure);
 
+  // etcd: the run is over (its key `ended`); says why, for a late agent.
+  void MarkRunEnded(Store* run_store, const std::string& why);
+
   const AgentOptions& o_;
   SignalForwarder* forwarder_;
   RendezvousStore store_;
+  std::unique_ptr<EtcdLiveness> liveness_;  // etcd only.
   std::string address_;
   std::string hostname_ = Hostname();
 };
@@ -208,6 +243,14 @@ FailureRecord Agent::AgentFailure(const GroupAssignment& group, const std::strin
 
 FailureRecord Agent::StoreGone(const absl::Status& s) const {
   FailureRecord r;
+  if (store_.etcd != nullptr) {
+    r.hostname = store_.where;
+    r.host = store_.where;
+    r.what = absl::StrCat("etcd at ", store_.where, " stopped answering (", s.message(),
+                          "); the rendezvous cannot go on without it: check etcd's health (etcdctl endpoint health)");
+    r.restartable = false;
+    return r;
+  }
   // static: node rank 0 hosts the store (unless rdzv_conf is_host says otherwise).
   if (o_.rendezvous.backend == "static" && !o_.rendezvous.is_host.has_value()) r.group_rank = 0;
   r.hostname = o_.rendezvous.host;
@@ -305,7 +348,7 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       milliseconds(10), std::min(FromSeconds(o_.flags.monitor_interval_s), o_.rendezvous.heartbeat_timeout / 3));
   AttemptResult result;
   bool done_marked = false;
-  const bool may_grow = o_.rendezvous.backend == "c10d" && group.group_world_size < o_.flags.max_nodes;
+  const bool may_grow = o_.rendezvous.backend != "static" && group.group_world_size < o_.flags.max_nodes;
   auto next_check = SteadyClock::now();
   for (;;) {
     forwarder_->SetTargets(workers.RunningGroups());
@@ -409,6 +452,11 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
   }
 }
 
+void Agent::MarkRunEnded(Store* run_store, const std::string& why) {
+  if (store_.etcd == nullptr) return;  // Our own store ends with the job.
+  (void)run_store->CompareSet("ended", "", why);
+}
+
 int Agent::Run() {
   const LaunchFlags& f = o_.flags;
   absl::StatusOr<std::string> address = ChooseNodeAddress(o_);
@@ -424,7 +472,27 @@ int Agent::Run() {
   }
   store_ = *std::move(store);
   if (store_.token.empty()) Say(OpenJobWarning(store_.where));
-  PrefixStore run_store(absl::StrCat("lockstep-run/", f.rdzv_id, "/"), store_.tcp);
+  std::unique_ptr<PrefixStore> run_prefix;
+  Store* run_store_ptr = store_.etcd.get();
+  if (run_store_ptr == nullptr) {
+    run_prefix = std::make_unique<PrefixStore>(absl::StrCat("lockstep-run/", f.rdzv_id, "/"), store_.tcp);
+    run_store_ptr = run_prefix.get();
+  }
+  Store& run_store = *run_store_ptr;
+  if (store_.etcd != nullptr) {
+    // etcd outlives jobs: a run id that already ran to its end is not
+    // joined again (torchrun's RendezvousClosedError).
+    absl::StatusOr<bool> ended = run_store.Check({"ended"});
+    if (!ended.ok() || *ended) {
+      absl::StatusOr<std::string> why = ended.ok() ? run_store.Get("ended") : ended.status();
+      std::cerr << "lockstep-run: the run --rdzv_id " << f.rdzv_id << " on etcd at " << store_.where
+                << (ended.ok() ? " already ended (" : " cannot be read (")
+                << (why.ok() ? *why : std::string(why.status().message()))
+                << "); give every job its own --rdzv_id (e.g. $SLURM_JOB_ID), or remove the old run's keys: "
+                << "etcdctl del --prefix " << store_.etcd->prefix() << std::endl;
+      return 1;
+    }
+  }
   absl::StatusOr<std::string> log_dir = MakeRunLogDir(f);
   if (!log_dir.ok()) {
     std::cerr << log_dir.status().message() << std::endl;
@@ -433,7 +501,8 @@ int Agent::Run() {
   if (!log_dir->empty()) Say(absl::StrCat("log directory: ", *log_dir));
 
   RendezvousOptions ro;
-  ro.backend = o_.rendezvous.backend;
+  // etcd runs the c10d rendezvous (same keys, same elastic rules) on etcd.
+  ro.backend = o_.rendezvous.backend == "static" ? "static" : "c10d";
   ro.min_nodes = f.min_nodes;
   ro.max_nodes = f.max_nodes;
   ro.node_rank = f.node_rank;
@@ -473,11 +542,21 @@ int Agent::Run() {
       return 1;
     }
     round = group->attempt;  // c10d may have moved on to a later round.
+    if (store_.etcd != nullptr && liveness_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<EtcdLiveness>> live =
+          EtcdLiveness::Start(store_.etcd.get(), rendezvous.agent_id(), absl::StrCat(hostname_, " ", address_),
+                              o_.rendezvous.heartbeat_timeout);
+      if (!live.ok()) {
+        Say(absl::StrCat("cannot take a lease at etcd ", store_.where, ": ", live.status().message()));
+        return 1;
+      }
+      liveness_ = *std::move(live);
+    }
     Say(absl::StrCat("attempt ", round, " (restart ", restarts, "): node rank ", group->group_rank, " of ",
                      group->group_world_size, " on ", hostname_, " (", address_, "), ranks ", group->rank_offset, "..",
                      group->rank_offset + o_.nproc - 1, " of ", group->world_size, ", MASTER_ADDR=", group->master_addr,
                      " MASTER_PORT=", group->master_port));
-    GroupState state(&run_store, *group, rendezvous.agent_id());
+    GroupState state(&run_store, *group, rendezvous.agent_id(), liveness_.get());
     if (!log_dir->empty()) spec.attempt_log_dir = absl::StrCat(*log_dir, "/attempt_", round);
     spec.env.restart_count = restarts;
     AttemptResult result;
@@ -499,12 +578,14 @@ int Agent::Run() {
     }
     if (result.outcome == Outcome::kSucceeded) {
       Say(absl::StrCat("every worker on every node succeeded (attempt ", round, ")"));
+      MarkRunEnded(&run_store, absl::StrCat("succeeded at attempt ", round));
       if (store_.token.empty()) Say(OpenJobWarning(store_.where));
       Leave(state, nullptr);
       return 0;
     }
     if (result.outcome == Outcome::kInterrupted) {
       Say(absl::StrCat("stopped the workers after signal ", result.signal, " (", strsignal(result.signal), ")"));
+      MarkRunEnded(&run_store, absl::StrCat("interrupted by signal ", result.signal, " at attempt ", round));
       Leave(state, &result.failure);
       return 128 + result.signal;
     }
@@ -537,6 +618,7 @@ int Agent::Run() {
     }
     std::cerr << FailureSummary(last, restarts, f.max_restarts) << std::flush;
     if (store_.token.empty()) Say(OpenJobWarning(store_.where));
+    if (!result.store_gone) MarkRunEnded(&run_store, absl::StrCat("failed: ", last.ended));
     if (!result.store_gone) Leave(state, &r);
     return 1;
   }

@@ -126,8 +126,8 @@ std::string FailureSummary(const FailureRecord& r, int restarts, int max_restart
   return FailureSummary(job, restarts, max_restarts);
 }
 
-GroupState::GroupState(Store* store, const GroupAssignment& group, int64_t agent_id)
-    : store_(store), group_(group), agent_id_(agent_id) {
+GroupState::GroupState(Store* store, const GroupAssignment& group, int64_t agent_id, AgentLiveness* liveness)
+    : store_(store), group_(group), agent_id_(agent_id), liveness_(liveness) {
   const auto now = SteadyClock::now();
   for (const NodeInfo& node : group_.nodes) {
     if (node.agent_id != agent_id_) heartbeats_[node.agent_id] = Seen{-1, now};
@@ -151,12 +151,46 @@ absl::StatusOr<std::optional<FailureRecord>> GroupState::Failure() {
   return std::optional<FailureRecord>(*std::move(record));
 }
 
-absl::Status GroupState::Heartbeat() { return store_->Add(absl::StrCat("hb/", agent_id_), 1).status(); }
+absl::Status GroupState::Heartbeat() {
+  if (liveness_ != nullptr) return liveness_->Beat();
+  return store_->Add(absl::StrCat("hb/", agent_id_), 1).status();
+}
 
 absl::StatusOr<std::optional<NodeInfo>> GroupState::StaleAgent(milliseconds timeout) {
+  if (liveness_ != nullptr) {
+    std::vector<int64_t> others;
+    for (const auto& [id, seen] : heartbeats_) others.push_back(id);
+    absl::StatusOr<std::optional<int64_t>> lost = liveness_->Lost(others, timeout);
+    if (!lost.ok()) return lost.status();
+    if (!lost->has_value()) return std::optional<NodeInfo>();
+    lost_.insert(**lost);
+    for (const NodeInfo& node : group_.nodes) {
+      if (node.agent_id == **lost) return std::optional<NodeInfo>(node);
+    }
+    return std::optional<NodeInfo>();
+  }
   const auto now = SteadyClock::now();
+  // Every member's counter in one MultiGet (one request per 1,024 agents,
+  // not one per agent: an agent's work per tick does not grow with the
+  // group). A counter not there yet (its agent has not beaten once) makes
+  // this tick read them one by one, creating the missing ones at 0.
+  std::vector<std::string> keys;
+  keys.reserve(heartbeats_.size());
+  for (const auto& [id, seen] : heartbeats_) keys.push_back(absl::StrCat("hb/", id));
+  absl::StatusOr<std::vector<std::string>> counters = store_->MultiGet(keys, milliseconds(0));
+  if (!counters.ok() && counters.status().code() != absl::StatusCode::kDeadlineExceeded) return counters.status();
+  size_t k = 0;
   for (auto& [id, seen] : heartbeats_) {
-    absl::StatusOr<int64_t> value = store_->Add(absl::StrCat("hb/", id), 0);
+    absl::StatusOr<int64_t> value = int64_t{0};
+    if (counters.ok()) {
+      if (!absl::SimpleAtoi((*counters)[k], &*value)) {
+        return absl::DataLossError(absl::StrCat("lockstep-run: the heartbeat counter ", keys[k], " holds '",
+                                                (*counters)[k].substr(0, 64), "', not a number"));
+      }
+    } else {
+      value = store_->Add(keys[k], 0);
+    }
+    ++k;
     if (!value.ok()) return value.status();
     if (*value != seen.value) {
       seen.value = *value;

@@ -77,9 +77,25 @@ std::string FailureSummary(const FailureRecord& record, int restarts, int max_re
 // "the agent of node rank 1 on host node1 (10.0.0.2): <what>".
 std::string DescribeFailure(const FailureRecord& record);
 
+// How the agents tell a live one from a lost one. The default (no
+// AgentLiveness) is counters in the store, above; with etcd, leases
+// (etcd_liveness.h): etcd itself deletes a silent agent's key and a watch
+// tells the others, nobody polls.
+class AgentLiveness {
+ public:
+  virtual ~AgentLiveness() = default;
+  // This agent is alive (called every tick; an error: it cannot say so).
+  virtual absl::Status Beat() = 0;
+  // The first of `agent_ids` found lost; `timeout` bounds how long one that
+  // never showed up may take.
+  virtual absl::StatusOr<std::optional<int64_t>> Lost(const std::vector<int64_t>& agent_ids,
+                                                      std::chrono::milliseconds timeout) = 0;
+};
+
 class GroupState {
  public:
-  GroupState(Store* store, const GroupAssignment& group, int64_t agent_id);
+  // `liveness` (may be null: heartbeat counters in `store`) outlives this.
+  GroupState(Store* store, const GroupAssignment& group, int64_t agent_id, AgentLiveness* liveness = nullptr);
 
   // Publishes `record` unless another failure came first.
   absl::Status PublishFailure(const FailureRecord& record);
@@ -123,6 +139,7 @@ class GroupState {
   Store* store_;
   GroupAssignment group_;
   int64_t agent_id_;
+  AgentLiveness* liveness_;
   struct Seen {
     int64_t value = -1;
     SteadyClock::time_point changed;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -151,13 +152,14 @@ void SetSwitch(LaunchFlags* flags, const std::string& dest, bool on) {
 }
 
 absl::Status Validate(const LaunchFlags& flags) {
-  if (flags.rdzv_backend != "static" && flags.rdzv_backend != "c10d") {
+  if (flags.rdzv_backend != "static" && flags.rdzv_backend != "c10d" && flags.rdzv_backend != "etcd" &&
+      flags.rdzv_backend != "etcd-v2") {
     return FlagError("rdzv_backend",
-                     absl::StrCat("'", flags.rdzv_backend, "' is not supported; use static or c10d (etcd is not)"));
+                     absl::StrCat("'", flags.rdzv_backend, "' is not supported; use static, c10d, etcd or etcd-v2"));
   }
   if (flags.rdzv_backend == "static" && flags.min_nodes != flags.max_nodes) {
     return FlagError("nnodes", absl::StrCat(flags.min_nodes, ":", flags.max_nodes,
-                                            " needs an elastic rendezvous; add --rdzv_backend c10d"));
+                                            " needs an elastic rendezvous; add --rdzv_backend c10d (or etcd)"));
   }
   if (flags.rdzv_backend == "static" && !flags.standalone &&
       (flags.node_rank < 0 || flags.node_rank >= flags.max_nodes)) {
@@ -189,6 +191,53 @@ absl::StatusOr<std::chrono::milliseconds> ConfSeconds(const std::map<std::string
     return FlagError("rdzv_conf", absl::StrCat(key, "=", it->second, " is not a positive number of seconds"));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// rdzv_conf's etcd keys: the protocol, the TLS files (each readable now, so
+// that a typo fails here and not at the first request) and the key prefix.
+absl::Status ResolveEtcdConf(const std::map<std::string, std::string>& conf, RendezvousSettings* s,
+                             std::vector<std::string>* warnings) {
+  if (auto it = conf.find("protocol"); it != conf.end()) {
+    s->etcd_protocol = absl::AsciiStrToLower(it->second);
+    if (s->etcd_protocol != "http" && s->etcd_protocol != "https") {
+      return FlagError("rdzv_conf", absl::StrCat("protocol=", it->second, " is neither http nor https"));
+    }
+  }
+  struct File {
+    const char* key;
+    const char* v2_key;
+    std::string* into;
+  };
+  const File files[] = {{"cacert", "ca_cert", &s->etcd_ca_cert},
+                        {"cert", "ssl_cert", &s->etcd_cert},
+                        {"key", "ssl_cert_key", &s->etcd_key}};
+  for (const File& f : files) {
+    auto it = conf.find(f.key);
+    if (it == conf.end()) it = conf.find(f.v2_key);
+    if (it == conf.end()) continue;
+    std::ifstream in(it->second);
+    if (!in) {
+      return FlagError("rdzv_conf",
+                       absl::StrCat(it->first, "=", it->second, " cannot be read; give a readable PEM file"));
+    }
+    *f.into = it->second;
+  }
+  if (s->etcd_cert.empty() != s->etcd_key.empty()) {
+    return FlagError("rdzv_conf", "cert (ssl_cert) and key (ssl_cert_key) go together: give both or neither");
+  }
+  if (!s->etcd_ca_cert.empty() || !s->etcd_cert.empty()) {
+    if (conf.count("protocol") == 0) s->etcd_protocol = "https";
+  }
+  if (auto it = conf.find("etcd_prefix"); it != conf.end()) {
+    s->etcd_prefix = std::string(absl::StripSuffix(it->second, "/"));
+    if (s->etcd_prefix.empty() || s->etcd_prefix[0] != '/') {
+      return FlagError("rdzv_conf", absl::StrCat("etcd_prefix=", it->second, " does not start with /"));
+    }
+  }
+  if (conf.count("is_host") != 0) {
+    warnings->push_back("--rdzv_conf: is_host means nothing with etcd (no agent hosts the store); ignoring it");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -321,34 +370,58 @@ absl::StatusOr<RendezvousSettings> ResolveRendezvous(const LaunchFlags& flags, c
   RendezvousSettings s;
   s.backend = flags.rdzv_backend;
   s.run_id = flags.rdzv_id;
+  if (s.backend == "etcd-v2") s.backend = "etcd";
+  const bool etcd = s.backend == "etcd";
   if (flags.rdzv_endpoint.empty()) {
     if (s.backend == "c10d") {
       return FlagError("rdzv_endpoint", "c10d needs one (host[:port], e.g. --rdzv_endpoint node0:29400)");
     }
+    if (etcd) {
+      return FlagError("rdzv_endpoint",
+                       "etcd needs one (host[:port][,host[:port]...], e.g. --rdzv_endpoint etcd0:2379)");
+    }
     s.host = flags.master_addr;
     s.port = flags.master_port;
   } else {
-    const std::string& e = flags.rdzv_endpoint;
-    // host, host:port, [v6], [v6]:port; c10d's default port is 29400.
-    size_t colon = e.rfind(':');
-    const bool bracketed = !e.empty() && e[0] == '[';
-    if (colon != std::string::npos && (!bracketed || colon > e.find(']'))) {
-      s.host = e.substr(0, colon);
-      LOCKSTEP_ASSIGN_OR_RETURN(s.port, ParseInt("rdzv_endpoint", e.substr(colon + 1)));
-    } else {
-      s.host = e;
-      s.port = 29400;
-    }
-    if (bracketed) s.host = std::string(absl::StripSuffix(absl::StripPrefix(s.host, "["), "]"));
-    if (s.host.empty() || s.port < 0 || s.port > 65535 || (s.port == 0 && !flags.standalone)) {
-      return FlagError("rdzv_endpoint", absl::StrCat("'", e, "' is not host[:port]"));
+    // host, host:port, [v6], [v6]:port; c10d's default port is 29400,
+    // etcd's 2379; etcd takes a comma list of its cluster's members.
+    const std::vector<std::string> endpoints = etcd ? absl::StrSplit(flags.rdzv_endpoint, ',', absl::SkipWhitespace())
+                                                    : std::vector<std::string>{flags.rdzv_endpoint};
+    if (endpoints.empty()) return FlagError("rdzv_endpoint", "is empty");
+    for (const std::string& raw : endpoints) {
+      const std::string e(absl::StripAsciiWhitespace(raw));
+      std::string host;
+      int port = etcd ? 2379 : 29400;
+      size_t colon = e.rfind(':');
+      const bool bracketed = !e.empty() && e[0] == '[';
+      if (colon != std::string::npos && (!bracketed || colon > e.find(']'))) {
+        host = e.substr(0, colon);
+        LOCKSTEP_ASSIGN_OR_RETURN(port, ParseInt("rdzv_endpoint", e.substr(colon + 1)));
+      } else {
+        host = e;
+      }
+      if (bracketed) host = std::string(absl::StripSuffix(absl::StripPrefix(host, "["), "]"));
+      if (host.empty() || port < 0 || port > 65535 || (port == 0 && !flags.standalone) ||
+          absl::StrContains(host, "/")) {
+        return FlagError("rdzv_endpoint", absl::StrCat("'", e, "' is not host[:port]"));
+      }
+      if (s.host.empty()) {
+        s.host = host;
+        s.port = port;
+      }
+      if (etcd) {
+        s.etcd_endpoints.push_back(absl::StrContains(host, ":") ? absl::StrCat("[", host, "]:", port)
+                                                                : absl::StrCat(host, ":", port));
+      }
     }
   }
   const auto& conf = flags.rdzv_conf;
   for (const auto& [key, value] : conf) {
     static const char* const kKnown[] = {
-        "timeout",    "join_timeout",    "last_call_timeout", "read_timeout",        "heartbeat_timeout",     "is_host",
-        "join_token", "join_token_file", "close_timeout",     "keep_alive_interval", "keep_alive_max_attempt"};
+        "timeout", "join_timeout", "last_call_timeout", "read_timeout", "heartbeat_timeout", "is_host", "join_token",
+        "join_token_file", "close_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+        // etcd (etcd-v2's names for the same files: ca_cert, ssl_cert, ssl_cert_key).
+        "protocol", "cacert", "cert", "key", "ca_cert", "ssl_cert", "ssl_cert_key", "etcd_prefix"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       warnings->push_back(absl::StrCat("--rdzv_conf: ignoring unknown key '", key, "'"));
     }
@@ -389,6 +462,7 @@ absl::StatusOr<RendezvousSettings> ResolveRendezvous(const LaunchFlags& flags, c
     s.token = *env;
   }
   if (s.token.size() > 4096) return FlagError("rdzv_conf", "the join token is longer than 4096 bytes");
+  if (etcd) LOCKSTEP_RETURN_IF_ERROR(ResolveEtcdConf(conf, &s, warnings));
   return s;
 }
 
@@ -418,7 +492,9 @@ first failure and exits 1. Example, two nodes with 2 workers each:
   node1$ LOCKSTEP_RDZV_TOKEN=s3cret lockstep-run --nnodes 2 --node_rank 1 \
            --nproc_per_node 2 --master_addr node0 --master_port 29500 ./train --epochs 3
 Elastic: --nnodes 1:4 --rdzv_backend c10d --rdzv_endpoint node0:29400 on every
-node. One node: lockstep-run --standalone --nproc_per_node 4 ./train
+node, or --rdzv_backend etcd --rdzv_endpoint etcd0:2379 (a cluster's etcd: no
+agent hosts the store, so losing any node, node 0 included, only shrinks the
+group). One node: lockstep-run --standalone --nproc_per_node 4 ./train
 
 positional arguments:
   training_script       The program (or .py script; -m: a module) to run on every
@@ -432,18 +508,23 @@ options:
                         Number of workers per node; supported values: [auto, cpu,
                         gpu, int]. (default 1)
   --rdzv_backend RDZV_BACKEND
-                        Rendezvous backend: static or c10d (our own store-based
-                        rendezvous). (default static)
+                        Rendezvous backend: static, c10d (our own store-based
+                        rendezvous) or etcd / etcd-v2 (etcd >= 3.4, the v3 API).
+                        (default static)
   --rdzv_endpoint RDZV_ENDPOINT
                         Rendezvous backend endpoint; usually in form <host>:<port>.
-                        (static default: master_addr:master_port; c10d port 29400)
+                        (static default: master_addr:master_port; c10d port 29400;
+                        etcd port 2379, several as host:port,host:port)
   --rdzv_id RDZV_ID     User-defined group id. (default none)
   --rdzv_conf RDZV_CONF
                         Additional rendezvous configuration
                         (<key1>=<value1>,<key2>=<value2>,...): timeout (join, 900 s),
                         last_call_timeout (30 s), read_timeout (60 s),
                         heartbeat_timeout (30 s), is_host, join_token_file=PATH,
-                        join_token (visible in ps; prefer LOCKSTEP_RDZV_TOKEN).
+                        join_token (visible in ps; prefer LOCKSTEP_RDZV_TOKEN);
+                        etcd: protocol (http/https), cacert, cert, key (PEM
+                        files; etcd-v2's ca_cert, ssl_cert, ssl_cert_key too),
+                        etcd_prefix (default /lockstep-run).
   --standalone          Start a local standalone rendezvous on a free port; one node.
                         --rdzv_backend, --rdzv_endpoint, --nnodes are ignored.
   --max_restarts MAX_RESTARTS

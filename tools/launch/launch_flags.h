@@ -54,8 +54,8 @@ struct LaunchFlags {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string rdzv_backend = "static";  // "static" or "c10d".
-  std::string rdzv_endpoint;            // host[:port]; "" = master_addr:master_port (static).
+  std::string rdzv_backend = "static";  // "static", "c10d", "etcd" or "etcd-v2" (the same here).
+  std::string rdzv_endpoint;            // host[:port] (etcd: a comma list); "" = master_addr:master_port (static).
   std::string rdzv_id = "none";
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
@@ -89,7 +89,7 @@ absl::StatusOr<int> ResolveNprocPerNode(absl::string_view text, int cpu_count, i
 // The rendezvous settings that --rdzv_conf, the environment and the other
 // flags make up, checked.
 struct RendezvousSettings {
-  std::string backend;  // "static" or "c10d".
+  std::string backend;  // "static", "c10d" or "etcd" (etcd-v2 resolves to etcd).
   std::string host;     // Where the rendezvous store is.
   int port = 0;         // 0: pick a free one (--standalone).
   std::string run_id;
@@ -99,6 +99,16 @@ struct RendezvousSettings {
   std::chrono::milliseconds heartbeat_timeout{30000};  // rdzv_conf heartbeat_timeout.
   std::optional<bool> is_host;                         // rdzv_conf is_host (c10d).
   std::string token;                                   // join_token, join_token_file or LOCKSTEP_RDZV_TOKEN; "" = none.
+  // etcd: every endpoint as host:port (the first is also host/port above)
+  // and rdzv_conf's TLS files and key prefix, torchrun's names (etcd:
+  // protocol, cacert, cert, key, etcd_prefix; etcd-v2: ca_cert, ssl_cert,
+  // ssl_cert_key).
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_protocol = "http";
+  std::string etcd_ca_cert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_prefix = "/lockstep-run";
 };
 absl::StatusOr<RendezvousSettings> ResolveRendezvous(const LaunchFlags& flags, const GetEnvFn& getenv,
                                                      std::vector<std::string>* warnings);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tools/launch/worker_command.h"
 
@@ -136,7 +137,9 @@ TEST(LaunchFlagsTest, BadInputNamesTheFlagAndPointsAtHelp) {
             "lockstep-run: --node_rank: 2 is not below --nnodes 2; node ranks are 0..1; see lockstep-run --help");
   EXPECT_FALSE(Parse({"--nproc_per_node"}).ok());     // Value missing.
   EXPECT_FALSE(Parse({"--standalone=1", "p"}).ok());  // A switch takes none.
-  EXPECT_FALSE(Parse({"--rdzv_backend", "etcd", "p"}).ok());
+  f = Parse({"--rdzv_backend", "zookeeper", "p"});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("use static, c10d, etcd or etcd-v2"), std::string::npos) << f.status();
   EXPECT_FALSE(Parse({"--monitor_interval", "0", "p"}).ok());
   EXPECT_FALSE(Parse({"--redirects", "4", "p"}).ok());
   EXPECT_FALSE(Parse({"--tee", "0:x", "p"}).ok());
@@ -158,6 +161,50 @@ TEST(LaunchFlagsTest, StandaloneIsOneNodeC10dOnAFreePort) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->host, "127.0.0.1");
   EXPECT_EQ(r->port, 0);
+}
+
+// etcd: torchrun's names (etcd and etcd-v2, both conf spellings of the TLS
+// files), several endpoints, port 2379 by default, https once a CA or a
+// client certificate is given; bad values name the key.
+TEST(RendezvousSettingsTest, Etcd) {
+  char ca[] = "/tmp/launch_flags_test_ca.XXXXXX";
+  const int fd = ::mkstemp(ca);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::vector<std::string> warnings;
+  LaunchFlags f =
+      *Parse({"--nnodes", "1:4", "--rdzv_backend", "etcd-v2", "--rdzv_endpoint", "e0, e1:2380,[fd00::1]:2381",
+              "--rdzv_conf", absl::StrCat("ca_cert=", ca, ",etcd_prefix=/jobs/"), "p"});
+  absl::StatusOr<RendezvousSettings> r = ResolveRendezvous(f, Env({}), &warnings);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend, "etcd");
+  EXPECT_EQ(r->etcd_endpoints, (std::vector<std::string>{"e0:2379", "e1:2380", "[fd00::1]:2381"}));
+  EXPECT_EQ(r->host, "e0");
+  EXPECT_EQ(r->port, 2379);
+  EXPECT_EQ(r->etcd_protocol, "https");
+  EXPECT_EQ(r->etcd_ca_cert, ca);
+  EXPECT_EQ(r->etcd_prefix, "/jobs");
+  EXPECT_TRUE(warnings.empty());
+
+  f = *Parse({"--rdzv_backend", "etcd", "--rdzv_endpoint", "e0", "--rdzv_conf", "cert=/nonexistent.pem", "p"});
+  r = ResolveRendezvous(f, Env({}), &warnings);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cert=/nonexistent.pem cannot be read"), std::string::npos) << r.status();
+  f = *Parse({"--rdzv_backend", "etcd", "--rdzv_endpoint", "e0", "--rdzv_conf", absl::StrCat("cert=", ca), "p"});
+  r = ResolveRendezvous(f, Env({}), &warnings);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("give both or neither"), std::string::npos) << r.status();
+  f = *Parse({"--rdzv_backend", "etcd", "--rdzv_endpoint", "e0", "--rdzv_conf", "protocol=ftp", "p"});
+  EXPECT_FALSE(ResolveRendezvous(f, Env({}), &warnings).ok());
+  f = *Parse({"--rdzv_backend", "etcd", "--rdzv_endpoint", "e0", "--rdzv_conf", "etcd_prefix=jobs", "p"});
+  EXPECT_FALSE(ResolveRendezvous(f, Env({}), &warnings).ok());
+  f = *Parse({"--rdzv_backend", "etcd", "p"});
+  r = ResolveRendezvous(f, Env({}), &warnings);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("etcd needs one"), std::string::npos) << r.status();
+  f = *Parse({"--rdzv_backend", "etcd", "--rdzv_endpoint", "http://e0:2379", "p"});
+  EXPECT_FALSE(ResolveRendezvous(f, Env({}), &warnings).ok());  // host[:port], not a URL.
+  ::unlink(ca);
 }
 
 TEST(LaunchFlagsTest, NprocPerNode) {
