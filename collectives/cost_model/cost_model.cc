@@ -51,7 +51,7 @@ CostModel DefaultCostModel() {
   model.link(LinkKind::kTcpRemote).window_bytes = 256 << 10;
   model.gamma_us_per_byte = 1.0 / 10000.0;  // 10 GB/s
   model.cpu_us_per_round = 38.0;
-  model.setup = SetupCost{100000.0, 20.0, 100.0};
+  model.setup = SetupCost{100000.0, 20.0, 100.0, 0.1};
   return model;
 }
 
@@ -78,7 +78,8 @@ absl::Status ValidateCostModel(const CostModel& model) {
                                      {"fabric_us_per_byte", model.fabric_us_per_byte},
                                      {"setup.constant_us", model.setup.constant_us},
                                      {"setup.store_us_per_request", model.setup.store_us_per_request},
-                                     {"setup.handshake_us", model.setup.handshake_us}}) {
+                                     {"setup.handshake_us", model.setup.handshake_us},
+                                     {"setup.store_us_per_value", model.setup.store_us_per_value}}) {
     absl::Status s = CheckNonNegative(field, value);
     if (!s.ok()) return s;
   }

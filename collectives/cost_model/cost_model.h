@@ -82,6 +82,9 @@ struct SetupCost {
   double constant_us = 0;           // process start-up, listening socket, first store round trip
   double store_us_per_request = 0;  // the TCP store's one server thread, per request
   double handshake_us = 0;          // one connection to a peer: connect, hello, reply
+  // The same thread, per value a MULTI_GET answers (its copy and send):
+  // measured alone (tools/bench:store_load), held fixed by FitSetup.
+  double store_us_per_value = 0;
 };
 
 struct CostModel {

@@ -73,6 +73,7 @@ std::string CostModelToJson(const CostModel& model, absl::string_view notes) {
   setup["constant_us"] = model.setup.constant_us;
   setup["store_us_per_request"] = model.setup.store_us_per_request;
   setup["handshake_us"] = model.setup.handshake_us;
+  setup["store_us_per_value"] = model.setup.store_us_per_value;
   j["setup"] = std::move(setup);
   if (!notes.empty()) j["notes"] = std::string(notes);
   return j.dump(2) + "\n";
@@ -127,8 +128,13 @@ absl::StatusOr<CostModel> CostModelFromJson(absl::string_view text) {
   }
   absl::StatusOr<const Json*> setup = Object(j, "", "setup");
   if (!setup.ok()) return setup.status();
-  s = OnlyKnown(**setup, "setup.", {"constant_us", "store_us_per_request", "handshake_us"});
+  s = OnlyKnown(**setup, "setup.", {"constant_us", "store_us_per_request", "handshake_us", "store_us_per_value"});
   if (!s.ok()) return s;
+  if ((*setup)->contains("store_us_per_value")) {  // optional: absent in calibrations before MULTI_GET
+    absl::StatusOr<double> v = Number(**setup, "setup.", "store_us_per_value");
+    if (!v.ok()) return v.status();
+    model.setup.store_us_per_value = *v;
+  }
   for (auto [key, field] : {std::pair<const char*, double*>{"constant_us", &model.setup.constant_us},
                             {"store_us_per_request", &model.setup.store_us_per_request},
                             {"handshake_us", &model.setup.handshake_us}}) {

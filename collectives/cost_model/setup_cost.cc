@@ -16,18 +16,24 @@ constexpr int64_t kStoreMaxConnections = 1000;   // TcpStoreLimits::max_connecti
 
 struct Terms {
   double requests = 0;  // R
+  double values = 0;    // V
   double peers = 0;     // P
   double oversubscription = 1;
 };
+
+// Requests of a MultiGet of n keys (store_wire::kMultiGetKeysPerRequest).
+double MultiGetRequests(double n) { return n <= 0 ? 0 : std::ceil(n / 1024.0); }
 
 Terms TermsOf(const Topology& t) {
   const double p = static_cast<double>(t.p), H = static_cast<double>(t.hosts),
                L = static_cast<double>(t.ranks_per_host);
   Terms terms;
-  terms.requests = 3 * p * p + 3 * p;
+  terms.requests = p * (4 + MultiGetRequests(p) + MultiGetRequests(2 * (p - 1)));
+  terms.values = p * (p + 2 * (p - 1));
   terms.peers = p - 1;
   if (t.mixed()) {
-    terms.requests += H * (2 * H + 1) + p * (2 * L + 1);
+    terms.requests += H * (3 + MultiGetRequests(2 * (H - 1))) + p * (3 + MultiGetRequests(2 * (L - 1)));
+    terms.values += 2 * H * (H - 1) + 2 * p * (L - 1);
     terms.peers += (H - 1) + (L - 1);
   }
   terms.oversubscription = std::max(1.0, L / std::max(1, t.cores_per_host));
@@ -43,10 +49,11 @@ absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const Cos
   const Terms terms = TermsOf(topology);
   SetupPrediction out;
   out.store_requests = terms.requests;
+  out.store_values = terms.values;
   out.peers_per_rank = terms.peers;
   out.sockets_per_rank = 2 * static_cast<int64_t>(terms.peers);
   out.store_connections = topology.p;
-  out.store_us = model.setup.store_us_per_request * terms.requests;
+  out.store_us = model.setup.store_us_per_request * terms.requests + model.setup.store_us_per_value * terms.values;
   out.handshake_us = model.setup.handshake_us * terms.peers * terms.oversubscription;
   out.time_us = model.setup.constant_us + out.store_us + out.handshake_us;
   if (out.sockets_per_rank + 16 > kUsualDescriptorLimit) {
@@ -111,7 +118,15 @@ bool SolveSubset(absl::Span<const SetupPoint> points, const std::array<double, 3
 
 }  // namespace
 
-absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points) {
+absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> measured, double store_us_per_request,
+                                  double store_us_per_value) {
+  for (double v : {store_us_per_request, store_us_per_value}) {
+    if (!std::isfinite(v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("FitSetup: the store's constants (", store_us_per_request, ", ",
+                                                     store_us_per_value, ") must be finite and >= 0"));
+    }
+  }
+  const absl::Span<const SetupPoint> points = measured;
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < points.size(); ++i) {
     absl::Status s = ValidateTopology(points[i].topology);
@@ -124,15 +139,23 @@ absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points) {
       sizes.push_back(points[i].topology.p);
     }
   }
-  if (sizes.size() < 3) {
+  if (sizes.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("FitSetup: ", points.size(), " points at ", sizes.size(),
-                                                   " distinct p; the three constants need at least 3 (e.g. p = 2, "
+                                                   " distinct p; the two constants need at least 2 (e.g. p = 2, "
                                                    "4, 8, 16)"));
+  }
+  // The store's terms are known (measured alone): fit what is left of each
+  // time. (For flat groups R is nearly linear in p, so it could not be told
+  // from the constant and the handshakes anyway.)
+  std::vector<SetupPoint> rest(points.begin(), points.end());
+  for (SetupPoint& pt : rest) {
+    const Terms t = TermsOf(pt.topology);
+    pt.time_us -= store_us_per_request * t.requests + store_us_per_value * t.values;
   }
   // Columns scaled so that p² and 1 stay comparable.
   std::array<double, 3> scale = {1, 1, 1};
   double largest = 0;
-  for (const SetupPoint& pt : points) {
+  for (const SetupPoint& pt : rest) {
     const Terms t = TermsOf(pt.topology);
     scale[1] = std::max(scale[1], t.requests);
     scale[2] = std::max(scale[2], t.peers * t.oversubscription);
@@ -140,20 +163,15 @@ absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points) {
   }
   // Non-negative least squares by trying every subset of the three terms:
   // the best fit with no negative constant. Ties: the fuller subset first.
-  static constexpr std::array<std::array<bool, 3>, 7> kSubsets = {{{true, true, true},
-                                                                   {true, true, false},
-                                                                   {true, false, true},
-                                                                   {false, true, true},
-                                                                   {true, false, false},
-                                                                   {false, true, false},
-                                                                   {false, false, true}}};
+  static constexpr std::array<std::array<bool, 3>, 3> kSubsets = {
+      {{true, false, true}, {true, false, false}, {false, false, true}}};
   bool found = false;
   std::array<double, 3> best{};
   double best_squares = 0;
   for (const std::array<bool, 3>& use : kSubsets) {
     std::array<double, 3> x;
     double squares = 0;
-    if (!SolveSubset(points, scale, use, &x, &squares)) continue;
+    if (!SolveSubset(rest, scale, use, &x, &squares)) continue;
     // Rounding noise around zero on exact data: a term worth at most 1e-9
     // of the largest time is a zero.
     for (double& v : x) {
@@ -168,12 +186,10 @@ absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points) {
   }
   if (!found) return absl::InvalidArgumentError("FitSetup: no fit with non-negative constants; measure more p");
   SetupFit fit;
-  fit.cost = SetupCost{best[0], best[1] / scale[1], best[2] / scale[2]};
+  fit.cost = SetupCost{best[0], store_us_per_request, best[2] / scale[2], store_us_per_value};
   fit.rms_residual_us = std::sqrt(best_squares / static_cast<double>(points.size()));
-  const char* names[3] = {"constant_us", "store_us_per_request", "handshake_us"};
-  for (int i = 0; i < 3; ++i) {
-    if (best[i] == 0) fit.zeroed.push_back(names[i]);
-  }
+  if (best[0] == 0) fit.zeroed.push_back("constant_us");
+  if (best[2] == 0) fit.zeroed.push_back("handshake_us");
   return fit;
 }
 

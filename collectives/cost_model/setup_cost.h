@@ -8,21 +8,25 @@
 //
 // Today (collectives/bootstrap/communicator_factory.cc,
 // collectives/transport/tcp/tcp_transport.cc, collectives/store/tcp_store.cc):
-// every rank publishes its host and reads all p ranks' (1 + p + 1 store
-// requests), then builds a full mesh: claims its rank, publishes a
-// challenge and an address, reads both for each of the p − 1 peers
-// (3 + 2(p − 1)) and connects to every peer and accepts every peer (two
-// sockets per pair). A group on several hosts with several ranks each
-// also builds the leaders' mesh over H ranks and each host's local group
-// (shared memory, the same store pattern over L ranks). One server thread
-// answers all requests in turn, so
-//   store_requests R = p(p + 2) + p(2p + 1)                 = 3p² + 3p
-//                      [+ H(2H + 1) + p(2L + 1)  when mixed]
-//   peers per rank   P = p − 1  [+ (H − 1) + (L − 1) when mixed]
-//   T_setup = constant_us + store_us_per_request·R + handshake_us·P·max(1, L/C)
+// every rank publishes its host and reads all p ranks' with one MultiGet,
+// then builds a full mesh: claims its rank, publishes a challenge and an
+// address, reads every peer's two with one MultiGet, and connects to every
+// peer and accepts every peer (two sockets per pair). A MultiGet is one
+// request per 1,024 keys (c(n) = ceil(n / 1024) requests for n keys). A
+// group on several hosts with several ranks each also builds the leaders'
+// mesh over H ranks and each host's local group (shared memory, the same
+// store pattern over L ranks). One server thread answers all requests in
+// turn, so
+//   store_requests R = p(4 + c(p) + c(2(p − 1)))
+//                      [+ H(3 + c(2(H − 1))) + p(3 + c(2(L − 1)))  when mixed]
+//   values served  V = p(p + 2(p − 1))   [+ 2H(H − 1) + 2p(L − 1)  when mixed]
+//   peers per rank P = p − 1  [+ (H − 1) + (L − 1) when mixed]
+//   T_setup = constant_us + store_us_per_request·R + store_us_per_value·V
+//             + handshake_us·P·max(1, L/C)
 // (connections are made one peer after another, each a few round trips and
 // an HMAC, and a host's L ranks share its C cores). The store's serial work
 // and the ranks' handshakes are added, not overlapped: an upper bound.
+// V is the square that remains: every rank still reads every address.
 //
 // Warnings name the limits today's code meets at this p: a rank's sockets
 // (2(p − 1) for the mesh) beyond the usual 1024 descriptors, and more ranks
@@ -45,10 +49,11 @@ namespace cost_model {
 struct SetupPrediction {
   double time_us = 0;
   double store_requests = 0;      // R
+  double store_values = 0;        // V
   double peers_per_rank = 0;      // P
   int64_t sockets_per_rank = 0;   // 2P
   int64_t store_connections = 0;  // p: each rank keeps one to the store
-  double store_us = 0;            // store_us_per_request·R
+  double store_us = 0;            // store_us_per_request·R + store_us_per_value·V
   double handshake_us = 0;        // handshake_us·P·max(1, L/C)
   std::vector<std::string> warnings;
 };
@@ -70,13 +75,15 @@ struct SetupFit {
   std::vector<std::string> zeroed;
 };
 
-// Non-negative least squares over (constant_us, store_us_per_request,
-// handshake_us): the best fit of T_setup among those with no negative
-// constant (every subset of the three terms is tried; a term the data
-// would make negative is held at 0 and named in `zeroed`). InvalidArgument
-// when a point is invalid (naming it) or the points have fewer than 3
-// different p (the three terms cannot be told apart).
-absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points);
+// Non-negative least squares over (constant_us, handshake_us), the store's
+// two constants held at the values given (measured alone, with
+// tools/bench:store_load: for flat groups R grows almost as p, so a fit of
+// set-up times could not tell it from the others): the best fit of T_setup
+// among those with no negative constant (a term the data would make
+// negative is held at 0 and named in `zeroed`). InvalidArgument when a
+// point is invalid (naming it) or the points have fewer than 2 different p.
+absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> points, double store_us_per_request,
+                                  double store_us_per_value);
 
 }  // namespace cost_model
 }  // namespace lockstep

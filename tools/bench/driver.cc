@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/process_stats.h"
 #include "core/status.h"
 
@@ -77,6 +79,7 @@ enum Figure {
   kOtherIvcsw,
   kSetupS,
   kFds,
+  kReadyUnixS,
   kFigureCount,
 };
 
@@ -199,11 +202,12 @@ void PrintJsonRow(const Row& r) {
       "\"busbw_gbps\": %.4f, \"wrong\": %lld, \"peak_rss_mib\": %.1f, \"p99_us\": %.3f, "
       "\"max_us\": %.3f, \"stall_us\": %.4f, \"stalls\": %.0f, \"caller_vcsw\": %.0f, "
       "\"caller_ivcsw\": %.0f, \"other_vcsw\": %.0f, \"other_ivcsw\": %.0f, \"setup_s\": %.3f, "
-      "\"fds\": %.0f, \"iters\": %d}\n",
+      "\"fds\": %.0f, \"ready_unix_s\": %.3f, \"iters\": %d}\n",
       r.op.c_str(), std::string(DTypeName(r.dtype)).c_str(), r.world, r.transport.c_str(),
       static_cast<long long>(r.bytes), static_cast<long long>(r.count), f[kMean] * 1e6, f[kP50] * 1e6, f[kP95] * 1e6,
       r.algbw, r.busbw, static_cast<long long>(r.wrong), f[kPeakRssMib], f[kP99] * 1e6, f[kMax] * 1e6, f[kStall] * 1e6,
-      f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw], f[kOtherIvcsw], f[kSetupS], f[kFds], r.iters);
+      f[kStalls], f[kCallerVcsw], f[kCallerIvcsw], f[kOtherVcsw], f[kOtherIvcsw], f[kSetupS], f[kFds], f[kReadyUnixS],
+      r.iters);
 }
 
 // One size: timed, checked (--check) and printed by rank 0. An error when
@@ -216,6 +220,9 @@ absl::Status RunSize(Communicator& comm, const CollectiveDescriptor& op, const S
   LOCKSTEP_ASSIGN_OR_RETURN(Buffers buffers, MakeBuffers(op, options, count, n, comm.rank()));
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<double> mine, TimeIterations(comm, op, buffers, options));
   mine[kSetupS] = setup_s;
+  // The wall clock when the set-up ended (process start + setup_s): a
+  // launcher's start-up is this minus when the job was started.
+  mine[kReadyUnixS] = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - ProcessAgeSeconds() + setup_s;
   mine[kFds] = OpenDescriptorCount();  // After this size: connections made on demand count.
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<double> slowest, Slowest(comm, mine));
   int64_t wrong = -1;

@@ -3,8 +3,9 @@
 # 200 us links) comes up, runs every collective of lockstep and of OpenMPI
 # with --check on small sizes, writes the JSON it promises, and goes away
 # leaving nothing behind (namespaces, TUN devices, processes, its temporary
-# directory); and a run interrupted (SIGINT) while its ranks run cleans up
-# too. No timing is asserted: the rows' times are whatever the machine gave.
+# directory); a job launched by lockstep-run on every host (c10d, and etcd
+# with an etcd-server in host 0) sets up and trains on all 16 ranks; and a
+# run interrupted (SIGINT) while its ranks run cleans up too. No timing is asserted: the rows' times are whatever the machine gave.
 # The full form (8 x 8, 4 KiB-64 MiB, 1 ms links) is a benchmark: see
 # tools/scale_lab/run.sh and docs/SCALING.md.
 set -u
@@ -19,7 +20,7 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 export LAB_BENCH="$runfiles/tools/bench/collectives" LAB_DELAY_LINK="$runfiles/tools/scale_lab/delay_link"
-export LAB_TRAINER="$runfiles/trainers/ddp_trainer"
+export LAB_TRAINER="$runfiles/trainers/ddp_trainer" LAB_LAUNCHER="$runfiles/tools/launch/lockstep-run"
 run="$runfiles/tools/scale_lab/run.sh"
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/lab_test.XXXXXX")
 export LAB_TMPDIR=$tmp
@@ -32,7 +33,7 @@ check() {  # check DESCRIPTION COMMAND...
 nothing_left() {
   local tag=$1
   ! ip netns list | grep -q "^$tag" &&
-    ! pgrep -f "$tmp/lockstep_scale_lab" >/dev/null &&
+    ! pgrep -f "$tmp/lockstep_scale_lab" >/dev/null && ! pgrep -f "data-dir=$tmp/lockstep_scale_lab" >/dev/null &&
     ! compgen -G "$tmp/lockstep_scale_lab.*" >/dev/null
 }
 wait_for() {  # wait_for SECONDS COMMAND...: polls until COMMAND succeeds
@@ -90,6 +91,37 @@ print(f"ok: {len(rows)} JSON rows" if not bad else f"FAIL: {len(bad)} problems i
 sys.exit(1 if bad else 0)
 PY
 check "the table names every impl" grep -q "| openmpi | all_to_all |" "$tmp/run.out"
+
+echo "=== 4 hosts x 4 ranks, 100 us links: lockstep-run on every host (c10d, then etcd): set-up and the DDP trainer"
+LAB_TAG="lt$$c" timeout -k 10 600 bash "$run" --hosts=4 --ranks_per_host=4 --link_delay_us=100 \
+  --workload=launch --rdzv=c10d,etcd --trainer_steps=5 --timeout_s=240 \
+  --json="$tmp/launch.jsonl" >"$tmp/launch.out" 2>"$tmp/launch.err"
+rc=$?
+check "run.sh --workload=launch exits 0 (rc $rc)" test "$rc" -eq 0 || { tail -30 "$tmp/launch.err"; }
+check "nothing left behind (namespaces, agents, etcd)" nothing_left "lt$$c"
+/usr/bin/python3 - "$tmp/launch.jsonl" <<'PY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = []
+for backend in ["c10d", "etcd"]:
+  setup = [r for r in rows if r.get("op") == "launch_setup" and r.get("rdzv") == backend]
+  train = [r for r in rows if r.get("op") == "launch_trainer" and r.get("rdzv") == backend]
+  if len(setup) != 1 or len(train) != 1:
+    bad.append(f"{backend}: {len(setup)} set-up and {len(train)} trainer rows, expected 1 each")
+    continue
+  s, t = setup[0], train[0]
+  # The start-up covers the agents' rendezvous and the workers' own set-up.
+  if not (s.get("startup_s", 0) > s.get("setup_s", 0) > 0):
+    bad.append(f"{backend}: startup_s {s.get('startup_s')} must exceed setup_s {s.get('setup_s')} > 0")
+  if (s.get("p"), s.get("hosts"), s.get("wrong", 0)) != (16, 4, 0):
+    bad.append(f"{backend}: p, hosts, wrong = {s.get('p')}, {s.get('hosts')}, {s.get('wrong')}")
+  if (t.get("ranks_trained"), t.get("steps")) != (16, 5):
+    bad.append(f"{backend}: the trainer ran {t.get('steps')} steps over {t.get('ranks_trained')} ranks, want 5 over 16")
+for b in bad:
+  print("FAIL:", b)
+print(f"ok: launch rows {[(r['op'], r['rdzv'], r.get('startup_s', r.get('wall_s'))) for r in rows]}" if not bad else "FAIL")
+sys.exit(1 if bad else 0)
+PY
 
 echo "=== Ctrl-C (SIGINT to the process group) while the ranks run: everything is torn down"
 # In a session of its own, with SIGINT at its default (a background job of a

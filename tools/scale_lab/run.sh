@@ -28,6 +28,12 @@
 #            lockstep only);
 #   trainer  //trainers:ddp_trainer (the MLP on synthetic data) on every rank;
 #   setup    group set-up alone: process start to the end of the first collective.
+#   launch   lockstep-run on every host, for each backend in --rdzv (default
+#            c10d,etcd; etcd: a real etcd-server in host 0): first a 4-byte
+#            all-reduce, whose start-up (startup_s: every agent started to
+#            the end of the first collective, one wall clock) is the row's;
+#            then, for each backend, the DDP trainer (--trainer_steps; 0:
+#            none) under the same launcher.
 # --lockstep_flags="--transport=tcp ..." passes flags to lockstep's benchmark.
 #
 # Ranks outnumber cores here, so lockstep runs with spinning off
@@ -51,7 +57,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi"
+hosts=2 ranks_per_host=2 delay_us=0 rate="" workload=bench ops="" json="" peers="openmpi" rdzv="c10d,etcd"
 min_bytes=4K max_bytes=64M iters=20 warmup=5 timeout_s=1800 trainer_steps=40 check=1 lockstep_flags=""
 step_factor=4 large_bytes=1M iters_large=2 warmup_large=1
 usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
@@ -77,6 +83,7 @@ for arg in "$@"; do
     --trainer_steps=*) trainer_steps=${arg#*=} ;;
     --no_check) check=0 ;;
     --lockstep_flags=*) lockstep_flags=${arg#*=} ;;
+    --rdzv=*) rdzv=${arg#*=} ;;
     -h|--help) usage 0 ;;
     *) echo "run.sh: unknown argument $arg" >&2; usage ;;
   esac
@@ -92,7 +99,11 @@ p=$(( hosts * ranks_per_host ))
 (( p <= 64 )) || die "--hosts x --ranks_per_host = $p ranks: at most 64 in all"
 int_in "$delay_us" 0 1000000 || die "--link_delay_us=$delay_us: must be 0..1000000"
 [[ -z "$rate" || "$rate" =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]] || die "--link_rate=$rate: use e.g. 1gbit, 100mbit"
-case $workload in bench|trainer|setup) ;; *) die "--workload=$workload: bench, trainer or setup" ;; esac
+case $workload in bench|trainer|setup|launch) ;; *) die "--workload=$workload: bench, trainer, setup or launch" ;; esac
+for b in ${rdzv//,/ }; do [[ $b == c10d || $b == etcd ]] || die "--rdzv: no backend $b (c10d, etcd)"; done
+if [[ $workload == launch && ",$rdzv," == *",etcd,"* ]]; then
+  command -v etcd >/dev/null || die "etcd-server is missing: bash tools/setup.sh"
+fi
 [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, TUN devices, SCHED_FIFO)"
 all_ops="all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all"
 [[ -n "$ops" ]] || ops=$all_ops
@@ -124,20 +135,21 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- binaries ------------------------------------------------------------------
-if [[ -z "${LAB_BENCH:-}" || -z "${LAB_DELAY_LINK:-}" || -z "${LAB_TRAINER:-}" ]]; then
+if [[ -z "${LAB_BENCH:-}" || -z "${LAB_DELAY_LINK:-}" || -z "${LAB_TRAINER:-}" || -z "${LAB_LAUNCHER:-}" ]]; then
   say "building (bazel build -c opt) ..."
   (cd "$repo" && bazel build -c opt //tools/bench:collectives //tools/scale_lab:delay_link //trainers:ddp_trainer \
-    >"$tmp/build.log" 2>&1) || { tail -20 "$tmp/build.log" >&2; die "the build failed"; }
+    //tools/launch:lockstep-run >"$tmp/build.log" 2>&1) || { tail -20 "$tmp/build.log" >&2; die "the build failed"; }
   bin=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
   LAB_BENCH=$bin/tools/bench/collectives LAB_DELAY_LINK=$bin/tools/scale_lab/delay_link
-  LAB_TRAINER=$bin/trainers/ddp_trainer
+  LAB_TRAINER=$bin/trainers/ddp_trainer LAB_LAUNCHER=$bin/tools/launch/lockstep-run
 fi
-for b in "$LAB_BENCH" "$LAB_DELAY_LINK" "$LAB_TRAINER"; do [[ -x "$b" ]] || die "no executable $b"; done
+for b in "$LAB_BENCH" "$LAB_DELAY_LINK" "$LAB_TRAINER" "$LAB_LAUNCHER"; do [[ -x "$b" ]] || die "no executable $b"; done
 # Copies other users' processes (uid 65534 in no namespace here) could not
 # replace: the lab's own directory, root's.
 cp "$LAB_BENCH" "$tmp/collectives"; cp "$LAB_DELAY_LINK" "$tmp/delay_link"; cp "$LAB_TRAINER" "$tmp/ddp_trainer"
+cp "$LAB_LAUNCHER" "$tmp/lockstep-run"
 want_mpi=0
-if [[ "$workload" != trainer && "$peers" != none ]]; then
+if [[ "$workload" != trainer && "$workload" != launch && "$peers" != none ]]; then
   command -v mpicc >/dev/null && command -v mpirun >/dev/null || die "OpenMPI is missing: bash tools/setup.sh"
   mpicc -O2 -o "$tmp/mpi_collectives" "$here/mpi_collectives.c" 2>"$tmp/mpicc.log" ||
     { cat "$tmp/mpicc.log" >&2; die "mpicc failed"; }
@@ -229,6 +241,53 @@ run_lockstep() {
   fi
 }
 
+# etcd in host 0 (for --workload=launch --rdzv=etcd), once: sets etcd_endpoint.
+etcd_endpoint=""
+start_lab_etcd() {
+  [[ -n "$etcd_endpoint" ]] && return 0
+  local a; a=$(address 0)
+  setsid ip netns exec "${tag}h0" etcd --name=lab --data-dir="$tmp/etcd" \
+    --listen-client-urls="http://$a:2379" --advertise-client-urls="http://$a:2379" \
+    --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
+    --initial-cluster=lab=http://127.0.0.1:2380 >"$tmp/etcd.log" 2>&1 </dev/null &
+  pids+=($!)
+  local _
+  for _ in $(seq 600); do grep -q "ready to serve client requests" "$tmp/etcd.log" && break; sleep 0.05; done
+  grep -q "ready to serve client requests" "$tmp/etcd.log" || { tail -20 "$tmp/etcd.log" >&2; return 1; }
+  etcd_endpoint="$a:2379"
+}
+
+# lockstep-run on every host (each in its namespace and UTS namespace) with
+# backend $2, running "${@:3}" as each host's workers; the agents' output to
+# $1.<h>; the time the agents were started (seconds since the epoch) in
+# launch_started. Waits for all, within --timeout_s.
+run_launch() {
+  local out=$1 backend=$2; shift 2
+  port=$(( port + 1 ))
+  local endpoint="$(address 0):$port"
+  if [[ $backend == etcd ]]; then start_lab_etcd || return 1; endpoint=$etcd_endpoint; fi
+  local token; token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  local h agent_pids=()
+  launch_started=$(date +%s.%N)
+  for (( h = 0; h < hosts; h++ )); do
+    setsid ip netns exec "${tag}h$h" unshare --uts -- /bin/sh -c 'hostname "$0" && exec "$@"' "lab-h$h" \
+      env LOCKSTEP_RDZV_TOKEN="$token" OPENBLAS_NUM_THREADS=1 \
+      timeout -k 10 "$timeout_s" "$tmp/lockstep-run" --nnodes="$hosts" --nproc_per_node="$ranks_per_host" \
+      --rdzv_backend="$backend" --rdzv_endpoint="$endpoint" --rdzv_id="lab$port" --monitor_interval=0.1 \
+      --rdzv_conf=join_timeout=$(( timeout_s > 60 ? timeout_s - 30 : timeout_s )) --no_python "$@" \
+      >"$out.$h" 2>&1 </dev/null &
+    agent_pids+=($!)
+    pids+=($!)
+  done
+  local failed=0 rc
+  for (( h = 0; h < hosts; h++ )); do
+    wait "${agent_pids[$h]}"
+    rc=$?
+    (( rc == 0 )) || { failed=1; echo "run.sh: lockstep-run ($backend) on host $h exited with $rc:" >&2; tail -8 "$out.$h" >&2; }
+  done
+  return $failed
+}
+
 # OpenMPI over the same hosts: mpirun in host 0, the others reached by an
 # rsh agent that enters their namespaces.
 run_mpi() {
@@ -315,6 +374,60 @@ case $workload in
       fi
     fi
     ;;
+  launch)
+    for backend in ${rdzv//,/ }; do
+      say "lockstep-run ($backend) on $hosts hosts x $ranks_per_host ranks: start-up ..."
+      if run_launch "$tmp/launch_$backend" "$backend" "$tmp/collectives" --op=all_reduce --min_bytes=4 --max_bytes=4 \
+          --iters=1 --warmup=0 --check --json "${spin_off[@]}" "${extra_flags[@]}"; then
+        # Rank 0 is on whichever host the rendezvous made node rank 0.
+        /usr/bin/python3 - "$tmp/launch_$backend" "$tmp/launch_$backend.jsonl" "$backend" "$launch_started" "$hosts" <<'PY'
+import json, re, sys
+src, out, backend, started, hosts = sys.argv[1:]
+lines = [l for h in range(int(hosts)) for l in open(f"{src}.{h}")]
+for line in lines:
+  m = re.match(r"^\[0\]: ?(\{.*\})\s*$", line)
+  if not m:
+    continue
+  row = json.loads(m.group(1))
+  row.update(op="launch_setup", rdzv=backend, bytes=0,
+             startup_s=round(row["ready_unix_s"] - float(started), 3))
+  open(out, "w").write(json.dumps(row) + "\n")
+  break
+else:
+  sys.exit("run.sh: rank 0's row is missing from " + src)
+PY
+        [[ $? -eq 0 ]] && emit "$tmp/launch_$backend.jsonl" lockstep "$(load)" >/dev/null || status=1
+      else
+        status=1
+      fi
+    done
+    # The trainers after every start-up row, so those ran on a quiet machine.
+    (( trainer_steps > 0 )) || rdzv_trainers=""
+    for backend in ${rdzv_trainers-${rdzv//,/ }}; do
+      say "lockstep-run ($backend): the DDP trainer ..."
+      if run_launch "$tmp/launch_trainer_$backend" "$backend" "$tmp/ddp_trainer" --dataset=synthetic \
+          --synthetic_train_size=$(( 64 * p * trainer_steps )) --synthetic_test_size=$(( 64 * p )) --epochs=1 \
+          --max_steps="$trainer_steps" --num_workers=0; then
+        /usr/bin/python3 - "$tmp/launch_trainer_$backend" "$tmp/launch_trainer_$backend.jsonl" "$backend" \
+            "$launch_started" "$hosts" <<'PY'
+import json, re, sys, time
+src, out, backend, started, hosts = sys.argv[1:]
+text = "".join(open(f"{src}.{h}").read() for h in range(int(hosts)))
+m = re.search(r"final test accuracy .* over (\d+) ranks, (\d+) steps", text)
+if not m:
+  sys.exit("run.sh: the trainer's final line is missing from " + src)
+row = {"op": "launch_trainer", "rdzv": backend, "bytes": 0, "ranks_trained": int(m.group(1)),
+       "steps": int(m.group(2)), "wall_s": round(time.time() - float(started), 3)}
+m = re.search(r"([0-9.]+) samples/s", text)
+if m: row["samples_per_s"] = float(m.group(1))
+open(out, "w").write(json.dumps(row) + "\n")
+PY
+        [[ $? -eq 0 ]] && emit "$tmp/launch_trainer_$backend.jsonl" lockstep "$(load)" >/dev/null || status=1
+      else
+        status=1
+      fi
+    done
+    ;;
   trainer)
     say "the DDP trainer on $hosts x $ranks_per_host ..."
     if run_lockstep "$tmp/trainer" "$tmp/ddp_trainer" --dataset=synthetic --synthetic_train_size=$(( 64 * p * trainer_steps )) \
@@ -364,6 +477,8 @@ with open(out, "w") as o:
     o.write(json.dumps(r, sort_keys=True) + "\n")
 cols = ["impl", "op", "bytes", "p", "hosts", "delay_us", "time_us", "p50_us", "p95_us", "wrong", "setup_s",
         "rss_mib", "fds", "load"]
+if any(r.get("op", "").startswith("launch_") for r in rows):
+  cols = ["impl", "op", "rdzv", "p", "hosts", "delay_us", "startup_s", "setup_s", "wall_s", "ranks_trained", "load"]
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
 for r in rows:
