@@ -245,7 +245,13 @@ TEST(SplitLeakTest, ManySubgroupsLeaveNoDescriptorThreadOrMappingBehind) {
     size_t fds_before = 0, threads_before = 0;
     int mappings_before = 0;
     const testing::RankFn body = [&](Communicator& comm) -> absl::Status {
-      // Everyone's communicator exists before the count.
+      // Everyone's communicator exists before the count, with the
+      // connections that splitting needs (TCP makes them on first use).
+      LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
+      {
+        LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub, comm.Split(comm.rank() % 2, 0));
+        LOCKSTEP_RETURN_IF_ERROR(SumOf(*sub, 1).status());
+      }
       LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
       if (comm.rank() == 0) {
         fds_before = testing::Entries("/proc/self/fd").size();

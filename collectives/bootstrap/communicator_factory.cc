@@ -79,10 +79,11 @@ absl::StatusOr<std::string> AgreedTransport(const std::vector<std::string>& aske
   return asked[0];
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, Store& store, int rank, int size,
+absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, std::shared_ptr<Store> store,
+                                                              int rank, int size,
                                                               const CommunicatorFactoryOptions& options) {
   if (kind == "shm") {
-    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> t, ShmTransport::Create(store, rank, size, options.shm));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> t, ShmTransport::Create(*store, rank, size, options.shm));
     return std::unique_ptr<Transport>(std::move(t));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> t, TcpTransport::Create(store, rank, size, options.tcp));
@@ -97,21 +98,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHierarchical(std::shared_ptr
   HierarchicalBackend::Levels levels;
   levels.local_name = options.local_transport;
   levels.leaders_name = "tcp";
-  // Set-up order: local group, leaders (leaders only), flat mesh. Each step
-  // waits only for ranks that reach it without waiting on a later one.
+  // Set-up order: local group, leaders (leaders only), flat group. Each step
+  // waits only for ranks that reach it without waiting on a later one. The
+  // TCP levels keep their stores and connect on first use: the flat group
+  // (point-to-point, all-to-all) costs nothing until it is used.
   if (local_size > 1) {
-    PrefixStore local_store(absl::StrCat("local", host), prefixed);
-    LOCKSTEP_ASSIGN_OR_RETURN(levels.local, MakeLevelTransport(options.local_transport, local_store,
+    auto local_store = std::make_shared<PrefixStore>(absl::StrCat("local", host), prefixed);
+    LOCKSTEP_ASSIGN_OR_RETURN(levels.local, MakeLevelTransport(options.local_transport, std::move(local_store),
                                                                layout.local_index[rank], local_size, options));
   }
   if (layout.is_leader(rank) && layout.num_hosts() > 1) {
-    PrefixStore leaders_store("leaders", prefixed);
+    auto leaders_store = std::make_shared<PrefixStore>("leaders", prefixed);
     LOCKSTEP_ASSIGN_OR_RETURN(levels.leaders,
-                              MakeLevelTransport("tcp", leaders_store, host, layout.num_hosts(), options));
+                              MakeLevelTransport("tcp", std::move(leaders_store), host, layout.num_hosts(), options));
   }
-  PrefixStore flat_store("flat", prefixed);
+  auto flat_store = std::make_shared<PrefixStore>("flat", prefixed);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> flat,
-                            TcpTransport::Create(flat_store, rank, layout.world_size(), options.tcp));
+                            TcpTransport::Create(std::move(flat_store), rank, layout.world_size(), options.tcp));
   LOCKSTEP_ASSIGN_OR_RETURN(levels.flat, HostBackend::Create(std::move(flat), options.algorithms, "tcp"));
   LOCKSTEP_ASSIGN_OR_RETURN(
       std::unique_ptr<HierarchicalBackend> backend,
@@ -154,6 +157,14 @@ absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactory
   }
   if (options->host_id.empty()) {
     if (const char* id = env(kHostIdEnv); id != nullptr) options->host_id = id;
+  }
+  if (const char* connect = env(kRuntimeConnectEnv); connect != nullptr && *connect != '\0') {
+    if (std::string(connect) != "0" && std::string(connect) != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(kRuntimeConnectEnv, "='", connect,
+                                                     "' is not 0 (connect every pair of ranks at start-up) or 1 "
+                                                     "(connect on first use, the default)"));
+    }
+    if (std::string(connect) == "0") options->tcp.full_mesh = true;
   }
   return absl::OkStatus();
 }

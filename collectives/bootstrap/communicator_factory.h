@@ -42,6 +42,10 @@ namespace lockstep {
 
 // The environment variable that forces a transport (auto, tcp or shm).
 inline constexpr char kTransportEnv[] = "LOCKSTEP_TRANSPORT";
+// "0" connects every pair of TCP ranks while the group is created
+// (TcpTransportOptions::full_mesh); "1", the default, on first use (NCCL's
+// NCCL_RUNTIME_CONNECT has the same meaning).
+inline constexpr char kRuntimeConnectEnv[] = "LOCKSTEP_RUNTIME_CONNECT";
 
 struct CommunicatorFactoryOptions {
   CommunicatorOptions communicator;  // Deadlines, debug checks, Work.
@@ -64,8 +68,9 @@ struct CommunicatorFactoryOptions {
 absl::Status ValidateCommunicatorFactoryOptions(const CommunicatorFactoryOptions& options);
 
 // LOCKSTEP_TRANSPORT into `transport` when that is "auto" (an explicit
-// choice wins), LOCKSTEP_HOST_ID into `host_id` when empty. A value that is
-// not auto, tcp or shm is an InvalidArgument naming the variable.
+// choice wins), LOCKSTEP_HOST_ID into `host_id` when empty,
+// LOCKSTEP_RUNTIME_CONNECT=0 into `tcp.full_mesh`. A value that is not
+// auto, tcp or shm (0 or 1) is an InvalidArgument naming the variable.
 absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactoryOptions* options);
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr<Store> store, int rank, int size,

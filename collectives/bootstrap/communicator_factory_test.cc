@@ -186,5 +186,23 @@ TEST(CommunicatorFactoryTest, TheEnvironmentForcesTransportAndHost) {
   EXPECT_NE(s.message().find("LOCKSTEP_TRANSPORT='udp'"), absl::string_view::npos) << s;
 }
 
+TEST(CommunicatorFactoryTest, RuntimeConnectZeroBuildsTheFullMesh) {
+  std::map<std::string, std::string> vars;
+  EnvLookup env = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  CommunicatorFactoryOptions options;
+  ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
+  EXPECT_FALSE(options.tcp.full_mesh);  // On first use by default.
+  vars["LOCKSTEP_RUNTIME_CONNECT"] = "0";
+  ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
+  EXPECT_TRUE(options.tcp.full_mesh);
+  vars["LOCKSTEP_RUNTIME_CONNECT"] = "yes";
+  const absl::Status s = ApplyTransportEnvironment(env, &options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("LOCKSTEP_RUNTIME_CONNECT='yes'"), absl::string_view::npos) << s;
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -24,12 +24,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(std::shared_
   LOCKSTEP_RETURN_IF_ERROR(ValidateTcpTransportOptions(options.transport));
   auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, store);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> transport,
-                            TcpTransport::Create(*prefixed, rank, size, options.transport));
+                            TcpTransport::Create(prefixed, rank, size, options.transport));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend,
                             HostBackend::Create(std::move(transport), options.algorithms, "tcp"));
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                             Communicator::Create(std::move(backend), options.communicator, std::move(prefixed)));
-  // Subgroups: a TCP mesh of their own, met under this group's prefix.
+  // Subgroups: TCP connections of their own, met under this group's prefix.
   comm->set_subgroup_factory([store, options](const Communicator::SubgroupSpec& spec) {
     TcpCommunicatorOptions child = options;
     child.store_prefix = absl::StrCat(options.store_prefix, "/", spec.name);

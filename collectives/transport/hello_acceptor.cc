@@ -98,28 +98,46 @@ absl::StatusOr<bool> HelloAcceptor::ReadSome(Pending& p) {
   return true;
 }
 
+std::optional<HelloAcceptor::Arrival> HelloAcceptor::Scan() {
+  const Deadline now = SteadyClock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    absl::StatusOr<bool> done = ReadSome(*it);
+    if (done.ok() && *done) {
+      Arrival a{std::move(it->fd), std::move(it->hello), std::move(it->fds), std::move(it->name)};
+      pending_.erase(it);
+      return a;
+    }
+    if (!done.ok() || now >= it->deadline) {
+      DropPending(*it, done.ok() ? absl::StrCat("sent ", it->hello.size(), " of ", it->wanted,
+                                                " handshake bytes within ", options_.per_connection.count(), " ms")
+                                 : done.status().message());
+      it = pending_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return std::nullopt;
+}
+
+std::optional<HelloAcceptor::Arrival> HelloAcceptor::TryNext() {
+  AcceptAll();
+  return Scan();
+}
+
+void HelloAcceptor::AppendPollFds(std::vector<int>* fds, Deadline* expiry) const {
+  fds->push_back(listen_fd_);
+  for (const Pending& p : pending_) {
+    fds->push_back(p.fd.get());
+    *expiry = std::min(*expiry, p.deadline);
+  }
+}
+
 absl::StatusOr<HelloAcceptor::Arrival> HelloAcceptor::Next(Deadline deadline) {
   std::vector<pollfd> fds;
   while (true) {
     // Hellos that are complete, expired ones dropped.
-    const Deadline now = SteadyClock::now();
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      absl::StatusOr<bool> done = ReadSome(*it);
-      if (done.ok() && *done) {
-        Arrival a{std::move(it->fd), std::move(it->hello), std::move(it->fds), std::move(it->name)};
-        pending_.erase(it);
-        return a;
-      }
-      if (!done.ok() || now >= it->deadline) {
-        DropPending(*it, done.ok() ? absl::StrCat("sent ", it->hello.size(), " of ", it->wanted,
-                                                  " handshake bytes within ", options_.per_connection.count(), " ms")
-                                   : done.status().message());
-        it = pending_.erase(it);
-        continue;
-      }
-      ++it;
-    }
-    if (now >= deadline) {
+    if (std::optional<Arrival> a = Scan()) return std::move(*a);
+    if (SteadyClock::now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "timed out waiting for the other ranks to connect to ", options_.listener_name,
           dropped_ == 0 ? std::string()

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,10 +84,22 @@ class HelloAcceptor {
   // why the last one was, which tells a wrong token from a missing rank).
   absl::StatusOr<Arrival> Next(Deadline deadline);
 
+  // Never blocks: accepts what the listener has, reads what the pending
+  // connections sent, drops the expired ones, and returns a connection
+  // whose hello is complete, if any. For a caller that waits in its own
+  // poll() (AppendPollFds) beside other sockets.
+  std::optional<Arrival> TryNext();
+  // The descriptors TryNext reads (the listener first): wait for POLLIN on
+  // them. The earliest pending connection's deadline is *expiry (left as
+  // it is when none is pending).
+  void AppendPollFds(std::vector<int>* fds, Deadline* expiry) const;
+
   // Logs that `arrival` was refused and why, and closes it.
   void Drop(Arrival& arrival, absl::string_view why);
 
   int dropped() const { return dropped_; }
+  // "<connection>: <why>" of the last one dropped; empty when none was.
+  const std::string& last_drop() const { return last_drop_; }
 
  private:
   struct Pending {
@@ -98,6 +111,9 @@ class HelloAcceptor {
     Deadline deadline;
   };
   void AcceptAll();
+  // One pass over the pending connections: the first complete one, if any;
+  // the expired and failed ones dropped.
+  std::optional<Arrival> Scan();
   // Reads what `p` has; true once its hello is complete, false to keep it
   // waiting; an error means drop it.
   absl::StatusOr<bool> ReadSome(Pending& p);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -54,6 +55,19 @@ absl::Status CheckHello(const rank_handshake::HelloPrefix& h, int expected_size,
                                                       " ranks; are two jobs sharing a store prefix?"));
   }
   return absl::OkStatus();
+}
+
+// A wait for the other ranks' addresses failed: if a RANK was given to two
+// processes (so one rank is missing), that is the error to report.
+absl::Status NameDuplicate(Store& store, const absl::Status& waited) {
+  absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
+  if (duplicate.ok() && *duplicate) {
+    absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TcpTransport: a rank never arrived because RANK ", which.ok() ? *which : "?",
+                     " was given to two processes (so one rank is missing): every process needs its own RANK"));
+  }
+  return waited;
 }
 
 size_t IovBytes(const iovec* iov, int n) {
@@ -116,10 +130,253 @@ absl::Status ValidateTcpTransportOptions(const TcpTransportOptions& options) {
   return absl::OkStatus();
 }
 
+// How two ranks make sure of each other (rank_handshake.h), in both
+// directions: inside Create for the full mesh, or when an exchange first
+// needs the connection.
+struct TcpTransport::Handshake {
+  using Hello = rank_handshake::Hello;
+  using HelloPrefix = rank_handshake::HelloPrefix;
+
+  static std::unique_ptr<HelloAcceptor> MakeAcceptor(TcpTransport& t) {
+    HelloAcceptorOptions accepting;
+    accepting.per_connection = t.options_.handshake_timeout;
+    accepting.listener_name = absl::StrCat("TcpTransport: rank ", t.rank_, " (", t.address_, ")");
+    accepting.describe = [](int fd) { return absl::StrCat("a connection from ", PeerAddress(fd)); };
+    return std::make_unique<HelloAcceptor>(t.listener_.get(), std::move(accepting), [](absl::string_view got) {
+      if (got.size() < sizeof(HelloPrefix)) return sizeof(HelloPrefix);
+      HelloPrefix prefix;
+      std::memcpy(&prefix, got.data(), sizeof(prefix));
+      // Another protocol's hello may be shorter: its prefix names it.
+      if (prefix.magic != kHelloMagic || prefix.version != kTransportVersion) return got.size();
+      return sizeof(Hello);
+    });
+  }
+
+  // Our send connection to `peer`: connect, then our hello (its answer is
+  // read by ReadAnswer or AwaitAnswer).
+  static absl::Status Connect(TcpTransport& t, int peer, Deadline deadline) {
+    if (t.aborted_) {
+      return absl::FailedPreconditionError("TcpTransport: aborted after an earlier error; create a new communicator");
+    }
+    Peer& p = t.peers_[peer];
+    if (p.address.empty()) LOCKSTEP_RETURN_IF_ERROR(Lookup(t, peer, deadline));
+    std::string host;
+    int port = 0;
+    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(p.address, &host, &port));
+    absl::StatusOr<Fd> fd =
+        rank_handshake::ConnectToPeer(host, port, t.rank_, peer, t.options_.connect_timeout, deadline);
+    if (!fd.ok()) {
+      if (t.options_.full_mesh || !absl::IsUnavailable(fd.status())) return fd.status();
+      // On demand, the peer's listener may be gone because the peer is.
+      return absl::UnavailableError(absl::StrCat(fd.status().message(), ". Or rank ", peer,
+                                                 " has already exited or aborted (ranks connect when they first "
+                                                 "send to each other): see its log"));
+    }
+    TuneSocket(fd->get(), t.options_.socket_buffer_bytes, t.options_.congestion_control);
+    LOCKSTEP_ASSIGN_OR_RETURN(p.sent_nonce, rank_handshake::RandomNonce());
+    Hello hello{{kHelloMagic, kTransportVersion, t.rank_, t.size_}, p.sent_nonce, {}};
+    if (!t.options_.secret.empty()) {
+      hello.mac = rank_handshake::ConnectMac(t.options_.secret, p.challenge, t.rank_, peer, t.size_, p.sent_nonce);
+    }
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd->get(), &hello, sizeof(hello), deadline, t.PeerName(peer)));
+    {
+      std::lock_guard<std::mutex> lock(t.links_mu_);
+      p.send_fd = std::move(*fd);
+    }
+    p.send = Peer::Link::kAnswering;
+    p.answer_got = 0;
+    return absl::OkStatus();
+  }
+
+  // `peer`'s address and challenge from the store (connections on demand,
+  // with the store kept): waits for them until the exchange's deadline or
+  // the set-up timeout, whichever comes first.
+  static absl::Status Lookup(TcpTransport& t, int peer, Deadline deadline) {
+    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - SteadyClock::now());
+    const Milliseconds wait = std::max(Milliseconds(1), std::min(t.options_.timeout, left));
+    absl::StatusOr<std::vector<std::string>> got = t.store_->MultiGet({AddressKey(peer), ChallengeKey(peer)}, wait);
+    if (!got.ok()) {
+      absl::Status named = NameDuplicate(*t.store_, got.status());
+      if (!absl::IsFailedPrecondition(named)) {
+        named = absl::Status(
+            got.status().code(),
+            absl::StrCat("TcpTransport: rank ", t.rank_, " found no address of rank ", peer, " in the store within ",
+                         wait.count(), " ms: rank ", peer,
+                         " has not started, or failed before it joined (see its log); ", got.status().message()));
+      }
+      return named;
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce challenge, rank_handshake::NonceFromHex((*got)[1]));
+    std::string host;
+    int port = 0;
+    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort((*got)[0], &host, &port));
+    std::lock_guard<std::mutex> lock(t.links_mu_);
+    t.peers_[peer].address = (*got)[0];
+    t.peers_[peer].challenge = challenge;
+    return absl::OkStatus();
+  }
+
+  // Reads what has come of `peer`'s answer; true once it came and checked.
+  static absl::StatusOr<bool> ReadAnswer(TcpTransport& t, int peer) {
+    Peer& p = t.peers_[peer];
+    while (p.answer_got < sizeof(Hello)) {
+      const ssize_t n =
+          ::recv(p.send_fd.get(), p.answer.data() + p.answer_got, sizeof(Hello) - p.answer_got, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+      if (n <= 0) {
+        return absl::UnavailableError(
+            absl::StrCat("TcpTransport: ", t.PeerName(peer), " closed rank ", t.rank_,
+                         "'s connection before answering its handshake",
+                         n < 0 ? absl::StrCat(" (", std::strerror(errno), ")") : std::string(),
+                         ": it did not accept this rank's proof of the group's secret (were the ranks started with "
+                         "different LOCKSTEP_STORE_TOKENs?), or it exited or aborted; see its log"));
+      }
+      p.answer_got += static_cast<size_t>(n);
+    }
+    Hello answer;
+    std::memcpy(&answer, p.answer.data(), sizeof(answer));
+    LOCKSTEP_RETURN_IF_ERROR(CheckAnswer(t, peer, answer));
+    p.send = Peer::Link::kReady;
+    return true;
+  }
+
+  // A receive waiting for `peer` to connect: whether our (answered)
+  // connection to it is still open. The peer never writes on it, so
+  // readable means closed.
+  static absl::Status CheckAlive(TcpTransport& t, int peer, const MessageTag& tag) {
+    char byte;
+    const ssize_t n = ::recv(t.peers_[peer].send_fd.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return absl::UnavailableError(
+          absl::StrCat(t.PeerName(peer), " closed its connection with rank ", t.rank_, " before sending op #", tag.seq,
+                       n < 0 ? absl::StrCat(" (", std::strerror(errno), ")") : std::string(),
+                       ": it exited, crashed or aborted after an error of its own; see its log"));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status AwaitAnswer(TcpTransport& t, int peer, Deadline deadline) {
+    Hello answer{};
+    LOCKSTEP_RETURN_IF_ERROR(
+        RecvAll(t.peers_[peer].send_fd.get(), &answer, sizeof(answer), deadline, t.PeerName(peer)));
+    LOCKSTEP_RETURN_IF_ERROR(CheckAnswer(t, peer, answer));
+    t.peers_[peer].send = Peer::Link::kReady;
+    return absl::OkStatus();
+  }
+
+  // The send connection must have reached the rank we meant, and that rank
+  // must prove it knows the secret.
+  static absl::Status CheckAnswer(const TcpTransport& t, int peer, const Hello& answer) {
+    const Peer& p = t.peers_[peer];
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(answer.prefix, t.size_, t.PeerName(peer)));
+    if (answer.prefix.rank != peer) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", p.address, " answered as rank ",
+                                                        answer.prefix.rank, ", expected rank ", peer));
+    }
+    if (!t.options_.secret.empty() &&
+        !rank_handshake::MacEqual(answer.mac,
+                                  rank_handshake::AcceptMac(t.options_.secret, p.sent_nonce, peer, t.rank_, t.size_))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "TcpTransport: whatever answered at ", p.address, " as rank ", peer,
+          " does not know the group's secret: another process holds that address, or the ranks were started with "
+          "different LOCKSTEP_STORE_TOKENs"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Whatever the acceptor has completed, without blocking; true if a rank's
+  // connection was kept.
+  static absl::StatusOr<bool> TryAccept(TcpTransport& t, Deadline deadline) {
+    bool kept_any = false;
+    while (t.Accepting()) {
+      std::optional<HelloAcceptor::Arrival> arrival = t.acceptor_->TryNext();
+      if (!arrival) break;
+      bool kept = false;
+      LOCKSTEP_RETURN_IF_ERROR(Admit(t, *arrival, deadline, &kept));
+      kept_any |= kept;
+    }
+    return kept_any;
+  }
+
+  // A connection that does not prove itself (not a lockstep rank, a wrong
+  // MAC) is dropped and the wait goes on for the real rank: a stray or
+  // hostile process can neither take a rank's place nor stop or delay the
+  // ranks (collectives/transport/hello_acceptor.h). Once every peer has
+  // connected, the listener closes.
+  static absl::Status Admit(TcpTransport& t, HelloAcceptor::Arrival& arrival, Deadline deadline, bool* kept) {
+    *kept = false;
+    const std::string& secret = t.options_.secret;
+    const std::string name = absl::StrCat(arrival.name, " to rank ", t.rank_, " (", t.address_, ")");
+    Hello hello{};
+    std::memcpy(&hello, arrival.hello.data(), std::min(arrival.hello.size(), sizeof(hello)));
+    if (hello.prefix.magic != kHelloMagic) {
+      if (!secret.empty()) {
+        t.acceptor_->Drop(arrival, "not a lockstep rank (bad handshake)");
+        return absl::OkStatus();
+      }
+      return absl::FailedPreconditionError(
+          absl::StrCat("TcpTransport: ", name, " is not a lockstep rank (bad handshake)"));
+    }
+    if (hello.prefix.version != kTransportVersion) {
+      // An older format cannot be authenticated: with a secret it is just
+      // dropped; without one it must be a rank of another build.
+      if (!secret.empty()) {
+        t.acceptor_->Drop(arrival, absl::StrCat("protocol version ", hello.prefix.version));
+        return absl::OkStatus();
+      }
+      LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, t.size_, name));
+    }
+    const int claimed = hello.prefix.rank;
+    if (!secret.empty()) {
+      const bool plausible = claimed >= 0 && claimed < t.size_ && hello.prefix.size == t.size_;
+      if (!plausible ||
+          !rank_handshake::MacEqual(
+              hello.mac, rank_handshake::ConnectMac(secret, t.challenge_, claimed, t.rank_, t.size_, hello.nonce))) {
+        t.acceptor_->Drop(
+            arrival, absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
+        return absl::OkStatus();
+      }
+    }
+    // Authenticated (or no secret): disagreements are real errors.
+    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, t.size_, name));
+    if (claimed == t.rank_ || t.peers_[claimed].recv_fd.valid()) {
+      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", claimed, " connected to rank ", t.rank_,
+                                                        " unexpectedly (twice, or itself): is RANK=", claimed,
+                                                        " given to two processes?"));
+    }
+    Fd fd = std::move(arrival.fd);
+    TuneSocket(fd.get(), t.options_.socket_buffer_bytes, t.options_.congestion_control);
+    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce reply_nonce, rank_handshake::RandomNonce());
+    Hello reply{{kHelloMagic, kTransportVersion, t.rank_, t.size_}, reply_nonce, {}};
+    if (!secret.empty()) reply.mac = rank_handshake::AcceptMac(secret, hello.nonce, t.rank_, claimed, t.size_);
+    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
+    std::lock_guard<std::mutex> lock(t.links_mu_);
+    t.peers_[claimed].recv_fd = std::move(fd);
+    *kept = true;
+    if (++t.accepted_ == t.size_ - 1) {
+      t.acceptor_.reset();
+      t.listener_.Reset();
+    }
+    return absl::OkStatus();
+  }
+};
+
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store, int rank, int size,
                                                                    const TcpTransportOptions& options) {
-  using rank_handshake::Hello;
-  using rank_handshake::HelloPrefix;
+  return CreateWith(store, nullptr, rank, size, options);
+}
+
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(std::shared_ptr<Store> store, int rank, int size,
+                                                                   const TcpTransportOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("TcpTransport::Create: no store");
+  Store& s = *store;
+  return CreateWith(s, std::move(store), rank, size, options);
+}
+
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::CreateWith(Store& store, std::shared_ptr<Store> keep,
+                                                                       int rank, int size,
+                                                                       const TcpTransportOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " is not in [0, ", size, ")"));
   }
@@ -127,7 +384,6 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, options));
   if (size == 1) return t;
   const Deadline deadline = DeadlineIn(options.timeout);
-  const std::string& secret = options.secret;
   int port = 0;
   // Only on the configured address: nothing else on the host's other
   // interfaces can reach the listener.
@@ -151,10 +407,17 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
   LOCKSTEP_RETURN_IF_ERROR(store.Set(ChallengeKey(rank), rank_handshake::ToHex(challenge)));
   LOCKSTEP_RETURN_IF_ERROR(store.Set(AddressKey(rank), my_address));
 
-  // Connect to every other rank (our send direction) and introduce
-  // ourselves; the replies are read after accepting, so no rank waits on
-  // another's accept loop while that one waits on it.
-  // Every peer's address and challenge in one round trip (Store::MultiGet).
+  t->address_ = my_address;
+  t->challenge_ = challenge;
+  if (keep != nullptr && !options.full_mesh) {
+    // Each peer's address when this rank first connects to it.
+    t->store_ = std::move(keep);
+    t->listener_ = std::move(listener);
+    t->acceptor_ = Handshake::MakeAcceptor(*t);
+    return t;
+  }
+  // Every peer's address and challenge in one round trip (Store::MultiGet);
+  // it also waits until every rank has arrived.
   std::vector<std::string> keys;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
@@ -162,148 +425,119 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(Store& store,
     keys.push_back(ChallengeKey(peer));
   }
   absl::StatusOr<std::vector<std::string>> published = store.MultiGet(keys, options.timeout);
-  if (!published.ok()) {
-    absl::StatusOr<bool> duplicate = store.Check({kDuplicateKey});
-    if (duplicate.ok() && *duplicate) {
-      absl::StatusOr<std::string> which = store.Get(kDuplicateKey, Milliseconds(1000));
-      return absl::FailedPreconditionError(
-          absl::StrCat("TcpTransport: a rank never arrived because RANK ", which.ok() ? *which : "?",
-                       " was given to two processes (so one rank is missing): every process needs its own RANK"));
-    }
-    return published.status();
-  }
-  std::vector<rank_handshake::Nonce> sent_nonces(size);
+  if (!published.ok()) return NameDuplicate(store, published.status());
   size_t next = 0;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    const std::string address = (*published)[next++];
-    const std::string challenge_hex = (*published)[next++];
-    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce peer_challenge, rank_handshake::NonceFromHex(challenge_hex));
+    Peer& p = t->peers_[peer];
+    p.address = (*published)[next++];
+    LOCKSTEP_ASSIGN_OR_RETURN(p.challenge, rank_handshake::NonceFromHex((*published)[next++]));
     std::string host;
     int peer_port = 0;
-    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(address, &host, &peer_port));
-    const std::string name = absl::StrCat("rank ", peer, " (", address, ")");
-    LOCKSTEP_ASSIGN_OR_RETURN(
-        Fd fd, rank_handshake::ConnectToPeer(host, peer_port, rank, peer, options.connect_timeout, deadline));
-    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
-    LOCKSTEP_ASSIGN_OR_RETURN(sent_nonces[peer], rank_handshake::RandomNonce());
-    Hello hello{{kHelloMagic, kTransportVersion, rank, size}, sent_nonces[peer], {}};
-    if (!secret.empty()) {
-      hello.mac = rank_handshake::ConnectMac(secret, peer_challenge, rank, peer, size, sent_nonces[peer]);
-    }
-    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &hello, sizeof(hello), deadline, name));
-    t->peers_[peer].send_fd = std::move(fd);
-    t->peers_[peer].address = address;
+    LOCKSTEP_RETURN_IF_ERROR(SplitHostPort(p.address, &host, &peer_port));
   }
-  // Accept every other rank's send connection (our receive direction), in
-  // whatever order they arrive, their hellos read side by side. A connection
-  // that does not prove itself (no handshake in time, not a lockstep rank, a
-  // wrong MAC) is dropped and the wait goes on for the real rank: a stray or
-  // hostile process can neither take a rank's place nor stop or delay the
-  // rendezvous (collectives/transport/hello_acceptor.h).
-  HelloAcceptorOptions accepting;
-  accepting.per_connection = options.handshake_timeout;
-  accepting.listener_name = absl::StrCat("TcpTransport: rank ", rank, " (", my_address, ")");
-  accepting.describe = [](int fd) { return absl::StrCat("a connection from ", PeerAddress(fd)); };
-  HelloAcceptor acceptor(listener.get(), std::move(accepting), [](absl::string_view got) -> size_t {
-    if (got.size() < sizeof(HelloPrefix)) return sizeof(HelloPrefix);
-    HelloPrefix prefix;
-    std::memcpy(&prefix, got.data(), sizeof(prefix));
-    // Another protocol's hello may be shorter: its prefix names it.
-    if (prefix.magic != kHelloMagic || prefix.version != kTransportVersion) return got.size();
-    return sizeof(Hello);
-  });
-  for (int accepted = 0; accepted < size - 1;) {
-    LOCKSTEP_ASSIGN_OR_RETURN(HelloAcceptor::Arrival arrival, acceptor.Next(deadline));
-    const std::string name = absl::StrCat(arrival.name, " to rank ", rank, " (", my_address, ")");
-    Hello hello{};
-    std::memcpy(&hello, arrival.hello.data(), std::min(arrival.hello.size(), sizeof(hello)));
-    if (hello.prefix.magic != kHelloMagic) {
-      if (!secret.empty()) {
-        acceptor.Drop(arrival, "not a lockstep rank (bad handshake)");
-        continue;
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("TcpTransport: ", name, " is not a lockstep rank (bad handshake)"));
-    }
-    if (hello.prefix.version != kTransportVersion) {
-      // An older format cannot be authenticated: with a secret it is just
-      // dropped; without one it must be a rank of another build.
-      if (!secret.empty()) {
-        acceptor.Drop(arrival, absl::StrCat("protocol version ", hello.prefix.version));
-        continue;
-      }
-      LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
-    }
-    const int claimed = hello.prefix.rank;
-    if (!secret.empty()) {
-      const bool plausible = claimed >= 0 && claimed < size && hello.prefix.size == size;
-      if (!plausible || !rank_handshake::MacEqual(hello.mac, rank_handshake::ConnectMac(secret, challenge, claimed,
-                                                                                        rank, size, hello.nonce))) {
-        acceptor.Drop(
-            arrival, absl::StrCat("it claims rank ", claimed, " but does not prove the group's secret (wrong token?)"));
-        continue;
-      }
-    }
-    // Authenticated (or no secret): disagreements are real errors.
-    LOCKSTEP_RETURN_IF_ERROR(CheckHello(hello.prefix, size, name));
-    if (claimed == rank || t->peers_[claimed].recv_fd.valid()) {
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: rank ", claimed, " connected to rank ", rank,
-                                                        " unexpectedly (twice, or itself): is RANK=", claimed,
-                                                        " given to two processes?"));
-    }
-    Fd fd = std::move(arrival.fd);
-    TuneSocket(fd.get(), options.socket_buffer_bytes, options.congestion_control);
-    LOCKSTEP_ASSIGN_OR_RETURN(rank_handshake::Nonce reply_nonce, rank_handshake::RandomNonce());
-    Hello reply{{kHelloMagic, kTransportVersion, rank, size}, reply_nonce, {}};
-    if (!secret.empty()) reply.mac = rank_handshake::AcceptMac(secret, hello.nonce, rank, claimed, size);
-    LOCKSTEP_RETURN_IF_ERROR(SendAll(fd.get(), &reply, sizeof(reply), deadline, name));
-    t->peers_[claimed].recv_fd = std::move(fd);
-    ++accepted;
-  }
-  // Each send connection must have reached the rank we meant, and that rank
-  // must prove it knows the secret.
+  t->listener_ = std::move(listener);
+  t->acceptor_ = Handshake::MakeAcceptor(*t);
+  if (!options.full_mesh) return t;
+
+  // The full mesh, now: connect to every other rank (our send direction)
+  // and introduce ourselves; their answers are read after accepting, so no
+  // rank waits on another's accept loop while that one waits on it.
   for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    const std::string name = absl::StrCat("rank ", peer, " (", t->peers_[peer].address, ")");
-    Hello reply{};
-    LOCKSTEP_RETURN_IF_ERROR(RecvAll(t->peers_[peer].send_fd.get(), &reply, sizeof(reply), deadline, name));
-    LOCKSTEP_RETURN_IF_ERROR(CheckHello(reply.prefix, size, name));
-    if (reply.prefix.rank != peer) {
-      return absl::FailedPreconditionError(absl::StrCat("TcpTransport: ", t->peers_[peer].address, " answered as rank ",
-                                                        reply.prefix.rank, ", expected rank ", peer));
-    }
-    if (!secret.empty() &&
-        !rank_handshake::MacEqual(reply.mac, rank_handshake::AcceptMac(secret, sent_nonces[peer], peer, rank, size))) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "TcpTransport: whatever answered at ", t->peers_[peer].address, " as rank ", peer,
-          " does not know the group's secret: another process holds that address, or the ranks were started with "
-          "different LOCKSTEP_STORE_TOKENs"));
-    }
+    if (peer != rank) LOCKSTEP_RETURN_IF_ERROR(Handshake::Connect(*t, peer, deadline));
+  }
+  // Every other rank's send connection (our receive direction), in
+  // whatever order they arrive, their hellos read side by side.
+  while (t->Accepting()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(HelloAcceptor::Arrival arrival, t->acceptor_->Next(deadline));
+    bool kept = false;
+    LOCKSTEP_RETURN_IF_ERROR(Handshake::Admit(*t, arrival, deadline, &kept));
+  }
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) LOCKSTEP_RETURN_IF_ERROR(Handshake::AwaitAnswer(*t, peer, deadline));
   }
   return t;
 }
 
+TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& options)
+    : rank_(rank), size_(size), options_(options), peers_(static_cast<size_t>(size)), traffic_(size) {}
+
+TcpTransport::~TcpTransport() = default;
+
 std::string TcpTransport::PeerName(int peer) const {
-  if (peer < 0 || peer >= size_) return absl::StrCat("rank ", peer);
+  if (peer < 0 || peer >= size_ || peers_[peer].address.empty()) return absl::StrCat("rank ", peer);
   return absl::StrCat("rank ", peer, " (", peers_[peer].address, ")");
 }
 
 void TcpTransport::Abort(absl::string_view reason) {
   aborted_ = true;
   const std::string text(reason.substr(0, kMaxAbortReason));
-  for (Peer& p : peers_) {
-    if (!p.send_fd.valid()) continue;
-    // Best effort, never blocking: a peer that is reading headers learns why.
+  // Best effort, never blocking: a peer that is reading headers learns why.
+  auto tell = [&text](int fd, const void* hello, size_t hello_bytes) {
     MessageHeader h = MakeMessageHeader(MessageTag{~uint64_t{0}, kAbortTag, 0}, text.size());
-    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
+    iovec iov[3] = {
+        {const_cast<void*>(hello), hello_bytes}, {&h, sizeof(h)}, {const_cast<char*>(text.data()), text.size()}};
     msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    (void)::sendmsg(p.send_fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(p.send_fd.get(), SHUT_RDWR);
+    msg.msg_iov = hello_bytes > 0 ? iov : iov + 1;
+    msg.msg_iovlen = hello_bytes > 0 ? 3 : 2;
+    (void)::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  };
+  // A peer this rank never sent to may be waiting for its first message:
+  // it gets a connection now, with the hello and the reason in one go
+  // (within a quarter of a second for all of them together). Addresses not
+  // read yet are read now, all in one request, if the store answers in time.
+  const Deadline until = DeadlineIn(std::chrono::milliseconds(250));
+  std::vector<int> unknown;
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && !peers_[peer].send_fd.valid() && peers_[peer].address.empty()) unknown.push_back(peer);
+    }
+  }
+  std::vector<std::string> looked_up(size_);
+  std::vector<rank_handshake::Nonce> looked_up_challenge(size_);
+  if (store_ != nullptr && !unknown.empty()) {
+    std::vector<std::string> keys;
+    for (int peer : unknown) {
+      keys.push_back(AddressKey(peer));
+      keys.push_back(ChallengeKey(peer));
+    }
+    absl::StatusOr<std::vector<std::string>> got = store_->MultiGet(keys, Milliseconds(200));
+    for (size_t i = 0; got.ok() && i < unknown.size(); ++i) {
+      absl::StatusOr<rank_handshake::Nonce> challenge = rank_handshake::NonceFromHex((*got)[2 * i + 1]);
+      if (!challenge.ok()) continue;
+      looked_up[unknown[i]] = (*got)[2 * i];
+      looked_up_challenge[unknown[i]] = *challenge;
+    }
+  }
+  std::lock_guard<std::mutex> lock(links_mu_);
+  for (int peer = 0; peer < size_; ++peer) {
+    Peer& p = peers_[peer];
+    if (peer == rank_) continue;
+    const std::string& address = p.address.empty() ? looked_up[peer] : p.address;
+    const rank_handshake::Nonce& challenge = p.address.empty() ? looked_up_challenge[peer] : p.challenge;
+    if (p.send_fd.valid()) {
+      tell(p.send_fd.get(), nullptr, 0);
+      ::shutdown(p.send_fd.get(), SHUT_RDWR);
+    } else if (!address.empty() && SteadyClock::now() < until) {
+      std::string host;
+      int port = 0;
+      int error = 0;
+      absl::StatusOr<rank_handshake::Nonce> nonce = rank_handshake::RandomNonce();
+      if (!SplitHostPort(address, &host, &port).ok() || !nonce.ok()) continue;
+      absl::StatusOr<Fd> fd = ConnectOnce(host, port, until, &error);
+      if (!fd.ok()) continue;
+      rank_handshake::Hello hello{{kHelloMagic, kTransportVersion, rank_, size_}, *nonce, {}};
+      if (!options_.secret.empty()) {
+        hello.mac = rank_handshake::ConnectMac(options_.secret, challenge, rank_, peer, size_, *nonce);
+      }
+      tell(fd->get(), &hello, sizeof(hello));
+      abort_fds_.push_back(std::move(*fd));  // Open until the transport goes: a close could reset it unread.
+    }
     if (p.recv_fd.valid()) ::shutdown(p.recv_fd.get(), SHUT_RDWR);
   }
+  // Peers about to connect are refused at once.
+  if (listener_.valid()) ::shutdown(listener_.get(), SHUT_RDWR);
 }
 
 TrafficCounters TcpTransport::Traffic() const { return traffic_.Snapshot(); }
@@ -341,6 +575,16 @@ class TcpTransport::Op {
         if (streams_.total == before) break;
       }
       bool moved = false;
+      if (may_accept_ && tr_.Accepting()) {
+        // Peers connecting to us, whether or not this exchange receives from
+        // them (one that sends to us waits for our answer).
+        may_accept_ = false;
+        LOCKSTEP_ASSIGN_OR_RETURN(const bool kept, Handshake::TryAccept(tr_, deadline_));
+        if (kept) {
+          moved = true;
+          std::fill(may_progress_.begin(), may_progress_.end(), true);
+        }
+      }
       for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
         if (streams_.current[stream] == kNone || !may_progress_[stream]) continue;
         LOCKSTEP_RETURN_IF_ERROR(Step(stream, &moved));
@@ -383,6 +627,48 @@ class TcpTransport::Op {
     Transfer& t = streams_.at(i);
     Progress& p = streams_.progress[i];
     const MessageTag tag = TagOf(t);
+    Peer& peer = tr_.peers_[t.peer];
+    if (t.kind == Transfer::Kind::kSend && peer.send != Peer::Link::kReady) {
+      // The first send to this peer: connect, then wait for its answer.
+      if (peer.send == Peer::Link::kNone) {
+        LOCKSTEP_RETURN_IF_ERROR(Handshake::Connect(tr_, t.peer, deadline_));
+        *moved = true;
+      }
+      LOCKSTEP_ASSIGN_OR_RETURN(const bool answered, Handshake::ReadAnswer(tr_, t.peer));
+      if (!answered) {
+        may_progress_[stream] = false;
+        return absl::OkStatus();
+      }
+      *moved = true;
+    }
+    if (t.kind == Transfer::Kind::kRecv && !peer.recv_fd.valid()) {
+      // Until the peer connects (Run accepts it). Meanwhile this rank's own
+      // connection to it tells whether it is still there: a peer that
+      // exits closes it (its kernel does, however it died), so a receive
+      // from a rank that has gone fails now rather than at the deadline.
+      absl::Status alive;
+      if (peer.send == Peer::Link::kNone) {
+        alive = Handshake::Connect(tr_, t.peer, deadline_);
+        *moved = true;
+      }
+      if (alive.ok() && peer.send == Peer::Link::kAnswering) {
+        absl::StatusOr<bool> answered = Handshake::ReadAnswer(tr_, t.peer);
+        alive = answered.status();
+        *moved |= answered.ok() && *answered;
+      } else if (alive.ok()) {
+        alive = Handshake::CheckAlive(tr_, t.peer, tag);
+      }
+      if (!alive.ok()) {
+        // A peer that aborted connects to say why before it goes: its
+        // reason, if it came, is the better error.
+        if (tr_.Accepting()) LOCKSTEP_RETURN_IF_ERROR(Handshake::TryAccept(tr_, deadline_).status());
+        if (!peer.recv_fd.valid()) return alive;
+        *moved = true;
+        return absl::OkStatus();  // The receive reads it next.
+      }
+      may_progress_[stream] = false;
+      return absl::OkStatus();
+    }
     if (t.kind == Transfer::Kind::kSend) {
       LOCKSTEP_RETURN_IF_ERROR(Send(stream, t, p, tag, moved));
     } else {
@@ -556,37 +842,66 @@ class TcpTransport::Op {
   absl::StatusOr<bool> Wait() {
     fds_.clear();
     fd_stream_.clear();
+    bool awaiting_connection = false;
     for (size_t stream = 0; stream < streams_.current.size(); ++stream) {
       if (streams_.current[stream] == kNone) continue;
       const Transfer& t = streams_.at(streams_.current[stream]);
       const Progress& p = streams_.progress[streams_.current[stream]];
+      const Peer& peer = tr_.peers_[t.peer];
       if (t.kind == Transfer::Kind::kSend) {
+        if (peer.send == Peer::Link::kAnswering) {
+          fds_.push_back({peer.send_fd.get(), POLLIN, 0});  // Its answer.
+          fd_stream_.push_back(stream);
+          continue;
+        }
         const size_t allowed = SendableBytes(t);
         if (p.header_done == sizeof(MessageHeader) && p.done >= allowed) continue;
-        fds_.push_back({tr_.peers_[t.peer].send_fd.get(), POLLOUT, 0});
+        fds_.push_back({peer.send_fd.get(), POLLOUT, 0});
       } else {
-        fds_.push_back({tr_.peers_[t.peer].recv_fd.get(), POLLIN, 0});
+        if (!peer.recv_fd.valid()) {
+          // The listener below wakes us when it connects; our connection to
+          // it when it answers or goes.
+          awaiting_connection = true;
+          if (peer.send_fd.valid()) {
+            fds_.push_back({peer.send_fd.get(), POLLIN, 0});
+            fd_stream_.push_back(stream);
+          }
+          continue;
+        }
+        fds_.push_back({peer.recv_fd.get(), POLLIN, 0});
       }
       fd_stream_.push_back(stream);
     }
-    if (fds_.empty()) {
+    if (fds_.empty() && !awaiting_connection) {
       return absl::InternalError(
           "TcpTransport::Exchange: every pending send waits for data that no receive will produce");
     }
-    const bool wake = feed_ != nullptr && feed_->wake_fd() >= 0;
-    if (wake) fds_.push_back({feed_->wake_fd(), POLLIN, 0});
+    const size_t accept_from = fds_.size();
+    Deadline wake = deadline_;
+    if (tr_.Accepting()) {
+      accept_fds_.clear();
+      tr_.acceptor_->AppendPollFds(&accept_fds_, &wake);
+      for (int fd : accept_fds_) fds_.push_back({fd, POLLIN, 0});
+    }
+    const size_t accept_to = fds_.size();
+    const bool wake_fd = feed_ != nullptr && feed_->wake_fd() >= 0;
+    if (wake_fd) fds_.push_back({feed_->wake_fd(), POLLIN, 0});
     const Deadline now = SteadyClock::now();
     if (now >= deadline_) return false;
     const bool spinning = now < spin_until_;
-    int timeout_ms = spinning ? 0 : PollTimeoutMs(deadline_);
-    if (feed_ != nullptr && !wake) timeout_ms = std::min(timeout_ms, 1);
+    int timeout_ms = spinning ? 0 : PollTimeoutMs(wake);
+    if (feed_ != nullptr && !wake_fd) timeout_ms = std::min(timeout_ms, 1);
     const int rc = ::poll(fds_.data(), fds_.size(), timeout_ms);
     if (rc > 0) {
       for (size_t k = 0; k < fd_stream_.size(); ++k) {
         if (fds_[k].revents != 0) may_progress_[fd_stream_[k]] = true;  // Errors too: the call reports them.
       }
+      for (size_t k = accept_from; k < accept_to; ++k) may_accept_ |= fds_[k].revents != 0;
       return true;
     }
+    // After a real sleep a pending connection's handshake time may be up:
+    // the acceptor drops it.
+    if (accept_to > accept_from && !spinning) may_accept_ = true;
     if (spinning) {
       sched_yield();
       return true;
@@ -610,6 +925,10 @@ class TcpTransport::Op {
   Deadline spin_until_;
   absl::InlinedVector<pollfd, 16> fds_;
   absl::InlinedVector<size_t, 16> fd_stream_;
+  // Whether the listener or a connection still introducing itself may have
+  // something: true at first (peers may have connected between exchanges).
+  bool may_accept_ = true;
+  std::vector<int> accept_fds_;
 };
 
 absl::Status TcpTransport::Run(absl::Span<Transfer> initial, MessageTag tag, Deadline deadline, TransferFeed* feed) {

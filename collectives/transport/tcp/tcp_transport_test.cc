@@ -1,14 +1,17 @@
-// TcpTransport's mesh setup against a peer that is not a current lockstep
+// TcpTransport's handshakes against a peer that is not a current lockstep
 // rank: an old protocol version or garbage is refused with an error naming
-// the problem, within the setup timeout, instead of hanging or building a
-// mesh that would misread every message.
+// the problem, within the timeout, instead of hanging or building a
+// connection that would misread every message. Both ways of connecting:
+// the full mesh inside Create, and on demand (the first exchange).
 #include "collectives/transport/tcp/tcp_transport.h"
 
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -18,6 +21,7 @@
 #include "collectives/store/hash_store.h"
 #include "collectives/testing/transport_conformance.h"
 #include "collectives/transport/tcp/socket.h"
+#include "core/status.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -35,17 +39,25 @@ struct Hello {
 
 // Plays "rank 1" of a 2-rank group against a real rank 0: publishes a
 // listening address, connects to rank 0 and sends `hello` bytes. Returns rank
-// 0's TcpTransport::Create status.
-absl::Status SetUpAgainst(const std::string& hello_bytes) {
+// 0's TcpTransport::Create status (full mesh), or that of its first receive
+// from rank 1 (on demand).
+absl::Status SetUpAgainst(const std::string& hello_bytes, bool full_mesh) {
   HashStore store;
   TcpTransportOptions options;
   options.timeout = Milliseconds(10000);
+  options.full_mesh = full_mesh;
   int port = 0;
   absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
   if (!listener.ok()) return listener.status();
   if (absl::Status s = store.Set("tcp_transport/1/challenge", std::string(32, '0')); !s.ok()) return s;
   if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
-  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options).status(); });
+  auto rank0 = std::async(std::launch::async, [&] {
+    absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(store, 0, 2, options);
+    if (!t.ok() || full_mesh) return t.status();
+    char byte;
+    Transfer r = Transfer::Recv(1, &byte, 1);
+    return (*t)->Exchange({&r, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(10000)));
+  });
   const Deadline deadline = DeadlineIn(Milliseconds(10000));
   absl::StatusOr<std::string> address = store.Get("tcp_transport/0", Milliseconds(10000));
   EXPECT_TRUE(address.ok()) << address.status();
@@ -55,10 +67,12 @@ absl::Status SetUpAgainst(const std::string& hello_bytes) {
   absl::StatusOr<Fd> fd = Connect(host, rank0_port, deadline, "rank 0");
   EXPECT_TRUE(fd.ok()) << fd.status();
   EXPECT_TRUE(SendAll(fd->get(), hello_bytes.data(), hello_bytes.size(), deadline, "rank 0").ok());
-  // Rank 0 also connected to our listener; accepting it keeps its connect
-  // from depending on the kernel's backlog.
-  absl::StatusOr<Fd> from_rank0 = Accept(listener->get(), deadline, "rank 0");
-  EXPECT_TRUE(from_rank0.ok()) << from_rank0.status();
+  if (full_mesh) {
+    // Rank 0 also connected to our listener; accepting it keeps its connect
+    // from depending on the kernel's backlog.
+    absl::StatusOr<Fd> from_rank0 = Accept(listener->get(), deadline, "rank 0");
+    EXPECT_TRUE(from_rank0.ok()) << from_rank0.status();
+  }
   return rank0.get();
 }
 
@@ -67,30 +81,38 @@ std::string Bytes(const Hello& h) { return std::string(reinterpret_cast<const ch
 std::string OldBytes(const Hello& h) { return std::string(reinterpret_cast<const char*>(&h), 16); }
 
 TEST(TcpTransportTest, AnOlderProtocolVersionIsRefusedNamingBothVersions) {
-  const absl::Status s = SetUpAgainst(OldBytes(Hello{0x4C4B5450u, 1, 1, 2, {}}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"), absl::string_view::npos) << s;
+  for (bool full_mesh : {true, false}) {
+    const absl::Status s = SetUpAgainst(OldBytes(Hello{0x4C4B5450u, 1, 1, 2, {}}), full_mesh);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("speaks protocol 1, this rank 3; use one lockstep build"), absl::string_view::npos) << s;
+  }
 }
 
 TEST(TcpTransportTest, GarbageIsRefusedAsNotALockstepRank) {
-  const absl::Status s = SetUpAgainst("GET / HTTP/1.1\r\n");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("is not a lockstep rank (bad handshake)"), absl::string_view::npos) << s;
+  for (bool full_mesh : {true, false}) {
+    const absl::Status s = SetUpAgainst("GET / HTTP/1.1\r\n", full_mesh);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("is not a lockstep rank (bad handshake)"), absl::string_view::npos) << s;
+  }
 }
 
 TEST(TcpTransportTest, AWrongWorldSizeIsRefused) {
-  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 1, 3, {}}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("says rank 1 of 3, this group has 2 ranks"), absl::string_view::npos) << s;
+  for (bool full_mesh : {true, false}) {
+    const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 1, 3, {}}), full_mesh);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("says rank 1 of 3, this group has 2 ranks"), absl::string_view::npos) << s;
+  }
 }
 
 TEST(TcpTransportTest, ARankClaimingToBeItselfIsRefused) {
-  const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 0, 2, {}}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
+  for (bool full_mesh : {true, false}) {
+    const absl::Status s = SetUpAgainst(Bytes(Hello{0x4C4B5450u, 3, 0, 2, {}}), full_mesh);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("unexpectedly (twice, or itself)"), absl::string_view::npos) << s;
+  }
 }
 
-std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) {
+std::vector<std::unique_ptr<Transport>> MakeTransports(int n, bool full_mesh) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::unique_ptr<Transport>> transports(n);
   std::vector<std::thread> threads;
@@ -98,7 +120,10 @@ std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) {
     threads.emplace_back([&, r] {
       TcpTransportOptions options;
       options.timeout = Milliseconds(30000);
-      absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(*store, r, n, options);
+      options.full_mesh = full_mesh;
+      // On demand the transport keeps the store and reads addresses on
+      // first use.
+      absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(store, r, n, options);
       EXPECT_TRUE(t.ok()) << t.status();
       if (t.ok()) transports[r] = std::move(*t);
     });
@@ -106,11 +131,69 @@ std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) {
   for (std::thread& t : threads) t.join();
   return transports;
 }
+std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int n) { return MakeTransports(n, false); }
+std::vector<std::unique_ptr<Transport>> MakeFullMeshTransports(int n) { return MakeTransports(n, true); }
 
 using testing::TransportConformanceTest;
 INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformanceTest,
-                         ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports}),
+                         ::testing::Values(testing::TransportFactory{"tcp", MakeTcpTransports},
+                                           testing::TransportFactory{"tcp_full_mesh", MakeFullMeshTransports}),
                          testing::TransportFactoryName);
+
+// Sockets this process has open (/proc/self/fd entries that are sockets).
+int OpenSockets() {
+  int sockets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const std::filesystem::path target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error && target.string().rfind("socket:", 0) == 0) ++sockets;
+  }
+  return sockets;
+}
+
+// On demand, a rank holds connections only to the peers it exchanged with:
+// 4 ranks that each send to the next (a ring step) hold the 4 send
+// connections (8 sockets in this process) and at most the 4 that a receive
+// makes back to a sender that has not connected yet (to notice if it
+// exits), beside their 4 listeners; the full mesh holds all 4 x 3 x 2 = 24
+// sockets and no listener. Once every peer of a rank has connected to it,
+// its listener closes.
+TEST(TcpTransportTest, OnDemandConnectsOnlyThePairsThatExchange) {
+  for (bool full_mesh : {false, true}) {
+    const int before = OpenSockets();
+    auto transports = MakeTransports(4, full_mesh);
+    ASSERT_EQ(transports.size(), 4u);
+    EXPECT_EQ(OpenSockets() - before, full_mesh ? 24 : 4);
+    auto ring_step = [&](int shift) {
+      std::vector<std::future<absl::Status>> ranks;
+      for (int r = 0; r < 4; ++r) {
+        ranks.push_back(std::async(std::launch::async, [&, r] {
+          uint64_t out = r, in = 0;
+          Transfer x[2] = {Transfer::Send((r + shift) % 4, &out, sizeof(out)),
+                           Transfer::Recv((r + 4 - shift) % 4, &in, sizeof(in))};
+          LOCKSTEP_RETURN_IF_ERROR(
+              transports[r]->Exchange(x, MessageTag{static_cast<uint64_t>(shift), 0}, DeadlineIn(Milliseconds(30000))));
+          if (in != static_cast<uint64_t>((r + 4 - shift) % 4)) return absl::DataLossError(absl::StrCat("got ", in));
+          return absl::OkStatus();
+        }));
+      }
+      for (auto& f : ranks) EXPECT_TRUE(f.get().ok());
+    };
+    ring_step(1);
+    if (full_mesh) {
+      EXPECT_EQ(OpenSockets() - before, 24);
+    } else {
+      EXPECT_GE(OpenSockets() - before, 4 + 8);
+      EXPECT_LE(OpenSockets() - before, 4 + 16);
+    }
+    ring_step(2);
+    ring_step(3);
+    // Every pair has now talked in both directions: the mesh, no listeners.
+    EXPECT_EQ(OpenSockets() - before, 24);
+    transports.clear();
+    EXPECT_EQ(OpenSockets(), before);
+  }
+}
 
 // The address rank `rank` published in the store (it listens there).
 absl::Status PublishedAddress(Store& store, int rank, std::string* host, int* port) {
@@ -178,34 +261,79 @@ TEST(TcpTransportTest, ReceivesWithConsumeGetThePayloadInOrderInBufferSizedPiece
 
 // With a secret, a process that reaches rank 0's port first and claims to
 // be rank 1 (it cannot know the MAC) is dropped, as is one that never says
-// anything; the real rank 1 then completes the mesh and the data is right.
+// anything; the real rank 1 then connects and the data is right. On
+// demand the strangers wait beside the exchange, which does not wait for
+// them.
 TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
+  for (bool full_mesh : {true, false}) {
+    HashStore store;
+    TcpTransportOptions options;
+    options.timeout = Milliseconds(30000);
+    options.handshake_timeout = Milliseconds(300);
+    options.secret = "group secret";
+    options.full_mesh = full_mesh;
+    auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
+    std::string host;
+    int port = 0;
+    ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
+    const Deadline deadline = DeadlineIn(Milliseconds(30000));
+    absl::StatusOr<Fd> silent = Connect(host, port, deadline, "rank 0");
+    ASSERT_TRUE(silent.ok()) << silent.status();
+    absl::StatusOr<Fd> impostor = Connect(host, port, deadline, "rank 0");
+    ASSERT_TRUE(impostor.ok()) << impostor.status();
+    Hello fake{0x4C4B5450u, 3, 1, 2, {}};
+    ASSERT_TRUE(SendAll(impostor->get(), &fake, sizeof(fake), deadline, "rank 0").ok());
+    // Now the real rank 1.
+    absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
+    ASSERT_TRUE(rank1.ok()) << rank1.status();
+    absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+    ASSERT_TRUE(t0.ok()) << t0.status();
+    const absl::Status s = testing::SendOneWord(**rank1, **t0, 1);
+    EXPECT_TRUE(s.ok()) << s;
+    // Neither stranger got an answer: rank 0 closed them.
+    char byte;
+    EXPECT_EQ(::recv(impostor->get(), &byte, 1, 0), 0);
+    EXPECT_EQ(::recv(silent->get(), &byte, 1, 0), 0);
+  }
+}
+
+// On demand, the first send checks the answer too: a process listening at
+// rank 1's published address that answers without knowing the group's
+// secret gets nothing but the hello (no payload byte), and the send fails
+// naming the address and the secret.
+TEST(TcpTransportTest, AnAnswerWithoutTheSecretFailsTheFirstSend) {
   HashStore store;
+  int port = 0;
+  absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
+  ASSERT_TRUE(listener.ok());
+  ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
+  ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
   TcpTransportOptions options;
   options.timeout = Milliseconds(30000);
-  options.handshake_timeout = Milliseconds(300);
   options.secret = "group secret";
-  auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
-  const Deadline deadline = DeadlineIn(Milliseconds(30000));
-  absl::StatusOr<Fd> silent = Connect(host, port, deadline, "rank 0");
-  ASSERT_TRUE(silent.ok()) << silent.status();
-  absl::StatusOr<Fd> impostor = Connect(host, port, deadline, "rank 0");
-  ASSERT_TRUE(impostor.ok()) << impostor.status();
-  Hello fake{0x4C4B5450u, 3, 1, 2, {}};
-  ASSERT_TRUE(SendAll(impostor->get(), &fake, sizeof(fake), deadline, "rank 0").ok());
-  // Now the real rank 1.
-  absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
-  ASSERT_TRUE(rank1.ok()) << rank1.status();
-  absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+  absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = TcpTransport::Create(store, 0, 2, options);
   ASSERT_TRUE(t0.ok()) << t0.status();
-  // The impostor got no answer: rank 0 closed it.
+  const uint64_t word = 0x5EC12E7;
+  auto sender = std::async(std::launch::async, [&] {
+    Transfer t = Transfer::Send(1, &word, sizeof(word));
+    return (*t0)->Exchange({&t, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(30000)));
+  });
+  const Deadline deadline = DeadlineIn(Milliseconds(30000));
+  absl::StatusOr<Fd> from_rank0 = Accept(listener->get(), deadline, "rank 0");
+  ASSERT_TRUE(from_rank0.ok()) << from_rank0.status();
+  Hello hello{};
+  ASSERT_TRUE(RecvAll(from_rank0->get(), &hello, sizeof(hello), deadline, "rank 0").ok());
+  EXPECT_EQ(hello.rank, 0);
+  Hello forged{0x4C4B5450u, 3, 1, 2, {}};
+  ASSERT_TRUE(SendAll(from_rank0->get(), &forged, sizeof(forged), deadline, "rank 0").ok());
+  const absl::Status s = sender.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("does not know the group's secret"), absl::string_view::npos) << s;
+  // Nothing after the hello reached the stranger (loopback delivers what
+  // is sent before the sender's call returns).
   char byte;
-  EXPECT_EQ(::recv(impostor->get(), &byte, 1, 0), 0);
-  const absl::Status s = testing::SendOneWord(**rank1, **t0, 1);
-  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(::recv(from_rank0->get(), &byte, 1, MSG_DONTWAIT), -1);
+  EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
 }
 
 // Idle and half-sent connections to a rank's listener, open before the
@@ -213,60 +341,76 @@ TEST(TcpTransportTest, AnImpostorIsDroppedAndTheRealGroupCompletes) {
 // handshake timeout here is longer than the whole set-up's, so only reading
 // the hellos side by side lets it), with and without a secret.
 TEST(TcpTransportTest, IdleConnectionsDoNotDelayTheRealRanks) {
-  for (const std::string secret : {"", "group secret"}) {
-    HashStore store;
-    TcpTransportOptions options;
-    options.timeout = Milliseconds(60000);
-    options.handshake_timeout = Milliseconds(3600000);
-    options.secret = secret;
-    auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
-    std::string host;
-    int port = 0;
-    ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
-    const Deadline deadline = DeadlineIn(Milliseconds(30000));
-    std::vector<Fd> strangers;
-    for (int i = 0; i < 8; ++i) {
-      absl::StatusOr<Fd> idle = Connect(host, port, deadline, "rank 0");
-      ASSERT_TRUE(idle.ok()) << idle.status();
-      strangers.push_back(std::move(*idle));
+  for (bool full_mesh : {true, false}) {
+    for (const std::string secret : {"", "group secret"}) {
+      HashStore store;
+      TcpTransportOptions options;
+      options.timeout = Milliseconds(60000);
+      options.handshake_timeout = Milliseconds(3600000);
+      options.secret = secret;
+      options.full_mesh = full_mesh;
+      auto rank0 = std::async(std::launch::async, [&] { return TcpTransport::Create(store, 0, 2, options); });
+      std::string host;
+      int port = 0;
+      ASSERT_TRUE(PublishedAddress(store, 0, &host, &port).ok());
+      const Deadline deadline = DeadlineIn(Milliseconds(30000));
+      std::vector<Fd> strangers;
+      for (int i = 0; i < 8; ++i) {
+        absl::StatusOr<Fd> idle = Connect(host, port, deadline, "rank 0");
+        ASSERT_TRUE(idle.ok()) << idle.status();
+        strangers.push_back(std::move(*idle));
+      }
+      absl::StatusOr<Fd> slow = Connect(host, port, deadline, "rank 0");
+      ASSERT_TRUE(slow.ok()) << slow.status();
+      Hello partial{0x4C4B5450u, 3, 1, 2, {}};
+      ASSERT_TRUE(SendAll(slow->get(), &partial, 20, deadline, "rank 0").ok());
+      strangers.push_back(std::move(*slow));
+      absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
+      ASSERT_TRUE(rank1.ok()) << secret << ": " << rank1.status();
+      absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
+      ASSERT_TRUE(t0.ok()) << secret << ": " << t0.status();
+      EXPECT_TRUE(testing::SendOneWord(**rank1, **t0, 77).ok());
+      // Formed while every stranger was still connected; rank 0 closed them,
+      // unanswered, once its one peer had connected.
+      for (const Fd& fd : strangers) {
+        char byte;
+        EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
+      }
     }
-    absl::StatusOr<Fd> slow = Connect(host, port, deadline, "rank 0");
-    ASSERT_TRUE(slow.ok()) << slow.status();
-    Hello partial{0x4C4B5450u, 3, 1, 2, {}};
-    ASSERT_TRUE(SendAll(slow->get(), &partial, 20, deadline, "rank 0").ok());
-    strangers.push_back(std::move(*slow));
-    absl::StatusOr<std::unique_ptr<TcpTransport>> rank1 = TcpTransport::Create(store, 1, 2, options);
-    ASSERT_TRUE(rank1.ok()) << secret << ": " << rank1.status();
-    absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = rank0.get();
-    ASSERT_TRUE(t0.ok()) << secret << ": " << t0.status();
-    // Formed while every stranger was still connected; rank 0 closed them,
-    // unanswered, when its set-up ended.
-    for (const Fd& fd : strangers) {
-      char byte;
-      EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
-    }
-    EXPECT_TRUE(testing::SendOneWord(**rank1, **t0, 77).ok());
   }
 }
 
 // A rank whose published address refuses connections (here: a port nobody
-// listens on) is reported at once, not after the long setup timeout.
+// listens on) is reported at once, not after the long timeout: by Create
+// for the full mesh, by the first send to it on demand (which adds that
+// the rank may have exited).
 TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
-  HashStore store;
-  int port = 0;
-  {
-    absl::StatusOr<Fd> closed = Listen("127.0.0.1", 0, &port);
-    ASSERT_TRUE(closed.ok());
+  for (bool full_mesh : {true, false}) {
+    HashStore store;
+    int port = 0;
+    {
+      absl::StatusOr<Fd> closed = Listen("127.0.0.1", 0, &port);
+      ASSERT_TRUE(closed.ok());
+    }
+    ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
+    ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
+    TcpTransportOptions options;
+    options.timeout = Milliseconds(600000);  // The long timeout is not what ends it.
+    options.full_mesh = full_mesh;
+    absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = TcpTransport::Create(store, 0, 2, options);
+    absl::Status s = t0.status();
+    if (!full_mesh) {
+      ASSERT_TRUE(t0.ok()) << t0.status();
+      const uint64_t word = 1;
+      Transfer t = Transfer::Send(1, &word, sizeof(word));
+      s = (*t0)->Exchange({&t, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(600000)));
+      EXPECT_NE(s.message().find("has already exited or aborted"), absl::string_view::npos) << s;
+    }
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("cannot connect to rank 1 at 127.0.0.1:"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("loopback"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("LOCKSTEP_SOCKET_IFNAME"), absl::string_view::npos) << s;
   }
-  ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
-  ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
-  TcpTransportOptions options;
-  options.timeout = Milliseconds(600000);  // The long setup timeout is not what ends it.
-  const absl::Status s = TcpTransport::Create(store, 0, 2, options).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  EXPECT_NE(s.message().find("cannot connect to rank 1 at 127.0.0.1:"), absl::string_view::npos) << s;
-  EXPECT_NE(s.message().find("loopback"), absl::string_view::npos) << s;
-  EXPECT_NE(s.message().find("LOCKSTEP_SOCKET_IFNAME"), absl::string_view::npos) << s;
 }
 
 // RANK 1 given to two processes of a 3-rank group (rank 2 missing): the
@@ -286,6 +430,32 @@ TEST(TcpTransportTest, ADuplicateRankIsNamed) {
   const absl::Status s0 = rank0.get();
   EXPECT_NE(s0.message().find("RANK 1 was given to two processes"), absl::string_view::npos) << s0;
   (void)first.get();
+}
+
+// With the store kept, Create waits for no other rank: a rank that never
+// comes is named by the first exchange that needs its address, and a RANK
+// given to two processes (so another is missing) is named as that.
+TEST(TcpTransportTest, OnDemandAMissingRankIsNamedByTheFirstExchangeThatNeedsIt) {
+  auto store = std::make_shared<HashStore>();
+  TcpTransportOptions options;
+  options.timeout = Milliseconds(60000);
+  absl::StatusOr<std::unique_ptr<TcpTransport>> t0 = TcpTransport::Create(store, 0, 3, options);
+  ASSERT_TRUE(t0.ok()) << t0.status();  // Alone: nothing to wait for.
+  const uint64_t word = 1;
+  Transfer t = Transfer::Send(2, &word, sizeof(word));
+  absl::Status s = (*t0)->Exchange({&t, 1}, MessageTag{1, 0}, DeadlineIn(Milliseconds(300)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("found no address of rank 2"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("has not started"), absl::string_view::npos) << s;
+  // RANK 1 twice: the second claimer fails at once, and rank 0's wait for
+  // the rank that is therefore missing says why.
+  absl::StatusOr<std::unique_ptr<TcpTransport>> first = TcpTransport::Create(store, 1, 3, options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<TcpTransport>> second = TcpTransport::Create(store, 1, 3, options);
+  EXPECT_NE(second.status().message().find("RANK 1 is claimed by another process"), absl::string_view::npos)
+      << second.status();
+  s = (*t0)->Exchange({&t, 1}, MessageTag{2, 0}, DeadlineIn(Milliseconds(300)));
+  EXPECT_NE(s.message().find("RANK 1 was given to two processes"), absl::string_view::npos) << s;
 }
 
 TEST(TcpTransportTest, BadOptionsAreRefusedNamingTheField) {
