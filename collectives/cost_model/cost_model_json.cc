@@ -212,7 +212,16 @@ absl::StatusOr<SetupPoint> ParseSetupPoint(absl::string_view line) {
     return absl::InvalidArgumentError(
         absl::StrCat("setup point: field time_us is missing or not a number in '", line, "'"));
   }
-  return SetupPoint{*topology, time->get<double>()};
+  Connections connections = Connections::kOnDemand;
+  if (auto c = j->find("connections"); c != j->end()) {
+    if (*c == "full_mesh") {
+      connections = Connections::kFullMesh;
+    } else if (*c != "on_demand") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("setup point: field connections is not \"on_demand\" or \"full_mesh\" in '", line, "'"));
+    }
+  }
+  return SetupPoint{*topology, time->get<double>(), connections};
 }
 
 }  // namespace cost_model

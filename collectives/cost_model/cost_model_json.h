@@ -56,6 +56,8 @@ absl::StatusOr<CostModel> LoadCostModel(const std::string& path);
 absl::Status SaveCostModel(const CostModel& model, const std::string& path, absl::string_view notes = "");
 
 absl::StatusOr<LinkPoint> ParseLinkPoint(absl::string_view line);
+// {"p", "ranks_per_host" (1), "cores_per_host" (0: as many as ranks),
+// "time_us", "connections": "on_demand" (the default) or "full_mesh"}.
 absl::StatusOr<SetupPoint> ParseSetupPoint(absl::string_view line);
 
 }  // namespace cost_model

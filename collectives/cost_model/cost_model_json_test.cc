@@ -142,6 +142,12 @@ TEST(Points, ParseLinkAndSetupLines) {
   EXPECT_EQ(setup->topology.hosts, 2);
   EXPECT_EQ(setup->topology.cores_per_host, 8);
   EXPECT_EQ(setup->time_us, 9000);
+  EXPECT_EQ(setup->connections, Connections::kOnDemand);
+  setup = ParseSetupPoint(R"({"p": 16, "time_us": 9000, "connections": "full_mesh"})");
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  EXPECT_EQ(setup->connections, Connections::kFullMesh);
+  EXPECT_NE(ParseSetupPoint(R"({"p": 16, "time_us": 1, "connections": "mesh"})").status().message().find("connections"),
+            std::string::npos);
   EXPECT_NE(ParseSetupPoint(R"({"p": 16, "ranks_per_host": 3, "time_us": 1})").status().message().find("divide"),
             std::string::npos);
   EXPECT_NE(ParseSetupPoint(R"({"p": 1.5, "time_us": 1})").status().message().find("field p"), std::string::npos);

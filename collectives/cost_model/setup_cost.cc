@@ -24,17 +24,22 @@ struct Terms {
 // Requests of a MultiGet of n keys (store_wire::kMultiGetKeysPerRequest).
 double MultiGetRequests(double n) { return n <= 0 ? 0 : std::ceil(n / 1024.0); }
 
-Terms TermsOf(const Topology& t) {
+// Recursive doubling's partners among n ranks.
+double Log2Ceil(double n) { return n <= 1 ? 0 : std::ceil(std::log2(n) - 1e-12); }
+
+Terms TermsOf(const Topology& t, Connections connections) {
   const double p = static_cast<double>(t.p), H = static_cast<double>(t.hosts),
                L = static_cast<double>(t.ranks_per_host);
+  const bool mesh = connections == Connections::kFullMesh;
   Terms terms;
   terms.requests = p * (4 + MultiGetRequests(p) + MultiGetRequests(2 * (p - 1)));
   terms.values = p * (p + 2 * (p - 1));
-  terms.peers = p - 1;
+  terms.peers = mesh ? p - 1 : Log2Ceil(p);
   if (t.mixed()) {
     terms.requests += H * (3 + MultiGetRequests(2 * (H - 1))) + p * (3 + MultiGetRequests(2 * (L - 1)));
     terms.values += 2 * H * (H - 1) + 2 * p * (L - 1);
-    terms.peers += (H - 1) + (L - 1);
+    // On demand the first all-reduce runs among the leaders only.
+    terms.peers = mesh ? terms.peers + (H - 1) + (L - 1) : Log2Ceil(H) + (L - 1);
   }
   terms.oversubscription = std::max(1.0, L / std::max(1, t.cores_per_host));
   return terms;
@@ -42,11 +47,12 @@ Terms TermsOf(const Topology& t) {
 
 }  // namespace
 
-absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const CostModel& model) {
+absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const CostModel& model,
+                                             Connections connections) {
   absl::Status s = ValidateTopology(topology);
   if (s.ok()) s = ValidateCostModel(model);
   if (!s.ok()) return s;
-  const Terms terms = TermsOf(topology);
+  const Terms terms = TermsOf(topology, connections);
   SetupPrediction out;
   out.store_requests = terms.requests;
   out.store_values = terms.values;
@@ -57,9 +63,10 @@ absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const Cos
   out.handshake_us = model.setup.handshake_us * terms.peers * terms.oversubscription;
   out.time_us = model.setup.constant_us + out.store_us + out.handshake_us;
   if (out.sockets_per_rank + 16 > kUsualDescriptorLimit) {
-    out.warnings.push_back(absl::StrCat("each rank opens ", out.sockets_per_rank,
-                                        " sockets for the full mesh; the usual descriptor limit is ",
-                                        kUsualDescriptorLimit, " (raise ulimit -n, or connect lazily)"));
+    out.warnings.push_back(absl::StrCat(
+        "each rank opens ", out.sockets_per_rank, " sockets; the usual descriptor limit is ", kUsualDescriptorLimit,
+        connections == Connections::kFullMesh ? " (raise ulimit -n, or connect on demand: LOCKSTEP_RUNTIME_CONNECT=1)"
+                                              : " (raise ulimit -n)"));
   }
   if (topology.p > kStoreMaxConnections) {
     out.warnings.push_back(absl::StrCat(topology.p, " ranks connect to the store; it serves ", kStoreMaxConnections,
@@ -82,7 +89,7 @@ bool SolveSubset(absl::Span<const SetupPoint> points, const std::array<double, 3
   const int n = static_cast<int>(cols.size());
   double m[3][4] = {};
   for (const SetupPoint& pt : points) {
-    const Terms t = TermsOf(pt.topology);
+    const Terms t = TermsOf(pt.topology, pt.connections);
     const double full[3] = {1, t.requests / scale[1], t.peers * t.oversubscription / scale[2]};
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < n; ++j) m[i][j] += full[cols[i]] * full[cols[j]];
@@ -107,7 +114,7 @@ bool SolveSubset(absl::Span<const SetupPoint> points, const std::array<double, 3
   for (int i = 0; i < n; ++i) (*x)[cols[i]] = m[i][n] / m[i][i];
   *squares = 0;
   for (const SetupPoint& pt : points) {
-    const Terms t = TermsOf(pt.topology);
+    const Terms t = TermsOf(pt.topology, pt.connections);
     const double full[3] = {1, t.requests / scale[1], t.peers * t.oversubscription / scale[2]};
     double r = pt.time_us;
     for (int i = 0; i < 3; ++i) r -= (*x)[i] * full[i];
@@ -149,14 +156,14 @@ absl::StatusOr<SetupFit> FitSetup(absl::Span<const SetupPoint> measured, double 
   // from the constant and the handshakes anyway.)
   std::vector<SetupPoint> rest(points.begin(), points.end());
   for (SetupPoint& pt : rest) {
-    const Terms t = TermsOf(pt.topology);
+    const Terms t = TermsOf(pt.topology, pt.connections);
     pt.time_us -= store_us_per_request * t.requests + store_us_per_value * t.values;
   }
   // Columns scaled so that p² and 1 stay comparable.
   std::array<double, 3> scale = {1, 1, 1};
   double largest = 0;
   for (const SetupPoint& pt : rest) {
-    const Terms t = TermsOf(pt.topology);
+    const Terms t = TermsOf(pt.topology, pt.connections);
     scale[1] = std::max(scale[1], t.requests);
     scale[2] = std::max(scale[2], t.peers * t.oversubscription);
     largest = std::max(largest, pt.time_us);

@@ -8,19 +8,22 @@
 //
 // Today (collectives/bootstrap/communicator_factory.cc,
 // collectives/transport/tcp/tcp_transport.cc, collectives/store/tcp_store.cc):
-// every rank publishes its host and reads all p ranks' with one MultiGet,
-// then builds a full mesh: claims its rank, publishes a challenge and an
-// address, reads every peer's two with one MultiGet, and connects to every
-// peer and accepts every peer (two sockets per pair). A MultiGet is one
-// request per 1,024 keys (c(n) = ceil(n / 1024) requests for n keys). A
-// group on several hosts with several ranks each also builds the leaders'
-// mesh over H ranks and each host's local group (shared memory, the same
-// store pattern over L ranks). One server thread answers all requests in
-// turn, so
+// every rank publishes its host and reads all p ranks' with one MultiGet;
+// its TCP transport claims its rank, publishes a challenge and an address
+// and reads every peer's two with one MultiGet. A MultiGet is one request
+// per 1,024 keys (c(n) = ceil(n / 1024) requests for n keys). A group on
+// several hosts with several ranks each also sets up the leaders' transport
+// over H ranks and each host's local group (shared memory, the same store
+// pattern over L ranks, connected at once). One server thread answers all
+// requests in turn, so
 //   store_requests R = p(4 + c(p) + c(2(p − 1)))
 //                      [+ H(3 + c(2(H − 1))) + p(3 + c(2(L − 1)))  when mixed]
 //   values served  V = p(p + 2(p − 1))   [+ 2H(H − 1) + 2p(L − 1)  when mixed]
-//   peers per rank P = p − 1  [+ (H − 1) + (L − 1) when mixed]
+// Then the handshakes. Connections::kOnDemand (TCP's default): a rank
+// connects to the peers its first collective talks to, the small
+// all-reduce's recursive doubling: P = ceil(log2 p) [ceil(log2 H) + (L − 1)
+// when mixed]; Connections::kFullMesh (LOCKSTEP_RUNTIME_CONNECT=0): every
+// peer, P = p − 1 [+ (H − 1) + (L − 1) when mixed]. Then
 //   T_setup = constant_us + store_us_per_request·R + store_us_per_value·V
 //             + handshake_us·P·max(1, L/C)
 // (connections are made one peer after another, each a few round trips and
@@ -29,8 +32,8 @@
 // V is the square that remains: every rank still reads every address.
 //
 // Warnings name the limits today's code meets at this p: a rank's sockets
-// (2(p − 1) for the mesh) beyond the usual 1024 descriptors, and more ranks
-// than the store's max_connections (1000) at once.
+// (2(p − 1) for the full mesh) beyond the usual 1024 descriptors, and more
+// ranks than the store's max_connections (1000) at once.
 #ifndef LOCKSTEP_COLLECTIVES_COST_MODEL_SETUP_COST_H_
 #define LOCKSTEP_COLLECTIVES_COST_MODEL_SETUP_COST_H_
 
@@ -46,6 +49,9 @@
 namespace lockstep {
 namespace cost_model {
 
+// How the TCP transport connects its ranks (TcpTransportOptions::full_mesh).
+enum class Connections { kOnDemand, kFullMesh };
+
 struct SetupPrediction {
   double time_us = 0;
   double store_requests = 0;      // R
@@ -58,13 +64,15 @@ struct SetupPrediction {
   std::vector<std::string> warnings;
 };
 
-absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const CostModel& model);
+absl::StatusOr<SetupPrediction> PredictSetup(const Topology& topology, const CostModel& model,
+                                             Connections connections = Connections::kOnDemand);
 
 // One measured set-up: the group and the time from start to the first
 // collective's readiness.
 struct SetupPoint {
   Topology topology;
   double time_us = 0;
+  Connections connections = Connections::kOnDemand;
 };
 
 struct SetupFit {

@@ -168,7 +168,9 @@ def cmd_setup(a):
     if r.get("setup_s", 0) <= 0 or r.get("impl") != "lockstep":
       continue
     print(json.dumps({"p": r["p"], "ranks_per_host": r.get("ranks_per_host", r["p"]), "cores_per_host": a.cores,
-                      "time_us": round(r["setup_s"] * 1e6, 1)}))
+                      "time_us": round(r["setup_s"] * 1e6, 1),
+                      # Rows from before connections on demand built the full mesh.
+                      "connections": r.get("connections", "full_mesh")}))
 
 
 def cmd_compare(a):
@@ -244,10 +246,10 @@ def fmt_us(us):
   return "%.1f us" % us
 
 
-def setup_seconds(model, calibration, p, rph, cores, hop):
+def setup_seconds(model, calibration, p, rph, cores, hop, full_mesh=False):
   out = subprocess.run([model, "setup", "--calibration=" + calibration, "--p=%d" % p, "--ranks_per_host=%d" % rph,
-                        "--cores_per_host=%d" % cores, "--hop_us=%g" % hop], check=True, capture_output=True,
-                       text=True).stdout
+                        "--cores_per_host=%d" % cores, "--hop_us=%g" % hop] + (["--full_mesh"] if full_mesh else []),
+                       check=True, capture_output=True, text=True).stdout
   for line in out.splitlines():
     if line.startswith("set-up"):
       value = line.split(": ", 1)[1].split(" ", 1)[0]
@@ -287,9 +289,9 @@ def cmd_predict(a):
       ntree = sum(m[b]["nccl_tree"]["time_us"] for b in buckets)
       print(f"| {p:,} | {hop:g} us | DDP ResNet-18 (43 MiB: 1 + 25 + 17 MiB buckets) | 43 MiB | {fmt_us(today)} "
             f"| {fmt_us(best)} | {fmt_us(ring)} | {fmt_us(nring)} | {fmt_us(ntree)} |")
-      print(f"| {p:,} | {hop:g} us | start-up (full mesh, one store) | | "
-            f"{fmt_us(1e6 * setup_seconds(a.model, a.calibration, p, a.ranks_per_host, a.cores, software + hop))}"
-            " | | | | |")
+      for mesh, name in ((False, "connections on demand"), (True, "full mesh")):
+        seconds = setup_seconds(a.model, a.calibration, p, a.ranks_per_host, a.cores, software + hop, mesh)
+        print(f"| {p:,} | {hop:g} us | start-up ({name}, one store) | | {fmt_us(1e6 * seconds)} | | | | |")
 
 
 def main():

@@ -8,13 +8,15 @@
 //   #   (--in=$PWD/calib.json: update an existing calibration; --out may be the same file;
 //   #   --fit_error=relative, the default, or absolute: see cost_model::FitError)
 //   #   --link=gamma fits γ instead: points of (bytes reduced, time_us), the slope through the origin is γ.
-//   # set-up constants from measured set-up times {"p": 8, "ranks_per_host": 4, "time_us": ...}:
+//   # set-up constants from measured set-up times {"p": 8, "ranks_per_host": 4, "time_us": ...}
+//   #   ("connections": "full_mesh" for runs with LOCKSTEP_RUNTIME_CONNECT=0):
 //   bazel run //tools/scale_lab:model -- fit_setup --points=$PWD/setup.jsonl --in=... --out=...
 //   # predictions, per size: every algorithm, Choose's pick, today's choice, NCCL's model:
 //   bazel run //tools/scale_lab:model -- simulate --calibration=$PWD/calib.json --p=1024 --ranks_per_host=8
 //   #   [--bytes=4K,1M,64M] [--op=all_reduce] [--cores_per_host=8] [--hop_us=5 --link_gbit=25]
 //   #   [--transport=tcp] [--window_bytes=262144] [--json]
 //   bazel run //tools/scale_lab:model -- setup --calibration=$PWD/calib.json --p=16384 --ranks_per_host=8
+//   #   [--full_mesh]: every pair connected at start-up (LOCKSTEP_RUNTIME_CONNECT=0)
 //
 // Without --calibration (or --in), the model's placeholders
 // (DefaultCostModel) are used and a note says so on stderr. --hop_us and
@@ -61,6 +63,8 @@ ABSL_FLAG(double, window_bytes, -1,
 ABSL_FLAG(std::string, transport, "auto",
           "simulate: the flat algorithms' transport: auto (shared memory on one host) or tcp (forced, as "
           "LOCKSTEP_TRANSPORT=tcp)");
+ABSL_FLAG(bool, full_mesh, false,
+          "setup: the TCP transport's full mesh (LOCKSTEP_RUNTIME_CONNECT=0) instead of connections on demand");
 ABSL_FLAG(bool, json, false, "simulate, setup: one JSON object per line instead of a table");
 
 namespace lockstep {
@@ -210,7 +214,8 @@ absl::Status SetupCommand() {
   Topology topology;
   absl::Status s = Inputs(&model, &topology);
   if (!s.ok()) return s;
-  absl::StatusOr<SetupPrediction> setup = PredictSetup(topology, model);
+  const Connections connections = absl::GetFlag(FLAGS_full_mesh) ? Connections::kFullMesh : Connections::kOnDemand;
+  absl::StatusOr<SetupPrediction> setup = PredictSetup(topology, model, connections);
   if (!setup.ok()) return setup.status();
   if (absl::GetFlag(FLAGS_json)) {
     std::printf(

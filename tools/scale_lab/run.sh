@@ -53,6 +53,9 @@
 #
 # Binaries: built with Bazel (-c opt) unless LAB_BENCH, LAB_DELAY_LINK and
 # LAB_TRAINER name them (the CI test passes its runfiles). Needs root.
+# lockstep's TCP ranks connect on first use; LOCKSTEP_RUNTIME_CONNECT=0 in
+# the environment builds the full mesh at start-up instead (rows say which:
+# "connections").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -466,11 +469,15 @@ if (( hosts > 1 )); then
   fi
 fi
 /usr/bin/python3 - "$lab_rows" "$valid" "${lateness:-0}" "${lateness_p50:-0}" "${json_keep:-/dev/null}" <<'PY'
-import json, sys
+import json, os, sys
 rows_path, valid, lateness, lateness_p50, out = sys.argv[1:]
 rows = [json.loads(l) for l in open(rows_path) if l.strip()]
+# How lockstep's TCP ranks connected: on first use, or every pair at start-up.
+connections = "full_mesh" if os.environ.get("LOCKSTEP_RUNTIME_CONNECT") == "0" else "on_demand"
 with open(out, "w") as o:
   for r in rows:
+    if r.get("impl", "lockstep") == "lockstep":
+      r["connections"] = connections
     r["valid"] = valid == "true"
     r["lateness_p99_us"] = float(lateness or 0)
     r["lateness_p50_us"] = float(lateness_p50 or 0)
@@ -478,7 +485,8 @@ with open(out, "w") as o:
 cols = ["impl", "op", "bytes", "p", "hosts", "delay_us", "time_us", "p50_us", "p95_us", "wrong", "setup_s",
         "rss_mib", "fds", "load"]
 if any(r.get("op", "").startswith("launch_") for r in rows):
-  cols = ["impl", "op", "rdzv", "p", "hosts", "delay_us", "startup_s", "setup_s", "wall_s", "ranks_trained", "load"]
+  cols = ["impl", "op", "rdzv", "connections", "p", "hosts", "delay_us", "startup_s", "setup_s", "wall_s",
+          "ranks_trained", "load"]
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
 for r in rows:
