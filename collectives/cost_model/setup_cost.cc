@@ -30,16 +30,30 @@ double Log2Ceil(double n) { return n <= 1 ? 0 : std::ceil(std::log2(n) - 1e-12);
 Terms TermsOf(const Topology& t, Connections connections) {
   const double p = static_cast<double>(t.p), H = static_cast<double>(t.hosts),
                L = static_cast<double>(t.ranks_per_host);
-  const bool mesh = connections == Connections::kFullMesh;
   Terms terms;
-  terms.requests = p * (4 + MultiGetRequests(p) + MultiGetRequests(2 * (p - 1)));
-  terms.values = p * (p + 2 * (p - 1));
-  terms.peers = mesh ? p - 1 : Log2Ceil(p);
-  if (t.mixed()) {
-    terms.requests += H * (3 + MultiGetRequests(2 * (H - 1))) + p * (3 + MultiGetRequests(2 * (L - 1)));
-    terms.values += 2 * H * (H - 1) + 2 * p * (L - 1);
-    // On demand the first all-reduce runs among the leaders only.
-    terms.peers = mesh ? terms.peers + (H - 1) + (L - 1) : Log2Ceil(H) + (L - 1);
+  if (connections == Connections::kFullMesh) {
+    terms.requests = p * (4 + MultiGetRequests(p) + MultiGetRequests(2 * (p - 1)));
+    terms.values = p * (p + 2 * (p - 1));
+    terms.peers = p - 1;
+    if (t.mixed()) {
+      terms.requests += H * (3 + MultiGetRequests(2 * (H - 1))) + p * (3 + MultiGetRequests(2 * (L - 1)));
+      terms.values += 2 * H * (H - 1) + 2 * p * (L - 1);
+      terms.peers += (H - 1) + (L - 1);
+    }
+  } else if (!t.mixed()) {
+    // Each of the first all-reduce's partners: one lookup of 2 keys.
+    const double partners = Log2Ceil(p);
+    terms.requests = p * (4 + MultiGetRequests(p) + partners);
+    terms.values = p * (p + 2 * partners);
+    terms.peers = partners;
+  } else {
+    // The flat group's transport reads nothing until it is used; the first
+    // all-reduce runs among the leaders (recursive doubling over H) and in
+    // each host (shared memory, connected at once).
+    const double partners = Log2Ceil(H);
+    terms.requests = p * (4 + MultiGetRequests(p)) + H * (3 + partners) + p * (3 + MultiGetRequests(2 * (L - 1)));
+    terms.values = p * p + 2 * H * partners + 2 * p * (L - 1);
+    terms.peers = partners + (L - 1);
   }
   terms.oversubscription = std::max(1.0, L / std::max(1, t.cores_per_host));
   return terms;

@@ -8,28 +8,36 @@
 //
 // Today (collectives/bootstrap/communicator_factory.cc,
 // collectives/transport/tcp/tcp_transport.cc, collectives/store/tcp_store.cc):
-// every rank publishes its host and reads all p ranks' with one MultiGet;
-// its TCP transport claims its rank, publishes a challenge and an address
-// and reads every peer's two with one MultiGet. A MultiGet is one request
-// per 1,024 keys (c(n) = ceil(n / 1024) requests for n keys). A group on
-// several hosts with several ranks each also sets up the leaders' transport
-// over H ranks and each host's local group (shared memory, the same store
-// pattern over L ranks, connected at once). One server thread answers all
-// requests in turn, so
-//   store_requests R = p(4 + c(p) + c(2(p − 1)))
-//                      [+ H(3 + c(2(H − 1))) + p(3 + c(2(L − 1)))  when mixed]
-//   values served  V = p(p + 2(p − 1))   [+ 2H(H − 1) + 2p(L − 1)  when mixed]
-// Then the handshakes. Connections::kOnDemand (TCP's default): a rank
-// connects to the peers its first collective talks to, the small
-// all-reduce's recursive doubling: P = ceil(log2 p) [ceil(log2 H) + (L − 1)
-// when mixed]; Connections::kFullMesh (LOCKSTEP_RUNTIME_CONNECT=0): every
-// peer, P = p − 1 [+ (H − 1) + (L − 1) when mixed]. Then
+// every rank publishes its host and reads all p ranks' with one MultiGet (a
+// MultiGet is one request per 1,024 keys: c(n) = ceil(n / 1024) requests for
+// n keys); its TCP transport claims its rank and publishes a challenge and
+// an address. A group on several hosts with several ranks each also sets
+// up the leaders' transport over H ranks and each host's local group
+// (shared memory over L ranks, which reads its L - 1 peers' two keys and
+// connects them at once). One server thread answers all requests in turn.
+//
+// Connections::kOnDemand (the default): a TCP rank reads a peer's address
+// (one request, 2 keys) and connects to it when it first talks to it; up to
+// the first collective, a small all-reduce, that is recursive doubling's
+// partners: P = ceil(log2 p) for a flat group; in a mixed group the flat
+// transport stays idle and the leaders' has ceil(log2 H) partners:
+//   R = p(4 + c(p) + P)        V = p(p + 2P)                      flat
+//   R = p(4 + c(p)) + H(3 + P_H) + p(3 + c(2(L − 1)))
+//   V = p² + 2H·P_H + 2p(L − 1)     P = P_H + (L − 1)              mixed
+// Connections::kFullMesh (LOCKSTEP_RUNTIME_CONNECT=0): every transport reads
+// every peer's two keys with one MultiGet and connects every peer:
+//   R = p(4 + c(p) + c(2(p − 1)))
+//       [+ H(3 + c(2(H − 1))) + p(3 + c(2(L − 1)))  when mixed]
+//   V = p(p + 2(p − 1))   [+ 2H(H − 1) + 2p(L − 1)  when mixed]
+//   P = p − 1  [+ (H − 1) + (L − 1) when mixed]
+// Then
 //   T_setup = constant_us + store_us_per_request·R + store_us_per_value·V
 //             + handshake_us·P·max(1, L/C)
 // (connections are made one peer after another, each a few round trips and
 // an HMAC, and a host's L ranks share its C cores). The store's serial work
 // and the ranks' handshakes are added, not overlapped: an upper bound.
-// V is the square that remains: every rank still reads every address.
+// The square that remains on demand is the host identities: every rank
+// reads all p of them (c(p) requests, p values) to learn the host layout.
 //
 // Warnings name the limits today's code meets at this p: a rank's sockets
 // (2(p − 1) for the full mesh) beyond the usual 1024 descriptors, and more

@@ -30,13 +30,15 @@ TEST(PredictSetup, FlatGroupByHand) {
   EXPECT_DOUBLE_EQ(s->time_us, 1000 + 2 * 24 + 0.5 * 40 + 10 * 3);
   EXPECT_TRUE(s->warnings.empty());
   // On demand (the default): the first all-reduce's 2 recursive-doubling
-  // partners; the store's part is the same.
+  // partners, each one lookup of 2 keys: R = 4 (4 + 1 + 2) = 28,
+  // V = 4 (4 + 2 * 2) = 32.
   s = PredictSetup(Topology{4, 1, 4, 4}, WithSetup(1000, 2, 10));
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_DOUBLE_EQ(s->store_requests, 24);
+  EXPECT_DOUBLE_EQ(s->store_requests, 28);
+  EXPECT_DOUBLE_EQ(s->store_values, 32);
   EXPECT_DOUBLE_EQ(s->peers_per_rank, 2);
   EXPECT_EQ(s->sockets_per_rank, 4);
-  EXPECT_DOUBLE_EQ(s->time_us, 1000 + 2 * 24 + 0.5 * 40 + 10 * 2);
+  EXPECT_DOUBLE_EQ(s->time_us, 1000 + 2 * 28 + 0.5 * 32 + 10 * 2);
   // 5 ranks: 3 partners (ceil(log2 5)), 1 rank: none.
   EXPECT_DOUBLE_EQ(PredictSetup(Topology{5, 1, 5, 5}, WithSetup(0, 0, 1))->peers_per_rank, 3);
   EXPECT_DOUBLE_EQ(PredictSetup(Topology{1, 1, 1, 1}, WithSetup(0, 0, 1))->peers_per_rank, 0);
@@ -54,9 +56,13 @@ TEST(PredictSetup, MixedGroupAddsLeadersAndLocalGroupsAndSharesCores) {
   EXPECT_DOUBLE_EQ(s->peers_per_rank, 11);
   EXPECT_DOUBLE_EQ(s->handshake_us, 10 * 11 * 2);
   EXPECT_DOUBLE_EQ(s->time_us, 1000 + 2 * 88 + 0.5 * 228 + 220);
-  // On demand: 1 leader partner (log2 2) + the host's 3 local peers.
+  // On demand: the flat transport reads nothing; 1 leader partner (log2 2)
+  // + the host's 3 local peers. R = 8 (4 + 1) + 2 (3 + 1) + 8 (3 + 1) = 80,
+  // V = 64 + 2 * 2 * 1 + 2 * 8 * 3 = 116.
   s = PredictSetup(Topology{8, 2, 4, 2}, WithSetup(1000, 2, 10));
   ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->store_requests, 80);
+  EXPECT_DOUBLE_EQ(s->store_values, 116);
   EXPECT_DOUBLE_EQ(s->peers_per_rank, 4);
   EXPECT_DOUBLE_EQ(s->handshake_us, 10 * 4 * 2);
 }
@@ -64,10 +70,16 @@ TEST(PredictSetup, MixedGroupAddsLeadersAndLocalGroupsAndSharesCores) {
 // A MultiGet is one request per 1,024 keys: at p = 2,048 each rank's host
 // read is 2 requests and its address read 4 (4,094 keys).
 TEST(PredictSetup, MultiGetsOfMoreThan1024KeysTakeSeveralRequests) {
-  absl::StatusOr<SetupPrediction> s = PredictSetup(Topology{2048, 1, 2048, 2048}, WithSetup(0, 1, 0, 0));
+  absl::StatusOr<SetupPrediction> s =
+      PredictSetup(Topology{2048, 1, 2048, 2048}, WithSetup(0, 1, 0, 0), Connections::kFullMesh);
   ASSERT_TRUE(s.ok());
   EXPECT_DOUBLE_EQ(s->store_requests, 2048.0 * (4 + 2 + 4));
   EXPECT_DOUBLE_EQ(s->store_values, 2048.0 * (2048 + 2 * 2047));
+  // On demand only the hosts' MultiGet is that large; 11 lookups.
+  s = PredictSetup(Topology{2048, 1, 2048, 2048}, WithSetup(0, 1, 0, 0));
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->store_requests, 2048.0 * (4 + 2 + 11));
+  EXPECT_DOUBLE_EQ(s->store_values, 2048.0 * (2048 + 2 * 11));
 }
 
 TEST(PredictSetup, GrowsWithPAndWarnsAtScale) {
