@@ -22,7 +22,8 @@
 // TCP between them) otherwise; `transport` or LOCKSTEP_TRANSPORT=tcp|shm
 // forces one, and LOCKSTEP_HOST_ID overrides the host identity
 // (collectives/transport/host_identity.h). `group.comm->capabilities().name` says
-// which one runs.
+// which one runs. TCP ranks connect when they first talk;
+// LOCKSTEP_RUNTIME_CONNECT=0 connects every pair at start-up instead.
 #ifndef LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
 #define LOCKSTEP_COLLECTIVES_BOOTSTRAP_INIT_FROM_ENV_H_
 
