@@ -37,6 +37,13 @@ struct Hello {
   uint8_t nonce_and_mac[48];  // Version 3: 16-byte nonce, 32-byte MAC.
 };
 
+// Publishes "rank 1" in `store` at 127.0.0.1:`port` (with an all-zero
+// challenge), as a real rank 1 would before any connection.
+absl::Status PublishRank1(Store& store, int port) {
+  LOCKSTEP_RETURN_IF_ERROR(store.Set("tcp_transport/1/challenge", std::string(32, '0')));
+  return store.Set("tcp_transport/1", HostPort("127.0.0.1", port));
+}
+
 // Plays "rank 1" of a 2-rank group against a real rank 0: publishes a
 // listening address, connects to rank 0 and sends `hello` bytes. Returns rank
 // 0's TcpTransport::Create status (full mesh), or that of its first receive
@@ -49,8 +56,7 @@ absl::Status SetUpAgainst(const std::string& hello_bytes, bool full_mesh) {
   int port = 0;
   absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
   if (!listener.ok()) return listener.status();
-  if (absl::Status s = store.Set("tcp_transport/1/challenge", std::string(32, '0')); !s.ok()) return s;
-  if (absl::Status s = store.Set("tcp_transport/1", HostPort("127.0.0.1", port)); !s.ok()) return s;
+  LOCKSTEP_RETURN_IF_ERROR(PublishRank1(store, port));
   auto rank0 = std::async(std::launch::async, [&] {
     absl::StatusOr<std::unique_ptr<TcpTransport>> t = TcpTransport::Create(store, 0, 2, options);
     if (!t.ok() || full_mesh) return t.status();
@@ -306,8 +312,7 @@ TEST(TcpTransportTest, AnAnswerWithoutTheSecretFailsTheFirstSend) {
   int port = 0;
   absl::StatusOr<Fd> listener = Listen("127.0.0.1", 0, &port);
   ASSERT_TRUE(listener.ok());
-  ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
-  ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
+  ASSERT_TRUE(PublishRank1(store, port).ok());
   TcpTransportOptions options;
   options.timeout = Milliseconds(30000);
   options.secret = "group secret";
@@ -392,8 +397,7 @@ TEST(TcpTransportTest, AWrongPublishedAddressFailsAtOnceNamingIt) {
       absl::StatusOr<Fd> closed = Listen("127.0.0.1", 0, &port);
       ASSERT_TRUE(closed.ok());
     }
-    ASSERT_TRUE(store.Set("tcp_transport/1/challenge", std::string(32, '0')).ok());
-    ASSERT_TRUE(store.Set("tcp_transport/1", HostPort("127.0.0.1", port)).ok());
+    ASSERT_TRUE(PublishRank1(store, port).ok());
     TcpTransportOptions options;
     options.timeout = Milliseconds(600000);  // The long timeout is not what ends it.
     options.full_mesh = full_mesh;
