@@ -18,6 +18,7 @@ their own groups of 2.
 import argparse
 import datetime
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -404,8 +405,15 @@ def run_timeout(torch, dist, rank, timeout_s):
 # -------------------------------------------------------------- driver side
 
 def run_config(world, transport, init, case="ops", timeout=60):
-    env = dict(os.environ, LOCKSTEP_TRANSPORT=transport, OMP_NUM_THREADS="1")
     tmp = tempfile.mkdtemp(prefix="lockstep_torch_test.")
+    try:
+        return run_config_in(tmp, world, transport, init, case, timeout)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_config_in(tmp, world, transport, init, case, timeout):
+    env = dict(os.environ, LOCKSTEP_TRANSPORT=transport, OMP_NUM_THREADS="1")
     args = [sys.executable, os.path.abspath(__file__), "--world", str(world), "--init", init, "--case", case,
             "--timeout", str(timeout), "--path", os.path.join(tmp, "store")]
     server = None

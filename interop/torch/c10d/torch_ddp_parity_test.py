@@ -20,6 +20,7 @@ gradient accumulation.
 import argparse
 import datetime
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,17 +143,20 @@ def main():
     import torch
     tmp = tempfile.mkdtemp(prefix="lockstep_ddp_parity.")
     ok = True
-    for scenario in [args.only] if args.only else SCENARIOS:
-        gloo = run(scenario, "gloo", tmp)
-        lockstep = run(scenario, "lockstep", tmp)
-        problems = compare(torch, scenario, gloo, lockstep)
-        if problems:
-            ok = False
-            print(f"FAIL {scenario}: lockstep and gloo differ:\n  " + "\n  ".join(problems[:20]))
-        else:
-            final = torch.load(lockstep[0])["losses"][-1].item()
-            print(f"ok   {scenario}: {STEPS} steps, losses and parameters bit-identical to gloo's "
-                  f"(last loss {final:.6f})")
+    try:
+        for scenario in [args.only] if args.only else SCENARIOS:
+            gloo = run(scenario, "gloo", tmp)
+            lockstep = run(scenario, "lockstep", tmp)
+            problems = compare(torch, scenario, gloo, lockstep)
+            if problems:
+                ok = False
+                print(f"FAIL {scenario}: lockstep and gloo differ:\n  " + "\n  ".join(problems[:20]))
+            else:
+                final = torch.load(lockstep[0])["losses"][-1].item()
+                print(f"ok   {scenario}: {STEPS} steps, losses and parameters bit-identical to gloo's "
+                      f"(last loss {final:.6f})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(0 if ok else 1)
 
 
