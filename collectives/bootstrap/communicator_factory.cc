@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/bootstrap/tcp_communicator.h"
 #include "collectives/hierarchical/hierarchical_backend.h"
@@ -159,12 +160,13 @@ absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactory
     if (const char* id = env(kHostIdEnv); id != nullptr) options->host_id = id;
   }
   if (const char* connect = env(kRuntimeConnectEnv); connect != nullptr && *connect != '\0') {
-    if (std::string(connect) != "0" && std::string(connect) != "1") {
+    const absl::string_view value = connect;
+    if (value != "0" && value != "1") {
       return absl::InvalidArgumentError(absl::StrCat(kRuntimeConnectEnv, "='", connect,
                                                      "' is not 0 (connect every pair of ranks at start-up) or 1 "
                                                      "(connect on first use, the default)"));
     }
-    if (std::string(connect) == "0") options->tcp.full_mesh = true;
+    if (value == "0") options->tcp.full_mesh = true;
   }
   return absl::OkStatus();
 }

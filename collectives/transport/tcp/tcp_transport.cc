@@ -152,6 +152,17 @@ struct TcpTransport::Handshake {
     });
   }
 
+  // What this rank says first on a connection it makes to `peer`, whose
+  // published challenge is `challenge`.
+  static Hello ConnectHello(const TcpTransport& t, int peer, const rank_handshake::Nonce& challenge,
+                            const rank_handshake::Nonce& nonce) {
+    Hello hello{{kHelloMagic, kTransportVersion, t.rank_, t.size_}, nonce, {}};
+    if (!t.options_.secret.empty()) {
+      hello.mac = rank_handshake::ConnectMac(t.options_.secret, challenge, t.rank_, peer, t.size_, nonce);
+    }
+    return hello;
+  }
+
   // Our send connection to `peer`: connect, then our hello (its answer is
   // read by ReadAnswer or AwaitAnswer).
   static absl::Status Connect(TcpTransport& t, int peer, Deadline deadline) {
@@ -174,10 +185,7 @@ struct TcpTransport::Handshake {
     }
     TuneSocket(fd->get(), t.options_.socket_buffer_bytes, t.options_.congestion_control);
     LOCKSTEP_ASSIGN_OR_RETURN(p.sent_nonce, rank_handshake::RandomNonce());
-    Hello hello{{kHelloMagic, kTransportVersion, t.rank_, t.size_}, p.sent_nonce, {}};
-    if (!t.options_.secret.empty()) {
-      hello.mac = rank_handshake::ConnectMac(t.options_.secret, p.challenge, t.rank_, peer, t.size_, p.sent_nonce);
-    }
+    const Hello hello = ConnectHello(t, peer, p.challenge, p.sent_nonce);
     LOCKSTEP_RETURN_IF_ERROR(SendAll(fd->get(), &hello, sizeof(hello), deadline, t.PeerName(peer)));
     {
       std::lock_guard<std::mutex> lock(t.links_mu_);
@@ -527,10 +535,7 @@ void TcpTransport::Abort(absl::string_view reason) {
       if (!SplitHostPort(address, &host, &port).ok() || !nonce.ok()) continue;
       absl::StatusOr<Fd> fd = ConnectOnce(host, port, until, &error);
       if (!fd.ok()) continue;
-      rank_handshake::Hello hello{{kHelloMagic, kTransportVersion, rank_, size_}, *nonce, {}};
-      if (!options_.secret.empty()) {
-        hello.mac = rank_handshake::ConnectMac(options_.secret, challenge, rank_, peer, size_, *nonce);
-      }
+      const rank_handshake::Hello hello = Handshake::ConnectHello(*this, peer, challenge, *nonce);
       tell(fd->get(), &hello, sizeof(hello));
       abort_fds_.push_back(std::move(*fd));  // Open until the transport goes: a close could reset it unread.
     }
