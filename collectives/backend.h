@@ -116,6 +116,14 @@ class Backend {
   // "rank 2 (10.0.0.3:41234)", for error messages.
   virtual std::string PeerName(int peer) const = 0;
 
+  // The name of the algorithm AllReduce runs on `count` elements of
+  // `dtype` ("ring", "rabenseifner", ...; "" where the backend does not
+  // say, as NCCL's): a static string.
+  virtual const char* AllReduceAlgorithm(int64_t count, DType dtype) const {
+    (void)count, (void)dtype;
+    return "";
+  }
+
   // Semantics as Communicator's methods of the same names.
   virtual absl::Status AllReduce(const Tensor& input, const Tensor& output, ReduceOp op, const OpContext& op_ctx) = 0;
   virtual absl::Status Reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root,

@@ -109,6 +109,9 @@ int Communicator::size() const { return state_->size; }
 const CommunicatorOptions& Communicator::options() const { return state_->options; }
 const BackendCapabilities& Communicator::capabilities() const { return state_->capabilities; }
 TrafficCounters Communicator::Traffic() const { return state_->backend->Traffic(); }
+const char* Communicator::AllReduceAlgorithm(int64_t count, DType dtype) const {
+  return state_->backend->AllReduceAlgorithm(count, dtype);
+}
 absl::Status Communicator::broken_status() { return state_->queue.broken(); }
 
 void Communicator::set_subgroup_factory(SubgroupFactory factory) { state_->subgroup_factory = std::move(factory); }

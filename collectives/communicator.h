@@ -257,6 +257,10 @@ class Communicator {
   // Payload bytes this rank sent to and received from each peer.
   TrafficCounters Traffic() const;
 
+  // The algorithm AllReduce runs on `count` elements of `dtype` (the
+  // flight recorder's "algorithm"; "" where the backend does not say).
+  const char* AllReduceAlgorithm(int64_t count, DType dtype) const;
+
  private:
   // Everything else (the backend, the operation queue and its threads, the
   // flight recorder) lives in collectives/internal/: this header is the API.

@@ -111,7 +111,11 @@ void CommunicatorState::Run(QueuedOp& op) {
     RunPointToPointBatch(std::move(op));
     return;
   }
-  op.record = recorder.Start(RecordOf(op.fingerprint), started);
+  FlightRecord record = RecordOf(op.fingerprint);
+  if (op.fingerprint.is(communicator_internal::OpType::kAllReduce) && IsValidDType(op.fingerprint.dtype)) {
+    record.algorithm = backend->AllReduceAlgorithm(op.fingerprint.count, static_cast<DType>(op.fingerprint.dtype));
+  }
+  op.record = recorder.Start(record, started);
   OpContext op_ctx{op.fingerprint.seq, DeadlineAfter(started + coarse_tick, options.timeout), nullptr};
   // One pointer captured: std::function keeps it inline (no allocation per
   // operation).

@@ -121,6 +121,7 @@ std::string FlightRecorder::ToJson(int rank, size_t last) const {
     j["peer"] = r.peer;
     if (r.reduce_op >= 0) j["reduce_op"] = std::string(ReduceOpName(static_cast<ReduceOp>(r.reduce_op)));
     if (r.point_to_point) j["tag"] = r.tag;
+    if (*r.algorithm != '\0') j["algorithm"] = r.algorithm;
     j["state"] = StateName(r.state);
     j["started_us"] = r.started_us;
     j["ended_us"] = r.ended_us;

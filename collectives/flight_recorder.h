@@ -44,6 +44,9 @@ struct FlightRecord {
   int32_t peer = -1;       // The root, or the peer; -1: none (-2: any rank).
   int16_t reduce_op = -1;  // core/reduce_op.h's value; -1: none.
   uint32_t tag = 0;        // Point to point.
+  // The algorithm (a static string: "ring", "rabenseifner", ...); "": not
+  // recorded for this operation.
+  const char* algorithm = "";
   State state = State::kRunning;
   int64_t started_us = 0;  // Since the recorder began.
   // -1 while running. Read from the kernel's coarse clock (to its tick, a

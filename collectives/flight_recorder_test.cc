@@ -79,6 +79,18 @@ TEST(FlightRecorderTest, JsonRoundTripsAndForeignTextIsRefused) {
   }
 }
 
+TEST(FlightRecorderTest, KeepsTheAlgorithmWhereOneWasRecorded) {
+  FlightRecorder recorder(8);
+  FlightRecord chosen = AllReduce(0);
+  chosen.algorithm = "rabenseifner";
+  recorder.Finish(recorder.Start(chosen), true);
+  recorder.Finish(recorder.Start(AllReduce(1)), true);
+  const std::string json = recorder.ToJson(0);
+  EXPECT_NE(json.find("\"algorithm\":\"rabenseifner\""), std::string::npos) << json;
+  // Only the first record names one.
+  EXPECT_EQ(json.find("\"algorithm\""), json.rfind("\"algorithm\"")) << json;
+}
+
 RankReport At(int rank, std::vector<std::pair<std::string, std::string>> ops) {
   RankReport r;
   r.rank = rank;

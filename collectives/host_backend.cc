@@ -52,8 +52,16 @@ BackendCapabilities HostBackend::capabilities() const {
 AlgorithmContext HostBackend::Context(const OpContext& op_ctx, DType dtype) {
   AlgorithmContext ctx{*transport_, op_ctx.seq, 0, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
+  ctx.all_reduce = options_.all_reduce;
+  ctx.link = options_.link.value_or(LinkConstantsFor(transport_name_));
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
+}
+
+const char* HostBackend::AllReduceAlgorithm(int64_t count, DType dtype) const {
+  return AllReduceAlgorithmName(ChooseAllReduce(options_.all_reduce, options_.small_message_bytes,
+                                                options_.link.value_or(LinkConstantsFor(transport_name_)),
+                                                static_cast<size_t>(count) * DTypeSize(dtype), count, size()));
 }
 
 absl::StatusOr<Tensor> HostBackend::Stage(const Tensor& t, int slot, bool copy_in) {
@@ -115,7 +123,7 @@ absl::Status HostBackend::AllGather(const Tensor& input, const Tensor& output, c
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, buffer.Flat(rank() * input.numel(), input.numel()));
   LOCKSTEP_RETURN_IF_ERROR(own.CopyFrom(input));
   AlgorithmContext ctx = Context(op_ctx, input.dtype());
-  LOCKSTEP_RETURN_IF_ERROR(RingAllGather(ctx, buffer));
+  LOCKSTEP_RETURN_IF_ERROR(lockstep::AllGather(ctx, buffer));
   return Unstage(buffer, output);
 }
 
@@ -151,8 +159,8 @@ absl::Status HostBackend::ReduceScatter(const Tensor& input, const Tensor& outpu
   Scratch& results = input.device().is_cpu() ? results_ : staging_;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, results.Get(kSlotB, input.numel(), input.dtype()));
   AlgorithmContext ctx = Context(op_ctx, input.dtype());
-  LOCKSTEP_RETURN_IF_ERROR(RingReduceScatter(ctx, source, buffer, op));
-  // The ring has divided chunk r already for AVG.
+  LOCKSTEP_RETURN_IF_ERROR(lockstep::ReduceScatter(ctx, source, buffer, op));
+  // Chunk r is divided already for AVG.
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(rank() * output.numel(), output.numel()));
   return output.CopyFrom(mine);
 }

@@ -59,6 +59,7 @@ class HostBackend : public Backend {
   absl::Status RunPointToPoint(PointToPointSource& source, Deadline deadline) override;
   void Abort(absl::string_view reason) override { transport_->Abort(reason); }
   TrafficCounters Traffic() const override { return transport_->Traffic(); }
+  const char* AllReduceAlgorithm(int64_t count, DType dtype) const override;
 
  private:
   HostBackend(std::unique_ptr<Transport> transport, AlgorithmOptions options, std::string transport_name)

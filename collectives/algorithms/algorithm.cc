@@ -1,6 +1,8 @@
 #include "collectives/algorithms/algorithm.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/kernels.h"
@@ -20,7 +22,46 @@ absl::StatusOr<Tensor> Scratch::Get(int slot, int64_t count, DType dtype) {
   return region.ViewAs(dtype);
 }
 
+const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kAuto:
+      return "auto";
+    case AllReduceAlgorithm::kRing:
+      return "ring";
+    case AllReduceAlgorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+    case AllReduceAlgorithm::kRabenseifner:
+      return "rabenseifner";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
+  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing,
+                               AllReduceAlgorithm::kRecursiveDoubling, AllReduceAlgorithm::kRabenseifner}) {
+    if (name == AllReduceAlgorithmName(a)) return a;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("all-reduce algorithm '", name, "' is not one of auto, ring, recursive_doubling, rabenseifner"));
+}
+
+LinkConstants LinkConstantsFor(absl::string_view transport_name) {
+  if (transport_name == "shm") return LinkConstants{1.0, 1.0 / 8000, 1.0 / 10000};
+  return LinkConstants();
+}
+
 absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
+  if (options.link.has_value()) {
+    const LinkConstants& l = *options.link;
+    for (auto [name, value] : {std::pair<const char*, double>{"latency_us", l.latency_us},
+                               {"us_per_byte", l.us_per_byte},
+                               {"reduce_us_per_byte", l.reduce_us_per_byte}}) {
+      if (!(value >= 0) || !std::isfinite(value)) {
+        return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.link.", name, " is ", value,
+                                                       "; it must be finite and >= 0 (or leave link unset)"));
+      }
+    }
+  }
   constexpr size_t kMaxSegment = size_t{1} << 30;
   if (options.segment_bytes == 0 || options.segment_bytes > kMaxSegment) {
     return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.segment_bytes is ", options.segment_bytes,
@@ -49,6 +90,12 @@ int64_t TotalOf(absl::Span<const Chunk> blocks) {
 absl::Status FinishAverage(ReduceOp op, const Tensor& t, int world_size) {
   if (op != ReduceOp::kAvg || world_size == 1 || t.numel() == 0) return absl::OkStatus();
   return Divide(t, world_size);
+}
+
+absl::Status ReduceOrdered(ReduceOp op, const Tensor& mine, const Tensor& theirs, bool mine_first) {
+  if (mine_first) return ReduceInto(StepOp(op), theirs, mine);
+  const Tensor inputs[] = {theirs, mine};
+  return Reduce(StepOp(op), inputs, mine);
 }
 
 absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset,

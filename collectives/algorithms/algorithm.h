@@ -12,9 +12,12 @@
 #define LOCKSTEP_COLLECTIVES_ALGORITHMS_ALGORITHM_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "collectives/transport/transport.h"
 #include "core/reduce_op.h"
@@ -36,6 +39,36 @@ class Scratch {
   std::vector<Tensor> bytes_;  // u8 buffers, one per slot, grown on demand.
 };
 
+// The all-reduce algorithms (collectives/algorithms/all_reduce.h chooses
+// among them; LOCKSTEP_ALGO forces one, as NCCL_ALGO).
+enum class AllReduceAlgorithm {
+  kAuto,               // Chosen per call from the size and the world (ChooseAllReduce).
+  kRing,               // collectives/algorithms/ring_all_reduce.h
+  kRecursiveDoubling,  // collectives/algorithms/recursive_doubling_all_reduce.h
+  kRabenseifner,       // collectives/algorithms/rabenseifner_all_reduce.h
+};
+
+// "auto", "ring", "recursive_doubling", "rabenseifner".
+const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
+
+// The inverse of AllReduceAlgorithmName, or InvalidArgument listing the
+// names.
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name);
+
+// The α-β-γ constants that ChooseAllReduce (collectives/algorithms/all_reduce.h)
+// weighs the algorithms with, for the links of one group; the terms are
+// collectives/cost_model/cost_model.h's, and `tools/scale_lab` calibrates
+// them for a cluster. The defaults: a 10 Gbit/s network with 50 µs a step.
+struct LinkConstants {
+  double latency_us = 50;                   // α: one step's fixed time.
+  double us_per_byte = 1.0 / 1250;          // β: each byte's.
+  double reduce_us_per_byte = 1.0 / 10000;  // γ: reducing a byte (f32 sum).
+};
+
+// The constants for a transport's links when AlgorithmOptions::link is
+// unset: "shm" ~1 µs and ~8 GB/s; anything else the network's defaults.
+LinkConstants LinkConstantsFor(absl::string_view transport_name);
+
 // How the algorithms run; the defaults suit TCP on loopback and LANs
 // (docs/PERFORMANCE.md has the measurements behind them).
 struct AlgorithmOptions {
@@ -49,6 +82,12 @@ struct AlgorithmOptions {
   // posted that a rank keeps (collectives/point_to_point.h); beyond it such
   // a message is an error.
   size_t unexpected_bytes_limit = 64 << 20;
+  // The all-reduce algorithm: kAuto chooses per call; any other is used at
+  // every size (except where it cannot run: see ChooseAllReduce).
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::kAuto;
+  // The links' constants for the automatic choice; unset: the transport's
+  // (LinkConstantsFor).
+  std::optional<LinkConstants> link;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -64,6 +103,8 @@ struct AlgorithmContext {
   size_t small_message_bytes = AlgorithmOptions().small_message_bytes;
   // The buffer's element type in messages (MessageTag::element); 0: untyped.
   uint8_t element = 0;
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::kAuto;
+  LinkConstants link;
 
   // A scratch tensor from `scratch`, or a fresh one.
   absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {
@@ -88,6 +129,30 @@ inline Chunk ChunkOf(int64_t count, int n, int i) {
   return Chunk{begin, end - begin};
 }
 
+// MPICH's rule for running a power-of-two algorithm on n ranks: p is the
+// largest power of two <= n; the first 2*(n - p) ranks fold in pairs (the
+// even one hands its data to the odd one, which takes part as virtual rank
+// r/2, and gets the result back at the end); the others are virtual rank
+// r - (n - p).
+struct PowerOfTwoFold {
+  PowerOfTwoFold(int n, int rank) : rank(rank) {
+    while (p * 2 <= n) p *= 2;
+    extra = n - p;
+    vrank = rank < 2 * extra ? (rank % 2 == 1 ? rank / 2 : -1) : rank - extra;
+  }
+  // The real rank of virtual rank v.
+  int RealRank(int v) const { return v < extra ? 2 * v + 1 : v + extra; }
+  // This rank is one of a folding pair.
+  bool paired() const { return rank < 2 * extra; }
+  // This rank handed its data over and waits for the result.
+  bool folded_away() const { return vrank < 0; }
+
+  int rank;
+  int p = 1;
+  int extra = 0;
+  int vrank = 0;
+};
+
 // The blocks of an uneven collective ("V" operations, as MPI's
 // MPI_Allgatherv): block i holds counts[i] elements, the blocks laid out
 // one after another in rank order. Counts must be >= 0 (the Communicator
@@ -99,6 +164,11 @@ int64_t TotalOf(absl::Span<const Chunk> blocks);
 
 // The reduction applied at each step: AVG sums, and divides once at the end.
 inline ReduceOp StepOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
+// mine = op(lower rank's data, higher rank's data): op(mine, theirs) when
+// `mine_first`, op(theirs, mine) otherwise (with AVG's sum). A pairwise
+// step computed this way gives the same bits whichever side computes it.
+absl::Status ReduceOrdered(ReduceOp op, const Tensor& mine, const Tensor& theirs, bool mine_first);
 
 // For AVG: divides `t` by the world size (exact division, as PyTorch's
 // grad.div_(world_size)); nothing for other ops.

@@ -1,8 +1,27 @@
 #include "collectives/algorithms/all_gather.h"
 
+#include "collectives/algorithms/bruck_all_gather.h"
 #include "collectives/algorithms/ring.h"
 
 namespace lockstep {
+
+bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p) {
+  if (p <= 2) return false;  // One step either way: the ring receives in place.
+  if (forced != AllReduceAlgorithm::kAuto) return forced != AllReduceAlgorithm::kRing;
+  int steps = 0;
+  while ((1 << steps) < p) ++steps;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double ring = (p - 1) * (a + bytes / p * b);
+  const double bruck = steps * a + (p - 1) * bytes / p * b + bytes * g;
+  return bruck < ring;
+}
+
+absl::Status AllGather(AlgorithmContext& ctx, const Tensor& buffer) {
+  if (UseBruck(ctx.all_reduce, ctx.link, static_cast<double>(buffer.nbytes()), ctx.size())) {
+    return BruckAllGather(ctx, buffer);
+  }
+  return RingAllGather(ctx, buffer);
+}
 
 absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer) {
   return RunRing(ctx, buffer, ReduceOp::kSum, RingPhases::kAllGather);

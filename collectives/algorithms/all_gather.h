@@ -9,6 +9,16 @@
 
 namespace lockstep {
 
+// The all-gather the host backend runs: Bruck's (collectives/algorithms/bruck_all_gather.h)
+// when UseBruck says so, the ring otherwise. Same contract as RingAllGather.
+absl::Status AllGather(AlgorithmContext& ctx, const Tensor& buffer);
+
+// Whether Bruck's ceil(log2 p) steps (and its one extra copy) take less
+// α-β-γ time than the ring's p - 1 on `bytes` (the gathered buffer) over p
+// ranks; a forced all-reduce algorithm (LOCKSTEP_ALGO) decides instead:
+// the ring for kRing, Bruck's for the logarithmic ones.
+bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p);
+
 absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer);
 
 // The same with uneven blocks (MPI_Allgatherv): block r of `buffer`

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/testing/algorithm_test_util.h"
 #include "core/status.h"
@@ -53,6 +54,32 @@ TEST(AllGatherTest, UnevenBlocksIncludingEmptyOnes) {
       });
       for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
     }
+  }
+}
+
+TEST(AllGatherTest, ChoosesBruckForManyRanksAndSmallGathers) {
+  const LinkConstants network;  // 50 µs a step, 10 Gbit/s.
+  constexpr auto kAuto = AllReduceAlgorithm::kAuto;
+  EXPECT_FALSE(UseBruck(kAuto, network, 4096, 2));                      // One step either way.
+  EXPECT_TRUE(UseBruck(kAuto, network, 64 << 10, 64));                  // 6 steps against 63.
+  EXPECT_FALSE(UseBruck(kAuto, LinkConstantsFor("shm"), 64 << 20, 4));  // The copy costs more.
+  EXPECT_FALSE(UseBruck(AllReduceAlgorithm::kRing, network, 64 << 10, 64));
+  EXPECT_TRUE(UseBruck(AllReduceAlgorithm::kRabenseifner, LinkConstantsFor("shm"), 64 << 20, 4));
+  // The entry point runs what it chose: 5 ranks forced to Bruck's and to the ring.
+  for (AllReduceAlgorithm forced : {AllReduceAlgorithm::kRabenseifner, AllReduceAlgorithm::kRing}) {
+    AlgorithmRun run;
+    run.size = 5;
+    run.algorithms.all_reduce = forced;
+    constexpr int64_t kCount = 5 * 40;
+    auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+      Tensor t = RankInput(ctx.rank(), kCount);
+      LOCKSTEP_RETURN_IF_ERROR(AllGather(ctx, t));
+      // The ring takes n - 1 steps, Bruck's ceil(log2 n) = 3.
+      const uint32_t steps = forced == AllReduceAlgorithm::kRing ? 4 : 3;
+      if (ctx.next_tag != steps) return absl::InternalError(absl::StrCat(ctx.next_tag, " steps"));
+      return CheckValues(t, [&](int64_t i) { return InputValue(static_cast<int>(i / 40), i); });
+    });
+    for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
   }
 }
 

@@ -12,13 +12,6 @@ namespace lockstep {
 
 namespace {
 
-// buffer = op(lower-ranked data, higher-ranked data), whichever side we are.
-absl::Status Combine(ReduceOp op, const Tensor& buffer, const Tensor& theirs, bool mine_first) {
-  if (mine_first) return ReduceInto(StepOp(op), theirs, buffer);
-  const Tensor inputs[] = {theirs, buffer};
-  return Reduce(StepOp(op), inputs, buffer);
-}
-
 // A receive from the partner that leaves `buffer` = op(lower, higher).
 // Over a transport that consumes in place (shared memory) the partner's
 // bytes are reduced where they lie, as they come: no copy into a scratch
@@ -64,13 +57,13 @@ class CombiningReceive {
 
   // After the exchange: whatever is not reduced yet.
   absl::Status Finish() {
-    if (!in_place_) return Combine(op_, buffer_, theirs_, mine_first_);
+    if (!in_place_) return ReduceOrdered(op_, buffer_, theirs_, mine_first_);
     for (const auto& [begin, end] : staged_) {
       const int64_t first = static_cast<int64_t>(begin / element_);
       const int64_t last = static_cast<int64_t>((end + element_ - 1) / element_);
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer_.Flat(first, last - first));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, theirs_.Flat(first, last - first));
-      LOCKSTEP_RETURN_IF_ERROR(Combine(op_, mine, theirs, mine_first_));
+      LOCKSTEP_RETURN_IF_ERROR(ReduceOrdered(op_, mine, theirs, mine_first_));
     }
     return absl::OkStatus();
   }
@@ -120,33 +113,26 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
   const int n = ctx.size(), r = ctx.rank();
   if (n == 1) return absl::OkStatus();
   const size_t bytes = buffer.nbytes();
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
+  const PowerOfTwoFold fold(n, r);
   // Fold the first 2*extra ranks in pairs.
-  int vrank;
   const MessageTag fold_tag = ctx.NextTag();
-  if (r < 2 * extra) {
-    if (r % 2 == 0) {
+  if (fold.paired()) {
+    if (fold.folded_away()) {
       Transfer t = Transfer::Send(r + 1, buffer.raw_data(), bytes);
       LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
-      vrank = -1;
     } else {
       CombiningReceive receive(ctx, op, buffer, r - 1, /*sending=*/false);
       Transfer t;
       LOCKSTEP_RETURN_IF_ERROR(receive.Init(t));
       LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
       LOCKSTEP_RETURN_IF_ERROR(receive.Finish());
-      vrank = r / 2;
     }
-  } else {
-    vrank = r - extra;
   }
-  auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-  for (int mask = 1; mask < p; mask <<= 1) {
+  const int vrank = fold.vrank;
+  for (int mask = 1; mask < fold.p; mask <<= 1) {
     const MessageTag tag = ctx.NextTag();
     if (vrank < 0) continue;  // Folded ranks skip the doubling rounds (but keep the tag count).
-    const int partner = real_rank(vrank ^ mask);
+    const int partner = fold.RealRank(vrank ^ mask);
     CombiningReceive receive(ctx, op, buffer, partner, /*sending=*/true);
     Transfer transfers[2] = {Transfer::Send(partner, buffer.raw_data(), bytes), Transfer()};
     LOCKSTEP_RETURN_IF_ERROR(receive.Init(transfers[1]));
@@ -160,7 +146,7 @@ absl::Status RecursiveDoublingAllReduce(AlgorithmContext& ctx, const Tensor& buf
   if (vrank >= 0) LOCKSTEP_RETURN_IF_ERROR(FinishAverage(op, buffer, n));
   // Unfold: odd ranks hand the result back to their even neighbour.
   const MessageTag unfold_tag = ctx.NextTag();
-  if (r < 2 * extra) {
+  if (fold.paired()) {
     Transfer t =
         r % 2 == 1 ? Transfer::Send(r - 1, buffer.raw_data(), bytes) : Transfer::Recv(r + 1, buffer.raw_data(), bytes);
     LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, unfold_tag, ctx.deadline));

@@ -9,6 +9,19 @@
 
 namespace lockstep {
 
+// The reduce-scatter the host backend runs: recursive halving
+// (collectives/algorithms/recursive_halving_reduce_scatter.h) when
+// UseRecursiveHalving says so, the ring otherwise. Same contract as the
+// out-of-place RingReduceScatter (AVG divided on chunk r).
+absl::Status ReduceScatter(AlgorithmContext& ctx, const Tensor& input, const Tensor& buffer, ReduceOp op);
+
+// Whether recursive halving's log2 p steps (its reductions not overlapped,
+// a copy of the input, and a fold when p is not a power of two) take less
+// α-β-γ time than the ring's p - 1 on `bytes` (the input) over p ranks; a
+// forced all-reduce algorithm (LOCKSTEP_ALGO) decides instead: the ring for
+// kRing, recursive halving for the logarithmic ones.
+bool UseRecursiveHalving(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p);
+
 absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op);
 
 // Out of place: `input` is left unchanged (and never copied); afterwards

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/testing/algorithm_test_util.h"
 #include "core/status.h"
@@ -70,6 +71,33 @@ TEST(ReduceScatterTest, UnevenBlocksIncludingEmptyOnes) {
         for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << Describe(run, count) << ": " << s;
       }
     }
+  }
+}
+
+TEST(ReduceScatterTest, ChoosesRecursiveHalvingForManyRanks) {
+  const LinkConstants network;  // 50 µs a step, 10 Gbit/s.
+  constexpr auto kAuto = AllReduceAlgorithm::kAuto;
+  EXPECT_FALSE(UseRecursiveHalving(kAuto, network, 4096, 2));
+  EXPECT_TRUE(UseRecursiveHalving(kAuto, network, 1 << 20, 64));  // 6 steps against 63.
+  EXPECT_FALSE(UseRecursiveHalving(kAuto, LinkConstantsFor("shm"), 64 << 20, 4));
+  EXPECT_FALSE(UseRecursiveHalving(AllReduceAlgorithm::kRing, network, 1 << 20, 64));
+  EXPECT_TRUE(UseRecursiveHalving(AllReduceAlgorithm::kRecursiveDoubling, network, 4096, 3));
+  for (AllReduceAlgorithm forced : {AllReduceAlgorithm::kRabenseifner, AllReduceAlgorithm::kRing}) {
+    AlgorithmRun run;
+    run.size = 6;
+    run.algorithms.all_reduce = forced;
+    constexpr int64_t kCount = 6 * 50;
+    auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+      const Tensor input = RankInput(ctx.rank(), kCount);
+      Tensor buffer = *Tensor::Empty({kCount}, DType::kF32);
+      LOCKSTEP_RETURN_IF_ERROR(ReduceScatter(ctx, input, buffer, ReduceOp::kSum));
+      // The ring: n - 1 steps; halving: fold, log2 4, unfold.
+      const uint32_t steps = forced == AllReduceAlgorithm::kRing ? 5 : 4;
+      if (ctx.next_tag != steps) return absl::InternalError(absl::StrCat(ctx.next_tag, " steps"));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, buffer.Flat(ctx.rank() * 50, 50));
+      return CheckValues(mine, [&](int64_t j) { return SumOver(6, ctx.rank() * 50 + j); });
+    });
+    for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
   }
 }
 

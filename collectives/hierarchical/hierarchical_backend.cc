@@ -91,10 +91,27 @@ BackendCapabilities HierarchicalBackend::capabilities() const {
   return c;
 }
 
+const char* HierarchicalBackend::AllReduceAlgorithm(int64_t count, DType dtype) const {
+  if (layout_.num_hosts() == 1) return "hierarchical/local";
+  switch (ChooseAllReduce(options_.all_reduce, options_.small_message_bytes,
+                          options_.link.value_or(LinkConstantsFor("tcp")),
+                          static_cast<size_t>(count) * DTypeSize(dtype), count, layout_.num_hosts())) {
+    case lockstep::AllReduceAlgorithm::kRing:
+      return "hierarchical/ring";
+    case lockstep::AllReduceAlgorithm::kRabenseifner:
+      return "hierarchical/rabenseifner";
+    default:
+      return "hierarchical/recursive_doubling";
+  }
+}
+
 AlgorithmContext HierarchicalBackend::Context(Level level, const OpContext& op_ctx, DType dtype, uint32_t first_tag) {
   Transport& transport = level == Level::kLocal ? *local_ : *leaders_;
   AlgorithmContext ctx{transport, op_ctx.seq, first_tag, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
+  ctx.all_reduce = options_.all_reduce;
+  // Only the leaders' level all-reduces, over TCP between hosts.
+  ctx.link = options_.link.value_or(LinkConstantsFor("tcp"));
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }

@@ -138,6 +138,8 @@ class HierarchicalBackend : public Backend {
   void Abort(absl::string_view reason) override;
   // Every level's bytes, per peer in the group's numbering.
   TrafficCounters Traffic() const override;
+  // "hierarchical/<the leaders' algorithm>".
+  const char* AllReduceAlgorithm(int64_t count, DType dtype) const override;
 
  private:
   enum class Level { kLocal, kLeaders };

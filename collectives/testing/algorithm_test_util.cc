@@ -21,6 +21,8 @@ std::vector<absl::Status> RunAlgorithm(const AlgorithmRun& run,
           *transports[r], /*seq=*/1, 0, DeadlineIn(std::chrono::milliseconds(30000)), run.algorithms.segment_bytes,
           &scratch};
       ctx.small_message_bytes = run.algorithms.small_message_bytes;
+      ctx.all_reduce = run.algorithms.all_reduce;
+      ctx.link = run.algorithms.link.value_or(LinkConstants());
       results[r] = body(ctx);
     });
   }

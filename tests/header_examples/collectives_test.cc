@@ -22,6 +22,9 @@
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/algorithms/all_reduce.h"
 #include "collectives/algorithms/all_to_all.h"
+#include "collectives/algorithms/bruck_all_gather.h"
+#include "collectives/algorithms/rabenseifner_all_reduce.h"
+#include "collectives/algorithms/recursive_halving_reduce_scatter.h"
 #include "ddp/bucket_assignment.h"
 #include "collectives/communicator.h"
 #include "collectives/flight_recorder.h"
@@ -127,6 +130,66 @@ void AllReduceOver(const TransportFactory& make) {
 }
 
 TEST(CollectivesExamplesTest, AllReduceOverATcpTransport) { AllReduceOver(TcpTransportExample); }
+
+// collectives/algorithms/rabenseifner_all_reduce.h
+absl::Status RabenseifnerExample(Transport& transport, const Tensor& buffer) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(RabenseifnerAllReduce(ctx, buffer, ReduceOp::kSum));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/bruck_all_gather.h
+absl::Status BruckExample(Transport& transport, const Tensor& buffer) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  // Block r of `buffer` holds this rank's data; afterwards every block
+  // holds its rank's.
+  LOCKSTEP_RETURN_IF_ERROR(BruckAllGather(ctx, buffer));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/recursive_halving_reduce_scatter.h
+absl::Status RecursiveHalvingExample(Transport& transport, const Tensor& input, const Tensor& buffer) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(RecursiveHalvingReduceScatter(ctx, input, buffer, ReduceOp::kSum));
+  // chunk r of `buffer` (ChunkOf) holds op over every rank's chunk r of `input`.
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, LogarithmicAlgorithmsOverTcpAtThreeRanks) {
+  HashStore store;
+  constexpr int kRanks = 3;
+  constexpr int64_t kCount = 300;  // 100 a rank.
+  std::vector<Tensor> sums, gathered, inputs, scattered;
+  for (int r = 0; r < kRanks; ++r) {
+    sums.push_back(RankData(r, kCount));
+    inputs.push_back(RankData(r, kCount));
+    scattered.push_back(*Tensor::Zeros({kCount}, DType::kF32));
+    gathered.push_back(*Tensor::Zeros({kCount}, DType::kF32));
+    for (int64_t i = r * 100; i < (r + 1) * 100; ++i) gathered[r].data<float>()[i] = static_cast<float>(r * 1000 + i);
+  }
+  ExpectAllOk(RunRanks(kRanks, [&](int rank) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, TcpTransportExample(store, rank, kRanks));
+    LOCKSTEP_RETURN_IF_ERROR(RabenseifnerExample(*transport, sums[rank]));
+    LOCKSTEP_RETURN_IF_ERROR(BruckExample(*transport, gathered[rank]));
+    return RecursiveHalvingExample(*transport, inputs[rank], scattered[rank]);
+  }));
+  const std::vector<float> want = Summed(kRanks, kCount);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(Values(sums[r]), want) << "rank " << r;
+    for (int64_t i = 0; i < kCount; ++i) {
+      EXPECT_EQ(gathered[r].data<float>()[i], static_cast<float>((i / 100) * 1000 + i)) << "rank " << r << ", " << i;
+    }
+    for (int64_t i = r * 100; i < (r + 1) * 100; ++i) {
+      EXPECT_EQ(scattered[r].data<float>()[i], want[static_cast<size_t>(i)]) << "rank " << r << ", " << i;
+    }
+  }
+}
 
 // collectives/algorithms/all_to_all.h
 absl::Status AllToAllExample(Transport& transport, const Tensor& input, const Tensor& output,
