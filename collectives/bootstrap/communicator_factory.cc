@@ -1,11 +1,15 @@
 #include "collectives/bootstrap/communicator_factory.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/bootstrap/tcp_communicator.h"
@@ -21,15 +25,68 @@ namespace {
 
 bool IsTransportName(const std::string& name) { return name == "auto" || name == "tcp" || name == "shm"; }
 
-// Every rank's "<asked>|<identity>", by rank.
+// The values that choose algorithms, which every rank must share:
+// "all_reduce=<name>,small=<bytes>[,link=<α>:<β>:<γ>]" (doubles in C's
+// exact hexadecimal form).
+std::string EncodeSelection(const AlgorithmOptions& a) {
+  std::string s = absl::StrCat("all_reduce=", AllReduceAlgorithmName(a.all_reduce), ",small=", a.small_message_bytes);
+  if (a.link.has_value()) {
+    absl::StrAppend(
+        &s, absl::StrFormat(",link=%a:%a:%a", a.link->latency_us, a.link->us_per_byte, a.link->reduce_us_per_byte));
+  }
+  return s;
+}
+
+// `encoded` (EncodeSelection's, published by `rank`) into `a`.
+absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptions* a) {
+  auto bad = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", rank, " published algorithm choices '",
+                                            encoded, "' (", what,
+                                            "); expected all_reduce=<name>,small=<bytes>[,link=<a>:<b>:<g>]: does "
+                                            "every rank run the same lockstep version?"));
+  };
+  AlgorithmOptions decoded = *a;
+  decoded.link.reset();
+  for (absl::string_view field : absl::StrSplit(encoded, ',')) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+    if (kv.first == "all_reduce") {
+      absl::StatusOr<AllReduceAlgorithm> algorithm = ParseAllReduceAlgorithm(kv.second);
+      if (!algorithm.ok()) return bad(algorithm.status().message());
+      decoded.all_reduce = *algorithm;
+    } else if (kv.first == "small") {
+      uint64_t bytes = 0;
+      if (!absl::SimpleAtoi(kv.second, &bytes)) return bad("small is not a byte count");
+      decoded.small_message_bytes = static_cast<size_t>(bytes);
+    } else if (kv.first == "link") {
+      const std::vector<std::string> parts = absl::StrSplit(kv.second, ':');
+      if (parts.size() != 3) return bad("link has not 3 numbers");
+      double v[3];
+      for (int i = 0; i < 3; ++i) {
+        char* end = nullptr;
+        v[i] = std::strtod(parts[static_cast<size_t>(i)].c_str(), &end);
+        if (parts[static_cast<size_t>(i)].empty() || *end != '\0') return bad("a link constant is not a number");
+      }
+      decoded.link = LinkConstants{v[0], v[1], v[2]};
+    } else {
+      return bad(absl::StrCat("unknown field '", kv.first, "'"));
+    }
+  }
+  LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(decoded));
+  *a = decoded;
+  return absl::OkStatus();
+}
+
+// Every rank's "<asked>;<selection>|<identity>", by rank.
 struct Announcements {
   std::vector<std::string> asked;
+  std::vector<std::string> selections;
   std::vector<std::string> identities;
 };
 
 absl::StatusOr<Announcements> Announce(Store& store, int rank, int size, const std::string& asked,
-                                       const std::string& identity, Milliseconds timeout) {
-  LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), absl::StrCat(asked, "|", identity)));
+                                       const std::string& selection, const std::string& identity,
+                                       Milliseconds timeout) {
+  LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), absl::StrCat(asked, ";", selection, "|", identity)));
   Announcements all;
   // One round trip for all of them (Store::MultiGet), not one per rank.
   std::vector<std::string> keys;
@@ -45,12 +102,15 @@ absl::StatusOr<Announcements> Announce(Store& store, int rank, int size, const s
   for (int peer = 0; peer < size; ++peer) {
     const std::string* value = &(*values)[static_cast<size_t>(peer)];
     const size_t bar = value->find('|');
-    if (bar == std::string::npos) {
+    const size_t semicolon = value->find(';');
+    if (bar == std::string::npos || semicolon == std::string::npos || semicolon > bar) {
       return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", peer, " published '", *value,
-                                              "' as its host; expected '<transport>|<identity>' (another program "
-                                              "uses this store prefix?)"));
+                                              "' as its host; expected '<transport>;<algorithms>|<identity>' "
+                                              "(another program, or another lockstep version, uses this store "
+                                              "prefix?)"));
     }
-    all.asked.push_back(value->substr(0, bar));
+    all.asked.push_back(value->substr(0, semicolon));
+    all.selections.push_back(value->substr(semicolon + 1, bar - semicolon - 1));
     all.identities.push_back(value->substr(bar + 1));
   }
   LOCKSTEP_RETURN_IF_ERROR(store.Set(absl::StrCat("host_read/", rank), "1"));
@@ -168,6 +228,15 @@ absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactory
     }
     if (value == "0") options->tcp.full_mesh = true;
   }
+  if (const char* algo = env(kAlgorithmEnv);
+      algo != nullptr && *algo != '\0' && options->algorithms.all_reduce == AllReduceAlgorithm::kAuto) {
+    absl::StatusOr<AllReduceAlgorithm> forced = ParseAllReduceAlgorithm(algo);
+    if (!forced.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kAlgorithmEnv, "='", algo, "': ", forced.status().message(), " (or unset it)"));
+    }
+    options->algorithms.all_reduce = *forced;
+  }
   return absl::OkStatus();
 }
 
@@ -212,7 +281,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_
   }
   auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, store);
   LOCKSTEP_ASSIGN_OR_RETURN(Announcements all,
-                            Announce(*prefixed, rank, size, options.transport, identity, options.tcp.timeout));
+                            Announce(*prefixed, rank, size, options.transport, EncodeSelection(options.algorithms),
+                                     identity, options.tcp.timeout));
+  // What chooses the algorithms is rank 0's, on every rank: ranks that
+  // chose differently would run different steps and wait for each other.
+  if (absl::Status adopted = DecodeSelection(all.selections[0], 0, &options.algorithms); !adopted.ok()) {
+    return AfterAllRead(*prefixed, size, std::min(options.tcp.timeout, Milliseconds(10000)), adopted);
+  }
   // Every rank has announced, so all are alive and about to read: waiting
   // for them is short, and bounded in case one dies meanwhile.
   const Milliseconds window = std::min(options.tcp.timeout, Milliseconds(10000));

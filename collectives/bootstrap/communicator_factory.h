@@ -13,9 +13,11 @@
 //                             CreateCommunicator(store, rank, world_size, options));
 //   comm->capabilities().name;  // "host over shm", "host over tcp", "hierarchical(shm+tcp)"
 //
-// Every rank publishes "<transport asked for>|<host identity>" under
-// "<store_prefix>/host/<rank>" and reads everybody's, so all ranks make the
-// same choice from the same facts. `transport` (or LOCKSTEP_TRANSPORT)
+// Every rank publishes "<transport asked for>;<algorithm choices>|<host
+// identity>" under "<store_prefix>/host/<rank>" and reads everybody's, so
+// all ranks make the same choice from the same facts; what chooses the
+// algorithms (AlgorithmOptions' all_reduce, small_message_bytes and link:
+// LOCKSTEP_ALGO among them) is rank 0's on every rank. `transport` (or LOCKSTEP_TRANSPORT)
 // forces one: "tcp" always works; "shm" on ranks of several hosts is an
 // error naming them; ranks that ask for different transports fail naming
 // both. Such errors come on every rank: each waits (up to 10 s) until all
@@ -47,6 +49,11 @@ inline constexpr char kTransportEnv[] = "LOCKSTEP_TRANSPORT";
 // NCCL_RUNTIME_CONNECT has the same meaning).
 inline constexpr char kRuntimeConnectEnv[] = "LOCKSTEP_RUNTIME_CONNECT";
 
+// Forces the all-reduce algorithm (AlgorithmOptions::all_reduce): auto,
+// ring, recursive_doubling or rabenseifner, as NCCL_ALGO. Rank 0's value
+// (with the rest of what chooses algorithms) holds on every rank.
+inline constexpr char kAlgorithmEnv[] = "LOCKSTEP_ALGO";
+
 struct CommunicatorFactoryOptions {
   CommunicatorOptions communicator;  // Deadlines, debug checks, Work.
   AlgorithmOptions algorithms;       // Algorithm choice and pipelining (every level).
@@ -69,8 +76,10 @@ absl::Status ValidateCommunicatorFactoryOptions(const CommunicatorFactoryOptions
 
 // LOCKSTEP_TRANSPORT into `transport` when that is "auto" (an explicit
 // choice wins), LOCKSTEP_HOST_ID into `host_id` when empty,
-// LOCKSTEP_RUNTIME_CONNECT=0 into `tcp.full_mesh`. A value that is not
-// auto, tcp or shm (0 or 1) is an InvalidArgument naming the variable.
+// LOCKSTEP_RUNTIME_CONNECT=0 into `tcp.full_mesh`, LOCKSTEP_ALGO into
+// `algorithms.all_reduce` when that is kAuto. A value that is not auto,
+// tcp or shm (0 or 1; an algorithm's name) is an InvalidArgument naming the
+// variable.
 absl::Status ApplyTransportEnvironment(const EnvLookup& env, CommunicatorFactoryOptions* options);
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(std::shared_ptr<Store> store, int rank, int size,

@@ -186,6 +186,75 @@ TEST(CommunicatorFactoryTest, TheEnvironmentForcesTransportAndHost) {
   EXPECT_NE(s.message().find("LOCKSTEP_TRANSPORT='udp'"), absl::string_view::npos) << s;
 }
 
+TEST(CommunicatorFactoryTest, EveryRankRunsRankZerosAlgorithmChoice) {
+  // Rank 0 forces Rabenseifner's all-reduce at every size; the others ask
+  // for the ring above 1 MiB. Had each kept its own, the group would wait
+  // on steps nobody sends; all run rank 0's.
+  constexpr int kRanks = 4;
+  constexpr int64_t kCount = 1000;
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(Milliseconds(60000));
+  std::vector<absl::Status> results(kRanks);
+  std::vector<std::string> chosen(kRanks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommunicatorFactoryOptions options = TestOptions();
+      options.host_id = absl::StrCat("node", rank);
+      options.algorithms.all_reduce = rank == 0 ? AllReduceAlgorithm::kRabenseifner : AllReduceAlgorithm::kRing;
+      options.algorithms.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+      if (rank != 0) options.algorithms.link = LinkConstants{1, 1, 1};
+      results[rank] = [&]() -> absl::Status {
+        LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(store, rank, kRanks, options));
+        chosen[rank] = comm->AllReduceAlgorithm(kCount, DType::kF32);
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor t, Full(kCount, static_cast<float>(rank + 1)));
+        LOCKSTEP_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kSum)->Wait());
+        for (int64_t i = 0; i < kCount; ++i) {
+          if (t.data<float>()[i] != 10.0f) {
+            return absl::InternalError(absl::StrCat("element ", i, " is ", t.data<float>()[i], ", expected 10"));
+          }
+        }
+        return comm->Barrier()->Wait();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(chosen[rank], "rabenseifner") << "rank " << rank;
+  }
+}
+
+TEST(CommunicatorFactoryTest, LockstepAlgoForcesTheAllReduceAlgorithm) {
+  std::map<std::string, std::string> vars;
+  EnvLookup env = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  CommunicatorFactoryOptions options;
+  ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
+  EXPECT_EQ(options.algorithms.all_reduce, AllReduceAlgorithm::kAuto);
+  for (auto [name, algorithm] : {std::pair<const char*, AllReduceAlgorithm>{"ring", AllReduceAlgorithm::kRing},
+                                 {"recursive_doubling", AllReduceAlgorithm::kRecursiveDoubling},
+                                 {"rabenseifner", AllReduceAlgorithm::kRabenseifner}}) {
+    vars["LOCKSTEP_ALGO"] = name;
+    options = CommunicatorFactoryOptions();
+    ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
+    EXPECT_EQ(options.algorithms.all_reduce, algorithm) << name;
+  }
+  // An explicit choice wins over the environment.
+  options = CommunicatorFactoryOptions();
+  options.algorithms.all_reduce = AllReduceAlgorithm::kRing;
+  ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
+  EXPECT_EQ(options.algorithms.all_reduce, AllReduceAlgorithm::kRing);
+  vars["LOCKSTEP_ALGO"] = "tree";
+  options = CommunicatorFactoryOptions();
+  const absl::Status s = ApplyTransportEnvironment(env, &options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("LOCKSTEP_ALGO='tree'"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("rabenseifner"), absl::string_view::npos) << s;
+}
+
 TEST(CommunicatorFactoryTest, RuntimeConnectZeroBuildsTheFullMesh) {
   std::map<std::string, std::string> vars;
   EnvLookup env = [&vars](const char* name) -> const char* {

@@ -363,6 +363,7 @@ absl::Status RunRank(const RankEnvironment& env) {
     if (env.rank == 0 && !sweeps[k].json) {
       if (k > 0) std::printf("\n");
       bench::PrintHeader(*ops[k], sweeps[k], group.info);
+      bench::PrintAlgorithms(*group.comm, *ops[k], sweeps[k]);
     }
     LOCKSTEP_RETURN_IF_ERROR(bench::RunSweep(*group.comm, *ops[k], sweeps[k], group.info.transport, setup_s));
   }

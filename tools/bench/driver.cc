@@ -60,6 +60,35 @@ void PrintHeader(const CollectiveDescriptor& op, const SweepOptions& options, co
   std::fflush(stdout);  // The group is up: say so now, not after the first size.
 }
 
+void PrintAlgorithms(const Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options) {
+  if (op.name != "all_reduce") return;
+  const int64_t element = static_cast<int64_t>(DTypeSize(options.dtype));
+  std::string line;
+  std::string current;
+  int64_t first = 0, last = 0;
+  auto flush = [&] {
+    if (current.empty()) return;
+    absl::StrAppend(&line, line.empty() ? "" : ", ", current, " ", first, first == last ? "" : "-",
+                    first == last ? std::string() : absl::StrCat(last));
+  };
+  const double step = options.step_factor, end = static_cast<double>(options.max_bytes) * 1.0000001;
+  for (double size = static_cast<double>(options.min_bytes); size <= end; size = size * step) {
+    const int64_t bytes = static_cast<int64_t>(size);
+    const std::string algorithm = comm.AllReduceAlgorithm(op.count(bytes, element, comm.size()), options.dtype);
+    if (algorithm.empty()) return;
+    if (algorithm != current) {
+      flush();
+      current = algorithm;
+      first = bytes;
+    }
+    last = bytes;
+    if (size * step <= size) break;
+  }
+  flush();
+  std::printf("# all_reduce algorithm: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 namespace {
 
 // One rank's figures for one size, in the order of the MAX reduction over

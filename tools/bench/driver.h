@@ -63,6 +63,12 @@ struct RunInfo {
 // The table's header lines (for rank 0 when not --json).
 void PrintHeader(const CollectiveDescriptor& op, const SweepOptions& options, const RunInfo& info);
 
+// For all_reduce, a header line with the algorithm the group runs at each
+// size of the sweep ("# all_reduce algorithm: recursive_doubling 4096-131072,
+// rabenseifner 262144-67108864"); nothing for other ops or a backend that
+// does not say.
+void PrintAlgorithms(const Communicator& comm, const CollectiveDescriptor& op, const SweepOptions& options);
+
 // Set-up: process start to the end of the group's first collective (a
 // barrier), in seconds: each row's setup_s shows the slowest rank's. Once per
 // process, before the first sweep.
