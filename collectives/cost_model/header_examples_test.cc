@@ -108,7 +108,7 @@ TEST(HeaderExamples, Predict) {
   absl::StatusOr<Algorithm> today = TodaysChoice(Op::kAllReduce, 64 << 20, *t);
   // best->algorithm, best->cost.time_us; ring->time_us
   EXPECT_LE(best->cost.time_us, ring->time_us);
-  EXPECT_EQ(*today, Algorithm::kHierarchicalRing);
+  EXPECT_EQ(*today, Algorithm::kHierarchicalRabenseifner);
 }
 
 TEST(HeaderExamples, SetupCost) {

@@ -1,5 +1,6 @@
 #include "collectives/cost_model/predict.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,51 @@ absl::StatusOr<Choice> Choose(Op op, int64_t bytes, const Topology& topology, co
   return best;
 }
 
+namespace {
+
+// ChooseAllReduce's comparison (collectives/algorithms/all_reduce.cc: the
+// ring's 2(p-1) steps of n/p, its reductions overlapped, against
+// Rabenseifner's 2 log2 p' steps of 2(p'-1)/p' n sent and reduced, plus a
+// fold of two whole-buffer steps when p is not a power of two), restated
+// here because this library depends on nothing of lockstep's.
+bool RabenseifnerBeatsRing(double bytes, int64_t p, const TodaysRules::Link& link) {
+  if (p < 2) return false;
+  int64_t pow2 = 1;
+  while (pow2 * 2 <= p) pow2 *= 2;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double ring = 2.0 * static_cast<double>(p - 1) * (a + bytes / static_cast<double>(p) * b);
+  const double fold = pow2 != p ? 2 * (a + bytes * b) + bytes * g : 0;
+  const double part = static_cast<double>(pow2 - 1) / static_cast<double>(pow2) * bytes;
+  const double rabenseifner = 2 * std::log2(static_cast<double>(pow2)) * a + part * (2 * b + g) + fold;
+  return rabenseifner < ring;
+}
+
+// UseBruck (collectives/algorithms/all_gather.cc), restated: `bytes` the
+// gathered buffer.
+bool BruckBeatsRing(double bytes, int64_t p, const TodaysRules::Link& link) {
+  if (p <= 2) return false;
+  int steps = 0;
+  while ((int64_t{1} << steps) < p) ++steps;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double n = static_cast<double>(p);
+  return steps * a + (n - 1) * bytes / n * b + bytes * g < (n - 1) * (a + bytes / n * b);
+}
+
+// UseRecursiveHalving (collectives/algorithms/reduce_scatter.cc), restated:
+// `bytes` the input.
+bool HalvingBeatsRing(double bytes, int64_t p, const TodaysRules::Link& link) {
+  if (p <= 2) return false;
+  int64_t pow2 = 1;
+  while (pow2 * 2 <= p) pow2 *= 2;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double n = static_cast<double>(p), q = static_cast<double>(pow2);
+  const double fold = pow2 != p ? 2 * a + bytes * (b + g) + bytes / n * b : 0;
+  const double halving = std::log2(q) * a + (q - 1) / q * bytes * (b + g) + bytes * g + fold;
+  return halving < (n - 1) * (a + bytes / n * b);
+}
+
+}  // namespace
+
 absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules) {
   absl::Status valid = ValidateTopology(topology);
   if (!valid.ok()) return valid;
@@ -173,14 +219,26 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
     case Op::kAllReduce: {
       const int64_t group = hierarchical ? topology.hosts : topology.p;
       const bool small = bytes < rules.small_message_bytes || bytes / rules.element_bytes < group;
+      const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
+      const bool rabenseifner =
+          !small && RabenseifnerBeatsRing(static_cast<double>(bytes), group, shm ? rules.shm : rules.network);
       if (hierarchical) {
-        return small ? Algorithm::kHierarchicalRecursiveDoubling : Algorithm::kHierarchicalRing;
+        return small          ? Algorithm::kHierarchicalRecursiveDoubling
+               : rabenseifner ? Algorithm::kHierarchicalRabenseifner
+                              : Algorithm::kHierarchicalRing;
       }
-      return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
+      return small ? Algorithm::kRecursiveDoubling : rabenseifner ? Algorithm::kRabenseifner : Algorithm::kRing;
     }
     case Op::kAllGather:
-    case Op::kReduceScatter:
-      return Algorithm::kRing;
+    case Op::kReduceScatter: {
+      const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
+      const TodaysRules::Link& link = shm ? rules.shm : rules.network;
+      if (op == Op::kAllGather) {
+        return BruckBeatsRing(static_cast<double>(bytes), topology.p, link) ? Algorithm::kBruck : Algorithm::kRing;
+      }
+      return HalvingBeatsRing(static_cast<double>(bytes), topology.p, link) ? Algorithm::kRecursiveHalving
+                                                                            : Algorithm::kRing;
+    }
     case Op::kAllToAll:
       return Algorithm::kPairwise;
     case Op::kBroadcast:

@@ -67,6 +67,13 @@ struct TodaysRules {
   // kTcp: the transport forced to TCP (LOCKSTEP_TRANSPORT=tcp): flat
   // everywhere, never hierarchical.
   FlatTransport transport = FlatTransport::kAuto;
+  // The constants ChooseAllReduce weighs the ring against Rabenseifner's
+  // with (AlgorithmOptions::link unset: LinkConstantsFor(transport)).
+  struct Link {
+    double latency_us, us_per_byte, reduce_us_per_byte;
+  };
+  Link network{50, 1.0 / 1250, 1.0 / 10000};  // TCP
+  Link shm{1, 1.0 / 8000, 1.0 / 10000};
 };
 
 // What lockstep runs today (collectives/bootstrap/communicator_factory.cc,
@@ -77,9 +84,14 @@ struct TodaysRules {
 //     TCP among the leaders) for all_reduce, broadcast, reduce and barrier,
 //     the flat TCP mesh for the rest;
 //   all_reduce: recursive doubling when bytes < small_message_bytes or
-//     bytes / element_bytes < the group's size, the ring otherwise (in a
-//     hierarchical group, among the leaders: group size = hosts);
-//   all_gather, reduce_scatter: ring; all_to_all: pairwise;
+//     bytes / element_bytes < the group's size; otherwise Rabenseifner's
+//     when its α-β-γ time on the group's link (`network` over TCP, `shm` on
+//     one host) is below the ring's, else the ring (ChooseAllReduce in
+//     collectives/algorithms/all_reduce.h; in a hierarchical group, among
+//     the leaders, over TCP: group size = hosts);
+//   all_gather: Bruck's when its α-β-γ time is below the ring's, else the
+//     ring (UseBruck); reduce_scatter: recursive halving likewise
+//     (UseRecursiveHalving); both over the flat group; all_to_all: pairwise;
 //   broadcast, reduce: binomial tree; barrier: dissemination.
 absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules = {});
 

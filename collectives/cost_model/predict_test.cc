@@ -122,18 +122,26 @@ TEST(TodaysChoice, FollowsTodaysCode) {
   // One host (shared memory) or one rank per host (TCP): flat.
   EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 4096, Make(2, 2)), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(*TodaysChoice(Op::kAllReduce, (256 << 10) - 1, Make(16, 1)), Algorithm::kRecursiveDoubling);
-  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 256 << 10, Make(16, 1)), Algorithm::kRing);
+  // Above it, over TCP, a power of two takes Rabenseifner's; 17 ranks, 1 MiB:
+  // folding costs more than the ring's extra steps.
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 256 << 10, Make(16, 1)), Algorithm::kRabenseifner);
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 1 << 20, Make(17, 1)), Algorithm::kRing);
+  // One host (shared memory): a step costs ~1 µs, the ring's overlap wins.
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 1 << 20, Make(4, 4)), Algorithm::kRing);
   // Fewer f32 elements than ranks: recursive doubling even above 256 KiB.
   EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 300 << 10, Make(100000, 1)), Algorithm::kRecursiveDoubling);
   // Several hosts of several ranks: hierarchical, the rule applied among the leaders.
   EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 4096, Make(1024, 8)), Algorithm::kHierarchicalRecursiveDoubling);
-  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 64 << 20, Make(1024, 8)), Algorithm::kHierarchicalRing);
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 64 << 20, Make(1024, 8)), Algorithm::kHierarchicalRabenseifner);
+  EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 64 << 20, Make(24, 8)), Algorithm::kHierarchicalRing);
   EXPECT_EQ(*TodaysChoice(Op::kBroadcast, 1, Make(1024, 8)), Algorithm::kHierarchicalBinomialTree);
   EXPECT_EQ(*TodaysChoice(Op::kReduce, 1, Make(16, 1)), Algorithm::kBinomialTree);
   EXPECT_EQ(*TodaysChoice(Op::kBarrier, 0, Make(1024, 8)), Algorithm::kHierarchicalDissemination);
   EXPECT_EQ(*TodaysChoice(Op::kBarrier, 0, Make(8, 8)), Algorithm::kDissemination);
-  EXPECT_EQ(*TodaysChoice(Op::kAllGather, 1, Make(1024, 8)), Algorithm::kRing);
-  EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 1, Make(1024, 8)), Algorithm::kRing);
+  EXPECT_EQ(*TodaysChoice(Op::kAllGather, 1, Make(1024, 8)), Algorithm::kBruck);
+  EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 1, Make(1024, 8)), Algorithm::kRecursiveHalving);
+  EXPECT_EQ(*TodaysChoice(Op::kAllGather, 64 << 20, Make(4, 4)), Algorithm::kRing);
+  EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 64 << 20, Make(4, 4)), Algorithm::kRing);
   EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 1, Make(1024, 8)), Algorithm::kPairwise);
   TodaysRules rules;
   rules.small_message_bytes = 1 << 20;

@@ -18,9 +18,9 @@ TEST(Simulate, RowHoldsEveryAlgorithmTheChoiceAndToday) {
   ASSERT_TRUE(row.ok()) << row.status();
   EXPECT_EQ(row->predictions.size(), AlgorithmsFor(Op::kAllReduce).size());
   EXPECT_EQ(row->chosen.algorithm, Choose(Op::kAllReduce, 1 << 20, *t, DefaultCostModel())->algorithm);
-  EXPECT_EQ(row->today, Algorithm::kHierarchicalRing);
+  EXPECT_EQ(row->today, Algorithm::kHierarchicalRabenseifner);
   EXPECT_EQ(row->today_cost.time_us,
-            Predict(Op::kAllReduce, Algorithm::kHierarchicalRing, 1 << 20, *t, DefaultCostModel())->time_us);
+            Predict(Op::kAllReduce, Algorithm::kHierarchicalRabenseifner, 1 << 20, *t, DefaultCostModel())->time_us);
   ASSERT_TRUE(row->nccl_ring.has_value());
   NcclLink link;
   link.bus_gbytes_per_s = 25.0 / 8;
