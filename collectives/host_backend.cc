@@ -54,6 +54,7 @@ AlgorithmContext HostBackend::Context(const OpContext& op_ctx, DType dtype) {
   ctx.small_message_bytes = options_.small_message_bytes;
   ctx.all_reduce = options_.all_reduce;
   ctx.link = options_.link.value_or(LinkConstantsFor(transport_name_));
+  ctx.ranks_per_host = options_.ranks_per_host;
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }

@@ -62,6 +62,10 @@ absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
       }
     }
   }
+  if (options.ranks_per_host < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlgorithmOptions.ranks_per_host is ", options.ranks_per_host, "; it must be >= 1"));
+  }
   constexpr size_t kMaxSegment = size_t{1} << 30;
   if (options.segment_bytes == 0 || options.segment_bytes > kMaxSegment) {
     return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.segment_bytes is ", options.segment_bytes,

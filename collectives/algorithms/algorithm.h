@@ -88,6 +88,11 @@ struct AlgorithmOptions {
   // The links' constants for the automatic choice; unset: the transport's
   // (LinkConstantsFor).
   std::optional<LinkConstants> link;
+  // Ranks that share one host's network link (the most on any host; set by
+  // CreateCommunicator from the host layout). A logarithmic algorithm's far
+  // steps send from all of them at once over that link, the ring's from
+  // one: the automatic choice weighs that. >= 1.
+  int ranks_per_host = 1;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -105,6 +110,7 @@ struct AlgorithmContext {
   uint8_t element = 0;
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::kAuto;
   LinkConstants link;
+  int ranks_per_host = 1;
 
   // A scratch tensor from `scratch`, or a fresh one.
   absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {

@@ -5,19 +5,22 @@
 
 namespace lockstep {
 
-bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p) {
+bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p, int ranks_per_host) {
   if (p <= 2) return false;  // One step either way: the ring receives in place.
   if (forced != AllReduceAlgorithm::kAuto) return forced != AllReduceAlgorithm::kRing;
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
   const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
-  const double ring = (p - 1) * (a + bytes / p * b);
-  const double bruck = steps * a + (p - 1) * bytes / p * b + bytes * g;
+  const double block = bytes / p;
+  const double ring = (p - 1) * (a + block * b);
+  double bruck = bytes * g;  // The rotation back into place.
+  for (int have = 1; have < p; have <<= 1) {
+    const int sharing = have < ranks_per_host ? have : ranks_per_host;
+    bruck += a + sharing * (have < p - have ? have : p - have) * block * b;
+  }
   return bruck < ring;
 }
 
 absl::Status AllGather(AlgorithmContext& ctx, const Tensor& buffer) {
-  if (UseBruck(ctx.all_reduce, ctx.link, static_cast<double>(buffer.nbytes()), ctx.size())) {
+  if (UseBruck(ctx.all_reduce, ctx.link, static_cast<double>(buffer.nbytes()), ctx.size(), ctx.ranks_per_host)) {
     return BruckAllGather(ctx, buffer);
   }
   return RingAllGather(ctx, buffer);

@@ -15,9 +15,11 @@ absl::Status AllGather(AlgorithmContext& ctx, const Tensor& buffer);
 
 // Whether Bruck's ceil(log2 p) steps (and its one extra copy) take less
 // α-β-γ time than the ring's p - 1 on `bytes` (the gathered buffer) over p
-// ranks; a forced all-reduce algorithm (LOCKSTEP_ALGO) decides instead:
-// the ring for kRing, Bruck's for the logarithmic ones.
-bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p);
+// ranks, `ranks_per_host` of them behind each host's link: Bruck's step k
+// sends min(2^k, ranks_per_host) ranks' blocks over it at once, the ring
+// one rank's. A forced all-reduce algorithm (LOCKSTEP_ALGO) decides
+// instead: the ring for kRing, Bruck's for the logarithmic ones.
+bool UseBruck(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p, int ranks_per_host = 1);
 
 absl::Status RingAllGather(AlgorithmContext& ctx, const Tensor& buffer);
 

@@ -83,5 +83,16 @@ TEST(AllGatherTest, ChoosesBruckForManyRanksAndSmallGathers) {
   }
 }
 
+TEST(AllGatherTest, RanksSharingAHostsLinkKeepLargeGathersOnTheRing) {
+  // 64 ranks, 8 a host: Bruck's far steps send from all 8 at once, so the
+  // ring wins from ~550 KB (the lab measured the crossing between 256 KiB
+  // and 1 MiB); one rank a host, Bruck's wins far longer.
+  const LinkConstants network;
+  constexpr auto kAuto = AllReduceAlgorithm::kAuto;
+  EXPECT_TRUE(UseBruck(kAuto, network, 256 << 10, 64, 8));
+  EXPECT_FALSE(UseBruck(kAuto, network, 1 << 20, 64, 8));
+  EXPECT_TRUE(UseBruck(kAuto, network, 1 << 20, 64, 1));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -17,10 +17,13 @@ absl::Status ReduceScatter(AlgorithmContext& ctx, const Tensor& input, const Ten
 
 // Whether recursive halving's log2 p steps (its reductions not overlapped,
 // a copy of the input, and a fold when p is not a power of two) take less
-// α-β-γ time than the ring's p - 1 on `bytes` (the input) over p ranks; a
-// forced all-reduce algorithm (LOCKSTEP_ALGO) decides instead: the ring for
-// kRing, recursive halving for the logarithmic ones.
-bool UseRecursiveHalving(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p);
+// α-β-γ time than the ring's p - 1 on `bytes` (the input) over p ranks,
+// `ranks_per_host` of them behind each host's link (a step of distance d
+// sends min(d, ranks_per_host) ranks' halves over it at once, the ring one
+// rank's). A forced all-reduce algorithm (LOCKSTEP_ALGO) decides instead:
+// the ring for kRing, recursive halving for the logarithmic ones.
+bool UseRecursiveHalving(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int p,
+                         int ranks_per_host = 1);
 
 absl::Status RingReduceScatter(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op);
 

@@ -101,5 +101,13 @@ TEST(ReduceScatterTest, ChoosesRecursiveHalvingForManyRanks) {
   }
 }
 
+TEST(ReduceScatterTest, RanksSharingAHostsLinkKeepLargeReductionsOnTheRing) {
+  const LinkConstants network;
+  constexpr auto kAuto = AllReduceAlgorithm::kAuto;
+  EXPECT_TRUE(UseRecursiveHalving(kAuto, network, 256 << 10, 64, 8));
+  EXPECT_FALSE(UseRecursiveHalving(kAuto, network, 1 << 20, 64, 8));
+  EXPECT_TRUE(UseRecursiveHalving(kAuto, network, 1 << 20, 64, 1));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -140,6 +140,14 @@ absl::StatusOr<std::string> AgreedTransport(const std::vector<std::string>& aske
   return asked[0];
 }
 
+// AlgorithmOptions::ranks_per_host of a TCP group over `layout` (every
+// rank computes it from the same layout).
+int MostRanksOnAHost(const HostLayout& layout) {
+  size_t most = 1;
+  for (const std::vector<int>& ranks : layout.hosts) most = std::max(most, ranks.size());
+  return static_cast<int>(most);
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, std::shared_ptr<Store> store,
                                                               int rank, int size,
                                                               const CommunicatorFactoryOptions& options) {
@@ -176,7 +184,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHierarchical(std::shared_ptr
   auto flat_store = std::make_shared<PrefixStore>("flat", prefixed);
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpTransport> flat,
                             TcpTransport::Create(std::move(flat_store), rank, layout.world_size(), options.tcp));
-  LOCKSTEP_ASSIGN_OR_RETURN(levels.flat, HostBackend::Create(std::move(flat), options.algorithms, "tcp"));
+  // The flat group's ranks share their hosts' links.
+  AlgorithmOptions flat_algorithms = options.algorithms;
+  flat_algorithms.ranks_per_host = MostRanksOnAHost(layout);
+  LOCKSTEP_ASSIGN_OR_RETURN(levels.flat, HostBackend::Create(std::move(flat), flat_algorithms, "tcp"));
   LOCKSTEP_ASSIGN_OR_RETURN(
       std::unique_ptr<HierarchicalBackend> backend,
       HierarchicalBackend::Create(std::move(layout), rank, std::move(levels), options.algorithms));
@@ -320,6 +331,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_
     TcpCommunicatorOptions tcp;
     tcp.communicator = options.communicator;
     tcp.algorithms = options.algorithms;
+    tcp.algorithms.ranks_per_host = MostRanksOnAHost(layout);
     tcp.transport = options.tcp;
     tcp.store_prefix = options.store_prefix;
     return CreateTcpCommunicator(std::move(store), rank, size, tcp);

@@ -1,5 +1,6 @@
 #include "collectives/cost_model/predict.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -180,26 +181,32 @@ bool RabenseifnerBeatsRing(double bytes, int64_t p, const TodaysRules::Link& lin
 }
 
 // UseBruck (collectives/algorithms/all_gather.cc), restated: `bytes` the
-// gathered buffer.
-bool BruckBeatsRing(double bytes, int64_t p, const TodaysRules::Link& link) {
+// gathered buffer, `sharing` ranks behind each host's link.
+bool BruckBeatsRing(double bytes, int64_t p, int64_t sharing, const TodaysRules::Link& link) {
   if (p <= 2) return false;
-  int steps = 0;
-  while ((int64_t{1} << steps) < p) ++steps;
   const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
-  const double n = static_cast<double>(p);
-  return steps * a + (n - 1) * bytes / n * b + bytes * g < (n - 1) * (a + bytes / n * b);
+  const double block = bytes / static_cast<double>(p);
+  double bruck = bytes * g;
+  for (int64_t have = 1; have < p; have <<= 1) {
+    bruck += a + static_cast<double>(std::min(have, sharing) * std::min(have, p - have)) * block * b;
+  }
+  return bruck < static_cast<double>(p - 1) * (a + block * b);
 }
 
 // UseRecursiveHalving (collectives/algorithms/reduce_scatter.cc), restated:
-// `bytes` the input.
-bool HalvingBeatsRing(double bytes, int64_t p, const TodaysRules::Link& link) {
+// `bytes` the input, `sharing` ranks behind each host's link.
+bool HalvingBeatsRing(double bytes, int64_t p, int64_t sharing, const TodaysRules::Link& link) {
   if (p <= 2) return false;
   int64_t pow2 = 1;
   while (pow2 * 2 <= p) pow2 *= 2;
   const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
-  const double n = static_cast<double>(p), q = static_cast<double>(pow2);
-  const double fold = pow2 != p ? 2 * a + bytes * (b + g) + bytes / n * b : 0;
-  const double halving = std::log2(q) * a + (q - 1) / q * bytes * (b + g) + bytes * g + fold;
+  const double n = static_cast<double>(p);
+  double halving = bytes * g + (pow2 != p ? 2 * a + bytes * (b + g) + bytes / n * b : 0);
+  double half = bytes;
+  for (int64_t distance = pow2 / 2; distance >= 1; distance /= 2) {
+    half /= 2;
+    halving += a + half * (static_cast<double>(std::min(distance, sharing)) * b + g);
+  }
   return halving < (n - 1) * (a + bytes / n * b);
 }
 
@@ -233,11 +240,15 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
     case Op::kReduceScatter: {
       const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
       const TodaysRules::Link& link = shm ? rules.shm : rules.network;
+      // Over TCP the ranks of a host share its link (ranks_per_host in
+      // CreateCommunicator); shared memory counts one.
+      const int64_t sharing = shm ? 1 : topology.ranks_per_host;
       if (op == Op::kAllGather) {
-        return BruckBeatsRing(static_cast<double>(bytes), topology.p, link) ? Algorithm::kBruck : Algorithm::kRing;
+        return BruckBeatsRing(static_cast<double>(bytes), topology.p, sharing, link) ? Algorithm::kBruck
+                                                                                     : Algorithm::kRing;
       }
-      return HalvingBeatsRing(static_cast<double>(bytes), topology.p, link) ? Algorithm::kRecursiveHalving
-                                                                            : Algorithm::kRing;
+      return HalvingBeatsRing(static_cast<double>(bytes), topology.p, sharing, link) ? Algorithm::kRecursiveHalving
+                                                                                     : Algorithm::kRing;
     }
     case Op::kAllToAll:
       return Algorithm::kPairwise;

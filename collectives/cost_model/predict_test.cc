@@ -141,6 +141,10 @@ TEST(TodaysChoice, FollowsTodaysCode) {
   EXPECT_EQ(*TodaysChoice(Op::kAllGather, 1, Make(1024, 8)), Algorithm::kBruck);
   EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 1, Make(1024, 8)), Algorithm::kRecursiveHalving);
   EXPECT_EQ(*TodaysChoice(Op::kAllGather, 64 << 20, Make(4, 4)), Algorithm::kRing);
+  // 8 ranks behind each host's link: the ring from ~550 KB (the lab's 8 x 8).
+  EXPECT_EQ(*TodaysChoice(Op::kAllGather, 256 << 10, Make(64, 8)), Algorithm::kBruck);
+  EXPECT_EQ(*TodaysChoice(Op::kAllGather, 1 << 20, Make(64, 8)), Algorithm::kRing);
+  EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 1 << 20, Make(64, 8)), Algorithm::kRing);
   EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 64 << 20, Make(4, 4)), Algorithm::kRing);
   EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 1, Make(1024, 8)), Algorithm::kPairwise);
   TodaysRules rules;

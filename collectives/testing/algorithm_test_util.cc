@@ -23,6 +23,7 @@ std::vector<absl::Status> RunAlgorithm(const AlgorithmRun& run,
       ctx.small_message_bytes = run.algorithms.small_message_bytes;
       ctx.all_reduce = run.algorithms.all_reduce;
       ctx.link = run.algorithms.link.value_or(LinkConstants());
+      ctx.ranks_per_host = run.algorithms.ranks_per_host;
       results[r] = body(ctx);
     });
   }
