@@ -102,6 +102,19 @@ absl::Status ReduceOrdered(ReduceOp op, const Tensor& mine, const Tensor& theirs
   return Reduce(StepOp(op), inputs, mine);
 }
 
+absl::Status FoldPairs(AlgorithmContext& ctx, const PowerOfTwoFold& fold, const Tensor& buffer, ReduceOp op) {
+  const MessageTag tag = ctx.NextTag();
+  if (!fold.paired()) return absl::OkStatus();
+  if (fold.folded_away()) {
+    Transfer t = Transfer::Send(fold.rank + 1, buffer.raw_data(), buffer.nbytes());
+    return ctx.transport.Exchange({&t, 1}, tag, ctx.deadline);
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, ctx.ScratchTensor(0, buffer.numel(), buffer.dtype()));
+  Transfer t = Transfer::Recv(fold.rank - 1, theirs.raw_data(), buffer.nbytes());
+  LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, tag, ctx.deadline));
+  return ReduceOrdered(op, buffer, theirs, /*mine_first=*/false);
+}
+
 absl::Status ReduceRange(ReduceOp op, const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset,
                          int64_t count) {
   if (count == 0) return absl::OkStatus();

@@ -159,6 +159,11 @@ struct PowerOfTwoFold {
   int vrank = 0;
 };
 
+// The fold's step on every rank (one tag): the even rank of each pair sends
+// its whole `buffer` to the odd one, which reduces it in as op(even, odd)
+// through scratch slot 0; other ranks only take the tag.
+absl::Status FoldPairs(AlgorithmContext& ctx, const PowerOfTwoFold& fold, const Tensor& buffer, ReduceOp op);
+
 // The blocks of an uneven collective ("V" operations, as MPI's
 // MPI_Allgatherv): block i holds counts[i] elements, the blocks laid out
 // one after another in rank order. Counts must be >= 0 (the Communicator

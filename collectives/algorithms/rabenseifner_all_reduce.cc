@@ -26,18 +26,7 @@ absl::Status RabenseifnerAllReduce(AlgorithmContext& ctx, const Tensor& buffer, 
   const int p = fold.p;
 
   // Fold: the even rank of each pair hands its whole buffer to the odd one.
-  const MessageTag fold_tag = ctx.NextTag();
-  if (fold.paired()) {
-    if (fold.folded_away()) {
-      Transfer t = Transfer::Send(r + 1, buffer.raw_data(), buffer.nbytes());
-      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
-    } else {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, ctx.ScratchTensor(0, count, buffer.dtype()));
-      Transfer t = Transfer::Recv(r - 1, theirs.raw_data(), buffer.nbytes());
-      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
-      LOCKSTEP_RETURN_IF_ERROR(ReduceOrdered(op, buffer, theirs, /*mine_first=*/false));
-    }
-  }
+  LOCKSTEP_RETURN_IF_ERROR(FoldPairs(ctx, fold, buffer, op));
 
   // Reduce-scatter by recursive halving. The window [lo, hi) is the chunks
   // this rank still reduces; each step keeps the half that bit `mask` of

@@ -32,18 +32,7 @@ absl::Status RecursiveHalvingReduceScatter(AlgorithmContext& ctx, const Tensor& 
     return Chunk{begin, end - begin};
   };
 
-  const MessageTag fold_tag = ctx.NextTag();
-  if (fold.paired()) {
-    if (fold.folded_away()) {
-      Transfer t = Transfer::Send(r + 1, buffer.raw_data(), buffer.nbytes());
-      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
-    } else {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor theirs, ctx.ScratchTensor(0, count, buffer.dtype()));
-      Transfer t = Transfer::Recv(r - 1, theirs.raw_data(), buffer.nbytes());
-      LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange({&t, 1}, fold_tag, ctx.deadline));
-      LOCKSTEP_RETURN_IF_ERROR(ReduceOrdered(op, buffer, theirs, /*mine_first=*/false));
-    }
-  }
+  LOCKSTEP_RETURN_IF_ERROR(FoldPairs(ctx, fold, buffer, op));
 
   // Halving, farthest partner first, so that the window left at the end
   // is this virtual rank's own.

@@ -19,6 +19,14 @@
 namespace lockstep {
 namespace {
 
+// An environment of `vars` (read when looked up, so later changes show).
+EnvLookup LookupIn(const std::map<std::string, std::string>& vars) {
+  return [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
 CommunicatorFactoryOptions TestOptions() {
   CommunicatorFactoryOptions o;
   o.communicator.timeout = Milliseconds(60000);
@@ -164,10 +172,7 @@ TEST(CommunicatorFactoryTest, BadOptionsAreNamed) {
 
 TEST(CommunicatorFactoryTest, TheEnvironmentForcesTransportAndHost) {
   std::map<std::string, std::string> vars = {{"LOCKSTEP_TRANSPORT", "tcp"}, {"LOCKSTEP_HOST_ID", "node9"}};
-  EnvLookup env = [&vars](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
+  EnvLookup env = LookupIn(vars);
   CommunicatorFactoryOptions options;
   ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
   EXPECT_EQ(options.transport, "tcp");
@@ -227,10 +232,7 @@ TEST(CommunicatorFactoryTest, EveryRankRunsRankZerosAlgorithmChoice) {
 
 TEST(CommunicatorFactoryTest, LockstepAlgoForcesTheAllReduceAlgorithm) {
   std::map<std::string, std::string> vars;
-  EnvLookup env = [&vars](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
+  EnvLookup env = LookupIn(vars);
   CommunicatorFactoryOptions options;
   ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
   EXPECT_EQ(options.algorithms.all_reduce, AllReduceAlgorithm::kAuto);
@@ -257,10 +259,7 @@ TEST(CommunicatorFactoryTest, LockstepAlgoForcesTheAllReduceAlgorithm) {
 
 TEST(CommunicatorFactoryTest, RuntimeConnectZeroBuildsTheFullMesh) {
   std::map<std::string, std::string> vars;
-  EnvLookup env = [&vars](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
+  EnvLookup env = LookupIn(vars);
   CommunicatorFactoryOptions options;
   ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
   EXPECT_FALSE(options.tcp.full_mesh);  // On first use by default.
