@@ -53,15 +53,14 @@ AlgorithmContext HostBackend::Context(const OpContext& op_ctx, DType dtype) {
   AlgorithmContext ctx{*transport_, op_ctx.seq, 0, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
   ctx.all_reduce = options_.all_reduce;
-  ctx.link = options_.link.value_or(LinkConstantsFor(transport_name_));
+  ctx.link = *options_.link;
   ctx.ranks_per_host = options_.ranks_per_host;
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }
 
 const char* HostBackend::AllReduceAlgorithm(int64_t count, DType dtype) const {
-  return AllReduceAlgorithmName(ChooseAllReduce(options_.all_reduce, options_.small_message_bytes,
-                                                options_.link.value_or(LinkConstantsFor(transport_name_)),
+  return AllReduceAlgorithmName(ChooseAllReduce(options_.all_reduce, options_.small_message_bytes, *options_.link,
                                                 static_cast<size_t>(count) * DTypeSize(dtype), count, size()));
 }
 

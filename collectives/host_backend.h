@@ -64,9 +64,16 @@ class HostBackend : public Backend {
  private:
   HostBackend(std::unique_ptr<Transport> transport, AlgorithmOptions options, std::string transport_name)
       : transport_(std::move(transport)),
-        options_(options),
+        options_(WithLink(options, transport_name)),
         transport_name_(std::move(transport_name)),
         point_to_point_(*transport_, options.unexpected_bytes_limit) {}
+
+  // `options` with `link` set (the transport's when unset): resolved once,
+  // not per operation.
+  static AlgorithmOptions WithLink(AlgorithmOptions options, absl::string_view transport_name) {
+    if (!options.link.has_value()) options.link = LinkConstantsFor(transport_name);
+    return options;
+  }
 
   // The algorithms' context for an operation on `dtype` elements.
   AlgorithmContext Context(const OpContext& op_ctx, DType dtype);

@@ -71,7 +71,7 @@ absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptio
       return bad(absl::StrCat("unknown field '", kv.first, "'"));
     }
   }
-  LOCKSTEP_RETURN_IF_ERROR(ValidateAlgorithmOptions(decoded));
+  if (absl::Status valid = ValidateAlgorithmOptions(decoded); !valid.ok()) return bad(valid.message());
   *a = decoded;
   return absl::OkStatus();
 }

@@ -168,6 +168,44 @@ TEST(CommunicatorFactoryTest, BadOptionsAreNamed) {
   options.host_id = "a|b";
   EXPECT_FALSE(CreateCommunicator(store, 0, 1, options).ok());
   EXPECT_FALSE(CreateCommunicator(store, 1, 1, TestOptions()).ok());
+  options = TestOptions();
+  options.algorithms.link = LinkConstants{-1, 0, 0};
+  comm = CreateCommunicator(store, 0, 1, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("AlgorithmOptions.link.latency_us is -1"), absl::string_view::npos)
+      << comm.status();
+  options = TestOptions();
+  options.algorithms.ranks_per_host = 0;
+  comm = CreateCommunicator(store, 0, 1, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("AlgorithmOptions.ranks_per_host is 0"), absl::string_view::npos)
+      << comm.status();
+}
+
+TEST(CommunicatorFactoryTest, AForgedOrForeignAnnouncementIsNamedAndNothingIsBuilt) {
+  // Rank 0's place in the store holds what another program, an older
+  // lockstep or a forger wrote; rank 1 fails naming rank 0 and what it
+  // expected, within the short timeout, and builds no group.
+  const std::pair<const char*, const char*> cases[] = {
+      {"tcp|node0", "expected '<transport>;<algorithms>|<identity>'"},
+      {"tcp;all_reduce=tree,small=262144|node0", "rank 0 published algorithm choices"},
+      {"tcp;all_reduce=ring,small=lots|node0", "small is not a byte count"},
+      {"tcp;all_reduce=ring,small=1,link=1:x:1|node0", "a link constant is not a number"},
+      {"tcp;all_reduce=ring,small=1,link=-1:1:1|node0", "AlgorithmOptions.link.latency_us is -1"},
+      {"tcp;all_reduce=ring,small=1,speed=9|node0", "unknown field 'speed'"},
+  };
+  for (const auto& [published, want] : cases) {
+    auto store = std::make_shared<HashStore>();
+    ASSERT_TRUE(store->Set("comm/host/0", published).ok());
+    ASSERT_TRUE(store->Set("comm/host_read/0", "1").ok());
+    CommunicatorFactoryOptions options = TestOptions();
+    options.host_id = "node1";
+    options.tcp.timeout = Milliseconds(5000);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(store, 1, 2, options);
+    ASSERT_FALSE(comm.ok()) << published;
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kDataLoss) << published << ": " << comm.status();
+    EXPECT_NE(comm.status().message().find(want), absl::string_view::npos) << published << ": " << comm.status();
+  }
 }
 
 TEST(CommunicatorFactoryTest, TheEnvironmentForcesTransportAndHost) {

@@ -14,6 +14,13 @@
 namespace lockstep {
 namespace {
 
+// `options` with `link` set: only the leaders' level all-reduces, over TCP
+// between hosts (resolved once, not per operation).
+AlgorithmOptions WithTcpLink(AlgorithmOptions options) {
+  if (!options.link.has_value()) options.link = LinkConstantsFor("tcp");
+  return options;
+}
+
 // First step tags of the algorithms that follow each other on one level
 // within one operation (each algorithm numbers its steps up from there).
 constexpr uint32_t kFirstPhaseTag = 0;
@@ -75,7 +82,7 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
 HierarchicalBackend::HierarchicalBackend(HostLayout layout, int rank, Levels levels, AlgorithmOptions options)
     : layout_(std::move(layout)),
       rank_(rank),
-      options_(options),
+      options_(WithTcpLink(options)),
       local_(std::move(levels.local)),
       leaders_(std::move(levels.leaders)),
       flat_(std::move(levels.flat)),
@@ -93,8 +100,7 @@ BackendCapabilities HierarchicalBackend::capabilities() const {
 
 const char* HierarchicalBackend::AllReduceAlgorithm(int64_t count, DType dtype) const {
   if (layout_.num_hosts() == 1) return "hierarchical/local";
-  switch (ChooseAllReduce(options_.all_reduce, options_.small_message_bytes,
-                          options_.link.value_or(LinkConstantsFor("tcp")),
+  switch (ChooseAllReduce(options_.all_reduce, options_.small_message_bytes, *options_.link,
                           static_cast<size_t>(count) * DTypeSize(dtype), count, layout_.num_hosts())) {
     case lockstep::AllReduceAlgorithm::kRing:
       return "hierarchical/ring";
@@ -110,8 +116,7 @@ AlgorithmContext HierarchicalBackend::Context(Level level, const OpContext& op_c
   AlgorithmContext ctx{transport, op_ctx.seq, first_tag, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
   ctx.all_reduce = options_.all_reduce;
-  // Only the leaders' level all-reduces, over TCP between hosts.
-  ctx.link = options_.link.value_or(LinkConstantsFor("tcp"));
+  ctx.link = *options_.link;
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }
