@@ -98,13 +98,13 @@ absl::Status HostBackend::Reduce(const Tensor& input, const Tensor& output, Redu
   AlgorithmContext ctx = Context(op_ctx, input.dtype());
   // Out of place: the input is read, never copied (a CUDA one is staged).
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor mine, Stage(input, kSlotA, true));
-  if (rank() != root) return BinomialReduce(ctx, mine, Tensor(), op, root);
+  if (rank() != root) return ReduceTo(ctx, mine, Tensor(), op, root);
   if (output.device().is_cpu()) {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Flat1d(output));
-    return BinomialReduce(ctx, mine, out, op, root);
+    return ReduceTo(ctx, mine, out, op, root);
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Stage(output, kSlotB, false));
-  LOCKSTEP_RETURN_IF_ERROR(BinomialReduce(ctx, mine, out, op, root));
+  LOCKSTEP_RETURN_IF_ERROR(ReduceTo(ctx, mine, out, op, root));
   return Unstage(out, output);
 }
 
@@ -113,7 +113,7 @@ absl::Status HostBackend::Broadcast(const Tensor& tensor, int root, const OpCont
   const bool is_root = rank() == root;
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor buffer, Stage(tensor, kSlotA, is_root));
   AlgorithmContext ctx = Context(op_ctx, tensor.dtype());
-  LOCKSTEP_RETURN_IF_ERROR(BinomialBroadcast(ctx, buffer, root));
+  LOCKSTEP_RETURN_IF_ERROR(BroadcastFrom(ctx, buffer, root));
   return is_root ? absl::OkStatus() : Unstage(buffer, tensor);
 }
 

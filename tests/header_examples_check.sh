@@ -46,9 +46,15 @@ CHECKED = {
     "amp/precision_policy.h": "tests/header_examples/amp_test.cc",
     "collectives/algorithms/all_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/all_to_all.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/broadcast.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/bruck_all_gather.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/pipelined_tree.h": ("tests/header_examples/collectives_test.cc", 2),  # 1: formulas
+    "collectives/algorithms/pipelined_tree_broadcast.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/pipelined_tree_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/rabenseifner_all_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/recursive_halving_reduce_scatter.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/reduce.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/tree_all_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/bootstrap/backend_choice.h": "tests/header_examples/bootstrap_test.cc",
     "collectives/bootstrap/communicator_factory.h": ("tests/header_examples/bootstrap_test.cc", 2),  # 1: a table
     "collectives/bootstrap/init_from_env.h": "tests/header_examples/bootstrap_test.cc",

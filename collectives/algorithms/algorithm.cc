@@ -32,17 +32,20 @@ const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
       return "recursive_doubling";
     case AllReduceAlgorithm::kRabenseifner:
       return "rabenseifner";
+    case AllReduceAlgorithm::kTree:
+      return "tree";
   }
   return "unknown";
 }
 
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
-  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing,
-                               AllReduceAlgorithm::kRecursiveDoubling, AllReduceAlgorithm::kRabenseifner}) {
+  for (AllReduceAlgorithm a :
+       {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kRecursiveDoubling,
+        AllReduceAlgorithm::kRabenseifner, AllReduceAlgorithm::kTree}) {
     if (name == AllReduceAlgorithmName(a)) return a;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("all-reduce algorithm '", name, "' is not one of auto, ring, recursive_doubling, rabenseifner"));
+  return absl::InvalidArgumentError(absl::StrCat("all-reduce algorithm '", name,
+                                                 "' is not one of auto, ring, recursive_doubling, rabenseifner, tree"));
 }
 
 LinkConstants LinkConstantsFor(absl::string_view transport_name) {

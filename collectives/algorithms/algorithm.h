@@ -46,9 +46,10 @@ enum class AllReduceAlgorithm {
   kRing,               // collectives/algorithms/ring_all_reduce.h
   kRecursiveDoubling,  // collectives/algorithms/recursive_doubling_all_reduce.h
   kRabenseifner,       // collectives/algorithms/rabenseifner_all_reduce.h
+  kTree,               // collectives/algorithms/tree_all_reduce.h (forced only)
 };
 
-// "auto", "ring", "recursive_doubling", "rabenseifner".
+// "auto", "ring", "recursive_doubling", "rabenseifner", "tree".
 const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 
 // The inverse of AllReduceAlgorithmName, or InvalidArgument listing the

@@ -1,10 +1,13 @@
 #include "collectives/algorithms/all_reduce.h"
 
 #include <cmath>
+#include <cstdint>
 
+#include "collectives/algorithms/pipelined_tree.h"
 #include "collectives/algorithms/rabenseifner_all_reduce.h"
 #include "collectives/algorithms/recursive_doubling_all_reduce.h"
 #include "collectives/algorithms/ring_all_reduce.h"
+#include "collectives/algorithms/tree_all_reduce.h"
 
 namespace lockstep {
 
@@ -24,6 +27,9 @@ double AllReduceTime(AllReduceAlgorithm algorithm, double bytes, int p, const Li
       const double part = (shape.p - 1) / static_cast<double>(shape.p) * bytes;
       return 2 * log_p * a + part * (2 * b + g) + fold;
     }
+    case AllReduceAlgorithm::kTree:
+      return PipelinedTreeTime(link, bytes, p, PipelinedTreeChunks(link, bytes, p, INT64_MAX, true), true) +
+             PipelinedTreeTime(link, bytes, p, PipelinedTreeChunks(link, bytes, p, INT64_MAX, false), false);
     case AllReduceAlgorithm::kAuto:
       break;
   }
@@ -51,6 +57,8 @@ absl::Status AllReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op)
       return RingAllReduce(ctx, buffer, op);
     case AllReduceAlgorithm::kRabenseifner:
       return RabenseifnerAllReduce(ctx, buffer, op);
+    case AllReduceAlgorithm::kTree:
+      return TreeAllReduce(ctx, buffer, op);
     default:
       return RecursiveDoublingAllReduce(ctx, buffer, op);
   }

@@ -3,6 +3,9 @@
 // seen in the bytes each rank sends.
 #include "collectives/algorithms/all_reduce.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/testing/algorithm_test_util.h"
@@ -47,6 +50,22 @@ TEST(AllReduceTest, ChoosesByTheModel) {
   EXPECT_EQ(ChooseAllReduce(kRing, kSmall, network, 12, 3, 5), kDoubling);
 }
 
+TEST(AllReduceTest, TheModelNeverPrefersTheTreeOnOneKindOfLink) {
+  // Why ChooseAllReduce takes the tree only when forced (tree_all_reduce.h).
+  for (const LinkConstants& link :
+       {LinkConstantsFor("tcp"), LinkConstantsFor("shm"), LinkConstants{2000, 1e-3, 1e-4}}) {
+    for (int p = 2; p <= 4096; p = p * 3 / 2 + 1) {
+      for (double bytes = 4096; bytes <= (1 << 30); bytes *= 4) {
+        double best = HUGE_VAL;
+        for (AllReduceAlgorithm a : {kRing, kDoubling, kRabenseifner})
+          best = std::min(best, AllReduceTime(a, bytes, p, link));
+        EXPECT_GE(AllReduceTime(AllReduceAlgorithm::kTree, bytes, p, link), best)
+            << p << " ranks, " << bytes << " bytes";
+      }
+    }
+  }
+}
+
 TEST(AllReduceTest, RunsTheChosenAlgorithmExactly) {
   // 6 ranks, 24000 bytes; rank 5 takes no part in the fold, so it sends
   // the ring's 2(n-1)/n of the buffer (40000), Rabenseifner's 2(p-1)/p over
@@ -57,8 +76,9 @@ TEST(AllReduceTest, RunsTheChosenAlgorithmExactly) {
     size_t small;
     uint64_t want;
   };
+  // The tree's rank 5 is a leaf: it sends its buffer to its parent once.
   for (const Case& c : {Case{kRing, kSmall, 40000}, Case{kRabenseifner, kSmall, 36000}, Case{kDoubling, 0, 48000},
-                        Case{kAuto, size_t{1} << 20, 48000}}) {
+                        Case{kAuto, size_t{1} << 20, 48000}, Case{AllReduceAlgorithm::kTree, kSmall, 24000}}) {
     AlgorithmRun run;
     run.size = 6;
     run.algorithms.small_message_bytes = c.small;
@@ -93,12 +113,12 @@ TEST(AllReduceTest, FewerElementsThanRanksTakesRecursiveDoubling) {
 }
 
 TEST(AllReduceTest, AlgorithmNamesRoundTrip) {
-  for (AllReduceAlgorithm a : {kAuto, kRing, kDoubling, kRabenseifner}) {
+  for (AllReduceAlgorithm a : {kAuto, kRing, kDoubling, kRabenseifner, AllReduceAlgorithm::kTree}) {
     absl::StatusOr<AllReduceAlgorithm> parsed = ParseAllReduceAlgorithm(AllReduceAlgorithmName(a));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, a);
   }
-  EXPECT_EQ(ParseAllReduceAlgorithm("tree").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseAllReduceAlgorithm("double_tree").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,8 +1,18 @@
 #include "collectives/algorithms/broadcast.h"
 
+#include "collectives/algorithms/pipelined_tree_broadcast.h"
 #include "core/status.h"
 
 namespace lockstep {
+
+absl::Status BroadcastFrom(AlgorithmContext& ctx, const Tensor& buffer, int root) {
+  const double bytes = static_cast<double>(buffer.nbytes());
+  if (UsePipelinedTree(ctx.all_reduce, ctx.link, bytes, buffer.numel(), ctx.size(), /*reduce=*/false)) {
+    return PipelinedTreeBroadcast(ctx, buffer, root,
+                                  PipelinedTreeChunks(ctx.link, bytes, ctx.size(), buffer.numel(), false));
+  }
+  return BinomialBroadcast(ctx, buffer, root);
+}
 
 absl::Status BinomialBroadcast(AlgorithmContext& ctx, const Tensor& buffer, int root) {
   const int n = ctx.size(), r = ctx.rank();

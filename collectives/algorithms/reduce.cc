@@ -1,9 +1,20 @@
 #include "collectives/algorithms/reduce.h"
 
+#include "collectives/algorithms/pipelined_tree_reduce.h"
 #include "core/kernels.h"
 #include "core/status.h"
 
 namespace lockstep {
+
+absl::Status ReduceTo(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op, int root) {
+  const double bytes = static_cast<double>(input.nbytes());
+  if (UsePipelinedTree(ctx.all_reduce, ctx.link, bytes, input.numel(), ctx.size(), /*reduce=*/true)) {
+    return PipelinedTreeReduce(ctx, input, output, op, root,
+                               PipelinedTreeChunks(ctx.link, bytes, ctx.size(), input.numel(), true));
+  }
+  // The binomial tree writes non-roots' partial results to scratch itself.
+  return BinomialReduce(ctx, input, ctx.rank() == root ? output : Tensor(), op, root);
+}
 
 absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, int root) {
   return BinomialReduce(ctx, buffer, buffer, op, root);

@@ -1,3 +1,10 @@
+// Reduce to `root`. ReduceTo chooses the algorithm: the pipelined binary
+// tree (collectives/algorithms/pipelined_tree_reduce.h) where
+// UsePipelinedTree says so, else the binomial tree.
+//
+//   AlgorithmContext ctx{transport, seq, 0, deadline};
+//   LOCKSTEP_RETURN_IF_ERROR(ReduceTo(ctx, input, output, ReduceOp::kSum, /*root=*/0));
+//
 // Binomial-tree reduce to `root`, the broadcast tree run backwards: in round
 // k (from the last), virtual rank v with v < 2^k receives from v + 2^k and
 // reduces op(own, child) in place; v in [2^k, 2^(k+1)) sends to v - 2^k.
@@ -9,6 +16,11 @@
 #include "collectives/algorithms/algorithm.h"
 
 namespace lockstep {
+
+// The contract of the out-of-place BinomialReduce below, except that
+// non-roots may also pass `output` (partial results go there: it may be
+// `input` itself) or leave it undefined (a scratch tensor).
+absl::Status ReduceTo(AlgorithmContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op, int root);
 
 absl::Status BinomialReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp op, int root);
 

@@ -188,7 +188,7 @@ TEST(CommunicatorFactoryTest, AForgedOrForeignAnnouncementIsNamedAndNothingIsBui
   // expected, within the short timeout, and builds no group.
   const std::pair<const char*, const char*> cases[] = {
       {"tcp|node0", "expected '<transport>;<algorithms>|<identity>'"},
-      {"tcp;all_reduce=tree,small=262144|node0", "rank 0 published algorithm choices"},
+      {"tcp;all_reduce=pat,small=262144|node0", "rank 0 published algorithm choices"},
       {"tcp;all_reduce=ring,small=lots|node0", "small is not a byte count"},
       {"tcp;all_reduce=ring,small=1,link=1:x:1|node0", "a link constant is not a number"},
       {"tcp;all_reduce=ring,small=1,link=-1:1:1|node0", "AlgorithmOptions.link.latency_us is -1"},
@@ -287,11 +287,11 @@ TEST(CommunicatorFactoryTest, LockstepAlgoForcesTheAllReduceAlgorithm) {
   options.algorithms.all_reduce = AllReduceAlgorithm::kRing;
   ASSERT_TRUE(ApplyTransportEnvironment(env, &options).ok());
   EXPECT_EQ(options.algorithms.all_reduce, AllReduceAlgorithm::kRing);
-  vars["LOCKSTEP_ALGO"] = "tree";
+  vars["LOCKSTEP_ALGO"] = "nvls";
   options = CommunicatorFactoryOptions();
   const absl::Status s = ApplyTransportEnvironment(env, &options);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("LOCKSTEP_ALGO='tree'"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("LOCKSTEP_ALGO='nvls'"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("rabenseifner"), absl::string_view::npos) << s;
 }
 

@@ -210,6 +210,22 @@ bool HalvingBeatsRing(double bytes, int64_t p, int64_t sharing, const TodaysRule
   return halving < (n - 1) * (a + bytes / n * b);
 }
 
+// UsePipelinedTree (collectives/algorithms/pipelined_tree.cc), restated:
+// the pipelined binary tree's best chunk count against the binomial tree.
+bool PipelinedTreeBeatsBinomial(double bytes, double elements, int64_t p, bool reduce, const TodaysRules::Link& link) {
+  if (p <= 2) return false;
+  int64_t height = 0, rounds = 0;
+  while ((int64_t{2} << height) <= p) ++height;
+  while ((int64_t{1} << rounds) < p) ++rounds;
+  const double a = link.latency_us, c = link.us_per_byte + (reduce ? link.reduce_us_per_byte : 0);
+  const double fan = 2;
+  auto tree = [&](double k) { return (static_cast<double>(height) + k - 1) * (a + fan * bytes / k * c); };
+  const double most = std::max(1.0, std::min({elements, bytes / 4096, 1e6}));
+  const double k = height <= 1 ? 1 : a > 0 ? std::sqrt(static_cast<double>(height - 1) * fan * bytes * c / a) : most;
+  const double low = std::clamp(std::floor(k), 1.0, most), high = std::clamp(std::ceil(k), 1.0, most);
+  return std::min(tree(low), tree(high)) < static_cast<double>(rounds) * (a + bytes * c);
+}
+
 }  // namespace
 
 absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules) {
@@ -253,8 +269,16 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
     case Op::kAllToAll:
       return Algorithm::kPairwise;
     case Op::kBroadcast:
-    case Op::kReduce:
-      return hierarchical ? Algorithm::kHierarchicalBinomialTree : Algorithm::kBinomialTree;
+    case Op::kReduce: {
+      // The hierarchical form chooses per level as below; the model prices
+      // its binomial form (an upper bound where a level pipelines).
+      if (hierarchical) return Algorithm::kHierarchicalBinomialTree;
+      const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
+      return PipelinedTreeBeatsBinomial(static_cast<double>(bytes), static_cast<double>(bytes / rules.element_bytes),
+                                        topology.p, op == Op::kReduce, shm ? rules.shm : rules.network)
+                 ? Algorithm::kPipelinedTree
+                 : Algorithm::kBinomialTree;
+    }
     case Op::kBarrier:
       return hierarchical ? Algorithm::kHierarchicalDissemination : Algorithm::kDissemination;
   }

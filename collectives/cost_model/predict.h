@@ -92,7 +92,11 @@ struct TodaysRules {
 //   all_gather: Bruck's when its α-β-γ time is below the ring's, else the
 //     ring (UseBruck); reduce_scatter: recursive halving likewise
 //     (UseRecursiveHalving); both over the flat group; all_to_all: pairwise;
-//   broadcast, reduce: binomial tree; barrier: dissemination.
+//   broadcast, reduce: the pipelined binary tree where its α-β(-γ) time
+//     at its best chunk count is below the binomial tree's, else the
+//     binomial tree (UsePipelinedTree); a hierarchical group chooses so
+//     per level, and is priced here as binomial at every level;
+//   barrier: dissemination.
 absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules = {});
 
 }  // namespace cost_model

@@ -86,7 +86,8 @@ HierarchicalBackend::HierarchicalBackend(HostLayout layout, int rank, Levels lev
       local_(std::move(levels.local)),
       leaders_(std::move(levels.leaders)),
       flat_(std::move(levels.flat)),
-      name_(absl::StrCat("hierarchical(", levels.local_name, "+", levels.leaders_name, ")")) {}
+      name_(absl::StrCat("hierarchical(", levels.local_name, "+", levels.leaders_name, ")")),
+      local_link_(LinkConstantsFor(levels.local_name)) {}
 
 BackendCapabilities HierarchicalBackend::capabilities() const {
   BackendCapabilities c;
@@ -106,6 +107,8 @@ const char* HierarchicalBackend::AllReduceAlgorithm(int64_t count, DType dtype) 
       return "hierarchical/ring";
     case lockstep::AllReduceAlgorithm::kRabenseifner:
       return "hierarchical/rabenseifner";
+    case lockstep::AllReduceAlgorithm::kTree:
+      return "hierarchical/tree";
     default:
       return "hierarchical/recursive_doubling";
   }
@@ -116,7 +119,9 @@ AlgorithmContext HierarchicalBackend::Context(Level level, const OpContext& op_c
   AlgorithmContext ctx{transport, op_ctx.seq, first_tag, op_ctx.deadline, options_.segment_bytes, &scratch_};
   ctx.small_message_bytes = options_.small_message_bytes;
   ctx.all_reduce = options_.all_reduce;
-  ctx.link = *options_.link;
+  // Inside a host the local transport's links (shared memory's), between
+  // hosts the agreed network constants.
+  ctx.link = level == Level::kLocal ? local_link_ : *options_.link;
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }
@@ -147,7 +152,7 @@ absl::Status HierarchicalBackend::AllReduce(const Tensor& input, const Tensor& o
   if (has_local()) {
     AlgorithmContext ctx = Context(Level::kLocal, op_ctx, buffer.dtype(), kFirstPhaseTag);
     // In place: non-leaders' buffers get partial sums, overwritten below.
-    LOCKSTEP_RETURN_IF_ERROR(Annotate(BinomialReduce(ctx, buffer, step, 0), Level::kLocal, "all_reduce"));
+    LOCKSTEP_RETURN_IF_ERROR(Annotate(ReduceTo(ctx, buffer, buffer, step, 0), Level::kLocal, "all_reduce"));
   }
   if (leader()) {
     if (has_leaders()) {
@@ -158,7 +163,7 @@ absl::Status HierarchicalBackend::AllReduce(const Tensor& input, const Tensor& o
   }
   if (has_local()) {
     AlgorithmContext ctx = Context(Level::kLocal, op_ctx, buffer.dtype(), kSecondPhaseTag);
-    LOCKSTEP_RETURN_IF_ERROR(Annotate(BinomialBroadcast(ctx, buffer, 0), Level::kLocal, "all_reduce"));
+    LOCKSTEP_RETURN_IF_ERROR(Annotate(BroadcastFrom(ctx, buffer, 0), Level::kLocal, "all_reduce"));
   }
   return absl::OkStatus();
 }
@@ -182,13 +187,13 @@ absl::Status HierarchicalBackend::Reduce(const Tensor& input, const Tensor& outp
   }
   if (has_local()) {
     AlgorithmContext ctx = Context(Level::kLocal, op_ctx, input.dtype(), kFirstPhaseTag);
-    LOCKSTEP_RETURN_IF_ERROR(Annotate(BinomialReduce(ctx, mine, partial, step, 0), Level::kLocal, "reduce"));
+    LOCKSTEP_RETURN_IF_ERROR(Annotate(ReduceTo(ctx, mine, partial, step, 0), Level::kLocal, "reduce"));
   } else if (partial.raw_data() != mine.raw_data()) {
     LOCKSTEP_RETURN_IF_ERROR(partial.CopyFrom(mine));
   }
   if (leader() && has_leaders()) {
     AlgorithmContext ctx = Context(Level::kLeaders, op_ctx, input.dtype(), kFirstPhaseTag);
-    LOCKSTEP_RETURN_IF_ERROR(Annotate(BinomialReduce(ctx, partial, step, root_host), Level::kLeaders, "reduce"));
+    LOCKSTEP_RETURN_IF_ERROR(Annotate(ReduceTo(ctx, partial, partial, step, root_host), Level::kLeaders, "reduce"));
   }
   if (root != root_leader && host() == root_host) {
     // The last hop, inside the root's host: its leader holds the result.
@@ -214,12 +219,12 @@ absl::Status HierarchicalBackend::Broadcast(const Tensor& tensor, int root, cons
   auto local = [&](int local_root) -> absl::Status {
     if (!has_local()) return absl::OkStatus();
     AlgorithmContext ctx = Context(Level::kLocal, op_ctx, buffer.dtype(), kFirstPhaseTag);
-    return Annotate(BinomialBroadcast(ctx, buffer, local_root), Level::kLocal, "broadcast");
+    return Annotate(BroadcastFrom(ctx, buffer, local_root), Level::kLocal, "broadcast");
   };
   auto leaders = [&]() -> absl::Status {
     if (!leader() || !has_leaders()) return absl::OkStatus();
     AlgorithmContext ctx = Context(Level::kLeaders, op_ctx, buffer.dtype(), kFirstPhaseTag);
-    return Annotate(BinomialBroadcast(ctx, buffer, root_host), Level::kLeaders, "broadcast");
+    return Annotate(BroadcastFrom(ctx, buffer, root_host), Level::kLeaders, "broadcast");
   };
   // The root's host first spreads it (its leader included), then the
   // leaders carry it to the other hosts, which spread it last.

@@ -162,8 +162,9 @@ class HierarchicalBackend : public Backend {
   std::unique_ptr<Transport> local_, leaders_;
   std::unique_ptr<Backend> flat_;
   const std::string name_;
-  Scratch scratch_;  // The algorithms' temporaries.
-  Scratch partial_;  // A leader's partial result in Reduce.
+  const LinkConstants local_link_;  // The local transport's (LinkConstantsFor).
+  Scratch scratch_;                 // The algorithms' temporaries.
+  Scratch partial_;                 // A leader's partial result in Reduce.
 };
 
 }  // namespace lockstep

@@ -22,9 +22,15 @@
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/algorithms/all_reduce.h"
 #include "collectives/algorithms/all_to_all.h"
+#include "collectives/algorithms/broadcast.h"
 #include "collectives/algorithms/bruck_all_gather.h"
+#include "collectives/algorithms/pipelined_tree.h"
+#include "collectives/algorithms/pipelined_tree_broadcast.h"
+#include "collectives/algorithms/pipelined_tree_reduce.h"
 #include "collectives/algorithms/rabenseifner_all_reduce.h"
 #include "collectives/algorithms/recursive_halving_reduce_scatter.h"
+#include "collectives/algorithms/reduce.h"
+#include "collectives/algorithms/tree_all_reduce.h"
 #include "ddp/bucket_assignment.h"
 #include "collectives/communicator.h"
 #include "collectives/flight_recorder.h"
@@ -188,6 +194,90 @@ TEST(CollectivesExamplesTest, LogarithmicAlgorithmsOverTcpAtThreeRanks) {
     for (int64_t i = r * 100; i < (r + 1) * 100; ++i) {
       EXPECT_EQ(scattered[r].data<float>()[i], want[static_cast<size_t>(i)]) << "rank " << r << ", " << i;
     }
+  }
+}
+
+// collectives/algorithms/pipelined_tree.h
+TEST(CollectivesExamplesTest, PipelinedTreeChoice) {
+  const LinkConstants link = LinkConstantsFor("tcp");
+  const int chunks = PipelinedTreeChunks(link, 64 << 20, 8, 16 << 20, /*reduce=*/false);
+  const bool pipelined = UsePipelinedTree(AllReduceAlgorithm::kAuto, link, 64 << 20, 16 << 20, 8, false);
+  EXPECT_GT(chunks, 1);
+  EXPECT_TRUE(pipelined);
+}
+
+// collectives/algorithms/pipelined_tree_broadcast.h
+absl::Status PipelinedTreeBroadcastExample(Transport& transport, uint64_t seq, const Tensor& buffer) {
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  const int chunks = PipelinedTreeChunks(ctx.link, buffer.nbytes(), ctx.size(), buffer.numel(), false);
+  LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeBroadcast(ctx, buffer, /*root=*/0, chunks));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/pipelined_tree_reduce.h
+absl::Status PipelinedTreeReduceExample(Transport& transport, uint64_t seq, const Tensor& input,
+                                        const Tensor& output) {
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  const int chunks = PipelinedTreeChunks(ctx.link, input.nbytes(), ctx.size(), input.numel(), true);
+  LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeReduce(ctx, input, output, ReduceOp::kSum, /*root=*/0, chunks));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/tree_all_reduce.h
+absl::Status TreeAllReduceExample(Transport& transport, uint64_t seq, const Tensor& buffer) {
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(TreeAllReduce(ctx, buffer, ReduceOp::kSum));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/broadcast.h
+absl::Status BroadcastFromExample(Transport& transport, uint64_t seq, const Tensor& buffer) {
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(BroadcastFrom(ctx, buffer, /*root=*/0));
+  return absl::OkStatus();
+}
+
+// collectives/algorithms/reduce.h
+absl::Status ReduceToExample(Transport& transport, uint64_t seq, const Tensor& input, const Tensor& output) {
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  LOCKSTEP_RETURN_IF_ERROR(ReduceTo(ctx, input, output, ReduceOp::kSum, /*root=*/0));
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, TreesOverTcpAtFiveRanks) {
+  HashStore store;
+  constexpr int kRanks = 5;
+  constexpr int64_t kCount = 3000;
+  std::vector<Tensor> sums, inputs, reduced, reduced_to, broadcast, broadcast_from;
+  for (int r = 0; r < kRanks; ++r) {
+    sums.push_back(RankData(r, kCount));
+    inputs.push_back(RankData(r, kCount));
+    reduced.push_back(*Tensor::Zeros({kCount}, DType::kF32));
+    reduced_to.push_back(*Tensor::Zeros({kCount}, DType::kF32));
+    broadcast.push_back(r == 0 ? RankData(0, kCount) : *Tensor::Zeros({kCount}, DType::kF32));
+    broadcast_from.push_back(r == 0 ? RankData(0, kCount) : *Tensor::Zeros({kCount}, DType::kF32));
+  }
+  ExpectAllOk(RunRanks(kRanks, [&](int rank) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, TcpTransportExample(store, rank, kRanks));
+    LOCKSTEP_RETURN_IF_ERROR(TreeAllReduceExample(*transport, 1, sums[rank]));
+    LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeReduceExample(*transport, 2, inputs[rank], reduced[rank]));
+    LOCKSTEP_RETURN_IF_ERROR(ReduceToExample(*transport, 3, inputs[rank], reduced_to[rank]));
+    LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeBroadcastExample(*transport, 4, broadcast[rank]));
+    return BroadcastFromExample(*transport, 5, broadcast_from[rank]);
+  }));
+  const std::vector<float> want = Summed(kRanks, kCount);
+  EXPECT_EQ(Values(reduced[0]), want);
+  EXPECT_EQ(Values(reduced_to[0]), want);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(Values(sums[r]), want) << "rank " << r;
+    EXPECT_EQ(Values(inputs[r]), Values(RankData(r, kCount))) << "rank " << r;
+    EXPECT_EQ(Values(broadcast[r]), Values(RankData(0, kCount))) << "rank " << r;
+    EXPECT_EQ(Values(broadcast_from[r]), Values(RankData(0, kCount))) << "rank " << r;
   }
 }
 
