@@ -60,6 +60,10 @@ struct OpContext {
   // the next operations, so several can be on the device at once. The
   // operation's tensors stay referenced until `finish` has returned.
   std::function<void(std::shared_ptr<StreamMarker> marker, std::function<absl::Status()> finish)> queued;
+  // AllToAll: every rank's blocks are of one size on every rank (the even
+  // form, Communicator::AllToAll), so an algorithm that needs that (Bruck's)
+  // may run; false for AllToAllV, whose counts only each pair shares.
+  bool even_blocks = false;
 };
 
 struct BackendCapabilities {

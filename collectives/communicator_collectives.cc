@@ -364,11 +364,14 @@ std::shared_ptr<Work> AllToAllOf(CommunicatorState& st, const Tensor& input, con
                 even ? input.numel() : 0,
                 0,
                 0};
-  return st.Enqueue(f, [b = st.backend.get(), input = input, output = output,
-                        send = std::vector<int64_t>(send_counts.begin(), send_counts.end()),
-                        recv = std::vector<int64_t>(recv_counts.begin(), recv_counts.end())](const OpContext& ctx) {
-    return b->AllToAll(input, output, send, recv, ctx);
-  });
+  return st.Enqueue(f,
+                    [b = st.backend.get(), input = input, output = output,
+                     send = std::vector<int64_t>(send_counts.begin(), send_counts.end()),
+                     recv = std::vector<int64_t>(recv_counts.begin(), recv_counts.end()), even](const OpContext& ctx) {
+                      OpContext with_shape = ctx;
+                      with_shape.even_blocks = even;
+                      return b->AllToAll(input, output, send, recv, with_shape);
+                    });
 }
 
 }  // namespace

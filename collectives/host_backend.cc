@@ -232,7 +232,7 @@ absl::Status HostBackend::AllToAll(const Tensor& input, const Tensor& output, ab
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor in, Stage(input, kSlotA, true));
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor out, Stage(output, kSlotB, false));
   AlgorithmContext ctx = Context(op_ctx, output.dtype());
-  LOCKSTEP_RETURN_IF_ERROR(PairwiseAllToAll(ctx, in, send_blocks, out, recv_blocks));
+  LOCKSTEP_RETURN_IF_ERROR(lockstep::AllToAll(ctx, in, send_blocks, out, recv_blocks, op_ctx.even_blocks));
   return Unstage(out, output);
 }
 

@@ -48,6 +48,7 @@ CHECKED = {
     "collectives/algorithms/all_to_all.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/broadcast.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/bruck_all_gather.h": "tests/header_examples/collectives_test.cc",
+    "collectives/algorithms/bruck_all_to_all.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/pipelined_tree.h": ("tests/header_examples/collectives_test.cc", 2),  # 1: formulas
     "collectives/algorithms/pipelined_tree_broadcast.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/pipelined_tree_reduce.h": "tests/header_examples/collectives_test.cc",

@@ -90,7 +90,7 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives/bootstrap:init_from_env_test //collectives/algorithms:all_reduce_test //collectives/algorithms:ring_all_reduce_test \
   //collectives/algorithms:rabenseifner_all_reduce_test //collectives/algorithms:bruck_all_gather_test \
   //collectives/algorithms:pipelined_tree_broadcast_test //collectives/algorithms:pipelined_tree_reduce_test \
-  //collectives/algorithms:tree_all_reduce_test \
+  //collectives/algorithms:tree_all_reduce_test //collectives/algorithms:bruck_all_to_all_test //collectives/algorithms:all_to_all_test \
   //collectives/algorithms:recursive_halving_reduce_scatter_test \
   //ddp:ddp_test //trainers:train_loop_test //trainers:grad_accum_test //dp:parallel_apply_test //dp:data_parallel_test \
   //collectives/transport/shm:shm_transport_test //collectives/transport/shm:shm_fault_test //collectives/algorithms:ring_in_place_test \

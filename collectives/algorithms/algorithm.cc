@@ -49,7 +49,7 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view nam
 }
 
 LinkConstants LinkConstantsFor(absl::string_view transport_name) {
-  if (transport_name == "shm") return LinkConstants{1.0, 1.0 / 8000, 1.0 / 10000};
+  if (transport_name == "shm") return LinkConstants{1.0, 1.0 / 8000, 1.0 / 10000, 0.5};
   return LinkConstants();
 }
 
@@ -58,7 +58,8 @@ absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
     const LinkConstants& l = *options.link;
     for (auto [name, value] : {std::pair<const char*, double>{"latency_us", l.latency_us},
                                {"us_per_byte", l.us_per_byte},
-                               {"reduce_us_per_byte", l.reduce_us_per_byte}}) {
+                               {"reduce_us_per_byte", l.reduce_us_per_byte},
+                               {"message_us", l.message_us}}) {
       if (!(value >= 0) || !std::isfinite(value)) {
         return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.link.", name, " is ", value,
                                                        "; it must be finite and >= 0 (or leave link unset)"));

@@ -63,11 +63,17 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view nam
 struct LinkConstants {
   double latency_us = 50;                   // α: one step's fixed time.
   double us_per_byte = 1.0 / 1250;          // β: each byte's.
-  double reduce_us_per_byte = 1.0 / 10000;  // γ: reducing a byte (f32 sum).
+  double reduce_us_per_byte = 1.0 / 10000;  // γ: reducing (or copying) a byte (f32 sum).
+  // o: the CPU time one message costs at each end (system calls, a
+  // wake-up), which messages sent at once do not overlap: half a loopback
+  // TCP message's ~8 µs (docs/PERFORMANCE.md). Weighs the pairwise
+  // all-to-all's p − 1 messages against Bruck's log2 p.
+  double message_us = 4;
 };
 
 // The constants for a transport's links when AlgorithmOptions::link is
-// unset: "shm" ~1 µs and ~8 GB/s; anything else the network's defaults.
+// unset: "shm" ~1 µs, ~8 GB/s and 0.5 µs a message; anything else the
+// network's defaults.
 LinkConstants LinkConstantsFor(absl::string_view transport_name);
 
 // How the algorithms run; the defaults suit TCP on loopback and LANs

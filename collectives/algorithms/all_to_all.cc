@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/algorithms/bruck_all_to_all.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -50,6 +51,42 @@ absl::Status PairwiseAllToAll(AlgorithmContext& ctx, const Tensor& input, absl::
     LOCKSTEP_RETURN_IF_ERROR(ctx.transport.Exchange(absl::MakeSpan(transfers), ctx.NextTag(), ctx.deadline));
   }
   return absl::OkStatus();
+}
+
+bool UseBruckAllToAll(AllReduceAlgorithm forced, const LinkConstants& link, double block_bytes, int p,
+                      int ranks_per_host, size_t small_message_bytes) {
+  if (p <= 2) return false;  // One partner either way.
+  switch (forced) {
+    case AllReduceAlgorithm::kAuto:
+      break;
+    case AllReduceAlgorithm::kRecursiveDoubling:
+    case AllReduceAlgorithm::kRabenseifner:
+      return true;
+    default:
+      return false;
+  }
+  if (block_bytes > static_cast<double>(small_message_bytes)) return false;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte, o = link.message_us;
+  const double n = p, shared = std::min(ranks_per_host, p);
+  const double pairwise = a + 2 * (n - 1) * o + std::max(n - 1, shared * (n - shared)) * block_bytes * b;
+  double bruck = 2 * n * block_bytes * g;
+  for (int step = 1; step < p; step <<= 1) {
+    int slots = 0;
+    for (int i = step; i < p; ++i) slots += (i & step) != 0;
+    bruck += a + 2 * o + slots * block_bytes * b * std::min(step, ranks_per_host) + n * block_bytes * g;
+  }
+  return bruck < pairwise;
+}
+
+absl::Status AllToAll(AlgorithmContext& ctx, const Tensor& input, absl::Span<const Chunk> send_blocks,
+                      const Tensor& output, absl::Span<const Chunk> recv_blocks, bool even) {
+  const int n = ctx.size();
+  if (even && static_cast<int>(send_blocks.size()) == n && n > 0 &&
+      UseBruckAllToAll(ctx.all_reduce, ctx.link, static_cast<double>(send_blocks[0].count * input.element_size()), n,
+                       ctx.ranks_per_host, ctx.small_message_bytes)) {
+    return BruckAllToAll(ctx, input, output, send_blocks[0].count);
+  }
+  return PairwiseAllToAll(ctx, input, send_blocks, output, recv_blocks);
 }
 
 }  // namespace lockstep

@@ -29,6 +29,8 @@
 #include "collectives/algorithms/algorithm.h"
 #include "core/tensor.h"
 
+#include <cstddef>
+
 namespace lockstep {
 
 // `send_blocks[j]`: the elements of `input` for rank j; `recv_blocks[i]`:
@@ -37,6 +39,26 @@ namespace lockstep {
 // `output` are 1-D CPU tensors of one dtype that do not overlap.
 absl::Status PairwiseAllToAll(AlgorithmContext& ctx, const Tensor& input, absl::Span<const Chunk> send_blocks,
                               const Tensor& output, absl::Span<const Chunk> recv_blocks);
+
+// The all-to-all the host backend runs: Bruck's
+// (collectives/algorithms/bruck_all_to_all.h) when `even` (every rank's
+// blocks are of one size, known to every rank: Communicator::AllToAll) and
+// UseBruckAllToAll says so; pairwise otherwise. The blocks as above.
+absl::Status AllToAll(AlgorithmContext& ctx, const Tensor& input, absl::Span<const Chunk> send_blocks,
+                      const Tensor& output, absl::Span<const Chunk> recv_blocks, bool even);
+
+// Whether Bruck's exchange of blocks of `block_bytes` over p ranks,
+// `ranks_per_host` of them behind each host's link, takes less α-β-γ-o time
+// than the pairwise one (where the pairwise exchange posts every step at
+// once: block_bytes <= small_message_bytes):
+//   pairwise: α + 2(p − 1)·o + max(p − 1, L(p − L))·b·β
+//   Bruck:    Σ_k (α + 2o + c_k·b·β·min(2^k, L)) + (K + 2)·p·b·γ
+// (K = ceil(log2 p) steps, c_k slots with bit k set, the copies at γ). A
+// forced algorithm (LOCKSTEP_ALGO) decides instead: Bruck for the
+// logarithmic ones (recursive_doubling, rabenseifner), pairwise for ring
+// and tree.
+bool UseBruckAllToAll(AllReduceAlgorithm forced, const LinkConstants& link, double block_bytes, int p,
+                      int ranks_per_host, size_t small_message_bytes);
 
 }  // namespace lockstep
 

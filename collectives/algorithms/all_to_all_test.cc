@@ -1,5 +1,6 @@
 // Pairwise all-to-all over the fake transport: uneven and empty blocks,
-// small (one window) and large (windows of steps), every world size.
+// small (one window) and large (windows of steps), every world size; the
+// choice between it and Bruck's (AllToAll, UseBruckAllToAll).
 #include "collectives/algorithms/all_to_all.h"
 
 #include <vector>
@@ -67,6 +68,46 @@ TEST(AllToAllTest, CountsThatDisagreeFailNamingBothSizes) {
   ASSERT_FALSE(results[1].ok());
   EXPECT_NE(results[1].message().find("20"), std::string::npos) << results[1];
   EXPECT_NE(results[1].message().find("12"), std::string::npos) << results[1];
+}
+
+TEST(AllToAllTest, BruckOnlyForEvenSmallBlocksWhereTheModelSaysSo) {
+  const LinkConstants tcp = LinkConstantsFor("tcp");
+  constexpr size_t kSmall = 256 << 10;
+  // 64 ranks, 64-byte blocks: 126 messages' overhead against 12.
+  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 64, 8, kSmall));
+  // Large blocks: Bruck sends each up to log2 p times.
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64 << 10, 64, 8, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 1 << 20, 1024, 1, kSmall));
+  // Few ranks: the pairwise exchange's one round.
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 3, 1, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kTree, tcp, 64, 64, 8, kSmall));
+  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kRabenseifner, tcp, 1 << 20, 5, 1, kSmall));
+
+  // Forced Bruck at 5 ranks: the even form runs it (3 steps), the V form
+  // the pairwise exchange (one window, 1 step), both exact.
+  for (bool even : {true, false}) {
+    AlgorithmRun run;
+    run.size = 5;
+    run.algorithms.all_reduce = AllReduceAlgorithm::kRecursiveDoubling;
+    constexpr int64_t kBlock = 7;
+    auto results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+      const int n = ctx.size(), r = ctx.rank();
+      const std::vector<int64_t> counts(n, kBlock);
+      const std::vector<Chunk> blocks = BlocksOf(counts);
+      Tensor input = *Tensor::Empty({n * kBlock}, DType::kF32);
+      for (int j = 0; j < n; ++j) {
+        for (int64_t k = 0; k < kBlock; ++k) input.data<float>()[j * kBlock + k] = ValueOf(r, j, k);
+      }
+      Tensor output = *Tensor::Zeros({n * kBlock}, DType::kF32);
+      LOCKSTEP_RETURN_IF_ERROR(AllToAll(ctx, input, blocks, output, blocks, even));
+      const uint32_t want_steps = even ? 3 : 1;
+      if (ctx.next_tag != want_steps) {
+        return absl::InternalError(absl::StrCat(ctx.next_tag, " steps, expected ", want_steps));
+      }
+      return CheckValues(output, [&](int64_t i) { return ValueOf(static_cast<int>(i / kBlock), r, i % kBlock); });
+    });
+    for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << (even ? "even: " : "V: ") << s;
+  }
 }
 
 }  // namespace

@@ -50,13 +50,10 @@ int PipelinedTreeChunks(const LinkConstants& link, double bytes, int p, int64_t 
   const int fan = std::min(2, p - 1);
   const double per_byte = link.us_per_byte + (reduce ? link.reduce_us_per_byte : 0);
   // d/dk of (D + k − 1)(α + fan·n·c/k) = 0 at k² = (D − 1)·fan·n·c/α.
-  const double best = link.latency_us > 0
-                          ? std::sqrt((height - 1) * fan * bytes * per_byte / link.latency_us)
-                          : most;
+  const double best = link.latency_us > 0 ? std::sqrt((height - 1) * fan * bytes * per_byte / link.latency_us) : most;
   const int low = static_cast<int>(std::clamp(std::floor(best), 1.0, most));
   const int high = static_cast<int>(std::clamp(std::ceil(best), 1.0, most));
-  return PipelinedTreeTime(link, bytes, p, high, reduce) < PipelinedTreeTime(link, bytes, p, low, reduce) ? high
-                                                                                                           : low;
+  return PipelinedTreeTime(link, bytes, p, high, reduce) < PipelinedTreeTime(link, bytes, p, low, reduce) ? high : low;
 }
 
 bool UsePipelinedTree(AllReduceAlgorithm forced, const LinkConstants& link, double bytes, int64_t count, int p,

@@ -13,7 +13,8 @@ absl::Status TreeAllReduce(AlgorithmContext& ctx, const Tensor& buffer, ReduceOp
   // broadcast then overwrites with rank 0's result.
   LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeReduce(ctx, buffer, buffer, op, /*root=*/0,
                                                PipelinedTreeChunks(ctx.link, bytes, p, buffer.numel(), true)));
-  return PipelinedTreeBroadcast(ctx, buffer, /*root=*/0, PipelinedTreeChunks(ctx.link, bytes, p, buffer.numel(), false));
+  return PipelinedTreeBroadcast(ctx, buffer, /*root=*/0,
+                                PipelinedTreeChunks(ctx.link, bytes, p, buffer.numel(), false));
 }
 
 }  // namespace lockstep

@@ -31,8 +31,8 @@ bool IsTransportName(const std::string& name) { return name == "auto" || name ==
 std::string EncodeSelection(const AlgorithmOptions& a) {
   std::string s = absl::StrCat("all_reduce=", AllReduceAlgorithmName(a.all_reduce), ",small=", a.small_message_bytes);
   if (a.link.has_value()) {
-    absl::StrAppend(
-        &s, absl::StrFormat(",link=%a:%a:%a", a.link->latency_us, a.link->us_per_byte, a.link->reduce_us_per_byte));
+    absl::StrAppend(&s, absl::StrFormat(",link=%a:%a:%a:%a", a.link->latency_us, a.link->us_per_byte,
+                                        a.link->reduce_us_per_byte, a.link->message_us));
   }
   return s;
 }
@@ -42,7 +42,7 @@ absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptio
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", rank, " published algorithm choices '",
                                             encoded, "' (", what,
-                                            "); expected all_reduce=<name>,small=<bytes>[,link=<a>:<b>:<g>]: does "
+                                            "); expected all_reduce=<name>,small=<bytes>[,link=<a>:<b>:<g>:<o>]: does "
                                             "every rank run the same lockstep version?"));
   };
   AlgorithmOptions decoded = *a;
@@ -59,14 +59,14 @@ absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptio
       decoded.small_message_bytes = static_cast<size_t>(bytes);
     } else if (kv.first == "link") {
       const std::vector<std::string> parts = absl::StrSplit(kv.second, ':');
-      if (parts.size() != 3) return bad("link has not 3 numbers");
-      double v[3];
-      for (int i = 0; i < 3; ++i) {
+      if (parts.size() != 4) return bad("link has not 4 numbers");
+      double v[4];
+      for (int i = 0; i < 4; ++i) {
         char* end = nullptr;
         v[i] = std::strtod(parts[static_cast<size_t>(i)].c_str(), &end);
         if (parts[static_cast<size_t>(i)].empty() || *end != '\0') return bad("a link constant is not a number");
       }
-      decoded.link = LinkConstants{v[0], v[1], v[2]};
+      decoded.link = LinkConstants{v[0], v[1], v[2], v[3]};
     } else {
       return bad(absl::StrCat("unknown field '", kv.first, "'"));
     }

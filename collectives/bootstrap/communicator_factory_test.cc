@@ -190,8 +190,9 @@ TEST(CommunicatorFactoryTest, AForgedOrForeignAnnouncementIsNamedAndNothingIsBui
       {"tcp|node0", "expected '<transport>;<algorithms>|<identity>'"},
       {"tcp;all_reduce=pat,small=262144|node0", "rank 0 published algorithm choices"},
       {"tcp;all_reduce=ring,small=lots|node0", "small is not a byte count"},
-      {"tcp;all_reduce=ring,small=1,link=1:x:1|node0", "a link constant is not a number"},
-      {"tcp;all_reduce=ring,small=1,link=-1:1:1|node0", "AlgorithmOptions.link.latency_us is -1"},
+      {"tcp;all_reduce=ring,small=1,link=1:x:1:1|node0", "a link constant is not a number"},
+      {"tcp;all_reduce=ring,small=1,link=-1:1:1:1|node0", "AlgorithmOptions.link.latency_us is -1"},
+      {"tcp;all_reduce=ring,small=1,link=1:1:1|node0", "link has not 4 numbers"},
       {"tcp;all_reduce=ring,small=1,speed=9|node0", "unknown field 'speed'"},
   };
   for (const auto& [published, want] : cases) {

@@ -226,6 +226,24 @@ bool PipelinedTreeBeatsBinomial(double bytes, double elements, int64_t p, bool r
   return std::min(tree(low), tree(high)) < static_cast<double>(rounds) * (a + bytes * c);
 }
 
+// UseBruckAllToAll (collectives/algorithms/all_to_all.cc), restated:
+// `block` the bytes each rank sends each rank, `sharing` ranks behind each
+// host's link.
+bool BruckBeatsPairwise(double block, int64_t p, int64_t sharing, double small_message_bytes,
+                        const TodaysRules::Link& link) {
+  if (p <= 2 || block > small_message_bytes) return false;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte, o = link.message_us;
+  const double n = static_cast<double>(p), shared = static_cast<double>(std::min(sharing, p));
+  const double pairwise = a + 2 * (n - 1) * o + std::max(n - 1, shared * (n - shared)) * block * b;
+  double bruck = 2 * n * block * g;
+  for (int64_t step = 1; step < p; step <<= 1) {
+    int64_t slots = 0;
+    for (int64_t i = step; i < p; ++i) slots += (i & step) != 0 ? 1 : 0;
+    bruck += a + 2 * o + static_cast<double>(slots * std::min(step, sharing)) * block * b + n * block * g;
+  }
+  return bruck < pairwise;
+}
+
 }  // namespace
 
 absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& topology, const TodaysRules& rules) {
@@ -266,8 +284,15 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
       return HalvingBeatsRing(static_cast<double>(bytes), topology.p, sharing, link) ? Algorithm::kRecursiveHalving
                                                                                      : Algorithm::kRing;
     }
-    case Op::kAllToAll:
-      return Algorithm::kPairwise;
+    case Op::kAllToAll: {
+      // The flat group (hierarchical groups run it there too).
+      const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
+      return BruckBeatsPairwise(static_cast<double>(bytes) / static_cast<double>(topology.p), topology.p,
+                                shm ? 1 : topology.ranks_per_host, static_cast<double>(rules.small_message_bytes),
+                                shm ? rules.shm : rules.network)
+                 ? Algorithm::kBruck
+                 : Algorithm::kPairwise;
+    }
     case Op::kBroadcast:
     case Op::kReduce: {
       // The hierarchical form chooses per level as below; the model prices

@@ -71,9 +71,10 @@ struct TodaysRules {
   // with (AlgorithmOptions::link unset: LinkConstantsFor(transport)).
   struct Link {
     double latency_us, us_per_byte, reduce_us_per_byte;
+    double message_us = 0;  // o: LinkConstants::message_us
   };
-  Link network{50, 1.0 / 1250, 1.0 / 10000};  // TCP
-  Link shm{1, 1.0 / 8000, 1.0 / 10000};
+  Link network{50, 1.0 / 1250, 1.0 / 10000, 4};  // TCP
+  Link shm{1, 1.0 / 8000, 1.0 / 10000, 0.5};
 };
 
 // What lockstep runs today (collectives/bootstrap/communicator_factory.cc,
@@ -91,7 +92,9 @@ struct TodaysRules {
 //     the leaders, over TCP: group size = hosts);
 //   all_gather: Bruck's when its α-β-γ time is below the ring's, else the
 //     ring (UseBruck); reduce_scatter: recursive halving likewise
-//     (UseRecursiveHalving); both over the flat group; all_to_all: pairwise;
+//     (UseRecursiveHalving); both over the flat group; all_to_all (blocks
+//     of `bytes` / p, the even form): Bruck's when its α-β-γ-o time is
+//     below the pairwise exchange's (UseBruckAllToAll), else pairwise;
 //   broadcast, reduce: the pipelined binary tree where its α-β(-γ) time
 //     at its best chunk count is below the binomial tree's, else the
 //     binomial tree (UsePipelinedTree); a hierarchical group chooses so

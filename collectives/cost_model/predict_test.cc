@@ -146,7 +146,17 @@ TEST(TodaysChoice, FollowsTodaysCode) {
   EXPECT_EQ(*TodaysChoice(Op::kAllGather, 1 << 20, Make(64, 8)), Algorithm::kRing);
   EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 1 << 20, Make(64, 8)), Algorithm::kRing);
   EXPECT_EQ(*TodaysChoice(Op::kReduceScatter, 64 << 20, Make(4, 4)), Algorithm::kRing);
-  EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 1, Make(1024, 8)), Algorithm::kPairwise);
+  // All-to-all: Bruck's log2 p messages for small blocks, pairwise for
+  // large ones and few ranks.
+  EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 1, Make(1024, 8)), Algorithm::kBruck);
+  EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 4096, Make(64, 8)), Algorithm::kBruck);
+  EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 64 << 20, Make(64, 8)), Algorithm::kPairwise);
+  EXPECT_EQ(*TodaysChoice(Op::kAllToAll, 4096, Make(3, 1)), Algorithm::kPairwise);
+  // Broadcast and reduce over a flat group: the pipelined tree for large
+  // buffers over many ranks.
+  EXPECT_EQ(*TodaysChoice(Op::kBroadcast, 64 << 20, Make(64, 1)), Algorithm::kPipelinedTree);
+  EXPECT_EQ(*TodaysChoice(Op::kReduce, 64 << 20, Make(64, 1)), Algorithm::kPipelinedTree);
+  EXPECT_EQ(*TodaysChoice(Op::kBroadcast, 4096, Make(64, 1)), Algorithm::kBinomialTree);
   TodaysRules rules;
   rules.small_message_bytes = 1 << 20;
   EXPECT_EQ(*TodaysChoice(Op::kAllReduce, 512 << 10, Make(2, 2), rules), Algorithm::kRecursiveDoubling);

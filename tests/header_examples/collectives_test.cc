@@ -24,6 +24,7 @@
 #include "collectives/algorithms/all_to_all.h"
 #include "collectives/algorithms/broadcast.h"
 #include "collectives/algorithms/bruck_all_gather.h"
+#include "collectives/algorithms/bruck_all_to_all.h"
 #include "collectives/algorithms/pipelined_tree.h"
 #include "collectives/algorithms/pipelined_tree_broadcast.h"
 #include "collectives/algorithms/pipelined_tree_reduce.h"
@@ -292,6 +293,41 @@ absl::Status AllToAllExample(Transport& transport, const Tensor& input, const Te
   const std::vector<Chunk> send = BlocksOf(send_counts), recv = BlocksOf(recv_counts);
   LOCKSTEP_RETURN_IF_ERROR(PairwiseAllToAll(ctx, input, send, output, recv));
   return absl::OkStatus();
+}
+
+// collectives/algorithms/bruck_all_to_all.h
+absl::Status BruckAllToAllExample(Transport& transport, const Tensor& input, const Tensor& output, int64_t block) {
+  const uint64_t seq = 0;
+  const Deadline deadline = DeadlineIn(std::chrono::seconds(60));
+  AlgorithmContext ctx{transport, seq, 0, deadline};
+  // input and output: p blocks of `block` elements each.
+  LOCKSTEP_RETURN_IF_ERROR(BruckAllToAll(ctx, input, output, block));
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, BruckAllToAllOverTcpAtThreeRanks) {
+  HashStore store;
+  constexpr int kRanks = 3;
+  constexpr int64_t kBlock = 4;
+  std::vector<Tensor> inputs, outputs;
+  for (int r = 0; r < kRanks; ++r) {
+    inputs.push_back(*Tensor::Empty({kRanks * kBlock}, DType::kF32));
+    for (int64_t i = 0; i < kRanks * kBlock; ++i) inputs[r].data<float>()[i] = static_cast<float>(r * 100 + i);
+    outputs.push_back(*Tensor::Zeros({kRanks * kBlock}, DType::kF32));
+  }
+  ExpectAllOk(RunRanks(kRanks, [&](int rank) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, TcpTransportExample(store, rank, kRanks));
+    return BruckAllToAllExample(*transport, inputs[rank], outputs[rank], kBlock);
+  }));
+  // Block i of rank r's output: block r of rank i's input.
+  for (int r = 0; r < kRanks; ++r) {
+    for (int i = 0; i < kRanks; ++i) {
+      for (int64_t k = 0; k < kBlock; ++k) {
+        EXPECT_EQ(outputs[r].data<float>()[i * kBlock + k], static_cast<float>(i * 100 + r * kBlock + k))
+            << "rank " << r << ", block " << i;
+      }
+    }
+  }
 }
 
 TEST(CollectivesExamplesTest, UnevenAllToAllOverATcpTransport) {
