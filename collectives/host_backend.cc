@@ -55,6 +55,7 @@ AlgorithmContext HostBackend::Context(const OpContext& op_ctx, DType dtype) {
   ctx.all_reduce = options_.all_reduce;
   ctx.link = *options_.link;
   ctx.ranks_per_host = options_.ranks_per_host;
+  ctx.ranks_per_core = options_.ranks_per_core;
   ctx.element = static_cast<uint8_t>(static_cast<int>(dtype) + 1);
   return ctx;
 }

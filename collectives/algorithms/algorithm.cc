@@ -66,6 +66,14 @@ absl::Status ValidateAlgorithmOptions(const AlgorithmOptions& options) {
       }
     }
   }
+  if (options.cores_per_host < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AlgorithmOptions.cores_per_host is ", options.cores_per_host,
+                                                   "; it must be >= 0 (0: this machine's)"));
+  }
+  if (!(options.ranks_per_core >= 1) || !std::isfinite(options.ranks_per_core)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlgorithmOptions.ranks_per_core is ", options.ranks_per_core, "; it must be finite and >= 1"));
+  }
   if (options.ranks_per_host < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("AlgorithmOptions.ranks_per_host is ", options.ranks_per_host, "; it must be >= 1"));

@@ -100,6 +100,14 @@ struct AlgorithmOptions {
   // steps send from all of them at once over that link, the ring's from
   // one: the automatic choice weighs that. >= 1.
   int ranks_per_host = 1;
+  // A host's CPU cores; 0: this machine's (CreateCommunicator fills it in,
+  // and every rank takes rank 0's).
+  int cores_per_host = 0;
+  // Ranks that share one core on the most crowded host, at least 1 (set by
+  // CreateCommunicator from the host layout and cores_per_host). Where
+  // ranks outnumber cores, every message's CPU time (LinkConstants::
+  // message_us) is spent in turn: the all-to-all's choice weighs that.
+  double ranks_per_core = 1;
 };
 
 // InvalidArgument naming the bad field and the accepted range.
@@ -118,6 +126,7 @@ struct AlgorithmContext {
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::kAuto;
   LinkConstants link;
   int ranks_per_host = 1;
+  double ranks_per_core = 1;
 
   // A scratch tensor from `scratch`, or a fresh one.
   absl::StatusOr<Tensor> ScratchTensor(int slot, int64_t count, DType dtype) {

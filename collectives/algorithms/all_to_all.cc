@@ -54,7 +54,7 @@ absl::Status PairwiseAllToAll(AlgorithmContext& ctx, const Tensor& input, absl::
 }
 
 bool UseBruckAllToAll(AllReduceAlgorithm forced, const LinkConstants& link, double block_bytes, int p,
-                      int ranks_per_host, size_t small_message_bytes) {
+                      int ranks_per_host, double ranks_per_core, size_t small_message_bytes) {
   if (p <= 2) return false;  // One partner either way.
   switch (forced) {
     case AllReduceAlgorithm::kAuto:
@@ -66,7 +66,8 @@ bool UseBruckAllToAll(AllReduceAlgorithm forced, const LinkConstants& link, doub
       return false;
   }
   if (block_bytes > static_cast<double>(small_message_bytes)) return false;
-  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte, o = link.message_us;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double o = link.message_us * std::max(1.0, ranks_per_core);
   const double n = p, shared = std::min(ranks_per_host, p);
   const double pairwise = a + 2 * (n - 1) * o + std::max(n - 1, shared * (n - shared)) * block_bytes * b;
   double bruck = 2 * n * block_bytes * g;
@@ -83,7 +84,7 @@ absl::Status AllToAll(AlgorithmContext& ctx, const Tensor& input, absl::Span<con
   const int n = ctx.size();
   if (even && static_cast<int>(send_blocks.size()) == n && n > 0 &&
       UseBruckAllToAll(ctx.all_reduce, ctx.link, static_cast<double>(send_blocks[0].count * input.element_size()), n,
-                       ctx.ranks_per_host, ctx.small_message_bytes)) {
+                       ctx.ranks_per_host, ctx.ranks_per_core, ctx.small_message_bytes)) {
     return BruckAllToAll(ctx, input, output, send_blocks[0].count);
   }
   return PairwiseAllToAll(ctx, input, send_blocks, output, recv_blocks);

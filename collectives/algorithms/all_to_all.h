@@ -48,17 +48,19 @@ absl::Status AllToAll(AlgorithmContext& ctx, const Tensor& input, absl::Span<con
                       const Tensor& output, absl::Span<const Chunk> recv_blocks, bool even);
 
 // Whether Bruck's exchange of blocks of `block_bytes` over p ranks,
-// `ranks_per_host` of them behind each host's link, takes less α-β-γ-o time
-// than the pairwise one (where the pairwise exchange posts every step at
-// once: block_bytes <= small_message_bytes):
-//   pairwise: α + 2(p − 1)·o + max(p − 1, L(p − L))·b·β
-//   Bruck:    Σ_k (α + 2o + c_k·b·β·min(2^k, L)) + (K + 2)·p·b·γ
-// (K = ceil(log2 p) steps, c_k slots with bit k set, the copies at γ). A
+// `ranks_per_host` (L) of them behind each host's link and
+// `ranks_per_core` (s) on each core, takes less α-β-γ-o time than the
+// pairwise one (where the pairwise exchange posts every step at once:
+// block_bytes <= small_message_bytes):
+//   pairwise: α + 2(p − 1)·o·s + max(p − 1, L(p − L))·b·β
+//   Bruck:    Σ_k (α + 2o·s + c_k·b·β·min(2^k, L)) + (K + 2)·p·b·γ
+// (K = ceil(log2 p) steps, c_k slots with bit k set, the copies at γ;
+// ranks sharing a core spend their messages' CPU time in turn). A
 // forced algorithm (LOCKSTEP_ALGO) decides instead: Bruck for the
 // logarithmic ones (recursive_doubling, rabenseifner), pairwise for ring
 // and tree.
 bool UseBruckAllToAll(AllReduceAlgorithm forced, const LinkConstants& link, double block_bytes, int p,
-                      int ranks_per_host, size_t small_message_bytes);
+                      int ranks_per_host, double ranks_per_core, size_t small_message_bytes);
 
 }  // namespace lockstep
 

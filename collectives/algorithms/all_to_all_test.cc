@@ -74,14 +74,19 @@ TEST(AllToAllTest, BruckOnlyForEvenSmallBlocksWhereTheModelSaysSo) {
   const LinkConstants tcp = LinkConstantsFor("tcp");
   constexpr size_t kSmall = 256 << 10;
   // 64 ranks, 64-byte blocks: 126 messages' overhead against 12.
-  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 64, 8, kSmall));
+  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 64, 8, 1, kSmall));
   // Large blocks: Bruck sends each up to log2 p times.
-  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64 << 10, 64, 8, kSmall));
-  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 1 << 20, 1024, 1, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64 << 10, 64, 8, 1, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 1 << 20, 1024, 1, 1, kSmall));
+  // 64 ranks on 2 cores (the scale lab's 8 x 8): each core spends 32
+  // ranks' message overheads, and Bruck's fewer messages win up to 4 KiB
+  // blocks (measured there: 256 KiB a rank, 27.5 ms against 190 ms).
+  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 4096, 64, 8, 32, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64 << 10, 64, 8, 32, kSmall));
   // Few ranks: the pairwise exchange's one round.
-  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 3, 1, kSmall));
-  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kTree, tcp, 64, 64, 8, kSmall));
-  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kRabenseifner, tcp, 1 << 20, 5, 1, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kAuto, tcp, 64, 3, 1, 1, kSmall));
+  EXPECT_FALSE(UseBruckAllToAll(AllReduceAlgorithm::kTree, tcp, 64, 64, 8, 1, kSmall));
+  EXPECT_TRUE(UseBruckAllToAll(AllReduceAlgorithm::kRabenseifner, tcp, 1 << 20, 5, 1, 1, kSmall));
 
   // Forced Bruck at 5 ranks: the even form runs it (3 steps), the V form
   // the pairwise exchange (one window, 1 step), both exact.

@@ -12,10 +12,11 @@
 // collectives/cost_model/rooted_cost.h's on one kind of link:
 //   binomial:  ceil(log2 p) · (α + n·(β [+ γ]))
 //   pipelined: (D + k − 1) · (α + fan·(n/k)·(β [+ γ]))
-// (γ only when reducing); k minimizes the second, which beats the first
-// from a few hundred KiB over a network at p >= 4 (the binomial tree sends
-// the whole buffer log2 p times from the root; the pipelined one about
-// twice).
+// (γ only when reducing); k minimizes the second. The binomial tree sends
+// the whole buffer ceil(log2 p) times from the root, the pipelined one
+// about twice, so large buffers take the pipelined tree (at the TCP
+// defaults from 1 MiB at 8 ranks, 128 KiB at 64); at 5-7 ranks it is one
+// step shallower (D = 2 against 3) and takes every size.
 //
 //   const LinkConstants link = LinkConstantsFor("tcp");
 //   const int chunks = PipelinedTreeChunks(link, 64 << 20, 8, 16 << 20, /*reduce=*/false);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,7 +30,8 @@ bool IsTransportName(const std::string& name) { return name == "auto" || name ==
 // "all_reduce=<name>,small=<bytes>[,link=<α>:<β>:<γ>]" (doubles in C's
 // exact hexadecimal form).
 std::string EncodeSelection(const AlgorithmOptions& a) {
-  std::string s = absl::StrCat("all_reduce=", AllReduceAlgorithmName(a.all_reduce), ",small=", a.small_message_bytes);
+  std::string s = absl::StrCat("all_reduce=", AllReduceAlgorithmName(a.all_reduce), ",small=", a.small_message_bytes,
+                               ",cores=", a.cores_per_host);
   if (a.link.has_value()) {
     absl::StrAppend(&s, absl::StrFormat(",link=%a:%a:%a:%a", a.link->latency_us, a.link->us_per_byte,
                                         a.link->reduce_us_per_byte, a.link->message_us));
@@ -40,10 +42,10 @@ std::string EncodeSelection(const AlgorithmOptions& a) {
 // `encoded` (EncodeSelection's, published by `rank`) into `a`.
 absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptions* a) {
   auto bad = [&](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("CreateCommunicator: rank ", rank, " published algorithm choices '",
-                                            encoded, "' (", what,
-                                            "); expected all_reduce=<name>,small=<bytes>[,link=<a>:<b>:<g>:<o>]: does "
-                                            "every rank run the same lockstep version?"));
+    return absl::DataLossError(
+        absl::StrCat("CreateCommunicator: rank ", rank, " published algorithm choices '", encoded, "' (", what,
+                     "); expected all_reduce=<name>,small=<bytes>[,cores=<n>][,link=<a>:<b>:<g>:<o>]: does "
+                     "every rank run the same lockstep version?"));
   };
   AlgorithmOptions decoded = *a;
   decoded.link.reset();
@@ -57,6 +59,10 @@ absl::Status DecodeSelection(absl::string_view encoded, int rank, AlgorithmOptio
       uint64_t bytes = 0;
       if (!absl::SimpleAtoi(kv.second, &bytes)) return bad("small is not a byte count");
       decoded.small_message_bytes = static_cast<size_t>(bytes);
+    } else if (kv.first == "cores") {
+      int cores = 0;
+      if (!absl::SimpleAtoi(kv.second, &cores)) return bad("cores is not a count");
+      decoded.cores_per_host = cores;
     } else if (kv.first == "link") {
       const std::vector<std::string> parts = absl::StrSplit(kv.second, ':');
       if (parts.size() != 4) return bad("link has not 4 numbers");
@@ -146,6 +152,12 @@ int MostRanksOnAHost(const HostLayout& layout) {
   size_t most = 1;
   for (const std::vector<int>& ranks : layout.hosts) most = std::max(most, ranks.size());
   return static_cast<int>(most);
+}
+
+// AlgorithmOptions::ranks_per_core over `layout` with rank 0's cores (every
+// rank computes it from the same values).
+double RanksPerCore(const HostLayout& layout, int cores_per_host) {
+  return std::max(1.0, static_cast<double>(MostRanksOnAHost(layout)) / std::max(1, cores_per_host));
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> MakeLevelTransport(const std::string& kind, std::shared_ptr<Store> store,
@@ -290,6 +302,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_
   if (identity.empty()) {
     LOCKSTEP_ASSIGN_OR_RETURN(identity, LocalHostIdentity());
   }
+  if (options.algorithms.cores_per_host == 0) {
+    options.algorithms.cores_per_host = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   auto prefixed = std::make_shared<PrefixStore>(options.store_prefix, store);
   LOCKSTEP_ASSIGN_OR_RETURN(Announcements all,
                             Announce(*prefixed, rank, size, options.transport, EncodeSelection(options.algorithms),
@@ -306,6 +321,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateAnyCommunicator(std::shared_
   if (!agreed.ok()) return AfterAllRead(*prefixed, size, window, agreed.status());
   const std::string asked = *agreed;
   LOCKSTEP_ASSIGN_OR_RETURN(HostLayout layout, HostLayout::FromIdentities(all.identities));
+  options.algorithms.ranks_per_core = RanksPerCore(layout, options.algorithms.cores_per_host);
   std::string kind = asked;
   if (kind == "auto") {
     kind = layout.single_host() ? "shm" : layout.one_rank_per_host() ? "tcp" : "hierarchical";

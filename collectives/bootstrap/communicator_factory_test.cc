@@ -193,6 +193,8 @@ TEST(CommunicatorFactoryTest, AForgedOrForeignAnnouncementIsNamedAndNothingIsBui
       {"tcp;all_reduce=ring,small=1,link=1:x:1:1|node0", "a link constant is not a number"},
       {"tcp;all_reduce=ring,small=1,link=-1:1:1:1|node0", "AlgorithmOptions.link.latency_us is -1"},
       {"tcp;all_reduce=ring,small=1,link=1:1:1|node0", "link has not 4 numbers"},
+      {"tcp;all_reduce=ring,small=1,cores=x|node0", "cores is not a count"},
+      {"tcp;all_reduce=ring,small=1,cores=-2|node0", "AlgorithmOptions.cores_per_host is -2"},
       {"tcp;all_reduce=ring,small=1,speed=9|node0", "unknown field 'speed'"},
   };
   for (const auto& [published, want] : cases) {

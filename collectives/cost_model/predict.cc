@@ -229,10 +229,11 @@ bool PipelinedTreeBeatsBinomial(double bytes, double elements, int64_t p, bool r
 // UseBruckAllToAll (collectives/algorithms/all_to_all.cc), restated:
 // `block` the bytes each rank sends each rank, `sharing` ranks behind each
 // host's link.
-bool BruckBeatsPairwise(double block, int64_t p, int64_t sharing, double small_message_bytes,
+bool BruckBeatsPairwise(double block, int64_t p, int64_t sharing, double ranks_per_core, double small_message_bytes,
                         const TodaysRules::Link& link) {
   if (p <= 2 || block > small_message_bytes) return false;
-  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte, o = link.message_us;
+  const double a = link.latency_us, b = link.us_per_byte, g = link.reduce_us_per_byte;
+  const double o = link.message_us * ranks_per_core;
   const double n = static_cast<double>(p), shared = static_cast<double>(std::min(sharing, p));
   const double pairwise = a + 2 * (n - 1) * o + std::max(n - 1, shared * (n - shared)) * block * b;
   double bruck = 2 * n * block * g;
@@ -287,9 +288,15 @@ absl::StatusOr<Algorithm> TodaysChoice(Op op, int64_t bytes, const Topology& top
     case Op::kAllToAll: {
       // The flat group (hierarchical groups run it there too).
       const bool shm = topology.single_host() && rules.transport == FlatTransport::kAuto;
+      // CreateCommunicator's ranks_per_core: the most ranks on a host over
+      // its cores (unknown: one each).
+      const double ranks_per_core = topology.cores_per_host > 0
+                                        ? std::max(1.0, static_cast<double>(topology.ranks_per_host) /
+                                                            static_cast<double>(topology.cores_per_host))
+                                        : 1.0;
       return BruckBeatsPairwise(static_cast<double>(bytes) / static_cast<double>(topology.p), topology.p,
-                                shm ? 1 : topology.ranks_per_host, static_cast<double>(rules.small_message_bytes),
-                                shm ? rules.shm : rules.network)
+                                shm ? 1 : topology.ranks_per_host, ranks_per_core,
+                                static_cast<double>(rules.small_message_bytes), shm ? rules.shm : rules.network)
                  ? Algorithm::kBruck
                  : Algorithm::kPairwise;
     }

@@ -94,7 +94,8 @@ struct TodaysRules {
 //     ring (UseBruck); reduce_scatter: recursive halving likewise
 //     (UseRecursiveHalving); both over the flat group; all_to_all (blocks
 //     of `bytes` / p, the even form): Bruck's when its α-β-γ-o time is
-//     below the pairwise exchange's (UseBruckAllToAll), else pairwise;
+//     below the pairwise exchange's (UseBruckAllToAll; o times the ranks
+//     per core, Topology::cores_per_host), else pairwise;
 //   broadcast, reduce: the pipelined binary tree where its α-β(-γ) time
 //     at its best chunk count is below the binomial tree's, else the
 //     binomial tree (UsePipelinedTree); a hierarchical group chooses so

@@ -24,6 +24,7 @@ std::vector<absl::Status> RunAlgorithm(const AlgorithmRun& run,
       ctx.all_reduce = run.algorithms.all_reduce;
       ctx.link = run.algorithms.link.value_or(LinkConstants());
       ctx.ranks_per_host = run.algorithms.ranks_per_host;
+      ctx.ranks_per_core = run.algorithms.ranks_per_core;
       results[r] = body(ctx);
     });
   }
