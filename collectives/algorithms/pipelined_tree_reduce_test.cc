@@ -16,12 +16,6 @@ namespace {
 
 using namespace testing;  // The algorithm test helpers.
 
-float Want(ReduceOp op, int n, int64_t i) {
-  if (op == ReduceOp::kMax) return InputValue(n - 1, i);
-  const float sum = SumOver(n, i);
-  return op == ReduceOp::kSum ? sum : sum / static_cast<float>(n);
-}
-
 TEST(PipelinedTreeReduceTest, TheRootGetsTheResultAndInputsAreUntouched) {
   for (int n = 1; n <= 17; ++n) {
     AlgorithmRun run;
@@ -37,7 +31,7 @@ TEST(PipelinedTreeReduceTest, TheRootGetsTheResultAndInputsAreUntouched) {
               LOCKSTEP_RETURN_IF_ERROR(PipelinedTreeReduce(ctx, input, output, op, root, chunks));
               LOCKSTEP_RETURN_IF_ERROR(CheckValues(input, [&](int64_t i) { return InputValue(ctx.rank(), i); }));
               if (ctx.rank() != root) return absl::OkStatus();
-              return CheckValues(output, [&](int64_t i) { return Want(op, n, i); });
+              return CheckValues(output, [&](int64_t i) { return ReducedValue(op, n, i); });
             });
             for (const absl::Status& s : results) {
               ASSERT_TRUE(s.ok()) << Describe(run, count) << ", root " << root << ", " << chunks << " chunks, op "

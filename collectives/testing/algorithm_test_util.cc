@@ -1,6 +1,10 @@
 #include "collectives/testing/algorithm_test_util.h"
 
+#include <cmath>
+#include <cstring>
 #include <memory>
+#include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +59,42 @@ float SumOver(int n, int64_t i) {
   float s = 0;
   for (int r = 0; r < n; ++r) s += InputValue(r, i);
   return s;
+}
+
+float ReducedValue(ReduceOp op, int n, int64_t i) {
+  if (op == ReduceOp::kMax) return InputValue(n - 1, i);
+  const float sum = SumOver(n, i);
+  return op == ReduceOp::kAvg ? sum / static_cast<float>(n) : sum;
+}
+
+absl::Status SameBitsOnEveryRank(
+    const AlgorithmRun& run, int64_t count,
+    const std::function<absl::Status(AlgorithmContext& ctx, const Tensor& t)>& all_reduce) {
+  std::vector<std::vector<uint32_t>> bits(run.size);
+  std::mutex mu;
+  const std::vector<absl::Status> results = RunAlgorithm(run, [&](AlgorithmContext& ctx) -> absl::Status {
+    std::mt19937 gen(1234 + ctx.rank());
+    std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-20, 20);
+    absl::StatusOr<Tensor> t = Tensor::Empty({count}, DType::kF32);
+    if (!t.ok()) return t.status();
+    for (int64_t i = 0; i < count; ++i) t->data<float>()[i] = std::ldexp(mantissa(gen), exponent(gen));
+    if (absl::Status s = all_reduce(ctx, *t); !s.ok()) return s;
+    std::vector<uint32_t> mine(static_cast<size_t>(count));
+    std::memcpy(mine.data(), t->raw_data(), static_cast<size_t>(count) * sizeof(float));
+    std::lock_guard<std::mutex> lock(mu);
+    bits[ctx.rank()] = std::move(mine);
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < run.size; ++r) {
+    if (!results[r].ok()) return results[r];
+  }
+  for (int r = 1; r < run.size; ++r) {
+    if (bits[r] != bits[0]) {
+      return absl::InternalError(absl::StrCat(run.size, " ranks: rank ", r, "'s result differs from rank 0's"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<int64_t> UnevenCounts(int n, int64_t scale) {

@@ -39,6 +39,18 @@ absl::Status CheckValues(const Tensor& t, const std::function<float(int64_t i)>&
 // Sum over ranks 0..n-1 of InputValue(r, i).
 float SumOver(int n, int64_t i);
 
+// Element i of an all-reduce (or a reduce's root) of RankInput over ranks
+// 0..n-1: SumOver for kSum, its exact quotient by n for kAvg, rank n-1's
+// InputValue for kMax.
+float ReducedValue(ReduceOp op, int n, int64_t i);
+
+// Runs `all_reduce` on every rank of `run` over `count` random floats of
+// mixed magnitude (their sum depends on the order of additions); OK when
+// every rank ends with the same bits as rank 0, else an error naming the
+// first rank that differs.
+absl::Status SameBitsOnEveryRank(const AlgorithmRun& run, int64_t count,
+                                 const std::function<absl::Status(AlgorithmContext& ctx, const Tensor& t)>& all_reduce);
+
 // "3 ranks, 1000 elements, capacity 700, segment 68", for failure messages.
 std::string Describe(const AlgorithmRun& run, int64_t count);
 
