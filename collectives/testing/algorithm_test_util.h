@@ -62,8 +62,9 @@ std::vector<int64_t> UnevenCounts(int n, int64_t scale);
 // buffer in order).
 int BlockOwning(absl::Span<const Chunk> blocks, int64_t i);
 
-// The runs most algorithm tests sweep: world sizes 1-5 (powers of two and
-// not), generous and tiny connection capacities, small and default segments.
+// The runs most algorithm tests sweep: every world size 1-17 (powers of two
+// and not) with generous connections and default segments, and at 1-5, 8
+// and 17 also tiny connection capacities and small segments.
 std::vector<AlgorithmRun> StandardRuns();
 
 }  // namespace testing
