@@ -180,6 +180,18 @@ TEST(CommunicatorFactoryTest, BadOptionsAreNamed) {
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(comm.status().message().find("AlgorithmOptions.ranks_per_host is 0"), absl::string_view::npos)
       << comm.status();
+  options = TestOptions();
+  options.algorithms.link = LinkConstants{50, 0, 0, -1};
+  comm = CreateCommunicator(store, 0, 1, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("AlgorithmOptions.link.message_us is -1"), absl::string_view::npos)
+      << comm.status();
+  options = TestOptions();
+  options.algorithms.cores_per_host = -1;
+  comm = CreateCommunicator(store, 0, 1, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("AlgorithmOptions.cores_per_host is -1"), absl::string_view::npos)
+      << comm.status();
 }
 
 TEST(CommunicatorFactoryTest, AForgedOrForeignAnnouncementIsNamedAndNothingIsBuilt) {
