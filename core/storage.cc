@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -70,7 +71,31 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Wrap(void* data, size_t nbytes
   return s;
 }
 
-Storage::~Storage() {
+absl::Status Storage::Release() {
+  if (keep_alive_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "Storage::Release: the memory is wrapped (another library owns it); release its owner instead");
+  }
+  if (released_) return absl::OkStatus();
+  FreeData();
+  data_ = nullptr;
+  released_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Storage::Restore() {
+  if (!released_) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Storage> fresh, Allocate(nbytes_, device_, pinned_));
+  // Adopt the fresh block: it is freed by this Storage from now on.
+  data_ = std::exchange(fresh->data_, nullptr);
+  pinned_ = fresh->pinned_;
+  released_ = false;
+  return absl::OkStatus();
+}
+
+Storage::~Storage() { FreeData(); }
+
+void Storage::FreeData() {
   if (data_ == nullptr || keep_alive_ != nullptr) return;
   if (device_.is_cuda()) {
     // Cannot fail: the block came from this allocator and is freed once.

@@ -44,6 +44,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device.h"
 
@@ -74,7 +75,20 @@ class Storage {
   // Whether the memory belongs to another owner (Wrap).
   bool wrapped() const { return keep_alive_ != nullptr; }
 
+  // Frees the memory but keeps this Storage, its size and every tensor
+  // viewing it; Restore allocates `nbytes()` again (uninitialized) behind the
+  // same views. PyTorch's storage().resize_(0) and resize_(n), which FSDP
+  // uses to drop gathered parameters that a layer's saved forward state
+  // still names (fsdp/fully_shard.h). While released, data() is nullptr:
+  // only code that restores before reading may hold such views.
+  // FailedPrecondition for wrapped memory (another library owns it).
+  absl::Status Release();
+  absl::Status Restore();
+  bool released() const { return released_; }
+
  private:
+  // Returns data_ to its allocator (nothing for wrapped or empty memory).
+  void FreeData();
   Storage(void* data, size_t nbytes, Device device, bool pinned)
       : data_(data), nbytes_(nbytes), device_(device), pinned_(pinned) {}
 
@@ -82,6 +96,7 @@ class Storage {
   size_t nbytes_;
   Device device_;
   bool pinned_;
+  bool released_ = false;
   std::shared_ptr<const void> keep_alive_;  // Wrap: the memory's owner.
 };
 

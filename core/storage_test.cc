@@ -70,6 +70,34 @@ TEST(StorageGpuTest, CudaStorageIsCachedAndCounted) {
   EXPECT_GT(allocator.Stats(0).cache_hits, before.cache_hits);
 }
 
+TEST(StorageTest, ReleaseFreesTheBytesAndRestoreRefillsTheSameStorage) {
+  for (size_t nbytes : {size_t{256}, size_t{4} << 20}) {  // Plain and huge-page blocks.
+    std::shared_ptr<Storage> s = *Storage::Allocate(nbytes, Device::Cpu());
+    std::shared_ptr<Storage> view = s;  // What a layer's saved tensor holds.
+    std::memset(s->data(), 7, nbytes);
+    ASSERT_TRUE(s->Release().ok());
+    EXPECT_TRUE(s->released());
+    EXPECT_EQ(view->data(), nullptr);
+    EXPECT_EQ(view->nbytes(), nbytes);
+    ASSERT_TRUE(s->Release().ok());  // Twice is once.
+    ASSERT_TRUE(s->Restore().ok());
+    EXPECT_FALSE(view->released());
+    ASSERT_NE(view->data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(view->data()) % kHostAlignment, 0u);
+    std::memset(view->data(), 1, nbytes);  // Writable, all of it (ASan checks).
+    ASSERT_TRUE(s->Restore().ok());        // Restoring live memory changes nothing.
+    EXPECT_EQ(static_cast<unsigned char*>(view->data())[nbytes - 1], 1);
+  }
+}
+
+TEST(StorageTest, WrappedMemoryCannotBeReleased) {
+  static char owned[64];
+  std::shared_ptr<Storage> s = *Storage::Wrap(owned, sizeof(owned), Device::Cpu(), std::make_shared<int>(0));
+  absl::Status status = s->Release();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_EQ(s->data(), owned);
+}
+
 TEST(StorageGpuTest, PinnedStorageIsReusedOnceItsCopiesAreDone) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   // The pool fences on the devices the process uses.

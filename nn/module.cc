@@ -65,9 +65,21 @@ absl::StatusOr<Tensor> Module::Backward(const Tensor& grad_output, bool input_gr
   return BackwardImpl(grad_output, input_grad, ready);
 }
 
+absl::StatusOr<Tensor> Module::ChildForward(Module& child, const Tensor& input) {
+  const ModuleHooks& hooks = child.module_hooks_;
+  if (hooks.pre_forward) LOCKSTEP_RETURN_IF_ERROR(hooks.pre_forward());
+  absl::StatusOr<Tensor> out = child.Forward(input);
+  if (out.ok() && hooks.post_forward) LOCKSTEP_RETURN_IF_ERROR(hooks.post_forward());
+  return out;
+}
+
 absl::StatusOr<Tensor> Module::ChildBackward(Module& child, const Tensor& grad_output, bool input_grad,
                                              const ParameterReadyFn& ready) {
-  return child.BackwardImpl(grad_output, input_grad, ready);
+  const ModuleHooks& hooks = child.module_hooks_;
+  if (hooks.pre_backward) LOCKSTEP_RETURN_IF_ERROR(hooks.pre_backward());
+  absl::StatusOr<Tensor> grad_input = child.BackwardImpl(grad_output, input_grad, ready);
+  if (grad_input.ok() && hooks.post_backward) LOCKSTEP_RETURN_IF_ERROR(hooks.post_backward());
+  return grad_input;
 }
 
 absl::Status Module::AccumulateGrad(Parameter& parameter, const Tensor& grad, const ParameterReadyFn& ready) {

@@ -99,6 +99,20 @@ struct NamedParameter {
   Parameter* parameter;
 };
 
+// Hooks around one module's forward and backward, run when a container
+// runs it (Module::ChildForward and ChildBackward; Sequential does): torch's
+// forward pre-hook, forward hook, full backward pre-hook and full backward
+// hook, reduced to what FSDP needs (fsdp/fully_shard.h gathers a unit's
+// parameters before each and frees or reduces them after). Empty ones are
+// skipped. An error stops the pass, which returns it; a post hook does not
+// run when the module itself failed.
+struct ModuleHooks {
+  std::function<absl::Status()> pre_forward;
+  std::function<absl::Status()> post_forward;
+  std::function<absl::Status()> pre_backward;
+  std::function<absl::Status()> post_backward;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -132,6 +146,11 @@ class Module {
   // module registers a parameter or child afterwards, the next Backward
   // rebuilds it (a global registration counter tells).
   void SetGradReadyHook(GradReadyHook hook);
+
+  // Replaces this module's ModuleHooks (empty ones remove them). They fire
+  // only when a container runs this module, not when Forward or Backward is
+  // called on it directly.
+  void SetModuleHooks(ModuleHooks hooks) { module_hooks_ = std::move(hooks); }
 
   // Parameters in registration order, depth first, with hierarchical names;
   // the order of torch's model.named_parameters().
@@ -210,7 +229,11 @@ class Module {
   // Takes ownership; returns the raw pointer for convenience.
   Module* RegisterModule(std::string name, std::unique_ptr<Module> child);
 
-  // For containers: runs a child's backward with the caller's callback.
+  // For containers: runs a child's forward between its ModuleHooks' pre and
+  // post forward hooks.
+  static absl::StatusOr<Tensor> ChildForward(Module& child, const Tensor& input);
+  // For containers: runs a child's backward with the caller's callback,
+  // between its ModuleHooks' pre and post backward hooks.
   static absl::StatusOr<Tensor> ChildBackward(Module& child, const Tensor& grad_output, bool input_grad,
                                               const ParameterReadyFn& ready);
   static absl::StatusOr<std::unique_ptr<Module>> ChildNewLike(const Module& child, Device device) {
@@ -245,6 +268,7 @@ class Module {
   static uint64_t structure_generation();
 
   GradReadyHook hook_;
+  ModuleHooks module_hooks_;
   // For hook_: each parameter's index in NamedParameters() and the names.
   std::unordered_map<const Parameter*, size_t> hook_index_;
   std::vector<std::string> hook_names_;

@@ -174,6 +174,62 @@ TEST(ModuleTest, AHookErrorStopsBackwardAtOnce) {
   Step(*model, Batch(3, 6, 0.1f), Labels({0, 1, 2}));
 }
 
+TEST(ModuleTest, ModuleHooksWrapEachChildsForwardAndBackward) {
+  std::unique_ptr<Sequential> model = Mlp();  // 0 Flatten, 1 Linear, 2 ReLU, 3 Linear, 4 ReLU, 5 Linear
+  std::vector<std::string> events;
+  for (size_t i : {size_t{1}, size_t{3}}) {
+    Module& child = model->child(i);
+    const std::string n = std::to_string(i);
+    ModuleHooks hooks;
+    hooks.pre_forward = [&events, n] { return events.push_back("pre_forward " + n), absl::OkStatus(); };
+    hooks.post_forward = [&events, n] { return events.push_back("post_forward " + n), absl::OkStatus(); };
+    hooks.pre_backward = [&events, n, &child] {
+      // The child's gradient is not computed yet: the hook can prepare it.
+      events.push_back("pre_backward " + n + (child.Parameters()[0]->grad.defined() ? " late" : ""));
+      return absl::OkStatus();
+    };
+    hooks.post_backward = [&events, n, &child] {
+      events.push_back("post_backward " + n + (child.Parameters()[0]->grad.defined() ? "" : " early"));
+      return absl::OkStatus();
+    };
+    child.SetModuleHooks(std::move(hooks));
+  }
+  Step(*model, Batch(3, 6, 0.0f), Labels({1, 1, 0}));
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"pre_forward 1", "post_forward 1", "pre_forward 3", "post_forward 3",
+                                      "pre_backward 3", "post_backward 3", "pre_backward 1", "post_backward 1"}));
+  // Called directly, a module runs without its own hooks.
+  events.clear();
+  ASSERT_TRUE(model->child(1).Forward(Batch(3, 6, 0.0f)).ok());
+  EXPECT_TRUE(events.empty());
+}
+
+TEST(ModuleTest, AModuleHookErrorStopsThePass) {
+  std::unique_ptr<Sequential> model = Mlp();
+  int later_forwards = 0;
+  ModuleHooks counting;
+  counting.pre_forward = [&] { return ++later_forwards, absl::OkStatus(); };
+  model->child(5).SetModuleHooks(counting);
+  ModuleHooks failing;
+  failing.post_forward = [] { return absl::UnavailableError("gather of unit 3 failed"); };
+  model->child(3).SetModuleHooks(failing);
+  absl::StatusOr<Tensor> out = model->Forward(Batch(3, 6, 0.0f));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(out.status().message().find("Sequential child 3 (Linear): gather of unit 3 failed"),
+            absl::string_view::npos)
+      << out.status();
+  EXPECT_EQ(later_forwards, 0);
+  failing = ModuleHooks();
+  failing.pre_backward = [] { return absl::DataLossError("unit 3 shards differ"); };
+  model->child(3).SetModuleHooks(failing);
+  absl::StatusOr<Tensor> logits = model->Forward(Batch(3, 6, 0.0f));
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  absl::StatusOr<CrossEntropyResult> ce = CrossEntropy(*logits, Labels({0, 1, 2}));
+  absl::StatusOr<Tensor> gx = model->Backward(ce->grad_logits);
+  EXPECT_EQ(gx.status().code(), absl::StatusCode::kDataLoss) << gx.status();
+  EXPECT_FALSE(model->child(3).Parameters()[0]->grad.defined());  // Stopped before its backward.
+}
+
 TEST(ModuleTest, HookNamesAreRelativeToTheModuleItWasSetOn) {
   std::unique_ptr<Sequential> model = Mlp();
   Module& fc3 = model->child(3);

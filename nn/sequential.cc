@@ -39,7 +39,7 @@ absl::Status Sequential::CheckChildName(const std::string& name, const Module* c
 absl::StatusOr<Tensor> Sequential::Forward(const Tensor& input) {
   Tensor x = input;
   for (size_t i = 0; i < size(); ++i) {
-    absl::StatusOr<Tensor> y = child(i).Forward(x);
+    absl::StatusOr<Tensor> y = ChildForward(child(i), x);
     if (!y.ok()) {
       return absl::Status(y.status().code(), absl::StrCat("Sequential child ", Label(i, child_name(i)), " (",
                                                           child(i).type_name(), "): ", y.status().message()));

@@ -115,6 +115,8 @@ CHECKED = {
     "ddp/powersgd_hook.h": "tests/header_examples/ddp_test.cc",
     "ddp/zero_redundancy_optimizer.h": "tests/header_examples/ddp_test.cc",
     "ddp/sync_batch_norm.h": "tests/header_examples/ddp_test.cc",
+    "fsdp/flat_shard.h": "tests/header_examples/fsdp_test.cc",
+    "fsdp/fully_shard.h": "tests/header_examples/fsdp_test.cc",
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/ddp/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
     "interop/torch/bridge/tensor_bridge.h": "tests/header_examples/interop_test.cc",

@@ -1,0 +1,454 @@
+#include "fsdp/fully_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/kernels.h"
+#include "core/reduce_op.h"
+#include "core/status.h"
+#include "ddp/replica_sync.h"
+
+namespace lockstep {
+
+struct FullyShard::Unit {
+  std::string path;  // "" for the root unit.
+  Module* module = nullptr;
+  std::vector<NamedParameter> params;  // Names relative to the root.
+  FlatShardLayout layout;
+  Parameter shard;  // This rank's elements; its grad is the reduced gradient.
+  std::shared_ptr<Storage> full_storage;
+  Tensor full;                // padded elements over full_storage.
+  std::vector<Tensor> views;  // Each parameter's view of `full`.
+  std::shared_ptr<Work> gather;
+  bool gathered = false;
+  Tensor grad_flat;   // The scaled local gradients being reduce-scattered.
+  Tensor grad_shard;  // Their reduction, this rank's elements.
+  std::shared_ptr<Work> reduce;
+};
+
+namespace {
+
+std::string UnitName(const std::string& path) { return path.empty() ? "the root unit" : "unit '" + path + "'"; }
+
+bool Within(const std::string& name, const std::string& path) {
+  return path.empty() || name.compare(0, path.size() + 1, path + ".") == 0;
+}
+
+}  // namespace
+
+FullyShard::FullyShard(Module& module, Communicator& comm, FullyShardOptions options)
+    : module_(module), comm_(comm), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<FullyShard>> FullyShard::Create(Module& module, Communicator& comm,
+                                                               FullyShardOptions options) {
+  std::vector<NamedParameter> named = module.NamedParameters();
+  if (named.empty()) return absl::InvalidArgumentError("FullyShard: the module has no parameters to shard");
+  std::vector<Tensor> values;
+  std::vector<std::string> names;
+  for (const NamedParameter& p : named) {
+    const Tensor& v = p.parameter->value;
+    if (!v.defined() || v.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FullyShard: parameter '", p.name, "' is ", v.defined() ? v.DebugString() : "undefined",
+          "; expected f32 master parameters (compute in lower precision with the layers' compute dtype). Was the "
+          "module already wrapped by another FullyShard?"));
+    }
+    if (!p.parameter->requires_grad) {
+      return absl::UnimplementedError(absl::StrCat("FullyShard: parameter '", p.name,
+                                                   "' is frozen (requires_grad false); frozen parameters are not "
+                                                   "supported yet: unfreeze it or keep the module under DDP"));
+    }
+    values.push_back(v);
+    names.push_back(p.name);
+  }
+  // The units: named paths, checked, then the root for the rest.
+  std::map<std::string, Module*> modules;
+  for (auto& [path, m] : module.NamedModules()) modules[path] = m;
+  std::vector<std::string> paths = options.units;
+  if (paths.empty()) {
+    for (auto& [path, m] : module.NamedModules()) {
+      if (!path.empty() && path.find('.') == std::string::npos && m->HasParameters()) paths.push_back(path);
+    }
+  }
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty()) {
+      problems.push_back("\"\" is the root, which is always a unit");
+    } else if (modules.count(paths[i]) == 0) {
+      problems.push_back(absl::StrCat("'", paths[i], "' is not a module path"));
+    } else if (!modules[paths[i]]->HasParameters()) {
+      problems.push_back(absl::StrCat("'", paths[i], "' has no parameters"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (paths[i] == paths[j]) {
+        problems.push_back(absl::StrCat("'", paths[i], "' is named twice"));
+      } else if (Within(paths[i], paths[j]) || Within(paths[j], paths[i])) {
+        problems.push_back(absl::StrCat("'", paths[i], "' and '", paths[j], "' nest"));
+      }
+    }
+  }
+  if (!problems.empty()) {
+    std::vector<std::string> all;
+    for (auto& [path, m] : modules) {
+      if (!path.empty()) all.push_back(path);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("FullyShard: bad units: ", absl::StrJoin(problems, "; "),
+                                                   ". The module paths are: ", absl::StrJoin(all, ", ")));
+  }
+
+  LOCKSTEP_RETURN_IF_ERROR(VerifyShapesAcrossRanks(comm, values, names));
+  std::vector<Tensor> state = values;
+  for (const NamedTensor& b : module.NamedBuffers()) state.push_back(b.second);
+  LOCKSTEP_RETURN_IF_ERROR(BroadcastFromRankZero(comm, state));
+
+  std::unique_ptr<FullyShard> fsdp(new FullyShard(module, comm, std::move(options)));
+  auto root = std::make_unique<Unit>();
+  root->module = &module;
+  fsdp->units_.push_back(std::move(root));
+  for (const std::string& path : paths) {
+    auto unit = std::make_unique<Unit>();
+    unit->path = path;
+    unit->module = modules[path];
+    fsdp->units_.push_back(std::move(unit));
+  }
+  for (const NamedParameter& p : named) {
+    size_t owner = 0;
+    for (size_t u = 1; u < fsdp->units_.size(); ++u) {
+      if (Within(p.name, fsdp->units_[u]->path)) owner = u;
+    }
+    fsdp->units_[owner]->params.push_back(p);
+  }
+  const int world = comm.size();
+  const int rank = comm.rank();
+  for (size_t u = 0; u < fsdp->units_.size(); ++u) {
+    Unit& unit = *fsdp->units_[u];
+    std::vector<int64_t> numels;
+    for (const NamedParameter& p : unit.params) numels.push_back(p.parameter->value.numel());
+    unit.layout = FlatShardLayout::Make(numels, world);
+    const Device device = named[0].parameter->value.device();
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.shard.value, Tensor::Zeros({unit.layout.shard}, DType::kF32, device));
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.full_storage,
+                              Storage::Allocate(static_cast<size_t>(unit.layout.padded) * sizeof(float), device));
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.full,
+                              Tensor::FromStorage(unit.full_storage, 0, {unit.layout.padded}, DType::kF32));
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      const Tensor& value = unit.params[i].parameter->value;
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, unit.full.Flat(unit.layout.offsets[i], unit.layout.numels[i]));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, flat.Reshape(value.shape()));
+      unit.views.push_back(view);
+      const auto [begin, end] = unit.layout.ParameterRange(i, rank);
+      if (end > begin) {
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, value.Flat(begin, end - begin));
+        LOCKSTEP_ASSIGN_OR_RETURN(
+            Tensor to, unit.shard.value.Flat(unit.layout.offsets[i] + begin - rank * unit.layout.shard, end - begin));
+        LOCKSTEP_RETURN_IF_ERROR(to.CopyFrom(from));
+      }
+      unit.params[i].parameter->value = Tensor();
+      unit.params[i].parameter->grad = Tensor();
+    }
+    LOCKSTEP_RETURN_IF_ERROR(unit.full_storage->Release());
+    if (u == 0) continue;
+    FullyShard* self = fsdp.get();
+    ModuleHooks hooks;
+    hooks.pre_forward = [self, u] { return self->PreForward(u); };
+    hooks.post_forward = [self, u] { return self->PostForward(u); };
+    hooks.pre_backward = [self, u] { return self->PreBackward(u); };
+    hooks.post_backward = [self, u] { return self->PostBackward(u); };
+    unit.module->SetModuleHooks(std::move(hooks));
+  }
+  return fsdp;
+}
+
+FullyShard::~FullyShard() {
+  for (auto& unit : units_) {
+    if (unit->gather != nullptr) unit->gather->Wait().IgnoreError();
+    if (unit->reduce != nullptr) unit->reduce->Wait().IgnoreError();
+    if (unit->path.empty()) continue;
+    unit->module->SetModuleHooks(ModuleHooks());
+  }
+}
+
+absl::Status FullyShard::IssueGather(size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gathered || unit.gather != nullptr) return absl::OkStatus();
+  LOCKSTEP_RETURN_IF_ERROR(unit.full_storage->Restore());
+  unit.gather = comm_.AllGather(unit.shard.value, unit.full);
+  return absl::OkStatus();
+}
+
+absl::Status FullyShard::Unshard(size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gathered) return absl::OkStatus();
+  LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));
+  absl::Status done = std::exchange(unit.gather, nullptr)->Wait();
+  if (!done.ok()) {
+    return absl::Status(done.code(), absl::StrCat("FullyShard: all-gather of ", UnitName(unit.path),
+                                                  "'s parameters on rank ", comm_.rank(), ": ", done.message()));
+  }
+  for (size_t i = 0; i < unit.params.size(); ++i) unit.params[i].parameter->value = unit.views[i];
+  unit.gathered = true;
+  return absl::OkStatus();
+}
+
+absl::Status FullyShard::Reshard(size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gather != nullptr) {
+    // A prefetch still writes into the buffer: let it land first.
+    absl::Status done = std::exchange(unit.gather, nullptr)->Wait();
+    if (!done.ok()) return done;
+  }
+  for (const NamedParameter& p : unit.params) p.parameter->value = Tensor();
+  unit.gathered = false;
+  return unit.full_storage->Release();
+}
+
+absl::Status FullyShard::ReduceGrads(size_t u) {
+  Unit& unit = *units_[u];
+  const FlatShardLayout& layout = unit.layout;
+  const Device device = unit.shard.value.device();
+  LOCKSTEP_ASSIGN_OR_RETURN(unit.grad_flat, Tensor::Zeros({layout.padded}, DType::kF32, device));
+  const int world = comm_.size();
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    Parameter& p = *unit.params[i].parameter;
+    if (!p.grad.defined()) continue;  // Unused in this backward: contributes zeros, as DDP's.
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, unit.grad_flat.Flat(layout.offsets[i], layout.numels[i]));
+    if (world > 1 && !device.is_cuda()) {
+      // DDP's rounding (ddp/reducer.cc): x * float(1 / world), one pass.
+      const float factor = static_cast<float>(1.0 / world);
+      const float* __restrict src = p.grad.data<float>();
+      float* __restrict out = dst.data<float>();
+      for (int64_t k = 0, n = layout.numels[i]; k < n; ++k) out[k] = src[k] * factor;
+    } else {
+      LOCKSTEP_RETURN_IF_ERROR(dst.CopyFrom(p.grad));
+      if (world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(dst, 1.0 / world));
+    }
+    p.grad = Tensor();
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(unit.grad_shard, Tensor::Empty({layout.shard}, DType::kF32, device));
+  unit.reduce = comm_.ReduceScatter(unit.grad_flat, unit.grad_shard, ReduceOp::kSum);
+  return absl::OkStatus();
+}
+
+absl::Status FullyShard::FinishGradients(size_t except) {
+  absl::Status first;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit* unit = units_[u].get();
+    if (unit->reduce == nullptr || u == except) continue;
+    absl::Status done = std::exchange(unit->reduce, nullptr)->Wait();
+    unit->grad_flat = Tensor();
+    if (!done.ok()) {
+      if (first.ok()) {
+        first = absl::Status(done.code(), absl::StrCat("FullyShard: reduce-scatter of ", UnitName(unit->path),
+                                                       "'s gradients on rank ", comm_.rank(), ": ", done.message()));
+      }
+      continue;
+    }
+    Tensor reduced = std::exchange(unit->grad_shard, Tensor());
+    if (!first.ok()) continue;
+    if (!unit->shard.grad.defined()) {
+      unit->shard.grad = reduced;
+    } else {
+      first = ReduceInto(ReduceOp::kSum, reduced, unit->shard.grad);
+    }
+  }
+  return first;
+}
+
+absl::Status FullyShard::PreForward(size_t u) {
+  if (!order_known_ && std::find(order_.begin(), order_.end(), u) == order_.end()) order_.push_back(u);
+  if (options_.prefetch && order_known_) {
+    auto it = std::find(order_.begin(), order_.end(), u);
+    if (it != order_.end() && it + 1 != order_.end()) {
+      LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));  // This unit's own gather goes first.
+      LOCKSTEP_RETURN_IF_ERROR(IssueGather(*(it + 1)));
+    }
+  }
+  return Unshard(u);
+}
+
+absl::Status FullyShard::PostForward(size_t u) {
+  return options_.reshard_after_forward ? Reshard(u) : absl::OkStatus();
+}
+
+absl::Status FullyShard::PreBackward(size_t u) {
+  if (options_.prefetch) {
+    auto it = std::find(order_.begin(), order_.end(), u);
+    if (it != order_.end() && it != order_.begin()) {
+      LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));
+      LOCKSTEP_RETURN_IF_ERROR(IssueGather(*(it - 1)));
+    }
+  }
+  return Unshard(u);
+}
+
+absl::Status FullyShard::PostBackward(size_t u) {
+  if (sync_) {
+    LOCKSTEP_RETURN_IF_ERROR(ReduceGrads(u));
+    // One reduce-scatter in flight at a time (this unit's, overlapping the
+    // next unit's backward): the flat gradients never add up to the model.
+    LOCKSTEP_RETURN_IF_ERROR(FinishGradients(u));
+  }
+  return Reshard(u);
+}
+
+absl::Status FullyShard::Settle() {
+  absl::Status first = FinishGradients();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    absl::Status s = Reshard(u);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::StatusOr<Tensor> FullyShard::Forward(const Tensor& input) {
+  LOCKSTEP_RETURN_IF_ERROR(Settle());
+  LOCKSTEP_RETURN_IF_ERROR(IssueGather(0));
+  if (options_.prefetch && order_known_ && !order_.empty()) LOCKSTEP_RETURN_IF_ERROR(IssueGather(order_.front()));
+  LOCKSTEP_RETURN_IF_ERROR(Unshard(0));
+  absl::StatusOr<Tensor> out = module_.Forward(input);
+  if (!out.ok()) {
+    Settle().IgnoreError();
+    return out.status();
+  }
+  order_known_ = true;
+  return out;
+}
+
+absl::Status FullyShard::Backward(const Tensor& grad_output) {
+  if (!units_[0]->gathered) {
+    return absl::FailedPreconditionError(
+        "FullyShard::Backward: no pending Forward (each Backward consumes the last Forward; call Forward first)");
+  }
+  if (options_.prefetch && !order_.empty()) LOCKSTEP_RETURN_IF_ERROR(IssueGather(order_.back()));
+  absl::Status status = module_.Backward(grad_output, /*input_grad=*/false).status();
+  if (status.ok() && sync_) status = ReduceGrads(0);
+  absl::Status settled = Settle();
+  return status.ok() ? settled : status;
+}
+
+std::vector<NamedParameter> FullyShard::ShardParameters() {
+  std::vector<NamedParameter> out;
+  for (auto& unit : units_) {
+    out.push_back({unit->path.empty() ? "flat_param" : unit->path + ".flat_param", &unit->shard});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> FullyShard::FullStateDict() {
+  LOCKSTEP_RETURN_IF_ERROR(Settle());
+  std::map<std::string, Tensor> params;
+  for (auto& unit : units_) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({unit->layout.padded}, DType::kF32,
+                                                         unit->shard.value.device()));
+    LOCKSTEP_RETURN_IF_ERROR(comm_.AllGather(unit->shard.value, full)->Wait());
+    for (size_t i = 0; i < unit->params.size(); ++i) {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(unit->layout.offsets[i], unit->layout.numels[i]));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, flat.Reshape(unit->views[i].shape()));
+      LOCKSTEP_ASSIGN_OR_RETURN(params[unit->params[i].name], shaped.Clone());
+    }
+  }
+  std::vector<NamedTensor> out;
+  for (const NamedTensor& entry : module_.StateDict()) {
+    auto it = params.find(entry.first);
+    if (it != params.end()) {
+      out.emplace_back(entry.first, it->second);
+    } else {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor copy, entry.second.Clone());
+      out.emplace_back(entry.first, copy);
+    }
+  }
+  return out;
+}
+
+absl::Status FullyShard::LoadFullStateDict(const std::vector<NamedTensor>& state, bool strict) {
+  LOCKSTEP_RETURN_IF_ERROR(Settle());
+  std::map<std::string, const Tensor*> given;
+  for (const NamedTensor& entry : state) given[entry.first] = &entry.second;
+  std::vector<std::string> problems;
+  std::set<std::string> known;
+  auto check = [&](const std::string& name, const Shape& shape) {
+    known.insert(name);
+    auto it = given.find(name);
+    if (it == given.end()) {
+      if (strict) problems.push_back(absl::StrCat("missing '", name, "'"));
+      return;
+    }
+    const Tensor& t = *it->second;
+    if (!t.defined() || t.dtype() != DType::kF32 || t.shape() != shape) {
+      problems.push_back(absl::StrCat("'", name, "' is ", t.defined() ? t.DebugString() : "undefined",
+                                      ", expected f32 of shape [", absl::StrJoin(shape, ", "), "]"));
+    }
+  };
+  for (auto& unit : units_) {
+    for (size_t i = 0; i < unit->params.size(); ++i) check(unit->params[i].name, unit->views[i].shape());
+  }
+  std::vector<NamedTensor> buffers = module_.NamedBuffers();
+  for (const NamedTensor& b : buffers) {
+    known.insert(b.first);
+    auto it = given.find(b.first);
+    if (it == given.end()) {
+      if (strict) problems.push_back(absl::StrCat("missing '", b.first, "'"));
+    } else if (!it->second->defined() || it->second->dtype() != b.second.dtype() ||
+               it->second->shape() != b.second.shape()) {
+      problems.push_back(absl::StrCat("'", b.first, "' is ", it->second->DebugString(), ", expected ",
+                                      b.second.DebugString()));
+    }
+  }
+  if (strict) {
+    for (const auto& [name, t] : given) {
+      if (known.count(name) == 0) problems.push_back(absl::StrCat("unexpected '", name, "'"));
+    }
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("FullyShard::LoadFullStateDict on rank ", comm_.rank(), ": ",
+                                                   absl::StrJoin(problems, "; "), "; nothing was loaded"));
+  }
+  const int rank = comm_.rank();
+  for (auto& unit : units_) {
+    for (size_t i = 0; i < unit->params.size(); ++i) {
+      auto it = given.find(unit->params[i].name);
+      if (it == given.end()) continue;
+      const auto [begin, end] = unit->layout.ParameterRange(i, rank);
+      if (end <= begin) continue;
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, it->second->Flat(begin, end - begin));
+      LOCKSTEP_ASSIGN_OR_RETURN(
+          Tensor to, unit->shard.value.Flat(unit->layout.offsets[i] + begin - rank * unit->layout.shard, end - begin));
+      LOCKSTEP_RETURN_IF_ERROR(to.CopyFrom(from));
+    }
+  }
+  for (const NamedTensor& b : buffers) {
+    auto it = given.find(b.first);
+    if (it != given.end()) LOCKSTEP_RETURN_IF_ERROR(b.second.CopyFrom(*it->second));
+  }
+  return absl::OkStatus();
+}
+
+FullyShard::NoSyncScope::~NoSyncScope() {
+  if (fsdp_ != nullptr) fsdp_->sync_ = true;
+}
+
+FullyShard::NoSyncScope FullyShard::NoSync() {
+  sync_ = false;
+  return NoSyncScope(this);
+}
+
+std::vector<std::string> FullyShard::unit_paths() const {
+  std::vector<std::string> out;
+  for (const auto& unit : units_) out.push_back(unit->path);
+  return out;
+}
+
+const FlatShardLayout& FullyShard::layout(size_t unit) const { return units_[unit]->layout; }
+
+int FullyShard::gathered_units() const {
+  int n = 0;
+  for (const auto& unit : units_) n += unit->gathered || unit->gather != nullptr ? 1 : 0;
+  return n;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,80 @@
+// The usage examples of fsdp's public headers, compiled and run on two ranks
+// (threads over loopback TCP, collectives/testing/group.h). Each example's
+// lines appear below exactly as in its header (checked by
+// //tests:header_examples_check); lines in between set up its inputs or check
+// its results.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/testing/group.h"
+#include "core/mt19937.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "fsdp/flat_shard.h"
+#include "fsdp/fully_shard.h"
+#include "gtest/gtest.h"
+#include "nn/cross_entropy.h"
+#include "nn/mlp.h"
+#include "nn/module.h"
+#include "nn/sequential.h"
+#include "nn/sgd.h"
+
+namespace lockstep {
+namespace {
+
+// fsdp/flat_shard.h
+TEST(FsdpExamplesTest, FlatShardLayout) {
+  FlatShardLayout layout = FlatShardLayout::Make({6, 3}, /*world=*/2);
+  // total 9, padded 10, shard 5: rank 0 holds elements 0-4, rank 1 5-9;
+  // parameter 1 lies at offset 6, all of it in rank 1's shard.
+  EXPECT_EQ(layout.total, 9);
+  EXPECT_EQ(layout.padded, 10);
+  EXPECT_EQ(layout.shard, 5);
+  EXPECT_EQ(layout.offsets[1], 6);
+  EXPECT_EQ(layout.ParameterRange(1, 1), (std::pair<int64_t, int64_t>{0, 3}));
+}
+
+// fsdp/fully_shard.h: an MLP (Flatten, Linear, ReLU, Linear, ReLU, Linear)
+// with the three Linear layers as units, given by path.
+absl::Status FullyShardExample(Communicator* comm, std::vector<NamedTensor>* trained) {
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {784, 32, 16, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  Mt19937 noise(7 + comm->rank());
+  std::vector<float> pixels(4 * 784);
+  for (float& p : pixels) p = static_cast<float>(noise.Next32() % 256) / 255.0f;
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor images, Tensor::FromVector<float>(pixels, {4, 1, 28, 28}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor labels, Tensor::FromVector<int64_t>({3, 1, 4, comm->rank()}));
+  FullyShardOptions options;
+  options.units = {"1", "3", "5"};   // module paths; empty: each child of the root with parameters
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, *comm, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> sgd, Sgd::Create(fsdp->ShardParameters(), SgdOptions{0.1}));
+  for (int step = 0; step < 2; ++step) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, fsdp->Forward(images));
+    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
+    LOCKSTEP_RETURN_IF_ERROR(fsdp->Backward(loss.grad_logits));   // shard gradients now averaged
+    LOCKSTEP_RETURN_IF_ERROR(sgd->Step());                        // steps this rank's shards
+    LOCKSTEP_RETURN_IF_ERROR(sgd->ZeroGrad(/*set_to_none=*/true));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(*trained, fsdp->FullStateDict());
+  return absl::OkStatus();
+}
+
+TEST(FsdpExamplesTest, FullyShardTrainsOneModelOnBothRanks) {
+  std::vector<std::vector<NamedTensor>> trained(2);
+  testing::ExpectAllOk(
+      testing::RunThreads(2, [&](Communicator& comm) { return FullyShardExample(&comm, &trained[comm.rank()]); }));
+  ASSERT_EQ(trained[0].size(), 6u);  // 1.weight, 1.bias, 3.weight, ... as the plain MLP's state dict.
+  EXPECT_EQ(trained[0][0].first, "1.weight");
+  for (size_t i = 0; i < trained[0].size(); ++i) {
+    EXPECT_EQ(*trained[0][i].second.ToVector<float>(), *trained[1][i].second.ToVector<float>());
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
