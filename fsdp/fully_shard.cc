@@ -1,17 +1,15 @@
 #include "fsdp/fully_shard.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/kernels.h"
-#include "core/reduce_op.h"
 #include "core/status.h"
 #include "ddp/replica_sync.h"
+#include "fsdp/flat_unit.h"
 
 namespace lockstep {
 
@@ -19,21 +17,14 @@ struct FullyShard::Unit {
   std::string path;  // "" for the root unit.
   Module* module = nullptr;
   std::vector<NamedParameter> params;  // Names relative to the root.
-  FlatShardLayout layout;
-  Parameter shard;  // This rank's elements; its grad is the reduced gradient.
+  std::unique_ptr<FlatUnit> flat;      // The shard and its collectives.
   std::shared_ptr<Storage> full_storage;
   Tensor full;                // padded elements over full_storage.
   std::vector<Tensor> views;  // Each parameter's view of `full`.
-  std::shared_ptr<Work> gather;
   bool gathered = false;
-  Tensor grad_flat;   // The scaled local gradients being reduce-scattered.
-  Tensor grad_shard;  // Their reduction, this rank's elements.
-  std::shared_ptr<Work> reduce;
 };
 
 namespace {
-
-std::string UnitName(const std::string& path) { return path.empty() ? "the root unit" : "unit '" + path + "'"; }
 
 bool Within(const std::string& name, const std::string& path) {
   return path.empty() || name.compare(0, path.size() + 1, path + ".") == 0;
@@ -123,31 +114,22 @@ absl::StatusOr<std::unique_ptr<FullyShard>> FullyShard::Create(Module& module, C
     }
     fsdp->units_[owner]->params.push_back(p);
   }
-  const int world = comm.size();
-  const int rank = comm.rank();
   for (size_t u = 0; u < fsdp->units_.size(); ++u) {
     Unit& unit = *fsdp->units_[u];
     std::vector<int64_t> numels;
     for (const NamedParameter& p : unit.params) numels.push_back(p.parameter->value.numel());
-    unit.layout = FlatShardLayout::Make(numels, world);
     const Device device = named[0].parameter->value.device();
-    LOCKSTEP_ASSIGN_OR_RETURN(unit.shard.value, Tensor::Zeros({unit.layout.shard}, DType::kF32, device));
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.flat, FlatUnit::Create(unit.path, numels, comm, device));
+    const FlatShardLayout& layout = unit.flat->layout();
     LOCKSTEP_ASSIGN_OR_RETURN(unit.full_storage,
-                              Storage::Allocate(static_cast<size_t>(unit.layout.padded) * sizeof(float), device));
-    LOCKSTEP_ASSIGN_OR_RETURN(unit.full,
-                              Tensor::FromStorage(unit.full_storage, 0, {unit.layout.padded}, DType::kF32));
+                              Storage::Allocate(static_cast<size_t>(layout.padded) * sizeof(float), device));
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.full, Tensor::FromStorage(unit.full_storage, 0, {layout.padded}, DType::kF32));
     for (size_t i = 0; i < unit.params.size(); ++i) {
       const Tensor& value = unit.params[i].parameter->value;
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, unit.full.Flat(unit.layout.offsets[i], unit.layout.numels[i]));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, unit.full.Flat(layout.offsets[i], layout.numels[i]));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, flat.Reshape(value.shape()));
       unit.views.push_back(view);
-      const auto [begin, end] = unit.layout.ParameterRange(i, rank);
-      if (end > begin) {
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, value.Flat(begin, end - begin));
-        LOCKSTEP_ASSIGN_OR_RETURN(
-            Tensor to, unit.shard.value.Flat(unit.layout.offsets[i] + begin - rank * unit.layout.shard, end - begin));
-        LOCKSTEP_RETURN_IF_ERROR(to.CopyFrom(from));
-      }
+      LOCKSTEP_RETURN_IF_ERROR(unit.flat->SetShardFrom(i, value));
       unit.params[i].parameter->value = Tensor();
       unit.params[i].parameter->grad = Tensor();
     }
@@ -165,31 +147,24 @@ absl::StatusOr<std::unique_ptr<FullyShard>> FullyShard::Create(Module& module, C
 }
 
 FullyShard::~FullyShard() {
+  // Each FlatUnit waits for its own collectives.
   for (auto& unit : units_) {
-    if (unit->gather != nullptr) unit->gather->Wait().IgnoreError();
-    if (unit->reduce != nullptr) unit->reduce->Wait().IgnoreError();
-    if (unit->path.empty()) continue;
-    unit->module->SetModuleHooks(ModuleHooks());
+    if (!unit->path.empty()) unit->module->SetModuleHooks(ModuleHooks());
   }
 }
 
 absl::Status FullyShard::IssueGather(size_t u) {
   Unit& unit = *units_[u];
-  if (unit.gathered || unit.gather != nullptr) return absl::OkStatus();
+  if (unit.gathered || unit.flat->gather_pending()) return absl::OkStatus();
   LOCKSTEP_RETURN_IF_ERROR(unit.full_storage->Restore());
-  unit.gather = comm_.AllGather(unit.shard.value, unit.full);
-  return absl::OkStatus();
+  return unit.flat->IssueGather(unit.full);
 }
 
 absl::Status FullyShard::Unshard(size_t u) {
   Unit& unit = *units_[u];
   if (unit.gathered) return absl::OkStatus();
   LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));
-  absl::Status done = std::exchange(unit.gather, nullptr)->Wait();
-  if (!done.ok()) {
-    return absl::Status(done.code(), absl::StrCat("FullyShard: all-gather of ", UnitName(unit.path),
-                                                  "'s parameters on rank ", comm_.rank(), ": ", done.message()));
-  }
+  LOCKSTEP_RETURN_IF_ERROR(unit.flat->WaitGather());
   for (size_t i = 0; i < unit.params.size(); ++i) unit.params[i].parameter->value = unit.views[i];
   unit.gathered = true;
   return absl::OkStatus();
@@ -197,64 +172,32 @@ absl::Status FullyShard::Unshard(size_t u) {
 
 absl::Status FullyShard::Reshard(size_t u) {
   Unit& unit = *units_[u];
-  if (unit.gather != nullptr) {
-    // A prefetch still writes into the buffer: let it land first.
-    absl::Status done = std::exchange(unit.gather, nullptr)->Wait();
-    if (!done.ok()) return done;
-  }
+  // A prefetch may still write into the buffer: let it land first.
+  absl::Status landed = unit.flat->WaitGather();
   for (const NamedParameter& p : unit.params) p.parameter->value = Tensor();
   unit.gathered = false;
-  return unit.full_storage->Release();
+  absl::Status released = unit.full_storage->Release();
+  return landed.ok() ? released : landed;
 }
 
 absl::Status FullyShard::ReduceGrads(size_t u) {
   Unit& unit = *units_[u];
-  const FlatShardLayout& layout = unit.layout;
-  const Device device = unit.shard.value.device();
-  LOCKSTEP_ASSIGN_OR_RETURN(unit.grad_flat, Tensor::Zeros({layout.padded}, DType::kF32, device));
-  const int world = comm_.size();
+  LOCKSTEP_RETURN_IF_ERROR(unit.flat->BeginGrads());
   for (size_t i = 0; i < unit.params.size(); ++i) {
     Parameter& p = *unit.params[i].parameter;
-    if (!p.grad.defined()) continue;  // Unused in this backward: contributes zeros, as DDP's.
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, unit.grad_flat.Flat(layout.offsets[i], layout.numels[i]));
-    if (world > 1 && !device.is_cuda()) {
-      // DDP's rounding (ddp/reducer.cc): x * float(1 / world), one pass.
-      const float factor = static_cast<float>(1.0 / world);
-      const float* __restrict src = p.grad.data<float>();
-      float* __restrict out = dst.data<float>();
-      for (int64_t k = 0, n = layout.numels[i]; k < n; ++k) out[k] = src[k] * factor;
-    } else {
-      LOCKSTEP_RETURN_IF_ERROR(dst.CopyFrom(p.grad));
-      if (world > 1) LOCKSTEP_RETURN_IF_ERROR(Scale(dst, 1.0 / world));
-    }
+    if (!p.grad.defined()) continue;  // Unused in this backward: contributes zeros, as in DDP.
+    LOCKSTEP_RETURN_IF_ERROR(unit.flat->AddGrad(i, p.grad));
     p.grad = Tensor();
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(unit.grad_shard, Tensor::Empty({layout.shard}, DType::kF32, device));
-  unit.reduce = comm_.ReduceScatter(unit.grad_flat, unit.grad_shard, ReduceOp::kSum);
-  return absl::OkStatus();
+  return unit.flat->IssueReduce();
 }
 
 absl::Status FullyShard::FinishGradients(size_t except) {
   absl::Status first;
   for (size_t u = 0; u < units_.size(); ++u) {
-    Unit* unit = units_[u].get();
-    if (unit->reduce == nullptr || u == except) continue;
-    absl::Status done = std::exchange(unit->reduce, nullptr)->Wait();
-    unit->grad_flat = Tensor();
-    if (!done.ok()) {
-      if (first.ok()) {
-        first = absl::Status(done.code(), absl::StrCat("FullyShard: reduce-scatter of ", UnitName(unit->path),
-                                                       "'s gradients on rank ", comm_.rank(), ": ", done.message()));
-      }
-      continue;
-    }
-    Tensor reduced = std::exchange(unit->grad_shard, Tensor());
-    if (!first.ok()) continue;
-    if (!unit->shard.grad.defined()) {
-      unit->shard.grad = reduced;
-    } else {
-      first = ReduceInto(ReduceOp::kSum, reduced, unit->shard.grad);
-    }
+    if (u == except) continue;
+    absl::Status s = units_[u]->flat->FinishReduce();
+    if (first.ok()) first = s;
   }
   return first;
 }
@@ -334,7 +277,7 @@ absl::Status FullyShard::Backward(const Tensor& grad_output) {
 std::vector<NamedParameter> FullyShard::ShardParameters() {
   std::vector<NamedParameter> out;
   for (auto& unit : units_) {
-    out.push_back({unit->path.empty() ? "flat_param" : unit->path + ".flat_param", &unit->shard});
+    out.push_back({unit->path.empty() ? "flat_param" : unit->path + ".flat_param", &unit->flat->shard()});
   }
   return out;
 }
@@ -343,11 +286,10 @@ absl::StatusOr<std::vector<NamedTensor>> FullyShard::FullStateDict() {
   LOCKSTEP_RETURN_IF_ERROR(Settle());
   std::map<std::string, Tensor> params;
   for (auto& unit : units_) {
-    LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({unit->layout.padded}, DType::kF32,
-                                                         unit->shard.value.device()));
-    LOCKSTEP_RETURN_IF_ERROR(comm_.AllGather(unit->shard.value, full)->Wait());
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, unit->flat->GatherCopy());
+    const FlatShardLayout& layout = unit->flat->layout();
     for (size_t i = 0; i < unit->params.size(); ++i) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(unit->layout.offsets[i], unit->layout.numels[i]));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(layout.offsets[i], layout.numels[i]));
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, flat.Reshape(unit->views[i].shape()));
       LOCKSTEP_ASSIGN_OR_RETURN(params[unit->params[i].name], shaped.Clone());
     }
@@ -395,8 +337,8 @@ absl::Status FullyShard::LoadFullStateDict(const std::vector<NamedTensor>& state
       if (strict) problems.push_back(absl::StrCat("missing '", b.first, "'"));
     } else if (!it->second->defined() || it->second->dtype() != b.second.dtype() ||
                it->second->shape() != b.second.shape()) {
-      problems.push_back(absl::StrCat("'", b.first, "' is ", it->second->DebugString(), ", expected ",
-                                      b.second.DebugString()));
+      problems.push_back(
+          absl::StrCat("'", b.first, "' is ", it->second->DebugString(), ", expected ", b.second.DebugString()));
     }
   }
   if (strict) {
@@ -408,17 +350,10 @@ absl::Status FullyShard::LoadFullStateDict(const std::vector<NamedTensor>& state
     return absl::InvalidArgumentError(absl::StrCat("FullyShard::LoadFullStateDict on rank ", comm_.rank(), ": ",
                                                    absl::StrJoin(problems, "; "), "; nothing was loaded"));
   }
-  const int rank = comm_.rank();
   for (auto& unit : units_) {
     for (size_t i = 0; i < unit->params.size(); ++i) {
       auto it = given.find(unit->params[i].name);
-      if (it == given.end()) continue;
-      const auto [begin, end] = unit->layout.ParameterRange(i, rank);
-      if (end <= begin) continue;
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, it->second->Flat(begin, end - begin));
-      LOCKSTEP_ASSIGN_OR_RETURN(
-          Tensor to, unit->shard.value.Flat(unit->layout.offsets[i] + begin - rank * unit->layout.shard, end - begin));
-      LOCKSTEP_RETURN_IF_ERROR(to.CopyFrom(from));
+      if (it != given.end()) LOCKSTEP_RETURN_IF_ERROR(unit->flat->SetShardFrom(i, *it->second));
     }
   }
   for (const NamedTensor& b : buffers) {
@@ -443,11 +378,11 @@ std::vector<std::string> FullyShard::unit_paths() const {
   return out;
 }
 
-const FlatShardLayout& FullyShard::layout(size_t unit) const { return units_[unit]->layout; }
+const FlatShardLayout& FullyShard::layout(size_t unit) const { return units_[unit]->flat->layout(); }
 
 int FullyShard::gathered_units() const {
   int n = 0;
-  for (const auto& unit : units_) n += unit->gathered || unit->gather != nullptr ? 1 : 0;
+  for (const auto& unit : units_) n += unit->gathered || unit->flat->gather_pending() ? 1 : 0;
   return n;
 }
 

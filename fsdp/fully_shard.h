@@ -98,6 +98,8 @@ struct FullyShardOptions {
   bool prefetch = true;
 };
 
+class FlatUnit;
+
 class FullyShard {
  public:
   // `module` and `comm` must outlive the returned object. Collective: every

@@ -116,6 +116,7 @@ CHECKED = {
     "ddp/zero_redundancy_optimizer.h": "tests/header_examples/ddp_test.cc",
     "ddp/sync_batch_norm.h": "tests/header_examples/ddp_test.cc",
     "fsdp/flat_shard.h": "tests/header_examples/fsdp_test.cc",
+    "fsdp/flat_unit.h": "tests/header_examples/fsdp_test.cc",
     "fsdp/fully_shard.h": "tests/header_examples/fsdp_test.cc",
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/ddp/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",

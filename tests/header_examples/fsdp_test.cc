@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "fsdp/flat_shard.h"
+#include "fsdp/flat_unit.h"
 #include "fsdp/fully_shard.h"
 #include "gtest/gtest.h"
 #include "nn/cross_entropy.h"
@@ -36,6 +37,39 @@ TEST(FsdpExamplesTest, FlatShardLayout) {
   EXPECT_EQ(layout.shard, 5);
   EXPECT_EQ(layout.offsets[1], 6);
   EXPECT_EQ(layout.ParameterRange(1, 1), (std::pair<int64_t, int64_t>{0, 3}));
+}
+
+// fsdp/flat_unit.h: two parameters of 6 and 3 elements, gathered back and
+// their gradients averaged.
+absl::Status FlatUnitExample(Communicator* comm, std::vector<float>* gathered, std::vector<float>* grad) {
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor weight, Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor bias, Tensor::FromVector<float>({7, 8, 9}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor weight_grad, Tensor::FromVector<float>({1, 1, 1, 1, 1, static_cast<float>(comm->rank())}));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FlatUnit> unit, FlatUnit::Create("layer1", {6, 3}, *comm));
+  LOCKSTEP_RETURN_IF_ERROR(unit->SetShardFrom(0, weight));          // this rank's elements of each parameter
+  LOCKSTEP_RETURN_IF_ERROR(unit->SetShardFrom(1, bias));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({unit->layout().padded}, DType::kF32));
+  LOCKSTEP_RETURN_IF_ERROR(unit->IssueGather(full));                 // full: [padded] in the gathering dtype
+  LOCKSTEP_RETURN_IF_ERROR(unit->WaitGather());                      // full now holds every parameter
+  LOCKSTEP_ASSIGN_OR_RETURN(*gathered, full.ToVector<float>());
+  LOCKSTEP_RETURN_IF_ERROR(unit->BeginGrads());
+  LOCKSTEP_RETURN_IF_ERROR(unit->AddGrad(0, weight_grad));           // times float(1 / world)
+  LOCKSTEP_RETURN_IF_ERROR(unit->IssueReduce());
+  LOCKSTEP_RETURN_IF_ERROR(unit->FinishReduce());                    // unit->shard().grad: the average
+  LOCKSTEP_ASSIGN_OR_RETURN(*grad, unit->shard().grad.ToVector<float>());
+  return absl::OkStatus();
+}
+
+TEST(FsdpExamplesTest, FlatUnitGathersAndAverages) {
+  std::vector<std::vector<float>> gathered(2), grads(2);
+  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) {
+    return FlatUnitExample(&comm, &gathered[comm.rank()], &grads[comm.rank()]);
+  }));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(gathered[r], (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 0}));
+  // Shards of 5: rank 0 averages weight elements 0-4, rank 1 element 5
+  // ((0 + 1) / 2) and the bias (no gradient: zeros) and the padding.
+  EXPECT_EQ(grads[0], (std::vector<float>{1, 1, 1, 1, 1}));
+  EXPECT_EQ(grads[1], (std::vector<float>{0.5f, 0, 0, 0, 0}));
 }
 
 // fsdp/fully_shard.h: an MLP (Flatten, Linear, ReLU, Linear, ReLU, Linear)
