@@ -38,8 +38,8 @@ std::string FlatUnit::label() const { return name_.empty() ? "the root unit" : "
 
 absl::Status FlatUnit::SetShardFrom(size_t i, const Tensor& full) {
   if (i >= layout_.numels.size() || !full.defined() || full.numel() != layout_.numels[i]) {
-    return absl::InvalidArgumentError(absl::StrCat("FlatUnit::SetShardFrom: ", label(), " parameter ", i,
-                                                   " expected ", i < layout_.numels.size() ? layout_.numels[i] : -1,
+    return absl::InvalidArgumentError(absl::StrCat("FlatUnit::SetShardFrom: ", label(), " parameter ", i, " expected ",
+                                                   i < layout_.numels.size() ? layout_.numels[i] : -1,
                                                    " elements, got ",
                                                    full.defined() ? full.DebugString() : "undefined"));
   }
@@ -47,7 +47,8 @@ absl::Status FlatUnit::SetShardFrom(size_t i, const Tensor& full) {
   const auto [begin, end] = layout_.ParameterRange(i, rank);
   if (end <= begin) return absl::OkStatus();
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, full.Flat(begin, end - begin));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor to, shard_.value.Flat(layout_.offsets[i] + begin - rank * layout_.shard, end - begin));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor to,
+                            shard_.value.Flat(layout_.offsets[i] + begin - rank * layout_.shard, end - begin));
   return from.dtype() == DType::kF32 ? to.CopyFrom(from) : Cast(from, to);
 }
 
@@ -86,12 +87,11 @@ absl::Status FlatUnit::BeginGrads(DType reduce_dtype) {
 }
 
 absl::Status FlatUnit::AddGrad(size_t i, const Tensor& grad) {
-  if (!grad_flat_.defined() || i >= layout_.numels.size() || !grad.defined() ||
-      grad.numel() != layout_.numels[i]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "FlatUnit::AddGrad: ", label(), " parameter ", i, ": ",
-        !grad_flat_.defined() ? "no BeginGrads before it" : "the gradient does not fit the parameter: ",
-        grad.defined() ? grad.DebugString() : "undefined"));
+  if (!grad_flat_.defined() || i >= layout_.numels.size() || !grad.defined() || grad.numel() != layout_.numels[i]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FlatUnit::AddGrad: ", label(), " parameter ", i, ": ",
+                     !grad_flat_.defined() ? "no BeginGrads before it" : "the gradient does not fit the parameter: ",
+                     grad.defined() ? grad.DebugString() : "undefined"));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, grad_flat_.Flat(layout_.offsets[i], layout_.numels[i]));
   const int world = comm_.size();

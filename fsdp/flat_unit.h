@@ -43,6 +43,14 @@
 
 namespace lockstep {
 
+// FSDP2's MixedPrecisionPolicy, for the fronts: the dtype a unit's
+// parameters are gathered in (and its forward and backward compute in), and
+// the dtype its gradients are reduced in. The shards stay f32.
+struct MixedPrecisionPolicy {
+  DType param_dtype = DType::kF32;
+  DType reduce_dtype = DType::kF32;
+};
+
 class FlatUnit {
  public:
   // A unit named `name` ("" for the root) over parameters with `numels`

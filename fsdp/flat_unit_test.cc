@@ -87,9 +87,8 @@ double Expected(int world, int64_t flat, const FlatShardLayout& layout, double* 
 
 void ExpectReduced(int world, DType gather_dtype, DType reduce_dtype) {
   std::vector<std::vector<float>> grads(world);
-  testing::ExpectAllOk(testing::RunThreads(world, [&](Communicator& comm) {
-    return RoundTrip(comm, gather_dtype, reduce_dtype, &grads[comm.rank()]);
-  }));
+  testing::ExpectAllOk(testing::RunThreads(
+      world, [&](Communicator& comm) { return RoundTrip(comm, gather_dtype, reduce_dtype, &grads[comm.rank()]); }));
   const FlatShardLayout layout = FlatShardLayout::Make(kNumels, world);
   // f32: (world - 1) roundings of the sum (at world 2 exactly the float
   // sum, as DDP's: two terms add the same in either order);
@@ -138,25 +137,25 @@ TEST(FlatUnitTest, MisuseIsNamed) {
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FlatUnit> unit, FlatUnit::Create("layer1", {4, 2}, comm));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor g, Tensor::Zeros({4}, DType::kF32));
     absl::Status s = unit->AddGrad(0, g);
-    LOCKSTEP_RETURN_IF_ERROR(Check(s.code() == absl::StatusCode::kFailedPrecondition &&
-                                       s.message().find("unit 'layer1' parameter 0: no BeginGrads") !=
-                                           absl::string_view::npos,
-                                   s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Check(s.code() == absl::StatusCode::kFailedPrecondition &&
+                  s.message().find("unit 'layer1' parameter 0: no BeginGrads") != absl::string_view::npos,
+              s.ToString()));
     LOCKSTEP_RETURN_IF_ERROR(unit->BeginGrads());
     s = unit->AddGrad(1, g);  // Parameter 1 has 2 elements.
-    LOCKSTEP_RETURN_IF_ERROR(Check(s.message().find("does not fit the parameter") != absl::string_view::npos, s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Check(s.message().find("does not fit the parameter") != absl::string_view::npos, s.ToString()));
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor small, Tensor::Zeros({5}, DType::kF32));
     s = unit->IssueGather(small);
-    LOCKSTEP_RETURN_IF_ERROR(Check(s.code() == absl::StatusCode::kInvalidArgument &&
-                                       s.message().find("expected a buffer of 6 f32, bf16 or f16 elements") !=
-                                           absl::string_view::npos,
-                                   s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Check(s.code() == absl::StatusCode::kInvalidArgument &&
+                  s.message().find("expected a buffer of 6 f32, bf16 or f16 elements") != absl::string_view::npos,
+              s.ToString()));
     s = unit->SetShardFrom(0, small);
-    LOCKSTEP_RETURN_IF_ERROR(Check(s.message().find("parameter 0 expected 4 elements") != absl::string_view::npos,
-                                   s.ToString()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Check(s.message().find("parameter 0 expected 4 elements") != absl::string_view::npos, s.ToString()));
     s = unit->BeginGrads(DType::kI64);
-    return Check(s.message().find("reduce dtype i64 is not f32, bf16 or f16") != absl::string_view::npos,
-                 s.ToString());
+    return Check(s.message().find("reduce dtype i64 is not f32, bf16 or f16") != absl::string_view::npos, s.ToString());
   }));
 }
 

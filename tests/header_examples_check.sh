@@ -120,6 +120,8 @@ CHECKED = {
     "fsdp/fully_shard.h": "tests/header_examples/fsdp_test.cc",
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/ddp/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/fsdp/fully_shard.h": "tests/header_examples/interop_test.cc",
+    "interop/torch/fsdp/sharded_unit.h": "tests/header_examples/interop_test.cc",
     "interop/torch/bridge/tensor_bridge.h": "tests/header_examples/interop_test.cc",
     "interop/torch/models/char_transformer.h": "tests/header_examples/interop_test.cc",
     "interop/torch/models/resnet18.h": "tests/header_examples/interop_test.cc",

@@ -19,6 +19,8 @@
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "interop/torch/ddp/distributed_data_parallel.h"
+#include "interop/torch/fsdp/fully_shard.h"
+#include "interop/torch/fsdp/sharded_unit.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
 #include "interop/torch/c10d/process_group_lockstep.h"
@@ -120,6 +122,65 @@ TEST(InteropHeaderExamplesTest, DdpTrainsTheSameModelOnEveryRank) {
   for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(trained[0].size(), 18u);
   EXPECT_EQ(trained[0], trained[1]);  // Different data, one model.
+}
+
+// interop/torch/fsdp/sharded_unit.h: units marked where a model is built,
+// in a Sequential and in a ModuleList.
+TEST(InteropHeaderExamplesTest, ShardedKeepsTheNamesOfThePlainModel) {
+  using interop::BasicBlock;
+  using interop::CharTransformerBlock;
+  using interop::Sharded;
+  torch::nn::Sequential layer;
+  torch::nn::ModuleList blocks;
+  layer->push_back(Sharded(BasicBlock(64, 64, 1)));        // in a Sequential
+  blocks->push_back(Sharded(CharTransformerBlock(384, 6)));  // or a ModuleList
+  EXPECT_TRUE(layer->named_parameters().contains("0.conv1.weight"));
+  EXPECT_TRUE(blocks->named_parameters().contains("0.qkv.weight"));
+  EXPECT_EQ(layer->forward(torch::zeros({1, 64, 4, 4})).sizes(), (std::vector<int64_t>{1, 64, 4, 4}));
+}
+
+// interop/torch/fsdp/fully_shard.h: two units (Sharded) and the root's own
+// linear head; the head's trained weight goes to `trained`.
+struct FsdpNetImpl : torch::nn::Module {
+  torch::nn::Sequential body{register_module(
+      "body", torch::nn::Sequential(interop::Sharded(torch::nn::Linear(6, 16)), torch::nn::Functional(torch::relu),
+                                    interop::Sharded(torch::nn::Linear(16, 16))))};
+  torch::nn::Linear fc{register_module("fc", torch::nn::Linear(16, 3))};
+  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(body->forward(x))); }
+};
+using NetImpl = FsdpNetImpl;
+
+absl::Status FsdpExample(Communicator* comm, std::vector<float>* trained) {
+  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      Examples(comm->rank()).map(torch::data::transforms::Stack<>()), 4);
+  torch::manual_seed(comm->rank());  // Different on purpose: Create broadcasts rank 0's.
+  auto model = std::make_shared<NetImpl>();    // its blocks built as Sharded(Block(...))
+  LOCKSTEP_ASSIGN_OR_RETURN(auto fsdp, interop::FullyShard<NetImpl>::Create(model, *comm));
+  torch::optim::SGD optimizer(fsdp->shard_parameters(), /*lr=*/0.1);
+  for (auto& batch : *loader) {
+    LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor out, fsdp->Forward(batch.data));
+    torch::Tensor loss = torch::nn::functional::cross_entropy(out, batch.target);
+    loss.backward();                         // shard gradients averaged across ranks
+    optimizer.step();                        // steps this rank's shards
+    optimizer.zero_grad();
+  }
+  if (fsdp->unit_paths() != std::vector<std::string>{"", "body.0", "body.2"}) {
+    return absl::InternalError("unexpected units");
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto state, fsdp->FullStateDict());
+  for (const auto& [name, t] : state) {
+    if (name == "fc.weight") trained->assign(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  }
+  return absl::OkStatus();
+}
+
+TEST(InteropHeaderExamplesTest, FsdpTrainsTheSameModelOnEveryRank) {
+  at::set_num_threads(1);
+  std::vector<float> trained[2];
+  testing::ExpectAllOk(
+      testing::RunThreads(2, [&](Communicator& comm) { return FsdpExample(&comm, &trained[comm.rank()]); }));
+  ASSERT_EQ(trained[0].size(), 48u);
+  EXPECT_EQ(trained[0], trained[1]);  // Different data and seeds, one model.
 }
 
 // interop/torch/bridge/torch_module.h: ResNet-18 trained by lockstep's SGD.

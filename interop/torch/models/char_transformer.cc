@@ -38,7 +38,14 @@ CharTransformerImpl::CharTransformerImpl(const CharTransformerOptions& o) : opti
   tok_emb = register_module("tok_emb", torch::nn::Embedding(o.vocab_size, o.dim));
   pos_emb = register_module("pos_emb", torch::nn::Embedding(o.context, o.dim));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < o.layers; ++i) blocks->push_back(CharTransformerBlock(o.dim, o.heads));
+  for (int64_t i = 0; i < o.layers; ++i) {
+    CharTransformerBlock block(o.dim, o.heads);
+    if (o.shard_blocks) {
+      blocks->push_back(Sharded(block));
+    } else {
+      blocks->push_back(block);
+    }
+  }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
   head = register_module("head", torch::nn::Linear(o.dim, o.vocab_size));
 }
@@ -47,7 +54,10 @@ torch::Tensor CharTransformerImpl::forward(torch::Tensor ids) {
   const int64_t t = ids.size(1);
   TORCH_CHECK(t <= options_.context, "CharTransformer: ", t, " positions; the model has context ", options_.context);
   torch::Tensor x = tok_emb(ids) + pos_emb(torch::arange(t, torch::kLong));
-  for (const auto& block : *blocks) x = block->as<CharTransformerBlockImpl>()->forward(x);
+  for (const auto& block : *blocks) {
+    auto* sharded = block->as<ShardedImpl<CharTransformerBlockImpl>>();
+    x = sharded != nullptr ? sharded->forward(x) : block->as<CharTransformerBlockImpl>()->forward(x);
+  }
   return head(ln_f(x));
 }
 

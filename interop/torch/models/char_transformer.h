@@ -23,6 +23,8 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include "interop/torch/fsdp/sharded_unit.h"
+
 #include <cstdint>
 
 namespace lockstep {
@@ -34,6 +36,9 @@ struct CharTransformerOptions {
   int64_t layers = 6;
   int64_t dim = 384;
   int64_t heads = 6;  // must divide dim
+  // Each block built as an FSDP unit, Sharded(CharTransformerBlock(...))
+  // (interop/torch/fsdp/sharded_unit.h): the same names and initial values.
+  bool shard_blocks = false;
 };
 
 class CharTransformerBlockImpl : public torch::nn::Module {

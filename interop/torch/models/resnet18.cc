@@ -39,8 +39,17 @@ ResNet18Impl::ResNet18Impl(const ResNet18Options& o) {
   for (int k = 0; k < 4; ++k) {
     const int64_t out = o.width << k;
     const int64_t stride = k == 0 ? 1 : 2;
-    *layers[k] = register_module("layer" + std::to_string(k + 1),
-                                 torch::nn::Sequential(BasicBlock(in, out, stride), BasicBlock(out, out, 1)));
+    torch::nn::Sequential layer;
+    for (int b = 0; b < 2; ++b) {
+      // Built first, then wrapped: the same random draws either way.
+      BasicBlock block(b == 0 ? in : out, out, b == 0 ? stride : 1);
+      if (o.shard_blocks) {
+        layer->push_back(Sharded(block));
+      } else {
+        layer->push_back(block);
+      }
+    }
+    *layers[k] = register_module("layer" + std::to_string(k + 1), layer);
     in = out;
   }
   fc = register_module("fc", torch::nn::Linear(in, o.num_classes));

@@ -26,6 +26,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "interop/torch/fsdp/sharded_unit.h"
+
 #include <cstdint>
 
 namespace lockstep {
@@ -35,6 +37,9 @@ struct ResNet18Options {
   int64_t in_channels = 1;
   int64_t num_classes = 10;
   int64_t width = 64;  // channels of layer1; layer k has width * 2^(k-1)
+  // Each BasicBlock built as an FSDP unit, Sharded(BasicBlock(...))
+  // (interop/torch/fsdp/sharded_unit.h): the same names and initial values.
+  bool shard_blocks = false;
 };
 
 // One BasicBlock: conv3x3-BN-ReLU-conv3x3-BN, plus the input (through a
