@@ -380,6 +380,13 @@ std::vector<std::string> FullyShard::unit_paths() const {
 
 const FlatShardLayout& FullyShard::layout(size_t unit) const { return units_[unit]->flat->layout(); }
 
+std::vector<std::pair<std::string, Shape>> FullyShard::unit_parameters(size_t unit) const {
+  std::vector<std::pair<std::string, Shape>> out;
+  const Unit& u = *units_[unit];
+  for (size_t i = 0; i < u.params.size(); ++i) out.emplace_back(u.params[i].name, u.views[i].shape());
+  return out;
+}
+
 int FullyShard::gathered_units() const {
   int n = 0;
   for (const auto& unit : units_) n += unit->gathered || unit->flat->gather_pending() ? 1 : 0;

@@ -144,6 +144,10 @@ class FullyShard {
   // The units' paths, root ("") first, and their layouts.
   std::vector<std::string> unit_paths() const;
   const FlatShardLayout& layout(size_t unit) const;
+  // Unit `unit`'s parameters in its flat order: names (NamedParameters') and
+  // shapes.
+  std::vector<std::pair<std::string, Shape>> unit_parameters(size_t unit) const;
+  Communicator& comm() { return comm_; }
   // How many units hold gathered parameters now (tests; memory accounting).
   int gathered_units() const;
   Module& module() { return module_; }

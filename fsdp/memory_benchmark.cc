@@ -115,12 +115,13 @@ absl::Status Run() {
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(*model, comm));
     if (mode == "zero1") {
-      LOCKSTEP_ASSIGN_OR_RETURN(adam, ZeroRedundancyOptimizer::Create(
-                                          model->NamedParameters(), comm,
-                                          [&](std::vector<NamedParameter> shard) -> absl::StatusOr<std::unique_ptr<Optimizer>> {
-                                            LOCKSTEP_ASSIGN_OR_RETURN(auto a, Adam::Create(std::move(shard), adam_options));
-                                            return std::unique_ptr<Optimizer>(std::move(a));
-                                          }));
+      LOCKSTEP_ASSIGN_OR_RETURN(
+          adam, ZeroRedundancyOptimizer::Create(
+                    model->NamedParameters(), comm,
+                    [&](std::vector<NamedParameter> shard) -> absl::StatusOr<std::unique_ptr<Optimizer>> {
+                      LOCKSTEP_ASSIGN_OR_RETURN(auto a, Adam::Create(std::move(shard), adam_options));
+                      return std::unique_ptr<Optimizer>(std::move(a));
+                    }));
     } else {
       LOCKSTEP_ASSIGN_OR_RETURN(adam, Adam::Create(model->NamedParameters(), adam_options));
     }
