@@ -62,9 +62,9 @@ absl::Status ShardedOptimizer::ConsolidateState(int to) {
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({layout.padded}, DType::kF32, it->second.device()));
       absl::Status gathered = comm.AllGather(it->second, full)->Wait();
       if (!gathered.ok()) {
-        return absl::Status(gathered.code(), absl::StrCat("ShardedOptimizer::ConsolidateState: all-gather of ",
-                                                          StateName(u, key.key), " on rank ", comm.rank(), ": ",
-                                                          gathered.message()));
+        return absl::Status(gathered.code(),
+                            absl::StrCat("ShardedOptimizer::ConsolidateState: all-gather of ", StateName(u, key.key),
+                                         " on rank ", comm.rank(), ": ", gathered.message()));
       }
       for (size_t i = 0; i < params.size(); ++i) {
         LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(layout.offsets[i], layout.numels[i]));
@@ -134,8 +134,8 @@ absl::Status ShardedOptimizer::LoadStateTensors(const std::vector<NamedTensor>& 
         const Tensor& t = *found[i];
         if (!t.defined() || t.dtype() != DType::kF32 || t.numel() != layout.numels[i]) {
           problems.push_back(absl::StrCat(StateName(module_index_[u][i], key.key), " is ",
-                                          t.defined() ? t.DebugString() : "undefined", ", expected ",
-                                          layout.numels[i], " f32 elements like '", params[i].first, "'"));
+                                          t.defined() ? t.DebugString() : "undefined", ", expected ", layout.numels[i],
+                                          " f32 elements like '", params[i].first, "'"));
           continue;
         }
         const auto [begin, end] = layout.ParameterRange(i, rank);

@@ -96,13 +96,15 @@ absl::Status Train(Communicator& comm, bool fsdp_mode, int first, int steps, con
     LOCKSTEP_RETURN_IF_ERROR(opt->Step());
     LOCKSTEP_RETURN_IF_ERROR(opt->ZeroGrad(/*set_to_none=*/true));
     std::map<std::string, std::vector<float>> params;
-    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<NamedTensor> state,
-                              fsdp ? fsdp->FullStateDict() : absl::StatusOr<std::vector<NamedTensor>>(model->StateDict()));
+    LOCKSTEP_ASSIGN_OR_RETURN(
+        std::vector<NamedTensor> state,
+        fsdp ? fsdp->FullStateDict() : absl::StatusOr<std::vector<NamedTensor>>(model->StateDict()));
     for (const auto& [name, t] : state) params[name] = *t.ToVector<float>();
     trajectory->push_back(std::move(params));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<NamedTensor> model_state,
-                            fsdp ? fsdp->FullStateDict() : absl::StatusOr<std::vector<NamedTensor>>(model->StateDict()));
+  LOCKSTEP_ASSIGN_OR_RETURN(
+      std::vector<NamedTensor> model_state,
+      fsdp ? fsdp->FullStateDict() : absl::StatusOr<std::vector<NamedTensor>>(model->StateDict()));
   LOCKSTEP_RETURN_IF_ERROR(opt->ConsolidateState(0));
   if (comm.rank() == 0 && out != nullptr) {
     out->model = Copies(model_state);
@@ -170,9 +172,11 @@ TEST(ShardedOptimizerTest, ABadStateIsRefusedWhole) {
     LOCKSTEP_RETURN_IF_ERROR(opt->LoadStateTensors(state));  // The plain state loads.
     std::vector<NamedTensor> bad;
     for (const auto& [name, t] : state) {
-      if (name == "state.0.exp_avg") continue;                                     // one of unit "0"'s parameters only
-      if (name == "state.3.step") bad.emplace_back(name, *Tensor::FromVector<float>({7}));  // steps differ in unit "2"
-      else bad.emplace_back(name, t);
+      if (name == "state.0.exp_avg") continue;  // one of unit "0"'s parameters only
+      if (name == "state.3.step")
+        bad.emplace_back(name, *Tensor::FromVector<float>({7}));  // steps differ in unit "2"
+      else
+        bad.emplace_back(name, t);
     }
     bad.emplace_back("state.9.step", *Tensor::FromVector<float>({1}));
     absl::Status s = opt->LoadStateTensors(bad);

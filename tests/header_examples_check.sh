@@ -118,6 +118,7 @@ CHECKED = {
     "fsdp/flat_shard.h": "tests/header_examples/fsdp_test.cc",
     "fsdp/flat_unit.h": "tests/header_examples/fsdp_test.cc",
     "fsdp/fully_shard.h": "tests/header_examples/fsdp_test.cc",
+    "fsdp/sharded_optimizer.h": "tests/header_examples/fsdp_test.cc",
     "dp/data_parallel.h": "tests/header_examples/dp_test.cc",
     "interop/torch/ddp/distributed_data_parallel.h": "tests/header_examples/interop_test.cc",
     "interop/torch/fsdp/fully_shard.h": "tests/header_examples/interop_test.cc",

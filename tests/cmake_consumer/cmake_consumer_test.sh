@@ -51,6 +51,11 @@ for kind in shared static; do
   out=$(run2 "$build/libtorch_ddp")
   echo "$out"
   check "libtorch_ddp ($kind)" "$out" 2
+  if [[ $kind == shared ]]; then
+    out=$(run2 "$build/libtorch_fsdp")
+    echo "$out"
+    check "libtorch_fsdp ($kind)" "$out" 2
+  fi
   out=$(run2 "$build/plain_ddp")
   echo "$out"
   check "plain_ddp ($kind)" "$out" 2

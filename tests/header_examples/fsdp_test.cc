@@ -17,6 +17,8 @@
 #include "fsdp/flat_shard.h"
 #include "fsdp/flat_unit.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/sharded_optimizer.h"
+#include "nn/adam.h"
 #include "gtest/gtest.h"
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
@@ -108,6 +110,43 @@ TEST(FsdpExamplesTest, FullyShardTrainsOneModelOnBothRanks) {
   for (size_t i = 0; i < trained[0].size(); ++i) {
     EXPECT_EQ(*trained[0][i].second.ToVector<float>(), *trained[1][i].second.ToVector<float>());
   }
+}
+
+// fsdp/sharded_optimizer.h: Adam over the shards, consolidated as a plain
+// Adam's state.
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdam(std::vector<NamedParameter> params) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(std::move(params), AdamOptions()));
+  return std::unique_ptr<Optimizer>(std::move(adam));
+}
+
+absl::Status ShardedOptimizerExample(Communicator* comm, std::vector<std::string>* names) {
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {784, 32, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, *comm));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor images, Tensor::Zeros({2, 1, 28, 28}, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor labels, Tensor::FromVector<int64_t>({3, 1}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, fsdp->Forward(images));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult loss, CrossEntropy(logits, labels));
+  LOCKSTEP_RETURN_IF_ERROR(fsdp->Backward(loss.grad_logits));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> adam, ShardedOptimizer::Create(*fsdp,
+      [](std::vector<NamedParameter> shards) { return MakeAdam(std::move(shards)); }));
+  LOCKSTEP_RETURN_IF_ERROR(adam->Step());                   // steps this rank's shards
+  LOCKSTEP_RETURN_IF_ERROR(adam->ConsolidateState(0));      // every rank, before a checkpoint
+  std::vector<NamedTensor> full = adam->StateTensors();     // on rank 0: as a plain Adam's
+  for (const NamedTensor& t : full) names->push_back(t.first);
+  return absl::OkStatus();
+}
+
+TEST(FsdpExamplesTest, ShardedOptimizerConsolidatesAsAPlainAdam) {
+  std::vector<std::vector<std::string>> names(2);
+  testing::ExpectAllOk(
+      testing::RunThreads(2, [&](Communicator& comm) { return ShardedOptimizerExample(&comm, &names[comm.rank()]); }));
+  // 4 parameters (1.weight, 1.bias, 3.weight, 3.bias) x (step, exp_avg, exp_avg_sq).
+  ASSERT_EQ(names[0].size(), 12u);
+  EXPECT_EQ(names[0][0], "state.0.step");
+  EXPECT_EQ(names[0][11], "state.3.exp_avg_sq");
 }
 
 }  // namespace
