@@ -95,6 +95,10 @@ absl::Status FlatUnit::AddGrad(size_t i, const Tensor& grad) {
   }
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor dst, grad_flat_.Flat(layout_.offsets[i], layout_.numels[i]));
   const int world = comm_.size();
+  if (grad.raw_data() == dst.raw_data() && grad.dtype() == dst.dtype()) {
+    // Accumulated in place (GradView): scale there, x * float(1 / world).
+    return world > 1 ? Scale(dst, 1.0 / world) : absl::OkStatus();
+  }
   if (world > 1 && dst.dtype() == DType::kF32 && grad.dtype() == DType::kF32 && !dst.device().is_cuda() &&
       !grad.device().is_cuda()) {
     // DDP's rounding (ddp/reducer.cc): x * float(1 / world), in one pass.
@@ -106,6 +110,14 @@ absl::Status FlatUnit::AddGrad(size_t i, const Tensor& grad) {
   }
   LOCKSTEP_RETURN_IF_ERROR(grad.dtype() == dst.dtype() ? dst.CopyFrom(grad) : Cast(grad, dst));
   return world > 1 ? Scale(dst, 1.0 / world) : absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> FlatUnit::GradView(size_t i) const {
+  if (!grad_flat_.defined() || i >= layout_.numels.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("FlatUnit::GradView: ", label(), " parameter ", i, ": ",
+                                                      grad_flat_.defined() ? "no such parameter" : "no BeginGrads"));
+  }
+  return grad_flat_.Flat(layout_.offsets[i], layout_.numels[i]);
 }
 
 absl::Status FlatUnit::IssueReduce() {

@@ -83,8 +83,13 @@ class FlatUnit {
   // Starts a step's gradient: a zero flat buffer in `reduce_dtype` (f32,
   // bf16 or f16). Parameters without a gradient contribute zeros.
   absl::Status BeginGrads(DType reduce_dtype = DType::kF32);
-  // Writes parameter `i`'s gradient, times float(1 / world), into it.
+  // Writes parameter `i`'s gradient, times float(1 / world), into it; a
+  // gradient that is GradView(i) itself is scaled in place.
   absl::Status AddGrad(size_t i, const Tensor& grad);
+  // Parameter `i`'s place in the flat gradient (after BeginGrads, in its
+  // dtype), flat: a front may let backward accumulate into it directly,
+  // saving a gradient's copy and its memory.
+  absl::StatusOr<Tensor> GradView(size_t i) const;
   // Starts the reduce-scatter (SUM) of the flat gradient.
   absl::Status IssueReduce();
   bool reduce_pending() const { return reduce_ != nullptr; }

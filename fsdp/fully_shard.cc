@@ -22,6 +22,9 @@ struct FullyShard::Unit {
   Tensor full;                // padded elements over full_storage.
   std::vector<Tensor> views;  // Each parameter's view of `full`.
   bool gathered = false;
+  // This backward's gradients accumulate straight into the flat gradient
+  // (each Parameter::grad a view of it).
+  bool grads_in_flat = false;
 };
 
 namespace {
@@ -180,9 +183,24 @@ absl::Status FullyShard::Reshard(size_t u) {
   return landed.ok() ? released : landed;
 }
 
+absl::Status FullyShard::PrepareGrads(size_t u) {
+  Unit& unit = *units_[u];
+  if (!sync_ || unit.grads_in_flat) return absl::OkStatus();
+  for (const NamedParameter& p : unit.params) {
+    if (p.parameter->grad.defined()) return absl::OkStatus();  // NoSync's accumulation: reduce it as it is.
+  }
+  LOCKSTEP_RETURN_IF_ERROR(unit.flat->BeginGrads());
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, unit.flat->GradView(i));
+    LOCKSTEP_ASSIGN_OR_RETURN(unit.params[i].parameter->grad, flat.Reshape(unit.views[i].shape()));
+  }
+  unit.grads_in_flat = true;
+  return absl::OkStatus();
+}
+
 absl::Status FullyShard::ReduceGrads(size_t u) {
   Unit& unit = *units_[u];
-  LOCKSTEP_RETURN_IF_ERROR(unit.flat->BeginGrads());
+  if (!std::exchange(unit.grads_in_flat, false)) LOCKSTEP_RETURN_IF_ERROR(unit.flat->BeginGrads());
   for (size_t i = 0; i < unit.params.size(); ++i) {
     Parameter& p = *unit.params[i].parameter;
     if (!p.grad.defined()) continue;  // Unused in this backward: contributes zeros, as in DDP.
@@ -219,6 +237,7 @@ absl::Status FullyShard::PostForward(size_t u) {
 }
 
 absl::Status FullyShard::PreBackward(size_t u) {
+  LOCKSTEP_RETURN_IF_ERROR(PrepareGrads(u));
   if (options_.prefetch) {
     auto it = std::find(order_.begin(), order_.end(), u);
     if (it != order_.end() && it != order_.begin()) {
@@ -241,6 +260,11 @@ absl::Status FullyShard::PostBackward(size_t u) {
 
 absl::Status FullyShard::Settle() {
   absl::Status first = FinishGradients();
+  for (auto& unit : units_) {
+    if (!std::exchange(unit->grads_in_flat, false)) continue;
+    // A backward that failed before reducing: its partial gradients go.
+    for (const NamedParameter& p : unit->params) p.parameter->grad = Tensor();
+  }
   for (size_t u = 0; u < units_.size(); ++u) {
     absl::Status s = Reshard(u);
     if (first.ok()) first = s;
@@ -268,6 +292,7 @@ absl::Status FullyShard::Backward(const Tensor& grad_output) {
         "FullyShard::Backward: no pending Forward (each Backward consumes the last Forward; call Forward first)");
   }
   if (options_.prefetch && !order_.empty()) LOCKSTEP_RETURN_IF_ERROR(IssueGather(order_.back()));
+  LOCKSTEP_RETURN_IF_ERROR(PrepareGrads(0));
   absl::Status status = module_.Backward(grad_output, /*input_grad=*/false).status();
   if (status.ok() && sync_) status = ReduceGrads(0);
   absl::Status settled = Settle();

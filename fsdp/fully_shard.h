@@ -39,10 +39,11 @@
 //     (Storage::Release: the views a layer saved for backward stay, without
 //     memory) and the parameters are undefined again.
 //   * Backward: before a unit's backward it is gathered again (the previous
-//     unit's all-gather prefetched); after it, the unit's gradients are
-//     multiplied by float(1 / world) into a flat buffer (DDP's arithmetic,
-//     ddp/reducer.cc) and reduce-scattered with SUM while the next unit's
-//     backward runs; the unsharded gradients and the gathered buffer are
+//     unit's all-gather prefetched) and its parameters' gradients become
+//     views of one flat buffer, so the layers accumulate into it directly;
+//     after it, the buffer is multiplied by float(1 / world) in place (DDP's
+//     arithmetic, ddp/reducer.cc) and reduce-scattered with SUM while the
+//     next unit's backward runs; the gradients and the gathered buffer are
 //     freed. Backward returns when every shard's gradient is final: written
 //     into ShardParameters()[i].grad when that is undefined, added to it
 //     otherwise (PyTorch's accumulation across steps without zero_grad).
@@ -159,6 +160,9 @@ class FullyShard {
   absl::Status IssueGather(size_t u);
   absl::Status Unshard(size_t u);
   absl::Status Reshard(size_t u);
+  // Before a unit's backward: its gradients become views of its flat
+  // gradient (unless NoSync accumulated some already).
+  absl::Status PrepareGrads(size_t u);
   absl::Status ReduceGrads(size_t u);
   // Waits for the gradient reductions in flight (all but unit `except`'s)
   // and writes them into the shards' gradients.

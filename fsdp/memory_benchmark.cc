@@ -18,8 +18,9 @@
 // of the training steps alone (reset once the model, wrapper and optimizer
 // are built: /proc/self/clear_refs); setup peak: that of building them.
 // The model, in bytes, with Psi parameters of 4 bytes, N ranks:
-//   ddp:   baseline + 16 Psi                  (parameters, gradients, Adam's two moments)
-//   zero1: baseline + 8 Psi + 8 Psi / N       (the moments sharded)
+//   ddp:   baseline + 16 Psi + 4 Psi          (parameters, gradients, Adam's two moments;
+//                                              DDP's buckets, a second copy of the gradients)
+//   zero1: baseline + 12 Psi + 8 Psi / N      (the moments sharded)
 //   fsdp:  baseline + 16 Psi / N + 2 U        (U: the largest unit's gathered parameters)
 // each plus the activations (two [batch, width] tensors a layer).
 #include <malloc.h>
@@ -163,11 +164,11 @@ absl::Status Run() {
   double model_bytes = baseline + activations;
   std::string formula;
   if (mode == "ddp") {
-    model_bytes += 16.0 * psi;
-    formula = "baseline + 16 Psi + activations";
+    model_bytes += 20.0 * psi;
+    formula = "baseline + 16 Psi + 4 Psi buckets + activations";
   } else if (mode == "zero1") {
-    model_bytes += 8.0 * psi + 8.0 * psi / world;
-    formula = "baseline + 8 Psi + 8 Psi / N + activations";
+    model_bytes += 12.0 * psi + 8.0 * psi / world;
+    formula = "baseline + 8 Psi + 4 Psi buckets + 8 Psi / N + activations";
   } else {
     model_bytes += 16.0 * psi / world + 2 * unit;
     formula = "baseline + 16 Psi / N + 2 U + activations";
