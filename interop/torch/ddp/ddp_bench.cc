@@ -12,10 +12,14 @@
 //       c10d ProcessGroupGloo, then divided by the world size.
 //   ddp_bench --nproc=2 --mode=local          no communication at all: each
 //       rank trains alone, the bound any DDP approaches.
+//   ddp_bench --nproc=2 --mode=fsdp           lockstep's FSDP for libtorch
+//       (interop/torch/fsdp): each block of ResNet-18 or the Transformer a
+//       unit (the MLP: one unit), the SGD over the shards.
 //
 // A step is zero_grad + forward + backward (+ the reduction) + SGD step.
 // Prints one JSON line: {"tool", "ranks", "global_batch", "step_ms_median",
-// "samples_per_s", "wall_samples_per_s", "peak_rss_mb" (per rank)} with the
+// "samples_per_s", "wall_samples_per_s", "peak_rss_mb" (per rank),
+// "bytes_sent_per_step" (rank 0's, over lockstep's communicator)} with the
 // slowest rank's times, as the Python peer does.
 // tools/bench/compare_libtorch_ddp.sh runs all three for the MLP,
 // tools/bench/compare_torch_models.sh for the two models.
@@ -38,13 +42,14 @@
 #include "collectives/bootstrap/local_launch.h"
 #include "core/status.h"
 #include "interop/torch/ddp/distributed_data_parallel.h"
+#include "interop/torch/fsdp/fully_shard.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
 
 #include <sys/resource.h>
 
 ABSL_FLAG(int, nproc, 0, "start this many local ranks (0: join the group in the environment)");
-ABSL_FLAG(std::string, mode, "lockstep", "lockstep, c10d_recipe or local (no communication)");
+ABSL_FLAG(std::string, mode, "lockstep", "lockstep, fsdp, c10d_recipe or local (no communication)");
 ABSL_FLAG(int, steps, 300, "timed steps");
 ABSL_FLAG(int, warmup, 30, "untimed steps first");
 ABSL_FLAG(double, bucket_cap_mb, 25, "--mode=lockstep: DdpOptions::bucket_cap_mb");
@@ -64,11 +69,16 @@ struct Mlp : torch::nn::Module {
 
 // One of the models behind a uniform forward and loss.
 struct Model : torch::nn::Module {
-  explicit Model(const std::string& name) {
+  // `shard`: the blocks built as FSDP units.
+  Model(const std::string& name, bool shard) {
     if (name == "resnet18") {
-      resnet = register_module("m", interop::ResNet18(interop::ResNet18Options{}));
+      interop::ResNet18Options options;
+      options.shard_blocks = shard;
+      resnet = register_module("m", interop::ResNet18(options));
     } else if (name == "char_transformer") {
-      transformer = register_module("m", interop::CharTransformer(interop::CharTransformerOptions{}));
+      interop::CharTransformerOptions options;
+      options.shard_blocks = shard;
+      transformer = register_module("m", interop::CharTransformer(options));
     } else {
       mlp = register_module("m", std::make_shared<Mlp>());
     }
@@ -92,8 +102,8 @@ absl::Status Run() {
   Communicator& comm = *group.comm;
   const int rank = comm.rank(), world = comm.size();
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "lockstep" && mode != "c10d_recipe" && mode != "local") {
-    return absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": expected lockstep, c10d_recipe or local"));
+  if (mode != "lockstep" && mode != "fsdp" && mode != "c10d_recipe" && mode != "local") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": expected lockstep, fsdp, c10d_recipe or local"));
   }
   const std::string name = absl::GetFlag(FLAGS_model);
   if (name != "mlp" && name != "resnet18" && name != "char_transformer") {
@@ -102,9 +112,14 @@ absl::Status Run() {
   const int64_t batch = absl::GetFlag(FLAGS_batch);
   if (batch < 1) return absl::InvalidArgumentError("--batch must be >= 1");
   torch::manual_seed(0);
-  auto model = std::make_shared<Model>(name);
+  auto model = std::make_shared<Model>(name, mode == "fsdp");
   const double lr = name == "char_transformer" ? 0.01 : 0.1;
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  std::unique_ptr<interop::FullyShard<Model>> fsdp;
+  if (mode == "fsdp") {
+    LOCKSTEP_ASSIGN_OR_RETURN(fsdp, interop::FullyShard<Model>::Create(model, comm));
+  }
+  torch::optim::SGD sgd(fsdp != nullptr ? fsdp->shard_parameters() : model->parameters(),
+                        torch::optim::SGDOptions(lr).momentum(0.9));
   torch::manual_seed(100 + rank);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
   for (int i = 0; i < 4; ++i) {
@@ -152,6 +167,8 @@ absl::Status Run() {
     torch::Tensor out;
     if (ddp != nullptr) {
       LOCKSTEP_ASSIGN_OR_RETURN(out, ddp->Forward(x));
+    } else if (fsdp != nullptr) {
+      LOCKSTEP_ASSIGN_OR_RETURN(out, fsdp->Forward(x));
     } else {
       out = model->forward(x);
     }
@@ -173,6 +190,12 @@ absl::Status Run() {
     for (int i = 0; i < warmup; ++i) LOCKSTEP_RETURN_IF_ERROR(step(i));
     LOCKSTEP_RETURN_IF_ERROR(comm.Barrier()->Wait());
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor times, Tensor::Zeros({steps + 1}, DType::kF64));
+    auto sent = [&comm] {
+      uint64_t total = 0;
+      for (uint64_t b : comm.Traffic().bytes_sent) total += b;
+      return total;
+    };
+    const uint64_t sent_before = sent();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -180,6 +203,7 @@ absl::Status Run() {
       times.data<double>()[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     times.data<double>()[steps] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double bytes_per_step = static_cast<double>(sent() - sent_before) / steps;
     LOCKSTEP_RETURN_IF_ERROR(comm.AllReduce(times, ReduceOp::kMax)->Wait());
     // Every rank's peak resident set, in its own slot of a sum.
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor rss, Tensor::Zeros({world}, DType::kF64));
@@ -199,10 +223,12 @@ absl::Status Run() {
       std::printf(
           "{\"tool\": \"%s\", \"model\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, "
           "\"step_ms_median\": %.4f, \"samples_per_s\": %.1f, \"wall_samples_per_s\": %.1f, "
-          "\"peak_rss_mb\": [%s]}\n",
-          mode == "lockstep" ? "lockstep_libtorch_ddp" : mode.c_str(), name.c_str(), world,
-          static_cast<long long>(global), median, global / (median / 1e3), steps * global / times.data<double>()[steps],
-          peaks.c_str());
+          "\"peak_rss_mb\": [%s], \"bytes_sent_per_step\": %.0f}\n",
+          mode == "lockstep" ? "lockstep_libtorch_ddp"
+          : mode == "fsdp"   ? "lockstep_libtorch_fsdp"
+                             : mode.c_str(),
+          name.c_str(), world, static_cast<long long>(global), median, global / (median / 1e3),
+          steps * global / times.data<double>()[steps], peaks.c_str(), bytes_per_step);
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch raised: ", e.what()));

@@ -50,9 +50,9 @@ struct TorchFsdp::State {
     std::vector<at::Tensor> params;
     std::vector<std::string> names;
     std::unique_ptr<FlatUnit> flat;
-    at::Tensor full;      // [padded] in param_dtype; its storage is empty while resharded.
-    Tensor full_view;     // lockstep's view of it while a gather is in flight.
-    at::Tensor shard;     // The optimizer's view of flat->shard().value.
+    at::Tensor full;   // [padded] in param_dtype; its storage is empty while resharded.
+    Tensor full_view;  // lockstep's view of it while a gather is in flight.
+    at::Tensor shard;  // The optimizer's view of flat->shard().value.
     bool gathered = false;
     int grads_pending = 0;  // AccumulateGrad hooks still to fire in this backward.
     bool reduced = false;   // In this backward.
@@ -275,8 +275,8 @@ absl::StatusOr<std::unique_ptr<TorchFsdp>> TorchFsdp::Create(torch::nn::Module& 
   const MixedPrecisionPolicy& mp = options.mixed_precision;
   for (DType d : {mp.param_dtype, mp.reduce_dtype}) {
     if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16) {
-      return absl::InvalidArgumentError(absl::StrCat("FullyShard: mixed precision dtype ", DTypeName(d),
-                                                     " is not f32, bf16 or f16"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("FullyShard: mixed precision dtype ", DTypeName(d), " is not f32, bf16 or f16"));
     }
   }
   std::unique_ptr<TorchFsdp> fsdp(new TorchFsdp());
@@ -294,8 +294,8 @@ absl::StatusOr<std::unique_ptr<TorchFsdp>> TorchFsdp::Create(torch::nn::Module& 
       const at::Tensor& p = item.value();
       if (!p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       if (p.scalar_type() != at::kFloat || !p.device().is_cpu()) {
-        return absl::InvalidArgumentError(absl::StrCat("FullyShard: parameter '", item.key(), "' is ",
-                                                       p.toString(), " on ", p.device().str(),
+        return absl::InvalidArgumentError(absl::StrCat("FullyShard: parameter '", item.key(), "' is ", p.toString(),
+                                                       " on ", p.device().str(),
                                                        "; expected f32 CPU parameters (set mixed_precision for "
                                                        "lower-precision compute)"));
       }

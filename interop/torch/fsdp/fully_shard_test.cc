@@ -21,10 +21,14 @@
 #include <vector>
 
 #include "collectives/testing/group.h"
+#include "core/deadline.h"
+#include "core/subprocess.h"
 #include "gtest/gtest.h"
+#include "interop/torch/bridge/tensor_bridge.h"
 #include "interop/torch/ddp/distributed_data_parallel.h"
 #include "interop/torch/models/char_transformer.h"
 #include "interop/torch/models/resnet18.h"
+#include "nn/checkpoint/safetensors.h"
 
 namespace lockstep {
 namespace interop {
@@ -120,16 +124,14 @@ absl::Status TrainModel(Communicator& comm, const RunSetup& s, const Opts& model
         if (s.fsdp) {
           std::unique_ptr<typename FullyShard<Impl>::NoSyncScope> scope;
           if (!last) scope = std::make_unique<typename FullyShard<Impl>::NoSyncScope>(fsdp->NoSync());
-          LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor y, loss_of(comm.rank(), step, m, [&](const torch::Tensor& x) {
-                                      return fsdp->Forward(x);
-                                    }));
+          LOCKSTEP_ASSIGN_OR_RETURN(
+              torch::Tensor y, loss_of(comm.rank(), step, m, [&](const torch::Tensor& x) { return fsdp->Forward(x); }));
           y.backward();
         } else {
           std::unique_ptr<typename DistributedDataParallel<Impl>::NoSyncScope> scope;
           if (!last) scope = std::make_unique<typename DistributedDataParallel<Impl>::NoSyncScope>(ddp->NoSync());
-          LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor y, loss_of(comm.rank(), step, m, [&](const torch::Tensor& x) {
-                                      return ddp->Forward(x);
-                                    }));
+          LOCKSTEP_ASSIGN_OR_RETURN(
+              torch::Tensor y, loss_of(comm.rank(), step, m, [&](const torch::Tensor& x) { return ddp->Forward(x); }));
           y.backward();
         }
       } catch (const std::exception& e) {
@@ -161,7 +163,8 @@ absl::Status TrainModel(Communicator& comm, const RunSetup& s, const Opts& model
   return absl::OkStatus();
 }
 
-absl::Status Train(Communicator& comm, const RunSetup& s, std::vector<Params>* out, std::vector<int>* gathered = nullptr) {
+absl::Status Train(Communicator& comm, const RunSetup& s, std::vector<Params>* out,
+                   std::vector<int>* gathered = nullptr) {
   using Forward = std::function<absl::StatusOr<torch::Tensor>(const torch::Tensor&)>;
   if (s.model == Model::kResNet) {
     return TrainModel<ResNet18Impl>(
@@ -271,6 +274,64 @@ TEST_F(TorchFsdpTest, TheFullStateDictHasThePlainNamesAndLoadsAtAnotherWorldSize
       EXPECT_EQ(Flat(at3[r][i].second), Flat(at2[0][i].second)) << "rank " << r << " " << at2[0][i].first;
     }
   }
+}
+
+// The full state dict of an FSDP-trained ResNet-18, written as safetensors,
+// loads in a Python PyTorch program with load_state_dict(strict=True) into
+// the Python twin (testdata/load_full_state.py), which then computes what
+// the plain C++ model loaded with the same state computes, bit for bit.
+TEST_F(TorchFsdpTest, TheFullStateLoadsInPythonPyTorchStrictly) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string ckpt = dir + "/fsdp_full.safetensors", out = dir + "/python_logits.safetensors";
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
+    auto model = Build<ResNet18Impl>(ResNetOptions(true));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto fsdp, FullyShard<ResNet18Impl>::Create(model, comm));
+    torch::optim::SGD sgd(fsdp->shard_parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < 2; ++step) {
+      LOCKSTEP_ASSIGN_OR_RETURN(torch::Tensor logits, fsdp->Forward(Images(comm.rank(), step, 0)));
+      torch::nn::functional::cross_entropy(logits, Labels(comm.rank(), step)).backward();
+      sgd.step();
+      sgd.zero_grad();
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(auto full, fsdp->FullStateDict());
+    if (comm.rank() == 0) state = std::move(full);
+    return absl::OkStatus();
+  }));
+  ASSERT_FALSE(state.empty());
+  const at::Tensor probe = Images(1, 9, 0);
+  std::vector<std::pair<std::string, Tensor>> file;
+  for (const auto& [name, t] : state) file.emplace_back(name, *FromTorch(t));
+  file.emplace_back("probe.x", *FromTorch(probe));
+  ASSERT_TRUE(WriteSafetensorsFile(ckpt, file, {}).ok());
+  // The plain C++ model with the same state.
+  auto plain = Build<ResNet18Impl>(ResNetOptions(false));
+  {
+    torch::NoGradGuard no_grad;
+    auto params = plain->named_parameters(), buffers = plain->named_buffers();
+    for (const auto& [name, t] : state) (params.contains(name) ? params[name] : buffers[name]).copy_(t);
+  }
+  plain->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor logits = plain->forward(probe).contiguous();
+  SubprocessOptions options;
+  options.argv = {"/usr/bin/python3",
+                  absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
+                               "/interop/torch/fsdp/testdata/load_full_state.py"),
+                  ckpt, "8", out};
+  options.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<ExitStatus> status = child->Wait(DeadlineIn(std::chrono::seconds(120)));
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE(status->success()) << "load_full_state.py " << status->ToString();
+  absl::StatusOr<SafetensorsFile> python = ReadSafetensorsFile(out);
+  ASSERT_TRUE(python.ok()) << python.status();
+  ASSERT_EQ(python->tensors.size(), 1u);
+  const Tensor& theirs = python->tensors[0].second;
+  ASSERT_EQ(theirs.nbytes(), static_cast<size_t>(logits.numel()) * sizeof(float));
+  EXPECT_EQ(0, std::memcmp(theirs.raw_data(), logits.data_ptr<float>(), theirs.nbytes()))
+      << "Python's logits differ from the C++ model's";
 }
 
 // bf16 parameters and gradients (f32 shards): the ranks stay equal and the
