@@ -19,6 +19,20 @@ absl::Status Prefixed(const absl::Status& s, const std::string& what) {
 
 }  // namespace
 
+absl::StatusOr<Tensor> ParameterOf(const FlatShardLayout& layout, const Tensor& full, size_t i, const Shape& shape) {
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(layout.offsets[i], layout.numels[i]));
+  return flat.Reshape(shape);
+}
+
+absl::Status CopyIntoShard(const FlatShardLayout& layout, int rank, size_t i, const Tensor& value,
+                           const Tensor& shard) {
+  const auto [begin, end] = layout.ParameterRange(i, rank);
+  if (end <= begin) return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, value.Flat(begin, end - begin));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor to, shard.Flat(layout.offsets[i] + begin - rank * layout.shard, end - begin));
+  return from.dtype() == to.dtype() ? to.CopyFrom(from) : Cast(from, to);
+}
+
 absl::StatusOr<std::unique_ptr<FlatUnit>> FlatUnit::Create(std::string name, const std::vector<int64_t>& numels,
                                                            Communicator& comm, Device device) {
   for (int64_t n : numels) {
@@ -43,13 +57,7 @@ absl::Status FlatUnit::SetShardFrom(size_t i, const Tensor& full) {
                                                    " elements, got ",
                                                    full.defined() ? full.DebugString() : "undefined"));
   }
-  const int rank = comm_.rank();
-  const auto [begin, end] = layout_.ParameterRange(i, rank);
-  if (end <= begin) return absl::OkStatus();
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, full.Flat(begin, end - begin));
-  LOCKSTEP_ASSIGN_OR_RETURN(Tensor to,
-                            shard_.value.Flat(layout_.offsets[i] + begin - rank * layout_.shard, end - begin));
-  return from.dtype() == DType::kF32 ? to.CopyFrom(from) : Cast(from, to);
+  return CopyIntoShard(layout_, comm_.rank(), i, full, shard_.value);
 }
 
 absl::Status FlatUnit::IssueGather(const Tensor& full) {

@@ -51,6 +51,15 @@ struct MixedPrecisionPolicy {
   DType reduce_dtype = DType::kF32;
 };
 
+// Parameter `i`'s elements of a whole flat buffer (`layout.padded` of them,
+// any dtype), as a view of `shape`.
+absl::StatusOr<Tensor> ParameterOf(const FlatShardLayout& layout, const Tensor& full, size_t i, const Shape& shape);
+
+// Copies `rank`'s elements of parameter `i` out of `value` (its whole value:
+// any shape with numels[i] elements, any floating dtype) into `shard`
+// (layout.shard f32 elements).
+absl::Status CopyIntoShard(const FlatShardLayout& layout, int rank, size_t i, const Tensor& value, const Tensor& shard);
+
 class FlatUnit {
  public:
   // A unit named `name` ("" for the root) over parameters with `numels`

@@ -129,8 +129,7 @@ absl::StatusOr<std::unique_ptr<FullyShard>> FullyShard::Create(Module& module, C
     LOCKSTEP_ASSIGN_OR_RETURN(unit.full, Tensor::FromStorage(unit.full_storage, 0, {layout.padded}, DType::kF32));
     for (size_t i = 0; i < unit.params.size(); ++i) {
       const Tensor& value = unit.params[i].parameter->value;
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, unit.full.Flat(layout.offsets[i], layout.numels[i]));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, flat.Reshape(value.shape()));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor view, ParameterOf(layout, unit.full, i, value.shape()));
       unit.views.push_back(view);
       LOCKSTEP_RETURN_IF_ERROR(unit.flat->SetShardFrom(i, value));
       unit.params[i].parameter->value = Tensor();
@@ -220,14 +219,18 @@ absl::Status FullyShard::FinishGradients(size_t except) {
   return first;
 }
 
+size_t FullyShard::Neighbour(size_t u, int step) const {
+  if (!order_known_ || position_[u] == kNone) return kNone;
+  const size_t next = position_[u] + step;  // Wraps past the front: out of range.
+  return next < order_.size() ? order_[next] : kNone;
+}
+
 absl::Status FullyShard::PreForward(size_t u) {
   if (!order_known_ && std::find(order_.begin(), order_.end(), u) == order_.end()) order_.push_back(u);
-  if (options_.prefetch && order_known_) {
-    auto it = std::find(order_.begin(), order_.end(), u);
-    if (it != order_.end() && it + 1 != order_.end()) {
-      LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));  // This unit's own gather goes first.
-      LOCKSTEP_RETURN_IF_ERROR(IssueGather(*(it + 1)));
-    }
+  const size_t next = options_.prefetch ? Neighbour(u, +1) : kNone;
+  if (next != kNone) {
+    LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));  // This unit's own gather goes first.
+    LOCKSTEP_RETURN_IF_ERROR(IssueGather(next));
   }
   return Unshard(u);
 }
@@ -238,12 +241,10 @@ absl::Status FullyShard::PostForward(size_t u) {
 
 absl::Status FullyShard::PreBackward(size_t u) {
   LOCKSTEP_RETURN_IF_ERROR(PrepareGrads(u));
-  if (options_.prefetch) {
-    auto it = std::find(order_.begin(), order_.end(), u);
-    if (it != order_.end() && it != order_.begin()) {
-      LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));
-      LOCKSTEP_RETURN_IF_ERROR(IssueGather(*(it - 1)));
-    }
+  const size_t previous = options_.prefetch ? Neighbour(u, -1) : kNone;
+  if (previous != kNone) {
+    LOCKSTEP_RETURN_IF_ERROR(IssueGather(u));
+    LOCKSTEP_RETURN_IF_ERROR(IssueGather(previous));
   }
   return Unshard(u);
 }
@@ -282,7 +283,11 @@ absl::StatusOr<Tensor> FullyShard::Forward(const Tensor& input) {
     Settle().IgnoreError();
     return out.status();
   }
-  order_known_ = true;
+  if (!order_known_) {
+    position_.assign(units_.size(), kNone);
+    for (size_t k = 0; k < order_.size(); ++k) position_[order_[k]] = k;
+    order_known_ = true;
+  }
   return out;
 }
 
@@ -314,8 +319,7 @@ absl::StatusOr<std::vector<NamedTensor>> FullyShard::FullStateDict() {
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, unit->flat->GatherCopy());
     const FlatShardLayout& layout = unit->flat->layout();
     for (size_t i = 0; i < unit->params.size(); ++i) {
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(layout.offsets[i], layout.numels[i]));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, flat.Reshape(unit->views[i].shape()));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, ParameterOf(layout, full, i, unit->views[i].shape()));
       LOCKSTEP_ASSIGN_OR_RETURN(params[unit->params[i].name], shaped.Clone());
     }
   }

@@ -179,8 +179,15 @@ class FullyShard {
   Communicator& comm_;
   const FullyShardOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] is the root unit.
-  // Named units in the order the first forward ran them.
+  static constexpr size_t kNone = ~size_t{0};
+  // The unit `step` places after (+1) or before (-1) unit `u` in the order
+  // the first forward ran them; kNone when there is none (or no order yet).
+  size_t Neighbour(size_t u, int step) const;
+
+  // Named units in the order the first forward ran them, and each unit's
+  // place in it (kNone: the root, or a unit that did not run).
   std::vector<size_t> order_;
+  std::vector<size_t> position_;
   bool order_known_ = false;
   bool sync_ = true;
 };

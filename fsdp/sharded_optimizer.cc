@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "fsdp/flat_unit.h"
 
 namespace lockstep {
 namespace {
@@ -67,8 +68,7 @@ absl::Status ShardedOptimizer::ConsolidateState(int to) {
                                          " on rank ", comm.rank(), ": ", gathered.message()));
       }
       for (size_t i = 0; i < params.size(); ++i) {
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor flat, full.Flat(layout.offsets[i], layout.numels[i]));
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, flat.Reshape(params[i].second));
+        LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, ParameterOf(layout, full, i, params[i].second));
         LOCKSTEP_ASSIGN_OR_RETURN(whole[module_index_[u][i]][key.key], shaped.Clone());
       }
     }
@@ -138,11 +138,7 @@ absl::Status ShardedOptimizer::LoadStateTensors(const std::vector<NamedTensor>& 
                                           " f32 elements like '", params[i].first, "'"));
           continue;
         }
-        const auto [begin, end] = layout.ParameterRange(i, rank);
-        if (end <= begin) continue;
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor from, t.Flat(begin, end - begin));
-        LOCKSTEP_ASSIGN_OR_RETURN(Tensor to, shard.Flat(layout.offsets[i] + begin - rank * layout.shard, end - begin));
-        LOCKSTEP_RETURN_IF_ERROR(to.CopyFrom(from));
+        LOCKSTEP_RETURN_IF_ERROR(CopyIntoShard(layout, rank, i, t, shard));
       }
       local.emplace_back(StateName(u, key.key), shard);
     }

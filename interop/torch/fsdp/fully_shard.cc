@@ -63,7 +63,11 @@ struct TorchFsdp::State {
   torch::nn::Module* module = nullptr;
   TorchFullyShardOptions options;
   std::vector<Unit> units;  // [0] is the root unit.
+  // Named units in the order the first forward ran them, and each unit's
+  // place in it (kNone: the root, or a unit that did not run).
+  static constexpr size_t kNone = ~size_t{0};
   std::vector<size_t> order;
+  std::vector<size_t> position;
   bool order_known = false;
   bool sync = true;
   bool in_backward = false;  // From a forward with gradients to the end of its backward.
@@ -72,6 +76,13 @@ struct TorchFsdp::State {
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
 
   size_t ElementBytes() const { return options.mixed_precision.param_dtype == DType::kF32 ? 4 : 2; }
+
+  // The unit `step` places after (+1) or before (-1) unit `u` in that order.
+  size_t Neighbour(size_t u, int step) const {
+    if (!order_known || position[u] == kNone) return kNone;
+    const size_t next = position[u] + step;  // Wraps past the front: out of range.
+    return next < order.size() ? order[next] : kNone;
+  }
 
   absl::Status IssueGather(size_t u) {
     Unit& unit = units[u];
@@ -178,10 +189,8 @@ struct TorchFsdp::State {
     std::unique_lock<std::mutex> lock(s->mu);
     if (!s->order_known && std::find(s->order.begin(), s->order.end(), u) == s->order.end()) s->order.push_back(u);
     absl::Status status = s->IssueGather(u);
-    if (status.ok() && s->options.prefetch && s->order_known) {
-      auto it = std::find(s->order.begin(), s->order.end(), u);
-      if (it != s->order.end() && it + 1 != s->order.end()) status = s->IssueGather(*(it + 1));
-    }
+    const size_t next = s->options.prefetch ? s->Neighbour(u, +1) : kNone;
+    if (status.ok() && next != kNone) status = s->IssueGather(next);
     if (status.ok()) status = s->Unshard(u);
     if (!status.ok()) {
       lock.unlock();
@@ -210,10 +219,8 @@ struct TorchFsdp::State {
     if (!s->in_backward) return;
     s->QueueFinalize(weak);
     absl::Status status = s->IssueGather(u);
-    if (status.ok() && s->options.prefetch) {
-      auto it = std::find(s->order.begin(), s->order.end(), u);
-      if (it != s->order.end() && it != s->order.begin()) status = s->IssueGather(*(it - 1));
-    }
+    const size_t previous = s->options.prefetch ? s->Neighbour(u, -1) : kNone;
+    if (status.ok() && previous != kNone) status = s->IssueGather(previous);
     if (status.ok()) status = s->Unshard(u);
     if (!status.ok()) {
       s->Fail(status).IgnoreError();
@@ -408,8 +415,13 @@ absl::Status TorchFsdp::BeforeForward() {
 
 void TorchFsdp::AfterForward() {
   std::lock_guard<std::mutex> lock(state_->mu);
-  state_->order_known = true;
-  if (!state_->in_backward) state_->Settle().IgnoreError();  // No backward will come to free the root.
+  State& s = *state_;
+  if (!s.order_known) {
+    s.position.assign(s.units.size(), State::kNone);
+    for (size_t k = 0; k < s.order.size(); ++k) s.position[s.order[k]] = k;
+    s.order_known = true;
+  }
+  if (!s.in_backward) s.Settle().IgnoreError();  // No backward will come to free the root.
 }
 
 absl::Status TorchFsdp::ForwardFailed(const std::exception& e) {
@@ -518,6 +530,7 @@ std::vector<std::string> TorchFsdp::unit_paths() const {
 }
 
 int TorchFsdp::gathered_units() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
   int n = 0;
   for (const State::Unit& unit : state_->units) n += unit.gathered || unit.flat->gather_pending() ? 1 : 0;
   return n;
