@@ -278,7 +278,7 @@ TEST_F(TorchFsdpTest, TheFullStateDictHasThePlainNamesAndLoadsAtAnotherWorldSize
 
 // The full state dict of an FSDP-trained ResNet-18, written as safetensors,
 // loads in a Python PyTorch program with load_state_dict(strict=True) into
-// the Python twin (testdata/load_full_state.py), which then computes what
+// the Python twin (interop/torch/ddp/testdata/load_checkpoint.py), which then computes what
 // the plain C++ model loaded with the same state computes, bit for bit.
 TEST_F(TorchFsdpTest, TheFullStateLoadsInPythonPyTorchStrictly) {
   const std::string dir = std::getenv("TEST_TMPDIR");
@@ -317,14 +317,14 @@ TEST_F(TorchFsdpTest, TheFullStateLoadsInPythonPyTorchStrictly) {
   SubprocessOptions options;
   options.argv = {"/usr/bin/python3",
                   absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
-                               "/interop/torch/fsdp/testdata/load_full_state.py"),
-                  ckpt, "8", out};
+                               "/interop/torch/ddp/testdata/load_checkpoint.py"),
+                  ckpt, "resnet18:8", out};
   options.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   ASSERT_TRUE(child.ok()) << child.status();
   absl::StatusOr<ExitStatus> status = child->Wait(DeadlineIn(std::chrono::seconds(120)));
   ASSERT_TRUE(status.ok()) << status.status();
-  ASSERT_TRUE(status->success()) << "load_full_state.py " << status->ToString();
+  ASSERT_TRUE(status->success()) << "load_checkpoint.py " << status->ToString();
   absl::StatusOr<SafetensorsFile> python = ReadSafetensorsFile(out);
   ASSERT_TRUE(python.ok()) << python.status();
   ASSERT_EQ(python->tensors.size(), 1u);
@@ -379,8 +379,31 @@ TEST_F(TorchFsdpTest, Bf16MixedPrecisionTrainsTheSameModel) {
   EXPECT_LT(losses32[0].back(), losses32[0].front() - 0.2);
 }
 
+// A Sharded unit inside another.
+struct NestedImpl : torch::nn::Module {
+  torch::nn::Sequential body{
+      register_module("body", torch::nn::Sequential(Sharded(torch::nn::Sequential(Sharded(torch::nn::Linear(4, 4))))))};
+  torch::Tensor forward(torch::Tensor x) { return body->forward(x); }
+};
+
 TEST_F(TorchFsdpTest, NestedUnitsAndFrozenParametersAreRefused) {
   testing::ExpectAllOk(testing::RunThreads(1, [&](Communicator& comm) -> absl::Status {
+    auto nested = std::make_shared<NestedImpl>();
+    std::vector<at::Tensor> before;
+    for (const at::Tensor& p : nested->parameters()) before.push_back(p.clone());
+    absl::StatusOr<std::unique_ptr<FullyShard<NestedImpl>>> n = FullyShard<NestedImpl>::Create(nested, comm);
+    if (n.ok() || n.status().code() != absl::StatusCode::kInvalidArgument ||
+        n.status().message().find("Sharded units nest: 'body.0.0' lies inside 'body.0'") == absl::string_view::npos) {
+      return absl::InternalError("expected the nesting named, got " + n.status().ToString());
+    }
+    // Nothing was taken from the module.
+    const std::vector<at::Tensor> after = nested->parameters();
+    for (size_t i = 0; i < before.size(); ++i) {
+      if (!after[i].defined() || after[i].storage().nbytes() == 0 || !after[i].equal(before[i])) {
+        return absl::InternalError("a refused Create changed a parameter");
+      }
+    }
+
     auto model = Build<CharTransformerImpl>(TransformerOptions(true));
     model->named_parameters()["head.weight"].set_requires_grad(false);
     absl::StatusOr<std::unique_ptr<FullyShard<CharTransformerImpl>>> f =
