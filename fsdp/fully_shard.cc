@@ -226,6 +226,7 @@ size_t FullyShard::Neighbour(size_t u, int step) const {
 }
 
 absl::Status FullyShard::PreForward(size_t u) {
+  if (summoned_) return absl::OkStatus();  // The plain module runs.
   if (!order_known_ && std::find(order_.begin(), order_.end(), u) == order_.end()) order_.push_back(u);
   const size_t next = options_.prefetch ? Neighbour(u, +1) : kNone;
   if (next != kNone) {
@@ -236,10 +237,12 @@ absl::Status FullyShard::PreForward(size_t u) {
 }
 
 absl::Status FullyShard::PostForward(size_t u) {
+  if (summoned_) return absl::OkStatus();  // The plain module runs.
   return options_.reshard_after_forward ? Reshard(u) : absl::OkStatus();
 }
 
 absl::Status FullyShard::PreBackward(size_t u) {
+  if (summoned_) return absl::OkStatus();  // The plain module runs.
   LOCKSTEP_RETURN_IF_ERROR(PrepareGrads(u));
   const size_t previous = options_.prefetch ? Neighbour(u, -1) : kNone;
   if (previous != kNone) {
@@ -250,6 +253,7 @@ absl::Status FullyShard::PreBackward(size_t u) {
 }
 
 absl::Status FullyShard::PostBackward(size_t u) {
+  if (summoned_) return absl::OkStatus();  // The plain module runs.
   if (sync_) {
     LOCKSTEP_RETURN_IF_ERROR(ReduceGrads(u));
     // One reduce-scatter in flight at a time (this unit's, overlapping the
@@ -273,7 +277,63 @@ absl::Status FullyShard::Settle() {
   return first;
 }
 
+absl::Status FullyShard::NotSummoned(const char* op) const {
+  if (!summoned_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("FullyShard::", op, " on rank ", comm_.rank(),
+                                                    ": the full parameters are summoned; call "
+                                                    "ReleaseFullParameters first"));
+}
+
+absl::Status FullyShard::SummonFullParameters() {
+  LOCKSTEP_RETURN_IF_ERROR(NotSummoned("SummonFullParameters"));
+  LOCKSTEP_RETURN_IF_ERROR(Settle());
+  std::vector<std::vector<Tensor>> values(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = *units_[u];
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, unit.flat->GatherCopy());
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, ParameterOf(unit.flat->layout(), full, i, unit.views[i].shape()));
+      LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, shaped.Clone());
+      values[u].push_back(std::move(own));
+    }
+  }
+  // Only once every gather succeeded: nothing changes on an error.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t i = 0; i < units_[u]->params.size(); ++i) units_[u]->params[i].parameter->value = values[u][i];
+  }
+  summoned_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status FullyShard::ReleaseFullParameters(bool write_back) {
+  if (!summoned_) {
+    return absl::FailedPreconditionError(absl::StrCat("FullyShard::ReleaseFullParameters on rank ", comm_.rank(),
+                                                      ": nothing is summoned (call SummonFullParameters first)"));
+  }
+  absl::Status status;
+  for (auto& unit : units_) {
+    for (size_t i = 0; i < unit->params.size(); ++i) {
+      Parameter& p = *unit->params[i].parameter;
+      if (write_back && status.ok()) {
+        if (!p.value.defined() || p.value.shape() != unit->views[i].shape()) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              "FullyShard::ReleaseFullParameters on rank ", comm_.rank(), ": parameter '", unit->params[i].name,
+              "' is ", p.value.defined() ? p.value.DebugString() : "undefined", ", expected shape [",
+              absl::StrJoin(unit->views[i].shape(), ", "), "]; the shards keep what they had from that parameter on"));
+        } else {
+          status = unit->flat->SetShardFrom(i, p.value);
+        }
+      }
+      p.value = Tensor();
+      p.grad = Tensor();
+    }
+  }
+  summoned_ = false;
+  return status;
+}
+
 absl::StatusOr<Tensor> FullyShard::Forward(const Tensor& input) {
+  LOCKSTEP_RETURN_IF_ERROR(NotSummoned("Forward"));
   LOCKSTEP_RETURN_IF_ERROR(Settle());
   LOCKSTEP_RETURN_IF_ERROR(IssueGather(0));
   if (options_.prefetch && order_known_ && !order_.empty()) LOCKSTEP_RETURN_IF_ERROR(IssueGather(order_.front()));
@@ -292,6 +352,7 @@ absl::StatusOr<Tensor> FullyShard::Forward(const Tensor& input) {
 }
 
 absl::Status FullyShard::Backward(const Tensor& grad_output) {
+  LOCKSTEP_RETURN_IF_ERROR(NotSummoned("Backward"));
   if (!units_[0]->gathered) {
     return absl::FailedPreconditionError(
         "FullyShard::Backward: no pending Forward (each Backward consumes the last Forward; call Forward first)");
@@ -313,6 +374,7 @@ std::vector<NamedParameter> FullyShard::ShardParameters() {
 }
 
 absl::StatusOr<std::vector<NamedTensor>> FullyShard::FullStateDict() {
+  LOCKSTEP_RETURN_IF_ERROR(NotSummoned("FullStateDict"));
   LOCKSTEP_RETURN_IF_ERROR(Settle());
   std::map<std::string, Tensor> params;
   for (auto& unit : units_) {
@@ -337,6 +399,7 @@ absl::StatusOr<std::vector<NamedTensor>> FullyShard::FullStateDict() {
 }
 
 absl::Status FullyShard::LoadFullStateDict(const std::vector<NamedTensor>& state, bool strict) {
+  LOCKSTEP_RETURN_IF_ERROR(NotSummoned("LoadFullStateDict"));
   LOCKSTEP_RETURN_IF_ERROR(Settle());
   std::map<std::string, const Tensor*> given;
   for (const NamedTensor& entry : state) given[entry.first] = &entry.second;

@@ -67,7 +67,7 @@
 // the prefetched one).
 //
 // Not yet: frozen parameters (refused at Create), mixed-precision
-// gathering, sharded checkpoints. Every rank must run the same units in the
+// gathering (the libtorch front has it). Every rank must run the same units in the
 // same order. Not thread-safe.
 #ifndef LOCKSTEP_FSDP_FULLY_SHARD_H_
 #define LOCKSTEP_FSDP_FULLY_SHARD_H_
@@ -128,6 +128,20 @@ class FullyShard {
   // missing and unexpected names are errors; a wrong shape or dtype always
   // is; every problem is listed and nothing changes unless all pass.
   absl::Status LoadFullStateDict(const std::vector<NamedTensor>& state, bool strict = true);
+
+  // Collective (PyTorch's FSDP.summon_full_params). Every parameter of the
+  // module becomes a whole tensor of its own (a copy) and the units' hooks
+  // stand aside, so the plain module can be evaluated (each rank its own
+  // number of batches: nothing collective runs), saved, or loaded into.
+  // Costs the whole model's parameters on every rank until
+  // ReleaseFullParameters. Forward, Backward and the state-dict methods are
+  // refused meanwhile.
+  absl::Status SummonFullParameters();
+  // Ends it. With `write_back` the module's parameters (as a load left them)
+  // are copied into this rank's shards first; then they are undefined again
+  // (and any gradients the plain module computed meanwhile are dropped).
+  absl::Status ReleaseFullParameters(bool write_back);
+  bool summoned() const { return summoned_; }
 
   class NoSyncScope {
    public:
@@ -190,6 +204,9 @@ class FullyShard {
   std::vector<size_t> position_;
   bool order_known_ = false;
   bool sync_ = true;
+  bool summoned_ = false;
+  // FailedPrecondition naming `op` while summoned.
+  absl::Status NotSummoned(const char* op) const;
 };
 
 }  // namespace lockstep

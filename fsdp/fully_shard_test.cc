@@ -351,6 +351,56 @@ TEST(FullyShardTest, TheFullStateDictIsThePlainModulesAndLoadsAtAnotherWorldSize
   }
 }
 
+// Summoned, the plain module runs without collectives (ranks evaluate
+// different numbers of batches), holds the full state's bits, and a change
+// to it goes back into every rank's shards.
+TEST(FullyShardTest, SummonedParametersAreThePlainModulesAndWriteBack) {
+  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
+    std::unique_ptr<Module> model = MakeTestModel(Model::kCnn);
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, comm));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, MakeOptimizer(Opt::kSgd, fsdp->ShardParameters()));
+    const Batch b = MakeBatch(comm.rank(), 0);
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, fsdp->Forward(b.x));
+    LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, b.y));
+    LOCKSTEP_RETURN_IF_ERROR(fsdp->Backward(ce.grad_logits));
+    LOCKSTEP_RETURN_IF_ERROR(opt->Step());
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<NamedTensor> full, fsdp->FullStateDict());
+    std::map<std::string, Tensor> want(full.begin(), full.end());
+
+    LOCKSTEP_RETURN_IF_ERROR(fsdp->SummonFullParameters());
+    EXPECT_TRUE(fsdp->summoned());
+    for (const NamedParameter& p : model->NamedParameters()) {
+      EXPECT_EQ(0, std::memcmp(p.parameter->value.raw_data(), want.at(p.name).raw_data(), want.at(p.name).nbytes()))
+          << p.name;
+    }
+    EXPECT_TRUE(absl::IsFailedPrecondition(fsdp->Forward(b.x).status()));
+    EXPECT_TRUE(absl::IsFailedPrecondition(fsdp->FullStateDict().status()));
+    // Rank 0 evaluates three batches, rank 1 one: no collective may run.
+    model->Eval();
+    for (int i = 0; i < (comm.rank() == 0 ? 3 : 1); ++i) {
+      LOCKSTEP_RETURN_IF_ERROR(model->Forward(MakeBatch(comm.rank(), 10 + i).x).status());
+    }
+    model->Train();
+    EXPECT_EQ(fsdp->gathered_units(), 0);
+    // Every rank changes the first parameter alike, as a checkpoint load would.
+    const std::string first_name = model->NamedParameters().front().name;
+    Parameter& first = *model->NamedParameters().front().parameter;
+    for (int64_t i = 0; i < first.value.numel(); ++i) first.value.data<float>()[i] = 0.25f * static_cast<float>(i);
+    LOCKSTEP_RETURN_IF_ERROR(fsdp->ReleaseFullParameters(/*write_back=*/true));
+    EXPECT_FALSE(first.value.defined());
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<NamedTensor> after, fsdp->FullStateDict());
+    std::map<std::string, Tensor> now(after.begin(), after.end());
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<float> changed, now.at(first_name).ToVector<float>());
+    EXPECT_EQ(changed.size(), static_cast<size_t>(want.at(first_name).numel()));
+    for (size_t i = 0; i < changed.size(); ++i) EXPECT_EQ(changed[i], 0.25f * static_cast<float>(i)) << i;
+    EXPECT_TRUE(absl::IsFailedPrecondition(fsdp->ReleaseFullParameters(false)));
+    // And training goes on.
+    LOCKSTEP_ASSIGN_OR_RETURN(logits, fsdp->Forward(b.x));
+    LOCKSTEP_ASSIGN_OR_RETURN(ce, CrossEntropy(logits, b.y));
+    return fsdp->Backward(ce.grad_logits);
+  }));
+}
+
 TEST(FullyShardTest, BadStateDictsAreListedAndNothingIsLoaded) {
   testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
     std::unique_ptr<Module> model = MakeTestModel(Model::kMlp);

@@ -82,25 +82,35 @@ absl::StatusOr<double> ClipGradNorm(const std::vector<Parameter*>& parameters, d
     norms.push_back(Norm(values, p, f32));
   }
   const double total = norms.size() == 1 && std::isinf(p) ? norms[0] : Norm(norms, p, f32);
-  if (options.error_if_nonfinite && !std::isfinite(total)) {
-    // PyTorch prints the order as a Python float: "2.0", "inf".
-    const std::string order = std::isinf(p)                              ? "inf"
-                              : p == std::floor(p) && std::abs(p) < 1e15 ? absl::StrCat(static_cast<int64_t>(p), ".0")
-                                                                         : absl::StrCat(p);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "The total norm of order ", order,
-        " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale "
-        "the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"));
-  }
-  double coef;
+  if (options.error_if_nonfinite && !std::isfinite(total)) return NonFiniteNormError(p);
+  const double coef = ClipCoefficient(total, max_norm, f32);
+  LOCKSTEP_RETURN_IF_ERROR(MultiplyGradients(grads, coef));
+  return total;
+}
+
+absl::Status NonFiniteNormError(double norm_type) {
+  const double p = norm_type;
+  // PyTorch prints the order as a Python float: "2.0", "inf".
+  const std::string order = std::isinf(p)                              ? "inf"
+                            : p == std::floor(p) && std::abs(p) < 1e15 ? absl::StrCat(static_cast<int64_t>(p), ".0")
+                                                                       : absl::StrCat(p);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "The total norm of order ", order,
+      " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale "
+      "the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"));
+}
+
+double ClipCoefficient(double total, double max_norm, bool f32) {
   if (f32) {
     const float reciprocal = 1.0f / (static_cast<float>(total) + 1e-6f);
     const float c = reciprocal * static_cast<float>(max_norm);
-    coef = std::isnan(c) ? c : std::min(c, 1.0f);
-  } else {
-    const double c = (1.0 / (total + 1e-6)) * max_norm;
-    coef = std::isnan(c) ? c : std::min(c, 1.0);
+    return std::isnan(c) ? c : std::min(c, 1.0f);
   }
+  const double c = (1.0 / (total + 1e-6)) * max_norm;
+  return std::isnan(c) ? c : std::min(c, 1.0);
+}
+
+absl::Status MultiplyGradients(const std::vector<Tensor>& grads, double coef) {
   // Scale multiplies f32 by float(coef): exactly PyTorch's g.mul_(coef).
   // Scale refuses a non-finite factor; NaN is applied as PyTorch would.
   for (const Tensor& g : grads) {
@@ -109,14 +119,14 @@ absl::StatusOr<double> ClipGradNorm(const std::vector<Parameter*>& parameters, d
       continue;
     }
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor host, g.To(Device::Cpu()));
-    if (f32) {
+    if (g.dtype() == DType::kF32) {
       for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] *= static_cast<float>(coef);
     } else {
       for (int64_t i = 0; i < host.numel(); ++i) host.data<double>()[i] *= coef;
     }
     LOCKSTEP_RETURN_IF_ERROR(g.CopyFrom(host));
   }
-  return total;
+  return absl::OkStatus();
 }
 
 absl::Status ClipGradValue(const std::vector<Parameter*>& parameters, double clip_value) {

@@ -52,6 +52,14 @@ absl::StatusOr<double> ClipGradNorm(const std::vector<Parameter*>& parameters, d
 
 absl::Status ClipGradValue(const std::vector<Parameter*>& parameters, double clip_value);
 
+// The steps of ClipGradNorm after the norm, for norms taken elsewhere (over
+// FSDP's shards, fsdp/clip_grad.h): PyTorch's error for a non-finite total,
+// the coefficient from the total (rounded as above, in f32 when `f32`), and
+// multiplying every gradient by it in place.
+absl::Status NonFiniteNormError(double norm_type);
+double ClipCoefficient(double total, double max_norm, bool f32);
+absl::Status MultiplyGradients(const std::vector<Tensor>& grads, double coef);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_NN_CLIP_GRAD_H_
