@@ -4,7 +4,9 @@
 // checkpoints; the same with --zero (Adam's state sharded over the ranks,
 // consolidated on rank 0 for each checkpoint and re-sharded on resume),
 // whose checkpoint also equals the plain optimizer's, and resumed by a
-// plain run.
+// plain run. And --fsdp: its checkpoints (the whole model and the
+// consolidated Adam state) equal DDP's bit for bit at world 2, with and
+// without accumulation, and it resumes from its own and into DDP.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -83,6 +85,39 @@ TEST(DdpResumeTest, AZeroCheckpointResumesBitIdentically) {
   ExpectSameCheckpoint(tmp + "/plain" + kLast, tmp + "/zero" + kLast);
   ExpectSameCheckpoint(tmp + "/zero" + kLast, tmp + "/zero_parts" + kLast);
   ExpectSameCheckpoint(tmp + "/plain" + kLast, tmp + "/into_plain" + kLast);
+}
+
+TEST(DdpResumeTest, AnFsdpRunIsDdpsBitForBitAndResumesEitherWay) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  auto with = [&](std::vector<std::string> extra) {
+    for (const char* flag : {"--optimizer=adam", "--lr=0.001"}) extra.push_back(flag);
+    return extra;
+  };
+  Train(tmp + "/ddp", with({}));
+  Train(tmp + "/fsdp", with({"--fsdp"}));
+  ExpectSameCheckpoint(tmp + "/ddp" + kLast, tmp + "/fsdp" + kLast);
+  // Units named: two of the MLP's three Linear layers (the root unit holds the third).
+  Train(tmp + "/fsdp_units", with({"--fsdp", "--fsdp_units=1,3"}));
+  ExpectSameCheckpoint(tmp + "/ddp" + kLast, tmp + "/fsdp_units" + kLast);
+  Train(tmp + "/fsdp_parts", with({"--fsdp", "--max_steps=7"}));
+  Train(tmp + "/fsdp_parts", with({"--fsdp", "--resume"}));
+  ExpectSameCheckpoint(tmp + "/ddp" + kLast, tmp + "/fsdp_parts" + kLast);
+  Train(tmp + "/fsdp_into_ddp", with({"--fsdp", "--max_steps=7"}));
+  Train(tmp + "/fsdp_into_ddp", with({"--resume"}));
+  ExpectSameCheckpoint(tmp + "/ddp" + kLast, tmp + "/fsdp_into_ddp" + kLast);
+}
+
+TEST(DdpResumeTest, FsdpAccumulationIsDdpsBitForBit) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  // 10 micro-batches an epoch in groups of 2 or 3 (the last one partial).
+  for (const char* n : {"--grad_accum_steps=2", "--grad_accum_steps=3"}) {
+    const std::string name = std::string("/accum") + n[sizeof("--grad_accum_steps=") - 1];
+    Train(tmp + name + "_ddp", {n});
+    Train(tmp + name + "_fsdp", {n, "--fsdp"});
+    const std::string last =
+        std::string(n).back() == '2' ? "/step-0000000010.safetensors" : "/step-0000000008.safetensors";
+    ExpectSameCheckpoint(tmp + name + "_ddp" + last, tmp + name + "_fsdp" + last);
+  }
 }
 
 }  // namespace

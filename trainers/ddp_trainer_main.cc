@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
+
+#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/bootstrap/backend_choice.h"
@@ -29,9 +32,11 @@
 #include "ddp/powersgd_hook.h"
 #include "ddp/sync_batch_norm.h"
 #include "ddp/zero_redundancy_optimizer.h"
+#include "fsdp/sharded_optimizer.h"
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
+#include "trainers/fsdp_stepper.h"
 #include "trainers/train_loop.h"
 #include "trainers/trainer_setup.h"
 
@@ -59,6 +64,12 @@ ABSL_FLAG(bool, sync_bn, false,
 ABSL_FLAG(bool, zero, false,
           "ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share of the parameters only "
           "(PyTorch's greedy partition), and the updated parameters are broadcast after each step");
+ABSL_FLAG(bool, fsdp, false,
+          "fully sharded data parallel (fsdp/fully_shard.h) instead of DDP: each rank keeps a shard of every "
+          "parameter, gradient and optimizer state, and each unit's parameters are all-gathered for its forward "
+          "and backward; evaluation and checkpoints gather the whole model for their duration");
+ABSL_FLAG(std::vector<std::string>, fsdp_units, {},
+          "--fsdp: the units, as comma-separated module paths (empty: each child of the model with parameters)");
 ABSL_FLAG(int, powersgd_rank, 1, "--comm_hook=powersgd: the approximation's rank (matrix_approximation_rank)");
 ABSL_FLAG(int64_t, powersgd_start_iter, 1000,
           "--comm_hook=powersgd: plain all-reduce for this many iterations first (start_powerSGD_iter, > 1)");
@@ -83,7 +94,7 @@ constexpr char kDdpUsage[] =
     "  --comm_hook=none|allreduce|fp16_compress|bf16_compress|powersgd|batched_powersgd  --powersgd_rank=1  "
     "--powersgd_start_iter=1000\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
-    "  --uneven_shards  --sync_bn  --zero\n"
+    "  --uneven_shards  --sync_bn  --zero  --fsdp  --fsdp_units=PATH,...\n"
     "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
 
 // NCCL for the gradients when collectives/bootstrap/backend_choice.h picks it on every
@@ -113,6 +124,60 @@ absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& grou
   options.communicator.dump_on_failure = absl::GetFlag(FLAGS_dump_on_failure);
   options.init_timeout = timeout;
   return CreateNcclCommunicator(group.store, group.env.rank, group.env.world_size, device, options);
+}
+
+// --fsdp: the model sharded over the gradients' group, Adam or SGD over the
+// shards; the checkpoints are the plain model's (train_loop.h).
+absl::Status RunFsdpRank(const TrainerConfig& config, const TrainerDatasets& data, ProcessGroup& group,
+                         Communicator& grad_comm, Module& model, Device device) {
+  const int rank = group.env.rank;
+  const int world_size = group.env.world_size;
+  const int64_t parameters = model.NumParameterElements();
+  FullyShardOptions options;
+  options.units = absl::GetFlag(FLAGS_fsdp_units);
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FsdpStepper> stepper, FsdpStepper::Create(model, grad_comm, options));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer,
+                            ShardedOptimizer::Create(stepper->fsdp(), [&config](std::vector<NamedParameter> shards) {
+                              return MakeOptimizerFor(config, std::move(shards));
+                            }));
+  LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
+  if (scaler.enabled()) {
+    return absl::UnimplementedError(
+        "--fsdp with loss scaling (--amp=fp16): GradScaler's Inf/NaN check would see only this rank's shards "
+        "(PyTorch's ShardedGradScaler agrees on it over the ranks; lockstep does not yet); use --amp=bf16");
+  }
+  int64_t shard = 0;
+  for (const NamedParameter& p : stepper->fsdp().ShardParameters()) shard += p.parameter->value.numel();
+  if (rank == 0) {
+    std::printf(
+        "%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s, precision %s, device %s, fully sharded: "
+        "%zu units, %lld parameter elements a rank (padded)\n",
+        kProgram, world_size, group.env.source.c_str(), config.model.c_str(), static_cast<long long>(parameters),
+        data.description.c_str(), config.optimizer.c_str(), PrecisionName(config.precision).c_str(),
+        device.ToString().c_str(), stepper->fsdp().unit_paths().size(), static_cast<long long>(shard));
+    std::fflush(stdout);
+  }
+  TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
+  loop.device = device;
+  TrainParts parts;
+  parts.stepper = stepper.get();
+  parts.optimizer = optimizer.get();
+  parts.scaler = &scaler;
+  parts.train = data.train;
+  parts.test = data.test;
+  parts.comm = group.comm.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
+  uint64_t sent = 0;
+  for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
+  std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, rank,
+              static_cast<unsigned long long>(sent));
+  std::fflush(stdout);
+  LOCKSTEP_RETURN_IF_ERROR(grad_comm.Barrier()->Wait());
+  if (rank == 0) {
+    PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
+    PrintStepBreakdown(kProgram, result);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, const DdpOptions& ddp_options,
@@ -153,6 +218,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, c
     LOCKSTEP_ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(*model, grad_comm));
     if (rank == 0) std::printf("%s: SyncBatchNorm: %d BatchNorm layers synchronized\n", kProgram, converted);
   }
+  if (absl::GetFlag(FLAGS_fsdp)) return RunFsdpRank(config, data, group, grad_comm, *model, device);
   std::unique_ptr<Optimizer> optimizer;
   if (absl::GetFlag(FLAGS_zero)) {
     // The parameter broadcasts go where the gradients go.
@@ -358,6 +424,29 @@ int main(int argc, char** argv) {
     return UsageError(kProgram, absl::InvalidArgumentError(
                                     "--uneven_shards with --checkpoint_every: ranks end their shards at different "
                                     "steps, so only epoch ends are checkpointed; drop --checkpoint_every"));
+  }
+  if (absl::GetFlag(FLAGS_fsdp)) {
+    const std::vector<std::pair<bool, const char*>> ddp_only = {
+        {absl::GetFlag(FLAGS_zero), "--zero (FSDP shards the optimizer state already)"},
+        {comm_hook != "none", "--comm_hook (FSDP reduce-scatters its gradients itself)"},
+        {local_sgd_period > 0, "--local_sgd_period"},
+        {absl::GetFlag(FLAGS_sync_bn), "--sync_bn"},
+        {absl::GetFlag(FLAGS_uneven_shards),
+         "--uneven_shards (a rank that ran out of data would have to shadow every unit's gathers)"},
+        {ddp_options.find_unused_parameters || ddp_options.gradient_as_bucket_view || ddp_options.static_graph,
+         "--find_unused_parameters, --gradient_as_bucket_view and --static_graph (DDP's; FSDP reduces unused "
+         "parameters' zeros and keeps its gradients in flat buffers anyway)"},
+        {config->device.is_cuda(), "--device=cuda (the nn front shards host memory; CUDA is not yet supported)"},
+        {!config->freeze.empty(), "--freeze (frozen parameters inside a unit are not supported yet)"},
+    };
+    for (const auto& [set, what] : ddp_only) {
+      if (set) {
+        return UsageError(kProgram,
+                          absl::InvalidArgumentError(absl::StrCat("--fsdp with ", what, ": use one of them")));
+      }
+    }
+  } else if (!absl::GetFlag(FLAGS_fsdp_units).empty()) {
+    return UsageError(kProgram, absl::InvalidArgumentError("--fsdp_units needs --fsdp"));
   }
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
   if (bind_to != "core" && bind_to != "none") {

@@ -12,10 +12,12 @@
 #define LOCKSTEP_TRAINERS_MODEL_STEPPER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "nn/clip_grad.h"
 #include "nn/module.h"
 #include "trainers/trace.h"
 
@@ -56,6 +58,19 @@ class ModelStepper {
   // Payload bytes this rank has sent over the gradients' communicator so far
   // (Communicator::Traffic); 0 without one.
   virtual uint64_t BytesSent() { return 0; }
+  // Clips the gradients of `parameters` (the optimizer's) to a global L2
+  // norm and returns the norm before clipping: nn/clip_grad.h's ClipGradNorm;
+  // FsdpStepper's takes the norm over every rank's shards (collective).
+  virtual absl::StatusOr<double> ClipGradNorm(const std::vector<Parameter*>& parameters, double max_norm) {
+    return lockstep::ClipGradNorm(parameters, max_norm);
+  }
+  // Whether module() holds the model's parameters between steps. FSDP's does
+  // not: every rank calls SummonModule before the loop evaluates, saves or
+  // restores through module() (collective: the parameters become whole
+  // tensors) and ReleaseModule after it (`write_back`: a restore changed
+  // them, and they go into the shards first). Elsewhere both do nothing.
+  virtual absl::Status SummonModule() { return absl::OkStatus(); }
+  virtual absl::Status ReleaseModule(bool write_back) { return absl::OkStatus(); }
 };
 
 // One process: the module itself.

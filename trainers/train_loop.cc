@@ -163,12 +163,17 @@ class Trainer {
 
 absl::Status Trainer::Save(int64_t epoch, int64_t batch, const EvalCounts& sums) {
   const Clock::time_point start = Clock::now();
-  // Every rank: a sharded optimizer's state gathers on rank 0.
-  LOCKSTEP_RETURN_IF_ERROR(p_.optimizer->ConsolidateState(0));
-  if (o_.rank != 0) return absl::OkStatus();
-  LOCKSTEP_RETURN_IF_ERROR(
-      train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_, *p_.optimizer, scaler_));
-  if (trace_) trace_->Complete("checkpoint", "io", start, Clock::now());
+  // Every rank: FSDP's parameters and a sharded optimizer's state gather
+  // (the state on rank 0).
+  LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SummonModule());
+  absl::Status saved = p_.optimizer->ConsolidateState(0);
+  if (saved.ok() && o_.rank == 0) {
+    saved = train_loop_internal::SaveTrainerCheckpoint(o_, {epoch, batch, step_, sums}, model_, *p_.optimizer, scaler_);
+  }
+  absl::Status released = p_.stepper->ReleaseModule(/*write_back=*/false);
+  LOCKSTEP_RETURN_IF_ERROR(saved);
+  LOCKSTEP_RETURN_IF_ERROR(released);
+  if (trace_ && o_.rank == 0) trace_->Complete("checkpoint", "io", start, Clock::now());
   return absl::OkStatus();
 }
 
@@ -221,9 +226,14 @@ absl::StatusOr<train_loop_internal::Position> Trainer::Start(int64_t batches, Tr
     }
   }
   if (checkpointing && o_.resume) {
-    LOCKSTEP_ASSIGN_OR_RETURN(
-        std::optional<train_loop_internal::Restored> restored,
-        train_loop_internal::RestoreTrainerCheckpoint(o_, model_, *p_.optimizer, scaler_, batches));
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SummonModule());
+    absl::StatusOr<std::optional<train_loop_internal::Restored>> loaded =
+        train_loop_internal::RestoreTrainerCheckpoint(o_, model_, *p_.optimizer, scaler_, batches);
+    // What a restore loaded goes into FSDP's shards.
+    absl::Status released = p_.stepper->ReleaseModule(/*write_back=*/loaded.ok() && loaded->has_value());
+    LOCKSTEP_RETURN_IF_ERROR(loaded.status());
+    LOCKSTEP_RETURN_IF_ERROR(released);
+    std::optional<train_loop_internal::Restored>& restored = *loaded;
     if (restored) {
       at = restored->at;
       step_ = at.step;
@@ -396,7 +406,7 @@ absl::StatusOr<bool> Trainer::TrainBatch(const Batch& batch, EpochMetrics& m, Ev
       // Clipping needs the true gradients: unscale first (Step then does not
       // unscale again), as PyTorch's recipe does.
       LOCKSTEP_RETURN_IF_ERROR(scaler_.Unscale(grads_));
-      LOCKSTEP_RETURN_IF_ERROR(ClipGradNorm(params_, o_.clip_grad_norm).status());
+      LOCKSTEP_RETURN_IF_ERROR(p_.stepper->ClipGradNorm(params_, o_.clip_grad_norm).status());
     }
     LOCKSTEP_ASSIGN_OR_RETURN(stepped, scaler_.Step(grads_, [&] { return p_.optimizer->Step(); }));
     LOCKSTEP_RETURN_IF_ERROR(scaler_.Update());
@@ -438,8 +448,11 @@ absl::Status Trainer::FinishEpoch(EpochMetrics& m) {
   const bool has_test = test_ != nullptr;
   if (has_test) {
     const Clock::time_point start = Clock::now();
-    LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(model_, test_, o_.rank, o_.world_size, o_.batch_size,
-                                                             o_.num_workers, o_.device));
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->SummonModule());
+    absl::StatusOr<EvalCounts> evaluated =
+        EvaluateShard(model_, test_, o_.rank, o_.world_size, o_.batch_size, o_.num_workers, o_.device);
+    LOCKSTEP_RETURN_IF_ERROR(p_.stepper->ReleaseModule(/*write_back=*/false));
+    LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, std::move(evaluated));
     LOCKSTEP_ASSIGN_OR_RETURN(m.test, SumOverRanks(mine, p_.comm));
     if (trace_) trace_->Complete("evaluate", "eval", start, Clock::now());
   }
