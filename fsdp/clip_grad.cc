@@ -27,7 +27,7 @@ double Finish(double s, double p) {
 
 }  // namespace
 
-absl::StatusOr<double> ClipShardedGradNorm(FullyShard& fsdp, double max_norm, const ClipGradNormOptions& options) {
+absl::StatusOr<double> ClipShardedGradNorm(ShardView& fsdp, double max_norm, const ClipGradNormOptions& options) {
   const double p = options.norm_type;
   if (!(p > 0.0)) {
     return absl::InvalidArgumentError(
@@ -37,7 +37,7 @@ absl::StatusOr<double> ClipShardedGradNorm(FullyShard& fsdp, double max_norm, co
   const bool inf = std::isinf(p);
   const int rank = fsdp.comm().rank();
   std::map<std::string, size_t> index;
-  for (const NamedParameter& np : fsdp.module().NamedParameters()) index.emplace(np.name, index.size());
+  for (const std::string& name : fsdp.parameter_names()) index.emplace(name, index.size());
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor sums, Tensor::Zeros({static_cast<int64_t>(index.size())}, DType::kF64));
   double* sum = sums.data<double>();
   std::vector<NamedParameter> shards = fsdp.ShardParameters();

@@ -1,4 +1,5 @@
-// ClipShardedGradNorm: gradient clipping for FullyShard (fsdp/fully_shard.h),
+// ClipShardedGradNorm: gradient clipping for FullyShard (fsdp/fully_shard.h)
+// and the libtorch front (fsdp/shard_view.h),
 // where each rank holds only its shard of every gradient: PyTorch FSDP's
 // FullyShardedDataParallel.clip_grad_norm_, with lockstep's rounding.
 //
@@ -32,14 +33,15 @@
 #define LOCKSTEP_FSDP_CLIP_GRAD_H_
 
 #include "absl/status/statusor.h"
-#include "fsdp/fully_shard.h"
+#include "fsdp/shard_view.h"
 #include "nn/clip_grad.h"
 
 namespace lockstep {
 
 // Returns the total norm over all ranks' shards (before clipping), the
 // same on every rank.
-absl::StatusOr<double> ClipShardedGradNorm(FullyShard& fsdp, double max_norm, const ClipGradNormOptions& options = {});
+// `fsdp` is a FullyShard or another front's ShardView.
+absl::StatusOr<double> ClipShardedGradNorm(ShardView& fsdp, double max_norm, const ClipGradNormOptions& options = {});
 
 }  // namespace lockstep
 

@@ -15,6 +15,7 @@
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "ddp/distributed_data_parallel.h"
+#include "fsdp/fully_shard.h"
 #include "gtest/gtest.h"
 #include "nn/cross_entropy.h"
 #include "trainers/trainer_models.h"

@@ -479,6 +479,12 @@ std::vector<std::pair<std::string, Shape>> FullyShard::unit_parameters(size_t un
   return out;
 }
 
+std::vector<std::string> FullyShard::parameter_names() const {
+  std::vector<std::string> out;
+  for (const NamedParameter& p : module_.NamedParameters()) out.push_back(p.name);
+  return out;
+}
+
 int FullyShard::gathered_units() const {
   int n = 0;
   for (const auto& unit : units_) n += unit->gathered || unit->flat->gather_pending() ? 1 : 0;

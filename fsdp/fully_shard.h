@@ -82,6 +82,7 @@
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "fsdp/flat_shard.h"
+#include "fsdp/shard_view.h"
 #include "nn/module.h"
 
 namespace lockstep {
@@ -101,7 +102,7 @@ struct FullyShardOptions {
 
 class FlatUnit;
 
-class FullyShard {
+class FullyShard : public ShardView {
  public:
   // `module` and `comm` must outlive the returned object. Collective: every
   // rank calls it with the same model and options.
@@ -118,7 +119,7 @@ class FullyShard {
 
   // One flat f32 shard per unit, root first then the named units in
   // options order; give them to the optimizer.
-  std::vector<NamedParameter> ShardParameters();
+  std::vector<NamedParameter> ShardParameters() override;
 
   // Collective. The whole model as the plain module's state_dict (names,
   // order, parameters then buffers per module), on every rank: copies.
@@ -157,12 +158,15 @@ class FullyShard {
   NoSyncScope NoSync();
 
   // The units' paths, root ("") first, and their layouts.
-  std::vector<std::string> unit_paths() const;
-  const FlatShardLayout& layout(size_t unit) const;
+  std::vector<std::string> unit_paths() const override;
+  size_t num_units() const override { return units_.size(); }
+  const FlatShardLayout& layout(size_t unit) const override;
   // Unit `unit`'s parameters in its flat order: names (NamedParameters') and
   // shapes.
-  std::vector<std::pair<std::string, Shape>> unit_parameters(size_t unit) const;
-  Communicator& comm() { return comm_; }
+  std::vector<std::pair<std::string, Shape>> unit_parameters(size_t unit) const override;
+  // The module's NamedParameters' names.
+  std::vector<std::string> parameter_names() const override;
+  Communicator& comm() override { return comm_; }
   // How many units hold gathered parameters now (tests; memory accounting).
   int gathered_units() const;
   Module& module() { return module_; }

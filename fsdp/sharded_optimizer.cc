@@ -18,7 +18,7 @@ std::string StateName(size_t index, const std::string& key) { return absl::StrCa
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(FullyShard& fsdp,
+absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(ShardView& fsdp,
                                                                            const ShardOptimizerFactory& make_local) {
   std::vector<NamedParameter> shards = fsdp.ShardParameters();
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> local, make_local(shards));
@@ -26,9 +26,9 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(Fully
   std::unique_ptr<ShardedOptimizer> opt(new ShardedOptimizer(fsdp, std::move(shards), local->lr()));
   opt->local_ = std::move(local);
   std::map<std::string, size_t> index;
-  const std::vector<NamedParameter> named = fsdp.module().NamedParameters();
-  for (size_t i = 0; i < named.size(); ++i) index[named[i].name] = i;
-  for (size_t u = 0; u < fsdp.unit_paths().size(); ++u) {
+  const std::vector<std::string> named = fsdp.parameter_names();
+  for (size_t i = 0; i < named.size(); ++i) index[named[i]] = i;
+  for (size_t u = 0; u < fsdp.num_units(); ++u) {
     std::vector<size_t> members;
     for (const auto& [name, shape] : fsdp.unit_parameters(u)) members.push_back(index.at(name));
     opt->module_index_.push_back(std::move(members));

@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/shard_view.h"
 #include "nn/optimizer.h"
 
 namespace lockstep {
@@ -46,8 +47,9 @@ using ShardOptimizerFactory =
 
 class ShardedOptimizer final : public Optimizer {
  public:
-  // `fsdp` must outlive the optimizer.
-  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(FullyShard& fsdp,
+  // `fsdp` (a FullyShard, or another front's ShardView) must outlive the
+  // optimizer.
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(ShardView& fsdp,
                                                                   const ShardOptimizerFactory& make_local);
 
   absl::string_view type_name() const override { return local_->type_name(); }
@@ -62,11 +64,11 @@ class ShardedOptimizer final : public Optimizer {
   std::vector<StateKey> StateKeys() const override { return local_->state_keys(); }
 
  private:
-  ShardedOptimizer(FullyShard& fsdp, std::vector<NamedParameter> shards, double lr)
+  ShardedOptimizer(ShardView& fsdp, std::vector<NamedParameter> shards, double lr)
       : Optimizer(std::move(shards), lr), fsdp_(fsdp) {}
 
   // Each unit's parameters: their index in the module's NamedParameters.
-  FullyShard& fsdp_;
+  ShardView& fsdp_;
   std::vector<std::vector<size_t>> module_index_;
   std::unique_ptr<Optimizer> local_;
   std::vector<NamedTensor> consolidated_;

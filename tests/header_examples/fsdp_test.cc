@@ -5,6 +5,7 @@
 // its results.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,9 +15,12 @@
 #include "core/mt19937.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "fsdp/clip_grad.h"
 #include "fsdp/flat_shard.h"
 #include "fsdp/flat_unit.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/shard_view.h"
+#include "fsdp/sharded_checkpoint.h"
 #include "fsdp/sharded_optimizer.h"
 #include "nn/adam.h"
 #include "gtest/gtest.h"
@@ -112,6 +116,41 @@ TEST(FsdpExamplesTest, FullyShardTrainsOneModelOnBothRanks) {
   }
 }
 
+// fsdp/clip_grad.h and fsdp/shard_view.h: one step clipped to a norm over
+// both ranks' shards, and the units' layouts.
+absl::Status ClipExample(Communicator* comm, double* norm_out, int64_t* padded) {
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {784, 32, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, *comm));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(fsdp->ShardParameters(), SgdOptions{0.1}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor images, Tensor::Zeros({2, 1, 28, 28}, DType::kF32));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor labels, Tensor::FromVector<int64_t>({3, 1}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor logits, fsdp->Forward(images));
+  LOCKSTEP_ASSIGN_OR_RETURN(CrossEntropyResult ce, CrossEntropy(logits, labels));
+  LOCKSTEP_RETURN_IF_ERROR(fsdp->Backward(ce.grad_logits));
+  LOCKSTEP_ASSIGN_OR_RETURN(double norm, ClipShardedGradNorm(*fsdp, /*max_norm=*/1.0));
+  LOCKSTEP_RETURN_IF_ERROR(optimizer->Step());
+  *norm_out = norm;
+  ShardView& view = *fsdp;                       // a FullyShard is one
+  for (size_t u = 0; u < view.num_units(); ++u) {
+    const FlatShardLayout& layout = view.layout(u);  // where unit u's parameters lie
+    *padded += layout.padded;
+  }
+  return absl::OkStatus();
+}
+
+TEST(FsdpExamplesTest, ClippingSeesBothRanksShards) {
+  std::vector<double> norms(2);
+  std::vector<int64_t> padded(2);
+  testing::ExpectAllOk(testing::RunThreads(
+      2, [&](Communicator& comm) { return ClipExample(&comm, &norms[comm.rank()], &padded[comm.rank()]); }));
+  EXPECT_GT(norms[0], 0);
+  EXPECT_EQ(norms[0], norms[1]);                    // one norm over the whole gradient
+  EXPECT_EQ(padded[0], 784 * 32 + 32 + 32 * 10 + 10);  // even totals: no padding
+}
+
 // fsdp/sharded_optimizer.h: Adam over the shards, consolidated as a plain
 // Adam's state.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdam(std::vector<NamedParameter> params) {
@@ -137,6 +176,36 @@ absl::Status ShardedOptimizerExample(Communicator* comm, std::vector<std::string
   std::vector<NamedTensor> full = adam->StateTensors();     // on rank 0: as a plain Adam's
   for (const NamedTensor& t : full) names->push_back(t.first);
   return absl::OkStatus();
+}
+
+// fsdp/sharded_checkpoint.h: saved by two ranks, loaded back by them.
+absl::Status ShardedCheckpointExample(Communicator* comm, const std::string& dir, int* world, std::string* step) {
+  Mt19937 gen(0);
+  MlpOptions mlp;
+  mlp.sizes = {784, 32, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, *comm));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> adam, ShardedOptimizer::Create(*fsdp,
+      [](std::vector<NamedParameter> shards) { return MakeAdam(std::move(shards)); }));
+  LOCKSTEP_RETURN_IF_ERROR(SaveShardedCheckpoint(dir, *fsdp, adam.get(), model->NamedBuffers(),
+                                                 {{"step", "1200"}}));  // every rank: one file each
+  LOCKSTEP_ASSIGN_OR_RETURN(ShardedCheckpointInfo info,
+                            LoadShardedCheckpoint(dir, *fsdp, adam.get(), model->NamedBuffers()));
+  info.metadata["step"];  // "1200"; info.world_size: the ranks that wrote it
+  *world = info.world_size;
+  *step = info.metadata["step"];
+  return absl::OkStatus();
+}
+
+TEST(FsdpExamplesTest, ShardedCheckpointRoundTrips) {
+  const std::string dir = ::testing::TempDir() + "/sharded";
+  std::vector<int> world(2);
+  std::vector<std::string> step(2);
+  testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) {
+    return ShardedCheckpointExample(&comm, dir, &world[comm.rank()], &step[comm.rank()]);
+  }));
+  EXPECT_EQ(world, (std::vector<int>{2, 2}));
+  EXPECT_EQ(step, (std::vector<std::string>{"1200", "1200"}));
 }
 
 TEST(FsdpExamplesTest, ShardedOptimizerConsolidatesAsAPlainAdam) {

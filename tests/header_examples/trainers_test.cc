@@ -28,7 +28,10 @@
 #include "nn/mlp.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
+#include "fsdp/sharded_optimizer.h"
+#include "nn/adam.h"
 #include "trainers/ddp_stepper.h"
+#include "trainers/fsdp_stepper.h"
 #include "trainers/trace.h"
 #include "trainers/train_loop.h"
 
@@ -149,6 +152,60 @@ TEST(TrainersExamplesTest, DdpStepperTrainsTwoRanksAlike) {
   const std::vector<NamedTensor> a = models[0]->StateDict(), b = models[1]->StateDict();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(Values(a[i].second), Values(b[i].second)) << a[i].first;
   EXPECT_NE(Values(a[0].second), Values(Model()->StateDict()[0].second));  // it did train
+}
+
+// trainers/fsdp_stepper.h: the same two ranks, fully sharded, with Adam
+// over the shards.
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdam(std::vector<NamedParameter> params) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(std::move(params), AdamOptions()));
+  return std::unique_ptr<Optimizer>(std::move(adam));
+}
+
+absl::StatusOr<TrainResult> FsdpStepperExample(std::shared_ptr<Store> store, int rank, Module* model,
+                                               std::shared_ptr<const Dataset> train_set, std::vector<NamedTensor>* out) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateTcpCommunicator(store, rank, 2, {}));
+  TrainParts parts;
+  parts.train = train_set;
+  parts.comm = comm.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FsdpStepper> stepper, FsdpStepper::Create(*model, *comm));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer, ShardedOptimizer::Create(
+      stepper->fsdp(), [](std::vector<NamedParameter> shards) { return MakeAdam(std::move(shards)); }));
+  parts.stepper = stepper.get();
+  parts.optimizer = optimizer.get();
+  TrainLoopOptions options;
+  options.batch_size = 8;
+  options.rank = rank;
+  options.world_size = 2;
+  options.progress = ProgressMode::kNone;
+  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(options, parts));
+  LOCKSTEP_ASSIGN_OR_RETURN(*out, stepper->fsdp().FullStateDict());
+  LOCKSTEP_RETURN_IF_ERROR(comm->Barrier()->Wait());
+  return result;
+}
+
+TEST(TrainersExamplesTest, FsdpStepperTrainsOneModelOverTwoRanks) {
+  auto store = std::make_shared<HashStore>();
+  std::shared_ptr<SyntheticDataset> train = Data(64, 3);
+  std::vector<std::unique_ptr<Sequential>> models;
+  models.push_back(Model());
+  models.push_back(Model());
+  std::vector<std::vector<NamedTensor>> states(2);
+  std::vector<absl::StatusOr<TrainResult>> results(2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back(
+        [&, rank] { results[rank] = FsdpStepperExample(store, rank, models[rank].get(), train, &states[rank]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << rank << ": " << results[rank].status();
+    EXPECT_EQ(results[rank]->steps, 4) << rank;
+  }
+  ASSERT_EQ(states[0].size(), Model()->StateDict().size());
+  for (size_t i = 0; i < states[0].size(); ++i) {
+    EXPECT_EQ(Values(states[0][i].second), Values(states[1][i].second)) << states[0][i].first;
+  }
+  EXPECT_NE(Values(states[0][0].second), Values(Model()->StateDict()[0].second));  // it did train
 }
 
 // trainers/trace.h. The example writes /tmp/trace, so it is compiled, not

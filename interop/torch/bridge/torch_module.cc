@@ -101,6 +101,25 @@ absl::StatusOr<Tensor> TorchModule::BackwardImpl(const Tensor& grad_output, bool
   return Tensor();
 }
 
+absl::Status TorchModule::RefreshParameters() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = torch_params_[i];
+    Parameter& param = params_[i];
+    const size_t needed = (p.storage_offset() + p.numel()) * p.element_size();
+    if (p.numel() > 0 && p.storage().nbytes() < needed) {
+      param.value = Tensor();
+    } else {
+      LOCKSTEP_ASSIGN_OR_RETURN(param.value, FromTorch(p));
+    }
+    if (p.grad().defined()) {
+      LOCKSTEP_ASSIGN_OR_RETURN(param.grad, FromTorch(p.grad()));
+    } else {
+      param.grad = Tensor();
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Module>> TorchModule::NewLike(Device device) const {
   return absl::UnimplementedError(
       "TorchModule cannot be cloned: a libtorch module has no lockstep layers to copy (use interop/torch's "

@@ -70,6 +70,12 @@ class TorchModule : public Module {
   absl::string_view type_name() const override { return "TorchModule"; }
   absl::StatusOr<Tensor> Forward(const Tensor& input) override;
 
+  // Bridges every parameter and gradient anew after something replaced the
+  // libtorch tensors' data (param.set_data: FSDP, interop/torch/fsdp). A
+  // parameter whose data has no memory behind it (FSDP's freed buffer)
+  // becomes undefined here, and so does an undefined gradient.
+  absl::Status RefreshParameters();
+
   torch::nn::Module& torch_module() { return *module_; }
   const std::shared_ptr<torch::nn::Module>& torch_module_ptr() const { return module_; }
 

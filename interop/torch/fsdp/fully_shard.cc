@@ -72,7 +72,8 @@ struct TorchFsdp::State {
   bool sync = true;
   bool in_backward = false;  // From a forward with gradients to the end of its backward.
   bool finalize_queued = false;
-  absl::Status error;  // Of a backward: every later Forward returns it.
+  bool summoned = false;  // SummonFullParameters: the hooks stand aside.
+  absl::Status error;     // Of a backward: every later Forward returns it.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
 
   size_t ElementBytes() const { return options.mixed_precision.param_dtype == DType::kF32 ? 4 : 2; }
@@ -177,6 +178,13 @@ struct TorchFsdp::State {
     finalize_queued = true;
   }
 
+  absl::Status NotSummoned(const char* op) const {
+    if (!summoned) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("FullyShard::", op, " on rank ", comm->rank(),
+                                                      ": the full parameters are summoned; call "
+                                                      "ReleaseFullParameters first"));
+  }
+
   absl::Status Fail(const absl::Status& status) {
     error = status;
     in_backward = false;
@@ -187,6 +195,7 @@ struct TorchFsdp::State {
     std::shared_ptr<State> s = weak.lock();
     if (s == nullptr) return;
     std::unique_lock<std::mutex> lock(s->mu);
+    if (s->summoned) return;  // The plain module runs.
     if (!s->order_known && std::find(s->order.begin(), s->order.end(), u) == s->order.end()) s->order.push_back(u);
     absl::Status status = s->IssueGather(u);
     const size_t next = s->options.prefetch ? s->Neighbour(u, +1) : kNone;
@@ -202,6 +211,7 @@ struct TorchFsdp::State {
     std::shared_ptr<State> s = weak.lock();
     if (s == nullptr) return;
     std::unique_lock<std::mutex> lock(s->mu);
+    if (s->summoned) return;
     if (at::GradMode::is_enabled() && out.requires_grad()) {
       out.register_hook([weak, u](const at::Tensor&) { PreBackward(weak, u); });
     }
@@ -216,7 +226,7 @@ struct TorchFsdp::State {
     std::shared_ptr<State> s = weak.lock();
     if (s == nullptr) return;
     std::unique_lock<std::mutex> lock(s->mu);
-    if (!s->in_backward) return;
+    if (!s->in_backward || s->summoned) return;
     s->QueueFinalize(weak);
     absl::Status status = s->IssueGather(u);
     const size_t previous = s->options.prefetch ? s->Neighbour(u, -1) : kNone;
@@ -233,7 +243,7 @@ struct TorchFsdp::State {
     std::shared_ptr<State> s = weak.lock();
     if (s == nullptr) return;
     std::unique_lock<std::mutex> lock(s->mu);
-    if (!s->in_backward) return;
+    if (!s->in_backward || s->summoned) return;
     s->QueueFinalize(weak);
     Unit& unit = s->units[u];
     if (--unit.grads_pending > 0 || u == 0 || unit.reduced) return;
@@ -400,6 +410,7 @@ absl::Status TorchFsdp::BeforeForward() {
   std::lock_guard<std::mutex> lock(state_->mu);
   State& s = *state_;
   LOCKSTEP_RETURN_IF_ERROR(s.error);
+  LOCKSTEP_RETURN_IF_ERROR(s.NotSummoned("Forward"));
   // A forward without its backward (evaluation) leaves nothing behind.
   s.in_backward = false;
   LOCKSTEP_RETURN_IF_ERROR(s.Settle());
@@ -431,6 +442,78 @@ absl::Status TorchFsdp::ForwardFailed(const std::exception& e) {
   return absl::InternalError(absl::StrCat("FullyShard: the module's forward raised: ", e.what()));
 }
 
+absl::Status TorchFsdp::ForwardFailed(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->in_backward = false;
+  state_->Settle().IgnoreError();
+  return status;
+}
+
+absl::Status TorchFsdp::SummonFullParameters() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  State& s = *state_;
+  LOCKSTEP_RETURN_IF_ERROR(s.NotSummoned("SummonFullParameters"));
+  s.in_backward = false;
+  LOCKSTEP_RETURN_IF_ERROR(s.Settle());
+  std::vector<std::vector<at::Tensor>> values(s.units.size());
+  for (size_t u = 0; u < s.units.size(); ++u) {
+    State::Unit& unit = s.units[u];
+    LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, unit.flat->GatherCopy());
+    LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor t, ToTorch(full));
+    const FlatShardLayout& layout = unit.flat->layout();
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      values[u].push_back(t.narrow(0, layout.offsets[i], layout.numels[i]).view(unit.params[i].sizes()).clone());
+    }
+  }
+  // Only once every gather succeeded: nothing changes on an error.
+  torch::NoGradGuard no_grad;
+  try {
+    for (size_t u = 0; u < s.units.size(); ++u) {
+      for (size_t i = 0; i < s.units[u].params.size(); ++i) s.units[u].params[i].set_data(values[u][i]);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard::SummonFullParameters: libtorch raised: ", e.what()));
+  }
+  s.summoned = true;
+  return absl::OkStatus();
+}
+
+absl::Status TorchFsdp::ReleaseFullParameters(bool write_back) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  State& s = *state_;
+  if (!s.summoned) {
+    return absl::FailedPreconditionError(absl::StrCat("FullyShard::ReleaseFullParameters on rank ", s.comm->rank(),
+                                                      ": nothing is summoned (call SummonFullParameters first)"));
+  }
+  absl::Status status;
+  torch::NoGradGuard no_grad;
+  try {
+    for (State::Unit& unit : s.units) {
+      const FlatShardLayout& layout = unit.flat->layout();
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        at::Tensor& p = unit.params[i];
+        if (write_back && status.ok()) {
+          absl::StatusOr<Tensor> value = FromTorch(p.detach().to(at::kFloat).contiguous());
+          status = value.ok() ? unit.flat->SetShardFrom(i, *value) : value.status();
+        }
+      }
+      // Back to their places in the flat buffer, which libtorch checks
+      // against the storage's size: made with the memory there, then freed.
+      LOCKSTEP_RETURN_IF_ERROR(Resize(unit.full, static_cast<size_t>(layout.padded) * s.ElementBytes()));
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        at::Tensor& p = unit.params[i];
+        p.set_data(unit.full.narrow(0, layout.offsets[i], layout.numels[i]).view(p.sizes()));
+        p.mutable_grad() = at::Tensor();
+      }
+      LOCKSTEP_RETURN_IF_ERROR(Resize(unit.full, 0));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard::ReleaseFullParameters: libtorch raised: ", e.what()));
+  }
+  s.summoned = false;
+  return status;
+}
+
 std::vector<at::Tensor> TorchFsdp::shard_parameters() const {
   std::vector<at::Tensor> out;
   for (const State::Unit& unit : state_->units) out.push_back(unit.shard);
@@ -440,6 +523,7 @@ std::vector<at::Tensor> TorchFsdp::shard_parameters() const {
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> TorchFsdp::FullStateDict() {
   std::lock_guard<std::mutex> lock(state_->mu);
   State& s = *state_;
+  LOCKSTEP_RETURN_IF_ERROR(s.NotSummoned("FullStateDict"));
   LOCKSTEP_RETURN_IF_ERROR(s.Settle());
   std::map<std::string, at::Tensor> params;
   for (State::Unit& unit : s.units) {
@@ -468,6 +552,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> TorchFsdp::FullS
 absl::Status TorchFsdp::LoadFullStateDict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict) {
   std::lock_guard<std::mutex> lock(state_->mu);
   State& s = *state_;
+  LOCKSTEP_RETURN_IF_ERROR(s.NotSummoned("LoadFullStateDict"));
   LOCKSTEP_RETURN_IF_ERROR(s.Settle());
   std::map<std::string, const at::Tensor*> given;
   for (const auto& [name, t] : state) given[name] = &t;
@@ -528,6 +613,29 @@ std::vector<std::string> TorchFsdp::unit_paths() const {
   for (const State::Unit& unit : state_->units) out.push_back(unit.path);
   return out;
 }
+
+const FlatShardLayout& TorchFsdp::layout(size_t unit) const { return state_->units[unit].flat->layout(); }
+
+std::vector<std::pair<std::string, Shape>> TorchFsdp::unit_parameters(size_t unit) const {
+  std::vector<std::pair<std::string, Shape>> out;
+  const State::Unit& u = state_->units[unit];
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    out.emplace_back(u.names[i], Shape(u.params[i].sizes().begin(), u.params[i].sizes().end()));
+  }
+  return out;
+}
+
+std::vector<std::string> TorchFsdp::parameter_names() const {
+  // named_parameters order, each tensor once (as Create saw them).
+  std::vector<std::string> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : state_->module->named_parameters(/*recurse=*/true)) {
+    if (item.value().defined() && seen.insert(item.value().unsafeGetTensorImpl()).second) out.push_back(item.key());
+  }
+  return out;
+}
+
+Communicator& TorchFsdp::comm() const { return *state_->comm; }
 
 int TorchFsdp::gathered_units() const {
   std::lock_guard<std::mutex> lock(state_->mu);

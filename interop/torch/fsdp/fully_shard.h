@@ -96,9 +96,28 @@ class TorchFsdp {
   // and nothing changes unless all pass.
   absl::Status LoadFullStateDict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
 
+  // Collective (FSDP's summon_full_params): every parameter's data becomes
+  // a whole f32 tensor of its own and the units' gathers stand aside, so the
+  // plain module can be evaluated (each rank its own number of batches),
+  // saved or loaded into. Forward and the state-dict methods are refused
+  // until ReleaseFullParameters.
+  absl::Status SummonFullParameters();
+  // Ends it; with `write_back` the parameters' values go into this rank's
+  // shards first. Their gradients are dropped.
+  absl::Status ReleaseFullParameters(bool write_back);
+  // A forward that failed without a libtorch exception (a Status): settles
+  // as ForwardFailed does and returns `status`.
+  absl::Status ForwardFailed(const absl::Status& status);
+
   void set_sync(bool sync);
   // The units' paths, root ("") first.
   std::vector<std::string> unit_paths() const;
+  // Unit u's layout and its parameters (names and sizes) in flat order; all
+  // parameter names in named_parameters order; the group.
+  const FlatShardLayout& layout(size_t unit) const;
+  std::vector<std::pair<std::string, Shape>> unit_parameters(size_t unit) const;
+  std::vector<std::string> parameter_names() const;
+  Communicator& comm() const;
   // Units whose parameters are gathered (or being gathered) now.
   int gathered_units() const;
 

@@ -115,9 +115,11 @@ absl::StatusOr<TorchTrainerSpec> MakeSpec(const TrainerConfig& config) {
       ",\"layers\":", model_options.layers, ",\"dim\":", model_options.dim, ",\"heads\":", model_options.heads, "}");
   // The Impl, for the sample: make_model is called once per rank.
   auto impl = std::make_shared<std::shared_ptr<CharTransformerImpl>>();
-  spec.make_model = [model_options, impl](uint64_t seed) -> absl::StatusOr<std::unique_ptr<TorchModule>> {
+  spec.make_model = [model_options, impl](uint64_t seed, bool sharded) -> absl::StatusOr<std::unique_ptr<TorchModule>> {
     torch::manual_seed(seed);
-    CharTransformer model(model_options);
+    CharTransformerOptions options = model_options;
+    options.shard_blocks = sharded;
+    CharTransformer model(options);
     *impl = model.ptr();
     return TorchModule::Create(model);
   };

@@ -39,10 +39,11 @@ absl::StatusOr<TorchTrainerSpec> MakeSpec(const TrainerConfig& config) {
   spec.model_description = absl::StrCat("ResNet-18 (width ", width, ")");
   spec.checkpoint_metadata["model.resnet18"] =
       absl::StrCat("{\"in_channels\":1,\"num_classes\":10,\"width\":", width, "}");
-  spec.make_model = [width](uint64_t seed) -> absl::StatusOr<std::unique_ptr<TorchModule>> {
+  spec.make_model = [width](uint64_t seed, bool sharded) -> absl::StatusOr<std::unique_ptr<TorchModule>> {
     torch::manual_seed(seed);
     ResNet18Options options;
     options.width = width;
+    options.shard_blocks = sharded;
     return TorchModule::Create(ResNet18(options));
   };
   return spec;

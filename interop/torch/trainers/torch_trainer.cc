@@ -18,7 +18,9 @@
 #include "collectives/bootstrap/init_from_env.h"
 #include "core/status.h"
 #include "ddp/ddp_options.h"
+#include "fsdp/sharded_optimizer.h"
 #include "interop/torch/trainers/torch_ddp_stepper.h"
+#include "interop/torch/trainers/torch_fsdp_stepper.h"
 #include "nn/blas_kernels.h"
 #include "nn/math.h"
 #include "trainers/train_loop.h"
@@ -29,19 +31,23 @@ ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size limit, MiB");
 ABSL_FLAG(double, first_bucket_mb, 1,
           "DDP's first rebuilt bucket's limit, MiB (PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES)");
 ABSL_FLAG(int, timeout, 300, "seconds the group's setup and each collective may take before they fail");
+ABSL_FLAG(bool, fsdp, false,
+          "fully sharded data parallel (interop/torch/fsdp) instead of DDP: each block a unit, each rank a shard of "
+          "every parameter, gradient and optimizer state");
 
 namespace lockstep {
 namespace interop {
 namespace {
 
 constexpr char kTorchUsage[] =
-    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300\n";
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300  --fsdp\n";
 
 struct TorchFlags {
   int nproc = 2;
   bool bind_to_core = true;
   DdpOptions ddp;
   int timeout_s = 300;
+  bool fsdp = false;
 };
 
 // Whether argv sets --name (--name, --name=..., -name, --noname), before "--".
@@ -83,6 +89,11 @@ absl::StatusOr<TorchFlags> ReadTorchFlags(const TorchTrainerInfo& info, int argc
   f.ddp.first_bucket_bytes = std::max<size_t>(1, static_cast<size_t>(first_bucket_mb * 1024 * 1024));
   f.timeout_s = absl::GetFlag(FLAGS_timeout);
   if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout must be at least 1 (seconds)");
+  f.fsdp = absl::GetFlag(FLAGS_fsdp);
+  if (f.fsdp && (Given(argc, argv, "bucket_cap_mb") || Given(argc, argv, "first_bucket_mb"))) {
+    return absl::InvalidArgumentError(
+        "--bucket_cap_mb and --first_bucket_mb are DDP's; with --fsdp each unit is reduced as one flat buffer");
+  }
   return f;
 }
 
@@ -108,17 +119,35 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, InitFromEnv(init));
   const int rank = group.env.rank;
   const int world_size = group.env.world_size;
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchModule> model, spec.make_model(config.seed));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
-  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdpStepper> stepper,
-                            TorchDdpStepper::Create(*model, *group.comm, flags.ddp));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchModule> model, spec.make_model(config.seed, flags.fsdp));
+  const long long parameters = static_cast<long long>(model->NumParameterElements());
+  std::unique_ptr<ModelStepper> stepper;
+  std::unique_ptr<Optimizer> optimizer;
+  std::string parallelism;
+  if (flags.fsdp) {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchFsdpStepper> fsdp, TorchFsdpStepper::Create(*model, *group.comm));
+    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, ShardedOptimizer::Create(*fsdp, [&config](std::vector<NamedParameter> shards) {
+                                return MakeOptimizerFor(config, std::move(shards));
+                              }));
+    int64_t shard = 0;
+    for (const NamedParameter& p : fsdp->ShardParameters()) shard += p.parameter->value.numel();
+    parallelism =
+        absl::StrFormat("fully sharded: %d units, %d parameter elements a rank (padded)", fsdp->num_units(), shard);
+    stepper = std::move(fsdp);
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(optimizer, MakeOptimizer(config, *model));
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdpStepper> ddp,
+                              TorchDdpStepper::Create(*model, *group.comm, flags.ddp));
+    parallelism = absl::StrCat(ddp->ddp().bucket_indices().size(), " buckets before the first rebuild");
+    stepper = std::move(ddp);
+  }
   if (rank == 0) {
     std::printf(
-        "%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s (lr %g), %zu buckets before "
-        "the first rebuild, libtorch %d intra-op thread(s), BLAS kernels %s\n",
-        info.program, world_size, group.env.source.c_str(), spec.model_description.c_str(),
-        static_cast<long long>(model->NumParameterElements()), spec.data_description.c_str(), config.optimizer.c_str(),
-        config.lr, stepper->ddp().bucket_indices().size(), at::get_num_threads(), BlasCoreName().c_str());
+        "%s: %d ranks (%s), model %s (%lld parameters), %s, optimizer %s (lr %g), %s, libtorch %d intra-op "
+        "thread(s), BLAS kernels %s\n",
+        info.program, world_size, group.env.source.c_str(), spec.model_description.c_str(), parameters,
+        spec.data_description.c_str(), config.optimizer.c_str(), config.lr, parallelism.c_str(), at::get_num_threads(),
+        BlasCoreName().c_str());
     std::fflush(stdout);
   }
   TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
@@ -137,12 +166,21 @@ absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, 
     test = result.epochs.back().test;
   } else if (spec.test != nullptr) {
     // Stopped inside an epoch: the loop evaluates at epoch ends only.
-    LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(*model, spec.test, rank, world_size, config.batch_size,
-                                                             config.num_workers, Device::Cpu()));
-    LOCKSTEP_ASSIGN_OR_RETURN(test, SumOverRanks(mine, group.comm.get()));
+    LOCKSTEP_RETURN_IF_ERROR(stepper->SummonModule());
+    absl::StatusOr<EvalCounts> mine =
+        EvaluateShard(*model, spec.test, rank, world_size, config.batch_size, config.num_workers, Device::Cpu());
+    LOCKSTEP_RETURN_IF_ERROR(stepper->ReleaseModule(/*write_back=*/false));
+    LOCKSTEP_RETURN_IF_ERROR(mine.status());
+    LOCKSTEP_ASSIGN_OR_RETURN(test, SumOverRanks(*mine, group.comm.get()));
+  }
+  if (spec.after_training) {
+    // Rank 0's sample needs the whole model, which FSDP gathers on every rank.
+    LOCKSTEP_RETURN_IF_ERROR(stepper->SummonModule());
+    absl::Status sampled = rank == 0 ? spec.after_training(*model) : absl::OkStatus();
+    LOCKSTEP_RETURN_IF_ERROR(stepper->ReleaseModule(/*write_back=*/false));
+    LOCKSTEP_RETURN_IF_ERROR(sampled);
   }
   if (rank != 0) return absl::OkStatus();
-  if (spec.after_training) LOCKSTEP_RETURN_IF_ERROR(spec.after_training(*model));
   std::string perplexity;
   if (spec.language_model) perplexity = absl::StrFormat(" (perplexity %.3f)", std::exp(test.loss()));
   std::printf(

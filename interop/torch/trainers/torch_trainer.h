@@ -22,7 +22,10 @@
 // --resume, --max_steps, --metrics, --trace, --clip_grad_norm,
 // --grad_accum_steps, --log_every; --model, --amp, --device and --freeze do
 // not apply and are refused), plus --nproc, --bind_to, --bucket_cap_mb,
-// --first_bucket_mb and --timeout. The last line rank 0 prints is the step
+// --first_bucket_mb, --timeout and --fsdp (fully sharded data parallel,
+// interop/torch/fsdp, instead of DDP: the optimizer steps each rank's
+// shards, evaluation and checkpoints gather the whole model for their
+// duration, and the checkpoints are DDP's files). The last line rank 0 prints is the step
 // time's breakdown (PrintStepBreakdown).
 // libtorch and OpenBLAS run one intra-op thread per rank unless
 // OMP_NUM_THREADS says otherwise. A run stopped by --max_steps in the middle
@@ -49,8 +52,10 @@ namespace interop {
 
 struct TorchTrainerSpec {
   // The model on every rank, from the run's seed (every rank builds the same;
-  // DDP broadcasts rank 0's anyway).
-  std::function<absl::StatusOr<std::unique_ptr<TorchModule>>(uint64_t seed)> make_model;
+  // DDP broadcasts rank 0's anyway); `sharded` (--fsdp): its blocks built as
+  // FSDP units (interop/torch/fsdp/sharded_unit.h), with the same names and
+  // initial values.
+  std::function<absl::StatusOr<std::unique_ptr<TorchModule>>(uint64_t seed, bool sharded)> make_model;
   std::string model_description;  // "ResNet-18 (width 64)"
   // Field 0 the input, field 1 the targets.
   std::shared_ptr<const ExampleDataset> train, test;

@@ -7,7 +7,11 @@
 //   * each resumes bit-identically after a kill: a run SIGKILLed (launcher
 //     and ranks) right after step 9, resumed from its step-8 checkpoint to
 //     step 12, ends with exactly the checkpoint of an uninterrupted run to
-//     step 12 (every model, buffer and optimizer tensor, bit for bit).
+//     step 12 (every model, buffer and optimizer tensor, bit for bit);
+//   * with --fsdp each writes DDP's checkpoints bit for bit (world 2, f32:
+//     parameters, buffers and the consolidated optimizer state), samples
+//     from the gathered model, and resumes from its own checkpoint and
+//     into DDP.
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
@@ -243,6 +247,43 @@ TEST(TorchTrainersTest, ResNet18ResumesBitIdenticallyAfterAKill) {
 TEST(TorchTrainersTest, CharTransformerResumesBitIdenticallyAfterAKill) {
   const std::vector<std::string> wider = {"--dim=128", "--heads=4", "--sample_length=0"};
   ExpectResumesAfterKill(Transformer(wider), "char_transformer");
+}
+
+// DDP and FSDP to step 6 (checkpoints every 3), FSDP stopped at 3 and
+// resumed by FSDP and by DDP: four step-6 checkpoints, bit for bit.
+// Returns the whole FSDP run's output.
+std::string ExpectFsdpIsDdp(const std::vector<std::string>& argv, const std::string& name) {
+  auto run = [&](const std::string& dir, std::vector<std::string> extra) {
+    std::vector<std::string> args = argv;
+    args.insert(args.end(), {"--checkpoint_dir=" + Tmp() + "/" + name + dir, "--checkpoint_every=3"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunTrainer(args);
+  };
+  run("_ddp", {"--max_steps=6"});
+  const std::string out = run("_fsdp", {"--max_steps=6", "--fsdp"});
+  EXPECT_NE(out.find("fully sharded: "), std::string::npos) << out;
+  run("_fsdp_parts", {"--max_steps=3", "--fsdp"});
+  run("_fsdp_parts", {"--max_steps=6", "--fsdp", "--resume"});
+  run("_into_ddp", {"--max_steps=3", "--fsdp"});
+  run("_into_ddp", {"--max_steps=6", "--resume"});
+  const std::string ddp = Tmp() + "/" + name + "_ddp/step-0000000006.safetensors";
+  for (const char* dir : {"_fsdp", "_fsdp_parts", "_into_ddp"}) {
+    SCOPED_TRACE(dir);
+    ExpectSameCheckpoint(ddp, Tmp() + "/" + name + dir + "/step-0000000006.safetensors");
+  }
+  return out;
+}
+
+TEST(TorchTrainersTest, ResNet18UnderFsdpWritesDdpsCheckpointsAndResumesEitherWay) {
+  ExpectFsdpIsDdp(Resnet({"--dataset=synthetic", "--synthetic_train_size=512", "--synthetic_test_size=32", "--width=8",
+                          "--batch_size=8", "--optimizer=adam", "--lr=0.001"}),
+                  "resnet18_fsdp");
+}
+
+TEST(TorchTrainersTest, CharTransformerUnderFsdpWritesDdpsCheckpointsAndSamples) {
+  const std::string out =
+      ExpectFsdpIsDdp(Transformer({"--sample_length=20", "--temperature=0"}), "char_transformer_fsdp");
+  EXPECT_NE(out.find("sample (temperature 0) after the prompt"), std::string::npos) << out;
 }
 
 }  // namespace
