@@ -356,7 +356,7 @@ TEST(FullyShardTest, TheFullStateDictIsThePlainModulesAndLoadsAtAnotherWorldSize
 // to it goes back into every rank's shards.
 TEST(FullyShardTest, SummonedParametersAreThePlainModulesAndWriteBack) {
   testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
-    std::unique_ptr<Module> model = MakeTestModel(Model::kCnn);
+    std::unique_ptr<Module> model = MakeTestModel(Model::kMlp);
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<FullyShard> fsdp, FullyShard::Create(*model, comm));
     LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, MakeOptimizer(Opt::kSgd, fsdp->ShardParameters()));
     const Batch b = MakeBatch(comm.rank(), 0);
