@@ -53,8 +53,8 @@ absl::StatusOr<std::vector<Found>> FindShards(const std::string& dir) {
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec);
   if (ec) {
-    return absl::NotFoundError(
-        absl::StrCat("LoadShardedCheckpoint: cannot list ", dir, ": ", ec.message(), "; is it a checkpoint directory?"));
+    return absl::NotFoundError(absl::StrCat("LoadShardedCheckpoint: cannot list ", dir, ": ", ec.message(),
+                                            "; is it a checkpoint directory?"));
   }
   for (std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -181,21 +181,22 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, ShardView& fsdp, Shar
     } else {
       for (const Found& f : *existing) {
         if (f.world != world) {
-          refused = absl::FailedPreconditionError(
-              absl::StrCat("SaveShardedCheckpoint: ", dir, " holds ", f.path, ", of a checkpoint written by ", f.world,
-                           " ranks; give each checkpoint its own directory"));
+          refused = absl::FailedPreconditionError(absl::StrCat("SaveShardedCheckpoint: ", dir, " holds ", f.path,
+                                                               ", of a checkpoint written by ", f.world,
+                                                               " ranks; give each checkpoint its own directory"));
           break;
         }
       }
     }
     id = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(
-      Tensor decision, Tensor::FromVector<int64_t>({static_cast<int64_t>(id), refused.ok() ? 0 : 1}));
+  LOCKSTEP_ASSIGN_OR_RETURN(Tensor decision,
+                            Tensor::FromVector<int64_t>({static_cast<int64_t>(id), refused.ok() ? 0 : 1}));
   LOCKSTEP_RETURN_IF_ERROR(comm.Broadcast(decision, 0)->Wait());
   if (decision.data<int64_t>()[1] != 0) {
     return rank == 0 ? refused
-                     : absl::FailedPreconditionError(absl::StrCat("SaveShardedCheckpoint on rank ", rank, ": rank 0 "
+                     : absl::FailedPreconditionError(absl::StrCat("SaveShardedCheckpoint on rank ", rank,
+                                                                  ": rank 0 "
                                                                   "refused ",
                                                                   dir, " (its error says why)"));
   }
@@ -280,8 +281,8 @@ absl::StatusOr<ShardedCheckpointInfo> LoadShardedCheckpoint(const std::string& d
                                                      " is not a lockstep FSDP shard file (no '", kMarker, "')"));
     }
     if (value(kRankKey) != absl::StrCat(r) || value(kWorldKey) != absl::StrCat(saved_world)) {
-      return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: ", found[r].path, " says rank ",
-                                              value(kRankKey), " of ", value(kWorldKey), " (renamed?)"));
+      return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: ", found[r].path, " says rank ", value(kRankKey),
+                                              " of ", value(kWorldKey), " (renamed?)"));
     }
     for (const auto& [key, v] : headers[0]) {
       if (key == kRankKey) continue;
@@ -290,8 +291,7 @@ absl::StatusOr<ShardedCheckpointInfo> LoadShardedCheckpoint(const std::string& d
         return absl::DataLossError(absl::StrCat(
             "LoadShardedCheckpoint: ", found[r].path, " and ", found[0].path, " disagree on '", key, "' (",
             it == md.end() ? "missing" : it->second, " against ", v,
-            key == kSaveIdKey ? "): files of two different saves; write each checkpoint into its own directory"
-                              : ")"));
+            key == kSaveIdKey ? "): files of two different saves; write each checkpoint into its own directory" : ")"));
       }
     }
   }
@@ -405,8 +405,8 @@ absl::StatusOr<ShardedCheckpointInfo> LoadShardedCheckpoint(const std::string& d
           }
         }
         const int64_t into = layout.offsets[i] + begin - rank * layout.shard;
-        LOCKSTEP_RETURN_IF_ERROR(CopySaved(saved[su], name, source[u][i].second + begin, end - begin, files,
-                                           out.data<float>() + into));
+        LOCKSTEP_RETURN_IF_ERROR(
+            CopySaved(saved[su], name, source[u][i].second + begin, end - begin, files, out.data<float>() + into));
       }
       return out;
     };
@@ -447,15 +447,17 @@ absl::StatusOr<ShardedCheckpointInfo> LoadShardedCheckpoint(const std::string& d
     }
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", dir, ": ", absl::StrJoin(problems, "; "),
-                                                   "; nothing was loaded"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadShardedCheckpoint: ", dir, ": ", absl::StrJoin(problems, "; "), "; nothing was loaded"));
   }
   // Everything is read and checked: the optimizer first (it validates, and
   // changes nothing when it refuses), then the shards and the buffers.
   if (optimizer != nullptr && !state.empty()) LOCKSTEP_RETURN_IF_ERROR(optimizer->local().LoadStateTensors(state));
   std::vector<NamedParameter> shards = fsdp.ShardParameters();
-  for (size_t u = 0; u < shards.size(); ++u) LOCKSTEP_RETURN_IF_ERROR(shards[u].parameter->value.CopyFrom(new_shards[u]));
-  for (const NamedTensor& b : buffers) LOCKSTEP_RETURN_IF_ERROR(b.second.CopyFrom(home_file.at(kBufferPrefix + b.first)));
+  for (size_t u = 0; u < shards.size(); ++u)
+    LOCKSTEP_RETURN_IF_ERROR(shards[u].parameter->value.CopyFrom(new_shards[u]));
+  for (const NamedTensor& b : buffers)
+    LOCKSTEP_RETURN_IF_ERROR(b.second.CopyFrom(home_file.at(kBufferPrefix + b.first)));
 
   ShardedCheckpointInfo info;
   info.world_size = saved_world;

@@ -56,13 +56,14 @@ absl::StatusOr<Rank> MakeRank(Communicator& comm, const char* model = "cnn") {
   Rank r;
   LOCKSTEP_ASSIGN_OR_RETURN(r.model, MakeModel(model, 7, DType::kF32, Device::Cpu()));
   LOCKSTEP_ASSIGN_OR_RETURN(r.fsdp, FullyShard::Create(*r.model, comm));
-  LOCKSTEP_ASSIGN_OR_RETURN(r.opt, ShardedOptimizer::Create(*r.fsdp, [](std::vector<NamedParameter> shards)
-                                                                -> absl::StatusOr<std::unique_ptr<Optimizer>> {
-    AdamOptions o;
-    o.lr = 0.01;
-    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(std::move(shards), o));
-    return std::unique_ptr<Optimizer>(std::move(adam));
-  }));
+  LOCKSTEP_ASSIGN_OR_RETURN(
+      r.opt, ShardedOptimizer::Create(
+                 *r.fsdp, [](std::vector<NamedParameter> shards) -> absl::StatusOr<std::unique_ptr<Optimizer>> {
+                   AdamOptions o;
+                   o.lr = 0.01;
+                   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Adam> adam, Adam::Create(std::move(shards), o));
+                   return std::unique_ptr<Optimizer>(std::move(adam));
+                 }));
   return r;
 }
 
@@ -116,9 +117,10 @@ TEST(ShardedCheckpointTest, ThreeRanksFilesLoadOnTwoAndFourAsTheWholeState) {
   SaveOnThree(dir, &written, &buffers);
   // Each rank's BatchNorm statistics are its own (they differ).
   ASSERT_FALSE(buffers[0].empty());
-  EXPECT_NE(0, std::memcmp(buffers[0][0].second.raw_data(), buffers[1][0].second.raw_data(),
-                           buffers[0][0].second.nbytes()));
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(std::filesystem::exists(dir + "/shard-" + std::to_string(r) + "-of-3.safetensors"));
+  EXPECT_NE(
+      0, std::memcmp(buffers[0][0].second.raw_data(), buffers[1][0].second.raw_data(), buffers[0][0].second.nbytes()));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(std::filesystem::exists(dir + "/shard-" + std::to_string(r) + "-of-3.safetensors"));
   ASSERT_FALSE(written.optimizer.empty());
   for (int world : {2, 4}) {
     SCOPED_TRACE(world);
@@ -146,8 +148,7 @@ TEST(ShardedCheckpointTest, ThreeRanksFilesLoadOnTwoAndFourAsTheWholeState) {
       // state cannot carry.
       const std::vector<NamedTensor> mine = r.model->NamedBuffers(), theirs = f.model->NamedBuffers();
       LOCKSTEP_ASSIGN_OR_RETURN(Rank again, MakeRank(comm));
-      LOCKSTEP_RETURN_IF_ERROR(
-          LoadShardedCheckpoint(dir, *again.fsdp, nullptr, again.model->NamedBuffers()).status());
+      LOCKSTEP_RETURN_IF_ERROR(LoadShardedCheckpoint(dir, *again.fsdp, nullptr, again.model->NamedBuffers()).status());
       for (size_t i = 0; i < theirs.size(); ++i) {
         LOCKSTEP_RETURN_IF_ERROR(theirs[i].second.CopyFrom(again.model->NamedBuffers()[i].second));
       }
@@ -159,7 +160,8 @@ TEST(ShardedCheckpointTest, ThreeRanksFilesLoadOnTwoAndFourAsTheWholeState) {
     ExpectSameBits(written.optimizer, loaded[0].optimizer, "optimizer");
     ExpectSameBits(stepped_full[0], stepped_sharded[0], "the next step");
     // Rank r's buffers are those rank r mod 3 wrote.
-    for (int r = 0; r < world; ++r) ExpectSameBits(buffers[r % 3], loaded_buffers[r], "buffers of rank " + std::to_string(r));
+    for (int r = 0; r < world; ++r)
+      ExpectSameBits(buffers[r % 3], loaded_buffers[r], "buffers of rank " + std::to_string(r));
   }
 }
 

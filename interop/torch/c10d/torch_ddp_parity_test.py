@@ -141,7 +141,9 @@ def main():
         rank_main(args)
         return
     import torch
-    tmp = tempfile.mkdtemp(prefix="lockstep_ddp_parity.")
+    # Under Bazel, inside the test's own directory: a killed run leaves
+    # nothing in /tmp.
+    tmp = tempfile.mkdtemp(prefix="lockstep_ddp_parity.", dir=os.environ.get("TEST_TMPDIR"))
     ok = True
     try:
         for scenario in [args.only] if args.only else SCENARIOS:
