@@ -57,6 +57,7 @@ CHECKED = {
     "collectives/algorithms/reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/algorithms/tree_all_reduce.h": "tests/header_examples/collectives_test.cc",
     "collectives/bootstrap/backend_choice.h": "tests/header_examples/bootstrap_test.cc",
+    "collectives/elastic/elastic_group.h": "tests/header_examples/collectives_test.cc",
     "collectives/bootstrap/communicator_factory.h": ("tests/header_examples/bootstrap_test.cc", 2),  # 1: a table
     "collectives/bootstrap/init_from_env.h": "tests/header_examples/bootstrap_test.cc",
     "collectives/bootstrap/local_launch.h": "tests/header_examples/bootstrap_test.cc",

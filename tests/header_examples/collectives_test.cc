@@ -34,6 +34,7 @@
 #include "collectives/algorithms/tree_all_reduce.h"
 #include "ddp/bucket_assignment.h"
 #include "collectives/communicator.h"
+#include "collectives/elastic/elastic_group.h"
 #include "collectives/flight_recorder.h"
 #include "ddp/fused_all_reduce.h"
 #include "ddp/grad_bucket.h"
@@ -551,6 +552,32 @@ TEST(CollectivesExamplesTest, CommunicatorAveragesExchangesAndSplitsOverTcp) {
     for (int i = 0; i < kRanks; ++i) {
       for (int k = 0; k < 4; ++k) EXPECT_EQ(Values(recv[r])[4 * i + k], Values(send[i])[4 * r + k]);
     }
+  }
+}
+
+// collectives/elastic/elastic_group.h: three members, none lost, nobody
+// waiting to join.
+absl::Status ElasticGroupExample(std::shared_ptr<Store> store, int rank, const Tensor& grads, int* admitted_out) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ElasticGroup> group,
+                            ElasticGroup::Create(store, /*member=*/rank, /*size=*/3, {}));
+  absl::Status s = group->comm().AllReduce(grads, ReduceOp::kSum)->Wait();
+  if (!s.ok()) {                                     // a member died: every survivor sees it
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int> lost, group->Shrink());  // epoch + 1, without it
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(int admitted, group->AdmitNewcomers());  // collective, between steps
+  *admitted_out = admitted;
+  return absl::OkStatus();
+}
+
+TEST(CollectivesExamplesTest, ElasticGroupSumsAndAdmitsNobody) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<Tensor> grads;
+  for (int r = 0; r < 3; ++r) grads.push_back(RankData(r, 8));
+  std::vector<int> admitted(3, -1);
+  ExpectAllOk(RunRanks(3, [&](int rank) { return ElasticGroupExample(store, rank, grads[rank], &admitted[rank]); }));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(Values(grads[r]), Summed(3, 8, 1.0f)) << "rank " << r;
+    EXPECT_EQ(admitted[r], 0);
   }
 }
 
