@@ -69,6 +69,7 @@ CHECKED = {
     "collectives/flight_recorder.h": "tests/header_examples/collectives_test.cc",
     "ddp/fused_all_reduce.h": "tests/header_examples/collectives_test.cc",
     "ddp/grad_bucket.h": "tests/header_examples/collectives_test.cc",
+    "ddp/heal.h": "tests/header_examples/ddp_test.cc",
     "collectives/hierarchical/hierarchical_backend.h": "tests/header_examples/collectives_test.cc",
     "collectives/host_backend.h": "tests/header_examples/collectives_test.cc",
     "collectives/nccl/nccl_communicator.h": "tests/header_examples/collectives_test.cc",

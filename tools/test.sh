@@ -102,7 +102,7 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives/store:file_store_test //collectives/bootstrap:init_method_test \
   //ddp:join_test //ddp:sync_batch_norm_test //ddp:powersgd_hook_test //ddp:zero_redundancy_optimizer_test \
   //ddp:local_sgd_test //collectives:worker_wake_test //collectives/internal:op_queue_test \
-  //collectives/store/etcd:etcd_store_test //collectives/elastic:elastic_group_test
+  //collectives/store/etcd:etcd_store_test //collectives/elastic:elastic_group_test //ddp:heal_test
 # The communicator grids without their large cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"

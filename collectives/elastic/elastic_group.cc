@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -78,8 +79,8 @@ absl::Status ElasticGroup::Form(int64_t epoch, std::vector<int> members) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Create(std::shared_ptr<Store> store, int member,
-                                                                   int size, ElasticGroupOptions options) {
+absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Create(std::shared_ptr<Store> store, int member, int size,
+                                                                   ElasticGroupOptions options) {
   if (size < 1 || member < 0 || member >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("ElasticGroup::Create: member ", member, " of ", size, ": expected 0 <= member < size"));
@@ -117,14 +118,14 @@ absl::StatusOr<std::vector<int>> ElasticGroup::Shrink() {
     }
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("ElasticGroup::Shrink: member ", member_,
-                                                      " waited for epoch ", next, "'s decision"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("ElasticGroup::Shrink: member ", member_, " waited for epoch ", next, "'s decision"));
     }
     // Waits on the store in short slices, so that another survivor's
     // decision is seen within one.
     const Milliseconds slice = std::min<Milliseconds>(
-        Milliseconds(20), std::max<Milliseconds>(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(
-                                                                       settle_end - now)));
+        Milliseconds(20),
+        std::max<Milliseconds>(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(settle_end - now)));
     const bool all_here = store_->Wait({everyone}, slice).ok();
     if (all_here || Clock::now() >= settle_end) {
       LOCKSTEP_ASSIGN_OR_RETURN(const int64_t count, store_->Add(Key(next, "arrivals"), 0));
@@ -135,9 +136,9 @@ absl::StatusOr<std::vector<int>> ElasticGroup::Shrink() {
   }
   LOCKSTEP_ASSIGN_OR_RETURN(const Decision d, ParseDecision(decision));
   if (d.grow) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ElasticGroup::Shrink: member ", member_, ": epoch ", next,
-        " was decided as an admission of newcomers while this member re-formed; call AdmitNewcomers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ElasticGroup::Shrink: member ", member_, ": epoch ", next,
+                     " was decided as an admission of newcomers while this member re-formed; call AdmitNewcomers"));
   }
   if (ticket > d.count) {
     return absl::FailedPreconditionError(absl::StrCat("ElasticGroup::Shrink: member ", member_,
@@ -220,10 +221,9 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(std::shared_ptr
   LOCKSTEP_RETURN_IF_ERROR(group->store_->Set(key, absl::StrCat(member)));
   absl::StatusOr<std::string> epoch_text = group->store_->Get(key + "/epoch", group->options_.timeout);
   if (!epoch_text.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat("ElasticGroup::Join: member ", member,
-                                                    " was not admitted within the timeout (",
-                                                    epoch_text.status().message(),
-                                                    "); the members admit newcomers with AdmitNewcomers"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("ElasticGroup::Join: member ", member, " was not admitted within the timeout (",
+                     epoch_text.status().message(), "); the members admit newcomers with AdmitNewcomers"));
   }
   int64_t epoch = 0;
   if (!absl::SimpleAtoi(*epoch_text, &epoch)) {

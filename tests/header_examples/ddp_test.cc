@@ -17,6 +17,12 @@
 #include "core/tensor.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/heal.h"
+#include "collectives/elastic/elastic_group.h"
+#include "collectives/store/hash_store.h"
+#include <map>
+#include <string>
+#include <thread>
 #include "ddp/join.h"
 #include "ddp/local_sgd.h"
 #include "ddp/powersgd_hook.h"
@@ -138,6 +144,41 @@ TEST(DdpExamplesTest, DdpAveragesGradientsOverRanks) { RunDdp(/*fp16_hook=*/fals
 
 TEST(DdpExamplesTest, Fp16CompressHookAveragesInHalfPrecision) { RunDdp(/*fp16_hook=*/true, 1e-3f); }
 
+
+// ddp/heal.h: two members of an elastic group; member 1 is new (step 0,
+// a model of another seed) and takes member 0's state at step 7.
+absl::Status HealExample(std::shared_ptr<Store> store, int rank, std::vector<float>* weights, int64_t* step_out) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ElasticGroup> group, ElasticGroup::Create(store, rank, 2, {}));
+  Mt19937 gen(rank);
+  MlpOptions mlp;
+  mlp.sizes = {784, 32, 10};
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sequential> model, MakeMlp(mlp, gen));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(model->NamedParameters(), SgdOptions{0.1}));
+  int64_t step = rank == 0 ? 7 : 0;
+  std::map<std::string, std::string> state = {{"sampler.position", rank == 0 ? "448" : "0"}};
+  LOCKSTEP_ASSIGN_OR_RETURN(HealResult healed,
+                            HealFromPeer(group->comm(), step, *model, optimizer.get(), &state));
+  step = healed.step;  // every member's now, with the same parameters
+  *weights = Values(model->NamedParameters()[0].parameter->value);
+  *step_out = step;
+  if (state.at("sampler.position") != "448") return absl::InternalError("the state did not come across");
+  return absl::OkStatus();
+}
+
+TEST(DdpExamplesTest, HealFromPeerGivesTheNewcomerTheState) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::vector<float>> weights(2);
+  std::vector<int64_t> steps(2, -1);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] { results[r] = HealExample(store, r, &weights[r], &steps[r]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << r << ": " << results[r];
+  EXPECT_EQ(steps, (std::vector<int64_t>{7, 7}));
+  EXPECT_EQ(weights[0], weights[1]);
+}
 
 // ddp/join.h: rank r has r + 1 batches; the model ends as the last
 // joiner's on every rank.
