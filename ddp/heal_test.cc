@@ -117,7 +117,7 @@ TEST(HealFromPeerTest, EveryMemberTakesTheNewestCommittedState) {
 
 TEST(HealFromPeerTest, AMemberWhoseModelDoesNotFitKeepsItsOwn) {
   std::vector<absl::Status> healed(2);
-  std::vector<bool> unchanged(2, false);
+  std::vector<int> unchanged(2, 0);  // Not vector<bool>: its bits share a word across threads.
   testing::ExpectAllOk(testing::RunThreads(2, [&](Communicator& comm) -> absl::Status {
     const int r = comm.rank();
     std::unique_ptr<Module> model = MakeModel(3, r == 1 ? 8 : 16);
