@@ -29,8 +29,8 @@ absl::StatusOr<HealResult> HealFromPeer(Communicator& comm, int64_t step, Module
   std::vector<int64_t> reported(steps.size());
   for (size_t r = 0; r < steps.size(); ++r) {
     if (!absl::SimpleAtoi(steps[r], &reported[r])) {
-      return absl::DataLossError(absl::StrCat("HealFromPeer on rank ", comm.rank(), ": rank ", r, " reported step '",
-                                              steps[r], "'"));
+      return absl::DataLossError(
+          absl::StrCat("HealFromPeer on rank ", comm.rank(), ": rank ", r, " reported step '", steps[r], "'"));
     }
     if (result.source < 0 || reported[r] > result.step) {
       result.step = reported[r];
@@ -47,7 +47,8 @@ absl::StatusOr<HealResult> HealFromPeer(Communicator& comm, int64_t step, Module
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (NamedTensor& t : model.StateDict()) tensors.emplace_back(std::move(t));
     if (optimizer != nullptr) {
-      for (NamedTensor& t : optimizer->StateTensors()) tensors.emplace_back(kOptimizerPrefix + t.first, std::move(t.second));
+      for (NamedTensor& t : optimizer->StateTensors())
+        tensors.emplace_back(kOptimizerPrefix + t.first, std::move(t.second));
     }
     std::map<std::string, std::string> metadata;
     if (state != nullptr) {

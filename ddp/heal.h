@@ -35,8 +35,8 @@
 namespace lockstep {
 
 struct HealResult {
-  int64_t step = 0;   // The group's committed step, now every member's.
-  int source = -1;    // The rank whose state the others took; -1: none needed.
+  int64_t step = 0;     // The group's committed step, now every member's.
+  int source = -1;      // The rank whose state the others took; -1: none needed.
   bool healed = false;  // This member took the source's state.
 };
 

@@ -103,6 +103,7 @@ CHECKED = {
     "data/dataset.h": "tests/header_examples/data_test.cc",
     "data/char_corpus.h": "tests/header_examples/data_test.cc",
     "data/distributed_sampler.h": "tests/header_examples/data_test.cc",
+    "data/elastic_sampler.h": "tests/header_examples/data_test.cc",
     "data/example_dataset.h": "tests/header_examples/data_test.cc",
     "data/idx.h": "tests/header_examples/data_test.cc",
     "data/idx_dataset.h": "tests/header_examples/data_test.cc",

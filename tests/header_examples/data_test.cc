@@ -23,6 +23,7 @@
 #include "data/data_loader.h"
 #include "data/dataset.h"
 #include "data/distributed_sampler.h"
+#include "data/elastic_sampler.h"
 #include "data/example_dataset.h"
 #include "data/idx.h"
 #include "data/idx_dataset.h"
@@ -187,6 +188,34 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> DistributedSamplerExample(cons
     for (int64_t i : sampler.Indices()) seen[epoch].push_back(i);
   }
   return seen;
+}
+
+// data/elastic_sampler.h: 4 ranks read 5 steps of 32 of 1000 examples,
+// then rank `new_rank` of the 3 left reads its share of the rest.
+absl::StatusOr<std::vector<int64_t>> ElasticSamplerExample(const Dataset& dataset, int64_t new_rank) {
+  DistributedSamplerOptions options;
+  options.num_replicas = 4;
+  options.rank = 0;
+  const int64_t epoch = 1;
+  LOCKSTEP_ASSIGN_OR_RETURN(ElasticSampler sampler, ElasticSampler::Create(dataset.size(), options));
+  sampler.SetEpoch(epoch);
+  static_cast<void>(sampler.Indices());  // 5 steps of 32 per rank on 4 ranks; then a rank is lost
+  LOCKSTEP_RETURN_IF_ERROR(sampler.Reshard(/*consumed=*/5 * 32 * 4, /*world=*/3, /*rank=*/new_rank));
+  std::vector<int64_t> mine = sampler.Indices();  // this rank's share of what is left
+  return mine;
+}
+
+TEST(DataExamplesTest, ElasticSamplerDealsTheRestToTheSurvivors) {
+  std::shared_ptr<SyntheticDataset> dataset = SmallDataset(1000);
+  std::vector<int64_t> rest;
+  for (int64_t r = 0; r < 3; ++r) {
+    absl::StatusOr<std::vector<int64_t>> mine = ElasticSamplerExample(*dataset, r);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_EQ(mine->size(), 120u);  // 1000 - 5 x 32 x 4 = 360 left, over 3 ranks
+    rest.insert(rest.end(), mine->begin(), mine->end());
+  }
+  std::sort(rest.begin(), rest.end());
+  EXPECT_EQ(std::unique(rest.begin(), rest.end()), rest.end());  // each once
 }
 
 TEST(DataExamplesTest, DistributedSamplerShardsEachEpoch) {
