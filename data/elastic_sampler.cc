@@ -75,9 +75,9 @@ absl::Status ElasticSampler::Reshard(int64_t consumed, int64_t world, int64_t ra
         absl::StrCat("ElasticSampler::Reshard: rank ", rank, " of ", world, ": expected 0 <= rank < world"));
   }
   if (consumed < 0 || consumed > length || consumed % world_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ElasticSampler::Reshard: ", consumed,
-                                                   " entries read of a list of ", length, " over ", world_,
-                                                   " ranks; expected a multiple of ", world_, " up to ", length));
+    return absl::InvalidArgumentError(absl::StrCat("ElasticSampler::Reshard: ", consumed, " entries read of a list of ",
+                                                   length, " over ", world_, " ranks; expected a multiple of ", world_,
+                                                   " up to ", length));
   }
   changes_.emplace_back(consumed, world);
   world_ = world;

@@ -72,7 +72,10 @@ class ElasticSampler : public Sampler {
 
  private:
   ElasticSampler(int64_t dataset_size, const DistributedSamplerOptions& options)
-      : n_(dataset_size), options_(options), start_world_(options.num_replicas), world_(options.num_replicas),
+      : n_(dataset_size),
+        options_(options),
+        start_world_(options.num_replicas),
+        world_(options.num_replicas),
         rank_(options.rank) {}
   // The current list, from the epoch's order and the changes.
   std::vector<int64_t> List() const;

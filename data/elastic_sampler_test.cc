@@ -120,11 +120,12 @@ TEST(ElasticSamplerTest, BadChangesAndStatesAreNamedAndChangeNothing) {
     EXPECT_TRUE(absl::IsInvalidArgument(st)) << bad << ": " << st;
   }
   EXPECT_EQ(s.Indices(), before);
-  EXPECT_TRUE(absl::IsInvalidArgument(ElasticSampler::Create(100, [] {
-                                        DistributedSamplerOptions o = Options(2, 0);
-                                        o.uneven = true;
-                                        return o;
-                                      }())
+  EXPECT_TRUE(absl::IsInvalidArgument(ElasticSampler::Create(100,
+                                                             [] {
+                                                               DistributedSamplerOptions o = Options(2, 0);
+                                                               o.uneven = true;
+                                                               return o;
+                                                             }())
                                           .status()));
 }
 

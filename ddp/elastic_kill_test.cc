@@ -1,0 +1,102 @@
+// A fault-tolerant run of real processes (ddp:elastic_worker, over TCP, met
+// through a TcpStore this test serves): three members train; once member 2
+// has committed step 10 it is SIGKILLed; the survivors shrink the group,
+// heal to the newest committed step and go on; a replacement (member 3)
+// joins, is healed from a live peer (no checkpoint exists) and trains to the
+// end. Every member that finishes ends with the same parameters, bit for bit
+// (one checksum), after all the steps, and the survivors name the lost
+// member.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/store/tcp_store.h"
+#include "core/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Tmp(const std::string& name) { return std::string(std::getenv("TEST_TMPDIR")) + "/" + name; }
+
+absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::string& out) {
+  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError("cannot open " + out);
+  SubprocessOptions options;
+  options.argv = {"ddp/elastic_worker", absl::StrCat("--store_port=", port), absl::StrCat("--member=", member),
+                  "--size=3", "--steps=40", join ? "--join" : "--nojoin"};
+  options.stdout_fd = fd;
+  options.alarm_seconds = 120;
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  close(fd);
+  return child;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
+  TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.wait_for_workers = false;
+  server_options.timeout = Milliseconds(60000);
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(server_options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const int port = (*store)->port();
+  std::vector<Subprocess> workers;
+  for (int m = 0; m < 3; ++m) {
+    absl::StatusOr<Subprocess> w = Worker(port, m, false, Tmp(absl::StrCat("member", m)));
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  // Member 2 dies once it has committed step 10 (the others may be a
+  // collective further: inside the next step).
+  ASSERT_TRUE((*store)->Wait({"progress/2/10"}, Milliseconds(60000)).ok());
+  ASSERT_TRUE(workers[2].Kill().ok());
+  absl::StatusOr<ExitStatus> killed = workers[2].Wait(Clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_FALSE(killed->success());
+  absl::StatusOr<Subprocess> replacement = Worker(port, 3, true, Tmp("member3"));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  workers.push_back(*std::move(replacement));
+  std::vector<std::string> checksums;
+  for (int m : {0, 1, 3}) {
+    absl::StatusOr<ExitStatus> status = workers[m].Wait(Clock::now() + std::chrono::seconds(100));
+    const std::string out = Read(Tmp(absl::StrCat("member", m)));
+    std::printf("%s", out.c_str());  // For the log: the re-formation's time.
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(status->success()) << "member " << m << ": " << status->ToString() << "\n" << out;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(out, match, std::regex("parameter checksum ([0-9a-f]+) after 40 steps")))
+        << "member " << m << ":\n" << out;
+    checksums.push_back(match[1]);
+    if (m != 3) {
+      EXPECT_NE(out.find("lost 2; group re-formed with 2 members"), std::string::npos) << out;
+    } else {
+      EXPECT_NE(out.find("joined epoch"), std::string::npos) << out;
+    }
+    EXPECT_NE(out.find("members 0,1,3"), std::string::npos) << out;
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
+  EXPECT_EQ(checksums[0], checksums[2]);
+}
+
+}  // namespace
+}  // namespace lockstep
