@@ -1,11 +1,11 @@
-// A fault-tolerant run of real processes (ddp:elastic_worker, over TCP, met
-// through a TcpStore this test serves): three members train; once member 2
-// has committed step 10 it is SIGKILLed; the survivors shrink the group,
-// heal to the newest committed step and go on; a replacement (member 3)
-// joins, is healed from a live peer (no checkpoint exists) and trains to the
-// end. Every member that finishes ends with the same parameters, bit for bit
-// (one checksum), after all the steps, and the survivors name the lost
-// member.
+// A fault-tolerant run of real processes (ddp:elastic_worker, over TCP and
+// over shared memory, met through a TcpStore this test serves): three
+// members train; once member 2 has committed step 10 it is SIGKILLed; the
+// survivors shrink the group, heal to the newest committed step and go on;
+// a replacement (member 3) joins, is healed from a live peer (no checkpoint
+// exists) and trains to the end. Every member that finishes ends with the
+// same parameters, bit for bit (one checksum), after all the steps, and the
+// survivors name the lost member.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -32,12 +32,14 @@ using Clock = std::chrono::steady_clock;
 
 std::string Tmp(const std::string& name) { return std::string(std::getenv("TEST_TMPDIR")) + "/" + name; }
 
-absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::string& out) {
+absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::string& out,
+                                  const std::string& transport) {
   const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return absl::InternalError("cannot open " + out);
   SubprocessOptions options;
-  options.argv = {"ddp/elastic_worker", absl::StrCat("--store_port=", port), absl::StrCat("--member=", member),
-                  "--size=3", "--steps=40", join ? "--join" : "--nojoin"};
+  options.argv = {
+      "ddp/elastic_worker", absl::StrCat("--store_port=", port), absl::StrCat("--member=", member), "--size=3",
+      "--steps=40",         join ? "--join" : "--nojoin",        "--transport=" + transport};
   options.stdout_fd = fd;
   options.alarm_seconds = 120;
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
@@ -52,7 +54,10 @@ std::string Read(const std::string& path) {
   return s.str();
 }
 
-TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
+class ElasticKillTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
+  const std::string transport = GetParam();
   TcpStoreOptions server_options;
   server_options.is_server = true;
   server_options.wait_for_workers = false;
@@ -62,7 +67,7 @@ TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
   const int port = (*store)->port();
   std::vector<Subprocess> workers;
   for (int m = 0; m < 3; ++m) {
-    absl::StatusOr<Subprocess> w = Worker(port, m, false, Tmp(absl::StrCat("member", m)));
+    absl::StatusOr<Subprocess> w = Worker(port, m, false, Tmp(absl::StrCat("member", m)), transport);
     ASSERT_TRUE(w.ok()) << w.status();
     workers.push_back(*std::move(w));
   }
@@ -73,7 +78,7 @@ TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
   absl::StatusOr<ExitStatus> killed = workers[2].Wait(Clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_FALSE(killed->success());
-  absl::StatusOr<Subprocess> replacement = Worker(port, 3, true, Tmp("member3"));
+  absl::StatusOr<Subprocess> replacement = Worker(port, 3, true, Tmp("member3"), transport);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   workers.push_back(*std::move(replacement));
   std::vector<std::string> checksums;
@@ -85,7 +90,8 @@ TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
     EXPECT_TRUE(status->success()) << "member " << m << ": " << status->ToString() << "\n" << out;
     std::smatch match;
     ASSERT_TRUE(std::regex_search(out, match, std::regex("parameter checksum ([0-9a-f]+) after 40 steps")))
-        << "member " << m << ":\n" << out;
+        << "member " << m << ":\n"
+        << out;
     checksums.push_back(match[1]);
     if (m != 3) {
       EXPECT_NE(out.find("lost 2; group re-formed with 2 members"), std::string::npos) << out;
@@ -97,6 +103,9 @@ TEST(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
   EXPECT_EQ(checksums[0], checksums[1]);
   EXPECT_EQ(checksums[0], checksums[2]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ElasticKillTest, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace lockstep

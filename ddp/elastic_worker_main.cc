@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/bootstrap/shm_communicator.h"
 #include "collectives/elastic/elastic_group.h"
 #include "collectives/store/tcp_store.h"
 #include "core/mt19937.h"
@@ -28,6 +29,7 @@ ABSL_FLAG(int, member, 0, "this member's id");
 ABSL_FLAG(int, size, 3, "the initial members");
 ABSL_FLAG(bool, join, false, "a newcomer: join the running group");
 ABSL_FLAG(int, steps, 30, "steps to train");
+ABSL_FLAG(std::string, transport, "tcp", "tcp or shm");
 
 namespace lockstep {
 namespace {
@@ -69,6 +71,17 @@ absl::Status Run() {
   options.communicator.communicator.timeout = Milliseconds(30000);
   options.communicator.communicator.failure_report_window = Milliseconds(200);
   options.communicator.transport.host = "127.0.0.1";
+  if (absl::GetFlag(FLAGS_transport) == "shm") {
+    options.make_communicator = [](std::shared_ptr<Store> s, int rank, int size, const std::string& prefix) {
+      ShmCommunicatorOptions shm;
+      shm.communicator.timeout = Milliseconds(30000);
+      shm.communicator.failure_report_window = Milliseconds(200);
+      shm.store_prefix = prefix;
+      return CreateShmCommunicator(std::move(s), rank, size, shm);
+    };
+  } else if (absl::GetFlag(FLAGS_transport) != "tcp") {
+    return absl::InvalidArgumentError("--transport: expected tcp or shm");
+  }
   const Clock::time_point started = Clock::now();
   std::unique_ptr<ElasticGroup> group;
   if (absl::GetFlag(FLAGS_join)) {

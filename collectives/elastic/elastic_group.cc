@@ -70,10 +70,16 @@ absl::Status ElasticGroup::Form(int64_t epoch, std::vector<int> members) {
                                                       " (members ", JoinIds(members), "); join as a newcomer"));
   }
   comm_.reset();  // The old epoch's connections go first.
-  TcpCommunicatorOptions options = options_.communicator;
-  options.store_prefix = Key(epoch, "comm");
-  LOCKSTEP_ASSIGN_OR_RETURN(comm_, CreateTcpCommunicator(store_, static_cast<int>(me - members.begin()),
-                                                         static_cast<int>(members.size()), options));
+  const int rank = static_cast<int>(me - members.begin());
+  const int size = static_cast<int>(members.size());
+  if (options_.make_communicator) {
+    LOCKSTEP_ASSIGN_OR_RETURN(comm_, options_.make_communicator(store_, rank, size, Key(epoch, "comm")));
+  } else {
+    TcpCommunicatorOptions options = options_.communicator;
+    options.store_prefix = Key(epoch, "comm");
+    LOCKSTEP_ASSIGN_OR_RETURN(comm_, CreateTcpCommunicator(store_, rank, size, options));
+  }
+  if (comm_ == nullptr) return absl::InternalError("ElasticGroup: make_communicator returned no communicator");
   epoch_ = epoch;
   members_ = std::move(members);
   return absl::OkStatus();

@@ -31,10 +31,10 @@
 //     the members of epoch e+1 are epoch e's and theirs. A member lost while
 //     admitting makes this fail like a collective, and Shrink then decides
 //     the epoch after.
-//   * Each epoch's communicator is CreateTcpCommunicator under
-//     "P/<epoch>/comm": the transports' hellos prove the group's secret
-//     (options.communicator.transport), so a stranger who can write the
-//     store still cannot take a rank.
+//   * Each epoch's communicator is CreateTcpCommunicator (or
+//     options.make_communicator's) under "P/<epoch>/comm": the transports'
+//     hellos prove the group's secret, so a stranger who can write the store
+//     still cannot take a rank.
 // Deadlines: every wait is bounded by `timeout`; Shrink takes about
 // `settle` when a member is lost (the survivors wait that long for each
 // other) plus the new communicator's set-up.
@@ -42,6 +42,7 @@
 #define LOCKSTEP_COLLECTIVES_ELASTIC_ELASTIC_GROUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,8 +55,14 @@
 namespace lockstep {
 
 struct ElasticGroupOptions {
-  // Each epoch's communicator; its store_prefix is replaced by the epoch's.
+  // Each epoch's communicator over TCP; its store_prefix is replaced by the
+  // epoch's.
   TcpCommunicatorOptions communicator;
+  // Set: each epoch's communicator is made by this instead (shared memory:
+  // CreateShmCommunicator), given the epoch's store prefix.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(std::shared_ptr<Store> store, int rank, int size,
+                                                              const std::string& store_prefix)>
+      make_communicator;
   std::string store_prefix = "elastic";
   // How long survivors wait for each other before closing an epoch.
   Milliseconds settle = Milliseconds(1000);
