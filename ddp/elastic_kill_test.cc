@@ -5,7 +5,8 @@
 // a replacement (member 3) joins, is healed from a live peer (no checkpoint
 // exists) and trains to the end. Every member that finishes ends with the
 // same parameters, bit for bit (one checksum), after all the steps, and the
-// survivors name the lost member.
+// survivors name the lost member. Another user (uid 65534) without the
+// job's token cannot join: the store refuses it.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -32,15 +34,26 @@ using Clock = std::chrono::steady_clock;
 
 std::string Tmp(const std::string& name) { return std::string(std::getenv("TEST_TMPDIR")) + "/" + name; }
 
-absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::string& out,
-                                  const std::string& transport) {
-  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+constexpr char kToken[] = "elastic-kill-test-secret";
+
+// A member (with the job's token), or with `stranger` another user (uid
+// 65534, through setpriv) without it. Its stdout and stderr go to `out`.
+absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::string& out, const std::string& transport,
+                                  bool stranger = false) {
+  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError("cannot open " + out);
   SubprocessOptions options;
-  options.argv = {
-      "ddp/elastic_worker", absl::StrCat("--store_port=", port), absl::StrCat("--member=", member), "--size=3",
-      "--steps=40",         join ? "--join" : "--nojoin",        "--transport=" + transport};
+  if (stranger) options.argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  options.argv.push_back(std::filesystem::absolute("ddp/elastic_worker").string());
+  options.argv.push_back(absl::StrCat("--store_port=", port));
+  options.argv.push_back(absl::StrCat("--member=", member));
+  options.argv.push_back("--size=3");
+  options.argv.push_back("--steps=40");
+  options.argv.push_back(join ? "--join" : "--nojoin");
+  options.argv.push_back("--transport=" + transport);
+  if (!stranger) options.env = {{"LOCKSTEP_STORE_TOKEN", kToken}};
   options.stdout_fd = fd;
+  options.stderr_fd = fd;
   options.alarm_seconds = 120;
   absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
   close(fd);
@@ -62,6 +75,7 @@ TEST_P(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
   server_options.is_server = true;
   server_options.wait_for_workers = false;
   server_options.timeout = Milliseconds(60000);
+  server_options.token = kToken;
   absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(server_options);
   ASSERT_TRUE(store.ok()) << store.status();
   const int port = (*store)->port();
@@ -71,9 +85,25 @@ TEST_P(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
     ASSERT_TRUE(w.ok()) << w.status();
     workers.push_back(*std::move(w));
   }
+  // Another user without the token tries to join: the store refuses it, and
+  // nobody is admitted in its name.
+  absl::StatusOr<Subprocess> stranger = Worker(port, 7, true, Tmp("stranger"), transport, /*stranger=*/true);
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  absl::StatusOr<ExitStatus> refused = stranger->Wait(Clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->ToString(), "exited with code 1") << Read(Tmp("stranger"));
+  EXPECT_NE(Read(Tmp("stranger")).find("token"), std::string::npos) << Read(Tmp("stranger"));
+  std::printf("the stranger: %s", Read(Tmp("stranger")).c_str());
   // Member 2 dies once it has committed step 10 (the others may be a
-  // collective further: inside the next step).
-  ASSERT_TRUE((*store)->Wait({"progress/2/10"}, Milliseconds(60000)).ok());
+  // collective further: inside the next step). The test's own client holds
+  // the token.
+  TcpStoreOptions client_options;
+  client_options.port = port;
+  client_options.token = kToken;
+  client_options.timeout = Milliseconds(60000);
+  absl::StatusOr<std::unique_ptr<TcpStore>> client = TcpStore::Create(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Wait({"progress/2/10"}, Milliseconds(60000)).ok());
   ASSERT_TRUE(workers[2].Kill().ok());
   absl::StatusOr<ExitStatus> killed = workers[2].Wait(Clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(killed.ok()) << killed.status();

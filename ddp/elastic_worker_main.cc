@@ -6,6 +6,7 @@
 // redoes the step. Prints, last, "member M: parameter checksum X ...".
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,9 +61,13 @@ absl::Status Backward(Module& model, int member, int64_t step) {
 
 absl::Status Run() {
   const int member = absl::GetFlag(FLAGS_member);
+  // The job's secret: the store's token and the transports' handshake key.
+  const char* token_env = std::getenv("LOCKSTEP_STORE_TOKEN");
+  const std::string token = token_env != nullptr ? token_env : "";
   TcpStoreOptions store_options;
   store_options.port = absl::GetFlag(FLAGS_store_port);
   store_options.timeout = Milliseconds(60000);
+  store_options.token = token;
   LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> tcp, TcpStore::Create(store_options));
   std::shared_ptr<Store> store(std::move(tcp));
   ElasticGroupOptions options;
@@ -71,9 +76,11 @@ absl::Status Run() {
   options.communicator.communicator.timeout = Milliseconds(30000);
   options.communicator.communicator.failure_report_window = Milliseconds(200);
   options.communicator.transport.host = "127.0.0.1";
+  options.communicator.transport.secret = token;
   if (absl::GetFlag(FLAGS_transport) == "shm") {
-    options.make_communicator = [](std::shared_ptr<Store> s, int rank, int size, const std::string& prefix) {
+    options.make_communicator = [token](std::shared_ptr<Store> s, int rank, int size, const std::string& prefix) {
       ShmCommunicatorOptions shm;
+      shm.transport.secret = token;
       shm.communicator.timeout = Milliseconds(30000);
       shm.communicator.failure_report_window = Milliseconds(200);
       shm.store_prefix = prefix;
