@@ -1,6 +1,7 @@
 // A fault-tolerant run of real processes (ddp:elastic_worker, over TCP and
 // over shared memory, met through a TcpStore this test serves): three
-// members train; once member 2 has committed step 10 it is SIGKILLed; the
+// members train; once all have committed step 10 (they wait there, so that
+// the test's timing never races the run) member 2 is SIGKILLed; the
 // survivors shrink the group, heal to the newest committed step and go on;
 // a replacement (member 3) joins, is healed from a live peer (no checkpoint
 // exists) and trains to the end. Every member that finishes ends with the
@@ -51,6 +52,8 @@ absl::StatusOr<Subprocess> Worker(int port, int member, bool join, const std::st
   options.argv.push_back("--steps=40");
   options.argv.push_back(join ? "--join" : "--nojoin");
   options.argv.push_back("--transport=" + transport);
+  options.argv.push_back("--pause_at=10");
+  options.argv.push_back("--admit_at=20");
   if (!stranger) options.env = {{"LOCKSTEP_STORE_TOKEN", kToken}};
   options.stdout_fd = fd;
   options.stderr_fd = fd;
@@ -103,11 +106,15 @@ TEST_P(ElasticKillTest, SurvivorsGoOnAndAReplacementHealsFromAPeer) {
   client_options.timeout = Milliseconds(60000);
   absl::StatusOr<std::unique_ptr<TcpStore>> client = TcpStore::Create(client_options);
   ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Wait({"progress/2/10"}, Milliseconds(60000)).ok());
+  // Every member has committed step 10 and waits: member 2 dies there, and
+  // the others go on into step 11's collectives without it.
+  ASSERT_TRUE((*client)->Wait({"progress/0/10", "progress/1/10", "progress/2/10"}, Milliseconds(60000)).ok());
   ASSERT_TRUE(workers[2].Kill().ok());
   absl::StatusOr<ExitStatus> killed = workers[2].Wait(Clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(killed.ok()) << killed.status();
-  EXPECT_FALSE(killed->success());
+  EXPECT_NE(killed->ToString().find("killed by signal 9"), std::string::npos) << killed->ToString();
+  ASSERT_TRUE((*client)->Set("test/resume", "1").ok());
+  // The survivors wait before step 20 until the replacement has registered.
   absl::StatusOr<Subprocess> replacement = Worker(port, 3, true, Tmp("member3"), transport);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   workers.push_back(*std::move(replacement));

@@ -31,6 +31,8 @@ ABSL_FLAG(int, size, 3, "the initial members");
 ABSL_FLAG(bool, join, false, "a newcomer: join the running group");
 ABSL_FLAG(int, steps, 30, "steps to train");
 ABSL_FLAG(std::string, transport, "tcp", "tcp or shm");
+ABSL_FLAG(int, pause_at, -1, "after committing this step, wait for the store key test/resume (the test's kill)");
+ABSL_FLAG(int, admit_at, -1, "before this step, wait until a newcomer has registered (the test's replacement)");
 
 namespace lockstep {
 namespace {
@@ -166,6 +168,9 @@ absl::Status Run() {
     LOCKSTEP_RETURN_IF_ERROR(sgd->ZeroGrad());
     ++step;
     LOCKSTEP_RETURN_IF_ERROR(store->Set(absl::StrCat("progress/", member, "/", step), "1"));
+    // The test's points: where it kills a member, where a newcomer has come.
+    if (step == absl::GetFlag(FLAGS_pause_at)) LOCKSTEP_RETURN_IF_ERROR(store->Wait({"test/resume"}));
+    if (step + 1 == absl::GetFlag(FLAGS_admit_at)) LOCKSTEP_RETURN_IF_ERROR(store->Wait({"elastic/join/1"}));
   }
   std::printf("member %d: parameter checksum %016llx after %lld steps, epoch %lld, members %s\n", member,
               static_cast<unsigned long long>(Checksum(*model)), static_cast<long long>(step),

@@ -126,6 +126,40 @@ absl::StatusOr<std::unique_ptr<Communicator>> MaybeCreateNccl(ProcessGroup& grou
   return CreateNcclCommunicator(group.store, group.env.rank, group.env.world_size, device, options);
 }
 
+// The loop over this run's data with `stepper`, `optimizer` and `scaler`.
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const TrainerDatasets& data, ProcessGroup& group,
+                                  Device device, bool uneven_shards, ModelStepper& stepper, Optimizer& optimizer,
+                                  GradScaler& scaler) {
+  TrainLoopOptions loop = MakeLoopOptions(config, group.env.rank, group.env.world_size);
+  loop.device = device;
+  loop.uneven_shards = uneven_shards;
+  TrainParts parts;
+  parts.stepper = &stepper;
+  parts.optimizer = &optimizer;
+  parts.scaler = &scaler;
+  parts.train = data.train;
+  parts.test = data.test;
+  parts.comm = group.comm.get();
+  return RunTraining(loop, parts);
+}
+
+// Every rank's bytes sent, then (after every rank's lines) rank 0's result
+// and step breakdown: the run's last lines.
+absl::Status FinishRank(const TrainResult& result, ProcessGroup& group, Communicator& grad_comm,
+                        const std::string& comm_hint) {
+  uint64_t sent = 0;
+  for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
+  std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, group.env.rank,
+              static_cast<unsigned long long>(sent));
+  std::fflush(stdout);
+  LOCKSTEP_RETURN_IF_ERROR(grad_comm.Barrier()->Wait());
+  if (group.env.rank == 0) {
+    PrintFinalResult(kProgram, result, absl::StrCat("over ", group.env.world_size, " ranks"));
+    PrintStepBreakdown(kProgram, result, comm_hint);
+  }
+  return absl::OkStatus();
+}
+
 // --fsdp: the model sharded over the gradients' group, Adam or SGD over the
 // shards; the checkpoints are the plain model's (train_loop.h).
 absl::Status RunFsdpRank(const TrainerConfig& config, const TrainerDatasets& data, ProcessGroup& group,
@@ -157,27 +191,9 @@ absl::Status RunFsdpRank(const TrainerConfig& config, const TrainerDatasets& dat
         device.ToString().c_str(), stepper->fsdp().unit_paths().size(), static_cast<long long>(shard));
     std::fflush(stdout);
   }
-  TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
-  loop.device = device;
-  TrainParts parts;
-  parts.stepper = stepper.get();
-  parts.optimizer = optimizer.get();
-  parts.scaler = &scaler;
-  parts.train = data.train;
-  parts.test = data.test;
-  parts.comm = group.comm.get();
-  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
-  uint64_t sent = 0;
-  for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
-  std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, rank,
-              static_cast<unsigned long long>(sent));
-  std::fflush(stdout);
-  LOCKSTEP_RETURN_IF_ERROR(grad_comm.Barrier()->Wait());
-  if (rank == 0) {
-    PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
-    PrintStepBreakdown(kProgram, result);
-  }
-  return absl::OkStatus();
+  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result,
+                            Train(config, data, group, device, /*uneven_shards=*/false, *stepper, *optimizer, scaler));
+  return FinishRank(result, group, grad_comm, "");
 }
 
 absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, const DdpOptions& ddp_options,
@@ -282,18 +298,10 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, c
     std::printf("%s: gradient backend %s\n", kProgram, grad_comm.capabilities().name.c_str());
     std::fflush(stdout);
   }
-  TrainLoopOptions loop = MakeLoopOptions(config, rank, world_size);
-  loop.device = device;
-  loop.uneven_shards = absl::GetFlag(FLAGS_uneven_shards);
-  TrainParts parts;
-  parts.stepper = stepper.get();
-  parts.optimizer = optimizer.get();
-  parts.scaler = &scaler;
-  parts.train = data.train;
-  parts.test = data.test;
-  parts.comm = group.comm.get();
-  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result, RunTraining(loop, parts));
-  if (loop.uneven_shards) {
+  const bool uneven_shards = absl::GetFlag(FLAGS_uneven_shards);
+  LOCKSTEP_ASSIGN_OR_RETURN(TrainResult result,
+                            Train(config, data, group, device, uneven_shards, *stepper, *optimizer, scaler));
+  if (uneven_shards) {
     // Every rank's final model, as a checksum: Join leaves them identical.
     double sum = 0;
     for (Parameter* p : model->Parameters()) {
@@ -319,18 +327,7 @@ absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, c
     std::printf("%s: rank %d: ZeRO: %zu of %zu parameters' optimizer state here (%lld elements)\n", kProgram, rank,
                 zero->owned().size(), zero->parameters().size(), static_cast<long long>(mine));
   }
-  uint64_t sent = 0;
-  for (uint64_t b : grad_comm.Traffic().bytes_sent) sent += b;
-  std::printf("%s: rank %d: %llu bytes sent to the other ranks over the gradients' group\n", kProgram, rank,
-              static_cast<unsigned long long>(sent));
-  std::fflush(stdout);
-  // Every rank's lines first: rank 0's result and breakdown are the run's last lines.
-  LOCKSTEP_RETURN_IF_ERROR(grad_comm.Barrier()->Wait());
-  if (rank == 0) {
-    PrintFinalResult(kProgram, result, absl::StrCat("over ", world_size, " ranks"));
-    PrintStepBreakdown(kProgram, result, " or --comm_hook=fp16_compress");
-  }
-  return absl::OkStatus();
+  return FinishRank(result, group, grad_comm, " or --comm_hook=fp16_compress");
 }
 
 }  // namespace
