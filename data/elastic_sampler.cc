@@ -57,7 +57,17 @@ std::vector<int64_t> ElasticSampler::List() const {
   return list;
 }
 
-int64_t ElasticSampler::list_size() const { return static_cast<int64_t>(List().size()); }
+int64_t ElasticSampler::FitLength(int64_t length, int64_t world, bool drop_last) {
+  if (length == 0) return 0;
+  return drop_last ? length - length % world : (length + world - 1) / world * world;
+}
+
+int64_t ElasticSampler::list_size() const {
+  // The lengths alone: no order is drawn.
+  int64_t length = FitLength(n_, start_world_, options_.drop_last);
+  for (const auto& [consumed, world] : changes_) length = FitLength(length - consumed, world, options_.drop_last);
+  return length;
+}
 
 std::vector<int64_t> ElasticSampler::Indices() const {
   const std::vector<int64_t> list = List();

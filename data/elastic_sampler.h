@@ -80,6 +80,8 @@ class ElasticSampler : public Sampler {
   // The current list, from the epoch's order and the changes.
   std::vector<int64_t> List() const;
   static std::vector<int64_t> Fit(std::vector<int64_t> list, int64_t world, bool drop_last);
+  // Fit's length for a list of `length`.
+  static int64_t FitLength(int64_t length, int64_t world, bool drop_last);
 
   int64_t n_;
   DistributedSamplerOptions options_;

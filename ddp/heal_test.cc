@@ -20,9 +20,12 @@
 #include "nn/cross_entropy.h"
 #include "nn/mlp.h"
 #include "nn/sgd.h"
+#include "nn/testing/same_bits.h"
 
 namespace lockstep {
 namespace {
+
+using testing::ExpectSameBits;
 
 std::unique_ptr<Module> MakeModel(uint64_t seed, int64_t hidden = 16) {
   Mt19937 gen(seed);
@@ -57,16 +60,6 @@ struct Snapshot {
   std::map<std::string, std::string> state;
   HealResult result;
 };
-
-void ExpectSameBits(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first) << what;
-    ASSERT_EQ(a[i].second.nbytes(), b[i].second.nbytes()) << what << " " << a[i].first;
-    EXPECT_EQ(0, std::memcmp(a[i].second.raw_data(), b[i].second.raw_data(), a[i].second.nbytes()))
-        << what << " " << a[i].first;
-  }
-}
 
 std::vector<NamedTensor> Copies(const std::vector<NamedTensor>& in) {
   std::vector<NamedTensor> out;

@@ -292,9 +292,9 @@ absl::Status FullyShard::SummonFullParameters() {
     Unit& unit = *units_[u];
     LOCKSTEP_ASSIGN_OR_RETURN(Tensor full, unit.flat->GatherCopy());
     for (size_t i = 0; i < unit.params.size(); ++i) {
+      // Views of the unit's own gathered copy: one buffer a unit, no second copy.
       LOCKSTEP_ASSIGN_OR_RETURN(Tensor shaped, ParameterOf(unit.flat->layout(), full, i, unit.views[i].shape()));
-      LOCKSTEP_ASSIGN_OR_RETURN(Tensor own, shaped.Clone());
-      values[u].push_back(std::move(own));
+      values[u].push_back(std::move(shaped));
     }
   }
   // Only once every gather succeeded: nothing changes on an error.

@@ -131,9 +131,10 @@ class FullyShard : public ShardView {
   absl::Status LoadFullStateDict(const std::vector<NamedTensor>& state, bool strict = true);
 
   // Collective (PyTorch's FSDP.summon_full_params). Every parameter of the
-  // module becomes a whole tensor of its own (a copy) and the units' hooks
-  // stand aside, so the plain module can be evaluated (each rank its own
-  // number of batches: nothing collective runs), saved, or loaded into.
+  // module becomes a whole tensor (a view of its unit's gathered copy) and
+  // the units' hooks stand aside, so the plain module can be evaluated
+  // (each rank its own number of batches: nothing collective runs), saved,
+  // or loaded into.
   // Costs the whole model's parameters on every rank until
   // ReleaseFullParameters. Forward, Backward and the state-dict methods are
   // refused meanwhile.

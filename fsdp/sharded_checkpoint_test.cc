@@ -25,10 +25,13 @@
 #include "gtest/gtest.h"
 #include "nn/adam.h"
 #include "nn/cross_entropy.h"
+#include "nn/testing/same_bits.h"
 #include "trainers/trainer_models.h"
 
 namespace lockstep {
 namespace {
+
+using testing::ExpectSameBits;
 
 std::string Tmp(const std::string& name) { return std::string(std::getenv("TEST_TMPDIR")) + "/" + name; }
 
@@ -77,16 +80,6 @@ absl::Status Capture(Rank& r, Communicator& comm, Whole* out) {
   LOCKSTEP_RETURN_IF_ERROR(r.opt->ConsolidateState(0));
   if (comm.rank() == 0) out->optimizer = r.opt->StateTensors();
   return absl::OkStatus();
-}
-
-void ExpectSameBits(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first) << what;
-    ASSERT_EQ(a[i].second.nbytes(), b[i].second.nbytes()) << what << " " << a[i].first;
-    EXPECT_EQ(0, std::memcmp(a[i].second.raw_data(), b[i].second.raw_data(), a[i].second.nbytes()))
-        << what << " " << a[i].first;
-  }
 }
 
 // Three ranks train two steps and save into `dir`; `written` gets the

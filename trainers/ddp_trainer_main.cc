@@ -174,12 +174,7 @@ absl::Status RunFsdpRank(const TrainerConfig& config, const TrainerDatasets& dat
                             ShardedOptimizer::Create(stepper->fsdp(), [&config](std::vector<NamedParameter> shards) {
                               return MakeOptimizerFor(config, std::move(shards));
                             }));
-  LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));
-  if (scaler.enabled()) {
-    return absl::UnimplementedError(
-        "--fsdp with loss scaling (--amp=fp16): GradScaler's Inf/NaN check would see only this rank's shards "
-        "(PyTorch's ShardedGradScaler agrees on it over the ranks; lockstep does not yet); use --amp=bf16");
-  }
+  LOCKSTEP_ASSIGN_OR_RETURN(GradScaler scaler, MakeGradScaler(config));  // Disabled: fp16 is refused in main.
   int64_t shard = 0;
   for (const NamedParameter& p : stepper->fsdp().ShardParameters()) shard += p.parameter->value.numel();
   if (rank == 0) {
@@ -435,6 +430,9 @@ int main(int argc, char** argv) {
          "parameters' zeros and keeps its gradients in flat buffers anyway)"},
         {config->device.is_cuda(), "--device=cuda (the nn front shards host memory; CUDA is not yet supported)"},
         {!config->freeze.empty(), "--freeze (frozen parameters inside a unit are not supported yet)"},
+        {config->precision.compute_dtype == DType::kF16,
+         "--amp=fp16 (loss scaling: GradScaler's Inf/NaN check would see only this rank's shards, where PyTorch's "
+         "ShardedGradScaler agrees on it over the ranks; use --amp=bf16, which needs no scaler)"},
     };
     for (const auto& [set, what] : ddp_only) {
       if (set) {

@@ -94,6 +94,15 @@ check '[[ $(grep -c "\"event\":\"step\"" "$tmp/accum.jsonl") -eq 4 ]] && grep -q
 check '[[ $rc -eq 2 ]] && grep -q "grad_accum_steps=0: must be at least 1" "$tmp/out"'
 "$bin" "${small[@]}" --grad_accum_steps=2 --uneven_shards >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q "uneven_shards with --grad_accum_steps" "$tmp/out"'
+# --fsdp with what it cannot combine: refused before any rank starts.
+"$bin" "${small[@]}" --fsdp --zero >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q -- "--fsdp with --zero" "$tmp/out" && grep -q "usage: ddp_trainer" "$tmp/out"'
+"$bin" "${small[@]}" --fsdp --amp=fp16 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "ShardedGradScaler" "$tmp/out"'
+"$bin" "${small[@]}" --fsdp_units=1,3 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q -- "--fsdp_units needs --fsdp" "$tmp/out"'
+"$bin" "${small[@]}" --fsdp --fsdp_units=2 >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -ne 0 ]] && grep -q "bad units: .2. has no parameters" "$tmp/out"'
 "$bin" --help >"$tmp/out" 2>&1
 check 'grep -q -- "--uneven_shards  --sync_bn  --zero" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out" && grep -q -- "--local_sgd_period=N" "$tmp/out"'
 

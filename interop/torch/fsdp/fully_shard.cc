@@ -462,7 +462,8 @@ absl::Status TorchFsdp::SummonFullParameters() {
     LOCKSTEP_ASSIGN_OR_RETURN(at::Tensor t, ToTorch(full));
     const FlatShardLayout& layout = unit.flat->layout();
     for (size_t i = 0; i < unit.params.size(); ++i) {
-      values[u].push_back(t.narrow(0, layout.offsets[i], layout.numels[i]).view(unit.params[i].sizes()).clone());
+      // Views of the unit's own gathered copy (t keeps it alive): no second copy.
+      values[u].push_back(t.narrow(0, layout.offsets[i], layout.numels[i]).view(unit.params[i].sizes()));
     }
   }
   // Only once every gather succeeded: nothing changes on an error.

@@ -97,9 +97,9 @@ class TorchFsdp {
   absl::Status LoadFullStateDict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
 
   // Collective (FSDP's summon_full_params): every parameter's data becomes
-  // a whole f32 tensor of its own and the units' gathers stand aside, so the
-  // plain module can be evaluated (each rank its own number of batches),
-  // saved or loaded into. Forward and the state-dict methods are refused
+  // a whole f32 tensor (a view of its unit's gathered copy) and the units'
+  // gathers stand aside, so the plain module can be evaluated (each rank its
+  // own number of batches), saved or loaded into. Forward and the state-dict methods are refused
   // until ReleaseFullParameters.
   absl::Status SummonFullParameters();
   // Ends it; with `write_back` the parameters' values go into this rank's
