@@ -22,6 +22,13 @@ struct DdpOptions {
   bool gradient_as_bucket_view = false;
   bool broadcast_buffers = true;
   bool static_graph = false;
+  // For a group that outlives a lost member (collectives/elastic/elastic_group.h,
+  // trainers/fault_tolerant_loop.h): a reduction that fails leaves every
+  // gradient zero, never a partial sum another rank's death cut short, so
+  // no optimizer can step on it; the DDP then refuses every call, and a new
+  // one is built over the re-formed group. Without it a failed reduction
+  // leaves the gradients as they were when it failed.
+  bool fault_tolerant = false;
 };
 
 // The reducer's options (bucket_cap_bytes = int(bucket_cap_mb * 2^20), as

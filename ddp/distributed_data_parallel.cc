@@ -93,6 +93,7 @@ absl::Status DistributedDataParallel::SyncBuffers(bool is_joined) {
 }
 
 absl::StatusOr<Tensor> DistributedDataParallel::Forward(const Tensor& input) {
+  LOCKSTEP_RETURN_IF_ERROR(failed_);
   LOCKSTEP_RETURN_IF_ERROR(reducer_->CheckPreviousIterationFinished());
   if (join_.enable) {
     // Join.notify_join_context: this rank has not joined (a one, summed
@@ -133,7 +134,18 @@ absl::Status DistributedDataParallel::Backward(const Tensor& grad_output) {
     reducer_->SetDivideFactor(static_cast<int>(join_count_.data<float>()[0]));
   }
   LOCKSTEP_RETURN_IF_ERROR(module_.Backward(grad_output, /*input_grad=*/false).status());
-  return reducer_->FinalizeBackward();
+  absl::Status finalized = reducer_->FinalizeBackward();
+  if (!finalized.ok() && options_.fault_tolerant) {
+    for (Parameter* p : module_.Parameters()) {
+      if (p->grad.defined()) (void)p->grad.SetZero();
+    }
+    failed_ = absl::Status(finalized.code(),
+                           absl::StrCat("DistributedDataParallel (fault_tolerant): rank ", comm_.rank(),
+                                        ": the gradients' reduction failed and they were zeroed (", finalized.message(),
+                                        "); re-form the group and build a new DDP over it"));
+    return failed_;
+  }
+  return finalized;
 }
 
 absl::Status DistributedDataParallel::RegisterCommHook(std::unique_ptr<CommHook> hook) {

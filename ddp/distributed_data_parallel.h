@@ -142,6 +142,8 @@ class DistributedDataParallel {
   Module& module_;
   Communicator& comm_;
   const DdpOptions options_;
+  // fault_tolerant: the failed reduction every later Forward returns.
+  absl::Status failed_;
   std::unique_ptr<Reducer> reducer_;
   // NamedParameters index -> the reducer's (kNotReduced: frozen), and back.
   static constexpr size_t kNotReduced = ~size_t{0};

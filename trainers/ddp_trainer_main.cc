@@ -36,6 +36,7 @@
 #include "nn/batch_norm.h"
 #include "nn/blas_kernels.h"
 #include "trainers/ddp_stepper.h"
+#include "trainers/fault_tolerant_rank.h"
 #include "trainers/fsdp_stepper.h"
 #include "trainers/train_loop.h"
 #include "trainers/trainer_setup.h"
@@ -191,8 +192,35 @@ absl::Status RunFsdpRank(const TrainerConfig& config, const TrainerDatasets& dat
   return FinishRank(result, group, grad_comm, "");
 }
 
+// --fault_tolerant: an elastic group, DDP rebuilt over each of its epochs.
+absl::Status RunFaultTolerantRank(const TrainerConfig& config, const TrainerDatasets& data, DdpOptions ddp_options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Module> model,
+                            MakeModel(config.model, config.seed, config.precision.compute_dtype, Device::Cpu()));
+  LOCKSTEP_RETURN_IF_ERROR(FreezeParameters(config, *model));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
+  ddp_options.fault_tolerant = true;
+  FaultTolerantTrainer t;
+  t.program = kProgram;
+  t.model_description =
+      absl::StrCat("model ", config.model, " (", model->NumParameterElements(), " parameters), ", data.description);
+  t.model = model.get();
+  t.optimizer = optimizer.get();
+  Module& module = *model;
+  t.make_stepper = [&module, ddp_options](
+                       Communicator& comm,
+                       std::unique_ptr<CommHook> hook) -> absl::StatusOr<std::unique_ptr<ModelStepper>> {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<DdpStepper> stepper,
+                              DdpStepper::Create(module, comm, ddp_options, std::move(hook)));
+    return std::unique_ptr<ModelStepper>(std::move(stepper));
+  };
+  t.train = AsExamples(data.train);
+  t.test = data.test != nullptr ? AsExamples(data.test) : nullptr;
+  return RunFaultTolerantTrainer(config, t);
+}
+
 absl::Status RunRank(const TrainerConfig& config, const TrainerDatasets& data, const DdpOptions& ddp_options,
                      const std::string& comm_hook) {
+  if (FaultTolerantRequested()) return RunFaultTolerantRank(config, data, ddp_options);
   InitOptions init;
   const Milliseconds timeout(int64_t{absl::GetFlag(FLAGS_timeout)} * 1000);
   init.store_timeout = timeout;
@@ -443,6 +471,21 @@ int main(int argc, char** argv) {
   } else if (!absl::GetFlag(FLAGS_fsdp_units).empty()) {
     return UsageError(kProgram, absl::InvalidArgumentError("--fsdp_units needs --fsdp"));
   }
+  if (FaultTolerantRequested()) {
+    const std::vector<std::pair<bool, const char*>> fixed_group_only = {
+        {absl::GetFlag(FLAGS_fsdp), "--fsdp"},       {absl::GetFlag(FLAGS_zero), "--zero"},
+        {comm_hook != "none", "--comm_hook"},        {local_sgd_period > 0, "--local_sgd_period"},
+        {absl::GetFlag(FLAGS_sync_bn), "--sync_bn"}, {absl::GetFlag(FLAGS_uneven_shards), "--uneven_shards"},
+    };
+    for (const auto& [set, what] : fixed_group_only) {
+      if (set) {
+        return UsageError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                        "--fault_tolerant with ", what,
+                                        ": not supported in a group whose membership changes (plain DDP only)")));
+      }
+    }
+  }
+  if (absl::Status ft = CheckFaultTolerantConfig(*config, kProgram); !ft.ok()) return UsageError(kProgram, ft);
   const std::string bind_to = absl::GetFlag(FLAGS_bind_to);
   if (bind_to != "core" && bind_to != "none") {
     return UsageError(kProgram,

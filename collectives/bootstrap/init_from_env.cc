@@ -21,6 +21,10 @@ namespace {
 // with `options` and the environment's overrides; `what` names the caller.
 absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
 absl::Status JoinByHostIdentity(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out);
+// The communicator factory's options for `rank_env`'s rank, as InitFromEnv
+// builds its communicator.
+absl::StatusOr<CommunicatorFactoryOptions> FactoryOptions(const EnvLookup& env, const RankEnvironment& rank_env,
+                                                          const InitOptions& options, const char* what);
 
 // The group's TcpStore at env's master address; `serve`: this rank runs it.
 absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& env, bool serve,
@@ -44,7 +48,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> OpenTcpStore(const RankEnvironment& en
 
 }  // namespace
 
-absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options) {
+absl::StatusOr<ProcessGroup> ConnectFromEnv(const EnvLookup& env, const InitOptions& options) {
   ProcessGroup group;
   LOCKSTEP_ASSIGN_OR_RETURN(group.env, RankEnvironmentFromEnv(env));
   LOCKSTEP_ASSIGN_OR_RETURN(
@@ -59,6 +63,11 @@ absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions
         absl::StrCat("/worker/attempt_", restart != nullptr && *restart != '\0' ? restart : "0"),
         std::move(group.store));
   }
+  return group;
+}
+
+absl::StatusOr<ProcessGroup> InitFromEnv(const EnvLookup& env, const InitOptions& options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup group, ConnectFromEnv(env, options));
   LOCKSTEP_RETURN_IF_ERROR(JoinGroup(env, options, "InitFromEnv", &group));
   return group;
 }
@@ -71,6 +80,15 @@ namespace {
 
 absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const char* what, ProcessGroup* out) {
   ProcessGroup& group = *out;
+  absl::StatusOr<CommunicatorFactoryOptions> factory = FactoryOptions(env, group.env, options, what);
+  if (!factory.ok()) return factory.status();
+  LOCKSTEP_ASSIGN_OR_RETURN(group.comm,
+                            CreateCommunicator(group.store, group.env.rank, group.env.world_size, *factory));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommunicatorFactoryOptions> FactoryOptions(const EnvLookup& env, const RankEnvironment& rank_env,
+                                                          const InitOptions& options, const char* what) {
   TcpCommunicatorOptions communicator = options.communicator;
   // A restarted group (torchrun's TORCHELASTIC_RESTART_COUNT) may meet at
   // the same store: each attempt gets its own key space.
@@ -78,17 +96,17 @@ absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const c
     communicator.store_prefix = absl::StrCat(communicator.store_prefix, "/attempt", restart);
   }
   AddressSelection selection;
-  selection.master_addr = group.env.master_addr;
-  selection.spans_hosts = group.env.world_size > group.env.local_world_size;
+  selection.master_addr = rank_env.master_addr;
+  selection.spans_hosts = rank_env.world_size > rank_env.local_world_size;
   selection.host = options.host;
   ApplyAddressEnvironment(&selection);
   absl::StatusOr<std::string> host = ChooseLocalAddress(selection);
   if (!host.ok()) {
     return absl::Status(host.status().code(),
-                        absl::StrCat(what, ": rank ", group.env.rank, ": ", host.status().message()));
+                        absl::StrCat(what, ": rank ", rank_env.rank, ": ", host.status().message()));
   }
   communicator.transport.host = *host;
-  if (communicator.transport.secret.empty()) communicator.transport.secret = group.env.store_token;
+  if (communicator.transport.secret.empty()) communicator.transport.secret = rank_env.store_token;
   CommunicatorFactoryOptions factory;
   factory.communicator = communicator.communicator;
   factory.algorithms = communicator.algorithms;
@@ -100,11 +118,20 @@ absl::Status JoinGroup(const EnvLookup& env, const InitOptions& options, const c
   factory.host_id = options.host_id;
   absl::Status applied = ApplyTransportEnvironment(env, &factory);
   if (!applied.ok()) {
-    return absl::Status(applied.code(), absl::StrCat(what, ": rank ", group.env.rank, ": ", applied.message()));
+    return absl::Status(applied.code(), absl::StrCat(what, ": rank ", rank_env.rank, ": ", applied.message()));
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(group.comm, CreateCommunicator(group.store, group.env.rank, group.env.world_size, factory));
-  return absl::OkStatus();
+  return factory;
 }
+
+}  // namespace
+
+absl::StatusOr<CommunicatorFactoryOptions> CommunicatorOptionsFromEnv(const EnvLookup& env,
+                                                                      const RankEnvironment& rank_env,
+                                                                      const InitOptions& options) {
+  return FactoryOptions(env, rank_env, options, "CommunicatorOptionsFromEnv");
+}
+
+namespace {
 
 // Only the rank and the world size are known: which ranks share this host
 // (so which address to advertise) comes from their host identities,

@@ -96,6 +96,25 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int
 absl::StatusOr<ProcessGroup> InitProcessGroup(absl::string_view init_method, int rank, int world_size,
                                               const EnvLookup& env, const InitOptions& options);
 
+// For a fault-tolerant job (collectives/elastic/elastic_group.h), whose
+// communicators are made per membership epoch: InitFromEnv's rank, world
+// and store (under the same per-attempt prefix), and no communicator
+// (`comm` is null). Rank 0 serves the store unless a launcher does; in a
+// fault-tolerant job the launcher should (lockstep-run does), or the store
+// dies with rank 0.
+//
+//   LOCKSTEP_ASSIGN_OR_RETURN(ProcessGroup connected, ConnectFromEnv(env, {}));
+//   LOCKSTEP_ASSIGN_OR_RETURN(CommunicatorFactoryOptions factory,
+//                             CommunicatorOptionsFromEnv(env, connected.env, {}));
+absl::StatusOr<ProcessGroup> ConnectFromEnv(const EnvLookup& env, const InitOptions& options);
+// What CreateCommunicator (collectives/bootstrap/communicator_factory.h)
+// takes to make `rank_env`'s rank's communicator as InitFromEnv does: the
+// advertised address, the secret, the transport and the environment's
+// overrides. Set store_prefix per communicator.
+absl::StatusOr<CommunicatorFactoryOptions> CommunicatorOptionsFromEnv(const EnvLookup& env,
+                                                                      const RankEnvironment& rank_env,
+                                                                      const InitOptions& options);
+
 // For embedders that hold a store already (interop/torch's backend gets
 // PyTorch's): rank `rank` of `world_size` joins over `store`, as
 // InitProcessGroup does after opening its store: the ranks' host

@@ -82,6 +82,9 @@ absl::Status ElasticGroup::Form(int64_t epoch, std::vector<int> members) {
   if (comm_ == nullptr) return absl::InternalError("ElasticGroup: make_communicator returned no communicator");
   epoch_ = epoch;
   members_ = std::move(members);
+  // For observers (the launcher's "group re-formed" line): the epoch's size,
+  // once its communicator exists.
+  if (rank == 0) LOCKSTEP_RETURN_IF_ERROR(store_->Set(Key(epoch, "formed"), absl::StrCat(size)));
   return absl::OkStatus();
 }
 
@@ -132,7 +135,12 @@ absl::StatusOr<std::vector<int>> ElasticGroup::Shrink() {
     const Milliseconds slice = std::min<Milliseconds>(
         Milliseconds(20),
         std::max<Milliseconds>(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(settle_end - now)));
-    const bool all_here = store_->Wait({everyone}, slice).ok();
+    bool all_here = store_->Wait({everyone}, slice).ok();
+    if (!all_here) {
+      // Those a launcher saw exit will not come: with every missing one
+      // gone, nobody is left to wait for.
+      LOCKSTEP_ASSIGN_OR_RETURN(all_here, AllMissingGone(next));
+    }
     if (all_here || Clock::now() >= settle_end) {
       LOCKSTEP_ASSIGN_OR_RETURN(const int64_t count, store_->Add(Key(next, "arrivals"), 0));
       LOCKSTEP_ASSIGN_OR_RETURN(decision,
@@ -175,9 +183,13 @@ absl::StatusOr<int> ElasticGroup::AdmitNewcomers() {
   // Rank 0 decides from the newcomers registered so far; all read it.
   LOCKSTEP_ASSIGN_OR_RETURN(Tensor decided, Tensor::Zeros({1}, DType::kI64));
   if (rank() == 0) {
+    // One store round trip a step while nobody waits: the admitted count is
+    // read only when the registrations pass what this member knows of it.
     LOCKSTEP_ASSIGN_OR_RETURN(const int64_t joins, store_->Add(options_.store_prefix + "/joins", 0));
-    LOCKSTEP_ASSIGN_OR_RETURN(const int64_t admitted, store_->Add(options_.store_prefix + "/admitted", 0));
-    decided.data<int64_t>()[0] = joins - admitted;
+    if (joins > admitted_hint_) {
+      LOCKSTEP_ASSIGN_OR_RETURN(admitted_hint_, store_->Add(options_.store_prefix + "/admitted", 0));
+    }
+    decided.data<int64_t>()[0] = joins - admitted_hint_;
   }
   LOCKSTEP_RETURN_IF_ERROR(comm_->Broadcast(decided, 0)->Wait());
   const int64_t newcomers = decided.data<int64_t>()[0];
@@ -214,7 +226,48 @@ absl::StatusOr<int> ElasticGroup::AdmitNewcomers() {
   LOCKSTEP_ASSIGN_OR_RETURN(const std::string record, store_->Get(Key(next, "members"), options_.timeout));
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int> members, ParseIds(record, "a membership"));
   LOCKSTEP_RETURN_IF_ERROR(Form(next, std::move(members)));
+  admitted_hint_ += newcomers;
   return static_cast<int>(newcomers);
+}
+
+absl::StatusOr<bool> ElasticGroup::AllMissingGone(int64_t next) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const int64_t count, store_->Add(Key(next, "arrivals"), 0));
+  std::vector<std::string> keys;
+  for (int64_t k = 1; k <= count; ++k) keys.push_back(Key(next, "arrival/" + std::to_string(k)));
+  LOCKSTEP_ASSIGN_OR_RETURN(const std::vector<std::string> ids, store_->MultiGet(keys, options_.timeout));
+  std::vector<int> arrived;
+  for (const std::string& id : ids) {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int> one, ParseIds(id, "an arrival"));
+    arrived.insert(arrived.end(), one.begin(), one.end());
+  }
+  std::vector<std::string> gone;
+  for (int m : members_) {
+    if (std::find(arrived.begin(), arrived.end(), m) == arrived.end()) {
+      gone.push_back(GoneKey(options_.store_prefix, m));
+    }
+  }
+  if (gone.empty()) return true;
+  return store_->Check(gone);
+}
+
+std::string ElasticGroup::GoneKey(const std::string& store_prefix, int member) {
+  return absl::StrCat(store_prefix, "/gone/", member);
+}
+
+absl::Status ElasticGroup::MarkGone(Store& store, const std::string& store_prefix, int member) {
+  return store.Set(GoneKey(store_prefix, member), "1");
+}
+
+absl::Status ElasticGroup::WaitForNewcomers(int64_t count) {
+  if (count <= 0) return absl::OkStatus();
+  const std::string key = options_.store_prefix + "/join/" + std::to_string(count);
+  absl::Status s = store_->Wait({key}, options_.timeout);
+  if (!s.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat("ElasticGroup::WaitForNewcomers: member ", member_, " waited ",
+                                                    options_.timeout.count(), " ms for newcomer ", count,
+                                                    " to register: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(std::shared_ptr<Store> store, int member,
@@ -224,6 +277,7 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(std::shared_ptr
   const std::string& prefix = group->options_.store_prefix;
   LOCKSTEP_ASSIGN_OR_RETURN(const int64_t ticket, group->store_->Add(prefix + "/joins", 1));
   const std::string key = prefix + "/join/" + std::to_string(ticket);
+  group->admitted_hint_ = ticket - 1;
   LOCKSTEP_RETURN_IF_ERROR(group->store_->Set(key, absl::StrCat(member)));
   absl::StatusOr<std::string> epoch_text = group->store_->Get(key + "/epoch", group->options_.timeout);
   if (!epoch_text.ok()) {

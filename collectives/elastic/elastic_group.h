@@ -19,7 +19,8 @@
 // protocol, under `store_prefix` ("P") in the store:
 //   * Shrink, from epoch e: each survivor takes a ticket k from the counter
 //     "P/<e+1>/arrivals" and writes its id under "P/<e+1>/arrival/<k>";
-//     once all of epoch e's members have arrived, or `settle` has passed
+//     once all of epoch e's members have arrived or are marked gone
+//     (MarkGone: a launcher saw them exit), or `settle` has passed
 //     since its own arrival, it proposes to close the epoch at the count it
 //     sees ("shrink <n>") with one compare-and-set of "P/<e+1>/decision".
 //     The first proposal wins; every survivor reads it, and the members of
@@ -31,6 +32,8 @@
 //     the members of epoch e+1 are epoch e's and theirs. A member lost while
 //     admitting makes this fail like a collective, and Shrink then decides
 //     the epoch after.
+//   * Once an epoch's communicator exists its rank 0 writes "P/<e>/formed"
+//     (the member count): what an observer such as the launcher reads.
 //   * Each epoch's communicator is CreateTcpCommunicator (or
 //     options.make_communicator's) under "P/<epoch>/comm": the transports'
 //     hellos prove the group's secret, so a stranger who can write the store
@@ -95,6 +98,16 @@ class ElasticGroup {
   // Collective in this epoch: admits the newcomers waiting, if any, into a
   // new epoch. Returns how many were admitted.
   absl::StatusOr<int> AdmitNewcomers();
+  // Waits (up to options.timeout) until `count` newcomers have registered
+  // with Join since the group began: for a job that must not go on below
+  // its size, or a test that needs its replacement in.
+  absl::Status WaitForNewcomers(int64_t count);
+
+  // Says that `member` has ended for good (a launcher saw its process exit):
+  // a Shrink in progress stops waiting for it at once instead of after
+  // `settle`. The key is "<store_prefix>/gone/<member>".
+  static absl::Status MarkGone(Store& store, const std::string& store_prefix, int member);
+  static std::string GoneKey(const std::string& store_prefix, int member);
 
  private:
   ElasticGroup(std::shared_ptr<Store> store, int member, ElasticGroupOptions options)
@@ -102,6 +115,9 @@ class ElasticGroup {
   std::string Key(int64_t epoch, const std::string& what) const;
   // Forms the communicator of `epoch` with `members`.
   absl::Status Form(int64_t epoch, std::vector<int> members);
+  // Whether every member of this epoch that has not arrived for epoch
+  // `next` is marked gone.
+  absl::StatusOr<bool> AllMissingGone(int64_t next);
 
   std::shared_ptr<Store> store_;
   int member_;
@@ -109,6 +125,9 @@ class ElasticGroup {
   int64_t epoch_ = 0;
   std::vector<int> members_;
   std::unique_ptr<Communicator> comm_;
+  // At most the newcomers admitted so far (exact once read): spares
+  // AdmitNewcomers a store read while nobody waits.
+  int64_t admitted_hint_ = 0;
 };
 
 }  // namespace lockstep

@@ -1,5 +1,7 @@
 #include "tools/launch/agent.h"
 
+#include <set>
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -7,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -19,6 +22,7 @@
 #include "collectives/transport/tcp/address.h"
 #include "collectives/transport/tcp/socket.h"
 #include "core/status.h"
+#include "tools/launch/elastic_watch.h"
 #include "tools/launch/etcd_liveness.h"
 #include "tools/launch/group_state.h"
 #include "tools/launch/rendezvous.h"
@@ -223,9 +227,23 @@ class Agent {
   // etcd: the run is over (its key `ended`); says why, for a late agent.
   void MarkRunEnded(Store* run_store, const std::string& why);
 
+  // --fault_tolerant: the workers' store for this attempt (node 0 serves
+  // it, so that no worker's death takes it along) and what the agent
+  // follows of their elastic group.
+  absl::Status OpenWorkerStore(const GroupAssignment& group, int restarts);
+  // A local worker ended badly: restarted alone when its budget allows
+  // (true), else the attempt fails as without --fault_tolerant (false).
+  absl::StatusOr<bool> RestartAlone(const GroupAssignment& group, WorkerGroup& workers, const WorkerExit& e);
+  void SayElasticLines();
+
   const AgentOptions& o_;
   SignalForwarder* forwarder_;
   RendezvousStore store_;
+  std::shared_ptr<Store> worker_store_;     // --fault_tolerant, this attempt's prefix.
+  std::unique_ptr<ElasticWatch> watch_;     // --fault_tolerant.
+  std::vector<int> members_;                // --fault_tolerant: each local worker's member id.
+  std::vector<int> restarts_left_;          // --fault_tolerant: each local worker's.
+  std::set<int64_t> lost_nodes_;            // --fault_tolerant: agents found lost and gone on without.
   std::unique_ptr<EtcdLiveness> liveness_;  // etcd only.
   std::string address_;
   std::string hostname_ = Hostname();
@@ -352,6 +370,7 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
   auto next_check = SteadyClock::now();
   for (;;) {
     forwarder_->SetTargets(workers.RunningGroups());
+    if (watch_ != nullptr && watch_->pending()) SayElasticLines();
     if (const int sig = forwarder_->received(); sig != 0) {
       result.outcome = Outcome::kInterrupted;
       result.signal = sig;
@@ -362,7 +381,8 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
     }
     const auto now = SteadyClock::now();
     if (now >= next_check) {
-      next_check = now + tick;
+      // While a loss or a replacement is pending its line is due soon.
+      next_check = now + (watch_ != nullptr && watch_->pending() ? std::min(tick, milliseconds(10)) : tick);
       absl::Status beat = state.Heartbeat();
       absl::StatusOr<std::optional<FailureRecord>> failure =
           beat.ok() ? state.Failure() : absl::StatusOr<std::optional<FailureRecord>>(beat);
@@ -388,7 +408,18 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       if (!lost.ok()) {
         return StoreGoneResult(group, &workers, lost.status());
       }
-      if (lost->has_value()) {
+      if (lost->has_value() && watch_ != nullptr && (**lost).agent_id != group.nodes.front().agent_id) {
+        // Its workers died with it (parent-death signal); the survivors
+        // re-form without them. Node 0 holds the workers' store: not here.
+        const NodeInfo& node = **lost;
+        if (lost_nodes_.insert(node.agent_id).second) {
+          Say(absl::StrCat("node ", node.hostname, " (", node.host, ") sent no heartbeat for ",
+                           o_.rendezvous.heartbeat_timeout.count() / 1000.0,
+                           " s: its workers leave the group, which goes on without them (--fault_tolerant)"));
+          absl::Status counted = state.CountLostAsDone(node);
+          if (!counted.ok()) return StoreGoneResult(group, &workers, counted);
+        }
+      } else if (lost->has_value()) {
         const NodeInfo& node = **lost;
         int rank = 0;
         for (const NodeInfo& n : group.nodes) {
@@ -422,6 +453,14 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
         const WorkerExit& e = **ended;
         // A worker stopped by the signal we forwarded: report the signal.
         if (forwarder_->received() != 0) continue;
+        if (watch_ != nullptr) {
+          absl::StatusOr<bool> alone = RestartAlone(group, workers, e);
+          if (!alone.ok()) return StoreGoneResult(group, &workers, alone.status());
+          if (*alone) {
+            next_check = SteadyClock::now();  // Follow the re-formation closely from now on.
+            continue;
+          }
+        }
         FailureRecord r = WorkerFailure(group, workers, e);
         absl::Status published = state.PublishFailure(r);
         if (!published.ok()) {
@@ -450,6 +489,63 @@ AttemptResult Agent::Monitor(const GroupAssignment& group, GroupState& state, Wo
       return result;
     }
   }
+}
+
+absl::Status Agent::OpenWorkerStore(const GroupAssignment& group, int restarts) {
+  watch_.reset();
+  worker_store_.reset();
+  TcpStoreOptions options;
+  options.host = group.master_addr;
+  options.port = group.master_port;
+  options.is_server = group.group_rank == 0;
+  options.wait_for_workers = false;
+  options.token = group.worker_token;
+  options.timeout = o_.rendezvous.join_timeout;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(options);
+  if (!store.ok()) {
+    return absl::Status(
+        store.status().code(),
+        absl::StrCat("--fault_tolerant: ", options.is_server ? "serving" : "reaching", " the workers' store at ",
+                     group.master_addr, ":", group.master_port, ": ", store.status().message()));
+  }
+  // The workers' keys, as InitFromEnv prefixes them under an agent's store.
+  worker_store_ = std::make_shared<PrefixStore>(absl::StrCat("/worker/attempt_", restarts),
+                                                std::shared_ptr<Store>(*std::move(store)));
+  watch_ = std::make_unique<ElasticWatch>(worker_store_, group.world_size);
+  members_.clear();
+  restarts_left_.assign(static_cast<size_t>(o_.nproc), o_.flags.max_restarts);
+  for (int i = 0; i < o_.nproc; ++i) members_.push_back(group.rank_offset + i);
+  lost_nodes_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Agent::RestartAlone(const GroupAssignment& group, WorkerGroup& workers, const WorkerExit& e) {
+  const int rank = group.rank_offset + e.local_rank;
+  const size_t i = static_cast<size_t>(e.local_rank);
+  LOCKSTEP_RETURN_IF_ERROR(watch_->Lost(rank, members_[i], e.status.ToString()));
+  if (restarts_left_[i] <= 0) {
+    Say(absl::StrCat("worker ", rank, " lost (", e.status.ToString(), "); no restarts left for it (--max_restarts ",
+                     o_.flags.max_restarts, ")"));
+    return false;
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(const int member, watch_->NewMember());
+  absl::Status restarted = workers.Restart(
+      e.local_rank, {{"LOCKSTEP_ELASTIC_JOIN", "1"}, {"LOCKSTEP_ELASTIC_MEMBER", absl::StrCat(member)}});
+  if (!restarted.ok()) {
+    Say(absl::StrCat("worker ", rank, " lost (", e.status.ToString(),
+                     "); restarting it failed: ", restarted.message()));
+    return false;
+  }
+  --restarts_left_[i];
+  members_[i] = member;
+  watch_->Restarted(rank, member);
+  return true;
+}
+
+void Agent::SayElasticLines() {
+  absl::StatusOr<std::vector<std::string>> lines = watch_->Poll();
+  if (!lines.ok()) return;  // The store's trouble shows in the next tick's heartbeat.
+  for (const std::string& line : *lines) Say(line);
 }
 
 void Agent::MarkRunEnded(Store* run_store, const std::string& why) {
@@ -560,7 +656,14 @@ int Agent::Run() {
     if (!log_dir->empty()) spec.attempt_log_dir = absl::StrCat(*log_dir, "/attempt_", round);
     spec.env.restart_count = restarts;
     AttemptResult result;
-    absl::StatusOr<std::unique_ptr<WorkerGroup>> workers = WorkerGroup::Start(spec, *group);
+    absl::StatusOr<std::unique_ptr<WorkerGroup>> workers = absl::FailedPreconditionError("not started");
+    if (f.fault_tolerant) {
+      spec.restartable = true;
+      spec.extra_env = {{"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+      absl::Status opened = OpenWorkerStore(*group, restarts);
+      if (!opened.ok()) workers = opened;
+    }
+    if (!f.fault_tolerant || worker_store_ != nullptr) workers = WorkerGroup::Start(spec, *group);
     if (!workers.ok()) {
       result.failure = AgentFailure(*group, std::string(workers.status().message()), true);
       (void)state.PublishFailure(result.failure);

@@ -159,7 +159,9 @@ absl::Status GroupState::Heartbeat() {
 absl::StatusOr<std::optional<NodeInfo>> GroupState::StaleAgent(milliseconds timeout) {
   if (liveness_ != nullptr) {
     std::vector<int64_t> others;
-    for (const auto& [id, seen] : heartbeats_) others.push_back(id);
+    for (const auto& [id, seen] : heartbeats_) {
+      if (lost_.count(id) == 0) others.push_back(id);
+    }
     absl::StatusOr<std::optional<int64_t>> lost = liveness_->Lost(others, timeout);
     if (!lost.ok()) return lost.status();
     if (!lost->has_value()) return std::optional<NodeInfo>();
@@ -181,6 +183,10 @@ absl::StatusOr<std::optional<NodeInfo>> GroupState::StaleAgent(milliseconds time
   if (!counters.ok() && counters.status().code() != absl::StatusCode::kDeadlineExceeded) return counters.status();
   size_t k = 0;
   for (auto& [id, seen] : heartbeats_) {
+    if (lost_.count(id) != 0) {  // Reported once (a fault-tolerant job goes on without it).
+      ++k;
+      continue;
+    }
     absl::StatusOr<int64_t> value = int64_t{0};
     if (counters.ok()) {
       if (!absl::SimpleAtoi((*counters)[k], &*value)) {
@@ -213,6 +219,23 @@ absl::StatusOr<int64_t> GroupState::NodesWaiting() {
 }
 
 absl::Status GroupState::MarkDone() {
+  if (absl::Status s = store_->Set(absl::StrCat(Key("done/"), agent_id_), "1"); !s.ok()) return s;
+  return CountDone();
+}
+
+absl::Status GroupState::CountLostAsDone(const NodeInfo& node) {
+  absl::StatusOr<bool> done = store_->Check({absl::StrCat(Key("done/"), node.agent_id)});
+  if (!done.ok()) return done.status();
+  if (*done) return absl::OkStatus();  // Counted by itself before it was lost.
+  // One agent counts it: the first to claim it.
+  const std::string me = absl::StrCat(agent_id_);
+  absl::StatusOr<std::string> claim = store_->CompareSet(absl::StrCat(Key("lost_done/"), node.agent_id), "", me);
+  if (!claim.ok()) return claim.status();
+  if (*claim != me) return absl::OkStatus();
+  return CountDone();
+}
+
+absl::Status GroupState::CountDone() {
   absl::StatusOr<int64_t> done = store_->Add(Key("done"), 1);
   if (!done.ok()) return done.status();
   if (*done >= group_.group_world_size) return store_->Set(Key("all_done"), "1");

@@ -113,6 +113,9 @@ class GroupState {
 
   // This node's workers all succeeded.
   absl::Status MarkDone();
+  // lockstep-run --fault_tolerant: a node found lost (StaleAgent) will not
+  // say MarkDone; one surviving agent counts it, unless it had.
+  absl::Status CountLostAsDone(const NodeInfo& node);
   // True when every node's workers succeeded (waits up to `timeout`).
   absl::StatusOr<bool> WaitAllDone(std::chrono::milliseconds timeout);
 
@@ -135,6 +138,7 @@ class GroupState {
 
  private:
   std::string Key(const char* what) const;
+  absl::Status CountDone();
 
   Store* store_;
   GroupAssignment group_;

@@ -50,13 +50,14 @@ struct FlagDef {
 };
 
 constexpr FlagDef kFlags[] = {
-    {"help", 'h', false},          {"nnodes", 0, true},        {"nproc_per_node", 0, true},
-    {"rdzv_backend", 0, true},     {"rdzv_endpoint", 0, true}, {"rdzv_id", 0, true},
-    {"rdzv_conf", 0, true},        {"standalone", 0, false},   {"max_restarts", 0, true},
-    {"monitor_interval", 0, true}, {"start_method", 0, true},  {"role", 0, true},
-    {"module", 'm', false},        {"no_python", 0, false},    {"run_path", 0, false},
-    {"log_dir", 0, true},          {"redirects", 'r', true},   {"tee", 't', true},
-    {"node_rank", 0, true},        {"master_addr", 0, true},   {"master_port", 0, true},
+    {"help", 'h', false},      {"nnodes", 0, true},           {"nproc_per_node", 0, true},
+    {"rdzv_backend", 0, true}, {"rdzv_endpoint", 0, true},    {"rdzv_id", 0, true},
+    {"rdzv_conf", 0, true},    {"standalone", 0, false},      {"fault_tolerant", 0, false},
+    {"max_restarts", 0, true}, {"monitor_interval", 0, true}, {"start_method", 0, true},
+    {"role", 0, true},         {"module", 'm', false},        {"no_python", 0, false},
+    {"run_path", 0, false},    {"log_dir", 0, true},          {"redirects", 'r', true},
+    {"tee", 't', true},        {"node_rank", 0, true},        {"master_addr", 0, true},
+    {"master_port", 0, true},
 };
 
 // The flag a long name (underscores already) stands for: exact, else a
@@ -146,6 +147,7 @@ absl::Status SetValue(LaunchFlags* flags, const std::string& dest, const std::st
 void SetSwitch(LaunchFlags* flags, const std::string& dest, bool on) {
   if (dest == "help") flags->help = on;
   if (dest == "standalone") flags->standalone = on;
+  if (dest == "fault_tolerant") flags->fault_tolerant = on;
   if (dest == "module") flags->module = on;
   if (dest == "no_python") flags->no_python = on;
   if (dest == "run_path") flags->run_path = on;
@@ -470,7 +472,7 @@ std::string LaunchUsage() {
   return R"(usage: lockstep-run [-h] [--nnodes NNODES] [--nproc_per_node NPROC_PER_NODE]
                     [--rdzv_backend RDZV_BACKEND] [--rdzv_endpoint RDZV_ENDPOINT]
                     [--rdzv_id RDZV_ID] [--rdzv_conf RDZV_CONF] [--standalone]
-                    [--max_restarts MAX_RESTARTS] [--monitor_interval MONITOR_INTERVAL]
+                    [--fault_tolerant] [--max_restarts MAX_RESTARTS] [--monitor_interval MONITOR_INTERVAL]
                     [--start_method {spawn,fork,forkserver}] [--role ROLE] [-m]
                     [--no_python] [--run_path] [--log_dir LOG_DIR] [-r REDIRECTS]
                     [-t TEE] [--node_rank NODE_RANK] [--master_addr MASTER_ADDR]
@@ -527,9 +529,16 @@ options:
                         etcd_prefix (default /lockstep-run).
   --standalone          Start a local standalone rendezvous on a free port; one node.
                         --rdzv_backend, --rdzv_endpoint, --nnodes are ignored.
+  --fault_tolerant      A lost worker does not stop the others: they re-form a
+                        smaller group and go on (workers run with --fault_tolerant,
+                        trainers/fault_tolerant_rank.h), and only the lost worker
+                        restarts, up to --max_restarts times per worker, joining
+                        the running group. The agent of node 0 holds the workers'
+                        store, so losing node 0 ends the job; another node's loss
+                        shrinks the group by its ranks.
   --max_restarts MAX_RESTARTS
-                        Maximum number of worker group restarts before failing.
-                        (default 0)
+                        Maximum number of worker group restarts before failing
+                        (--fault_tolerant: of each worker alone). (default 0)
   --monitor_interval MONITOR_INTERVAL
                         Interval, in seconds, to monitor the state of workers.
                         (default 5)

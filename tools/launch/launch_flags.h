@@ -59,6 +59,7 @@ struct LaunchFlags {
   std::string rdzv_id = "none";
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
+  bool fault_tolerant = false;  // Restart a lost worker alone; the others go on.
   int max_restarts = 0;
   double monitor_interval_s = 5;
   std::string start_method = "spawn";  // Accepted for compatibility; workers are always exec'd.

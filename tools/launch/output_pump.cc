@@ -72,7 +72,21 @@ OutputPump::OutputPump(size_t tail_lines, int stdout_fd, int stderr_fd)
 
 OutputPump::~OutputPump() { Finish(SteadyClock::now()); }
 
+void OutputPump::AddLate(OutputStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++added_[stream.local_rank];
+    late_.push_back(std::move(stream));
+  }
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
+}
+
 void OutputPump::Add(OutputStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++added_[stream.local_rank];
+  }
   Stream s;
   s.out = std::move(stream);
   streams_.push_back(std::move(s));
@@ -93,7 +107,7 @@ void OutputPump::Finish(Deadline deadline) {
 
 void OutputPump::WaitEof(int local_rank, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  eof_cv_.wait_until(lock, deadline, [&] { return stopped_ || eofs_[local_rank] >= 2; });
+  eof_cv_.wait_until(lock, deadline, [&] { return stopped_ || eofs_[local_rank] >= added_[local_rank]; });
 }
 
 std::string OutputPump::Tail(int local_rank) const {
@@ -128,6 +142,15 @@ void OutputPump::Run() {
   std::vector<Stream*> owners;
   char buffer[65536];
   for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (OutputStream& out : late_) {
+        Stream s;
+        s.out = std::move(out);
+        streams_.push_back(std::move(s));
+      }
+      late_.clear();
+    }
     fds.clear();
     owners.clear();
     fds.push_back(pollfd{wake_.get(), POLLIN, 0});
@@ -136,7 +159,7 @@ void OutputPump::Run() {
       fds.push_back(pollfd{s.out.read_end.get(), POLLIN, 0});
       owners.push_back(&s);
     }
-    if (owners.empty()) break;
+    if (owners.empty() && (!late_adds_ || finishing_.load())) break;
     int timeout = -1;
     if (finishing_.load()) {
       const Deadline deadline{

@@ -92,7 +92,12 @@ class OutputPump {
 
   // Before Start only.
   void Add(OutputStream stream);
+  // Before Start: the pump keeps running when every pipe is at EOF, until
+  // Finish, so that AddLate can bring new ones (a restarted worker's).
+  void AllowLateAdds() { late_adds_ = true; }
   void Start();
+  // While running (AllowLateAdds): another pipe, read from the next poll.
+  void AddLate(OutputStream stream);
   // Reads until every pipe is at EOF or `deadline` passes, then stops.
   void Finish(Deadline deadline);
   // Waits until both pipes of `local_rank` are at EOF (its output is all
@@ -121,7 +126,10 @@ class OutputPump {
   mutable std::mutex mu_;
   std::map<int, std::deque<std::string>> tails_;  // Guarded by mu_.
   std::map<int, int> eofs_;                       // Guarded by mu_: pipes at EOF per local rank.
-  bool stopped_ = false;                          // Guarded by mu_.
+  std::map<int, int> added_;                      // Guarded by mu_: pipes added per local rank.
+  std::vector<OutputStream> late_;                // Guarded by mu_: AddLate's, not yet polled.
+  bool late_adds_ = false;
+  bool stopped_ = false;  // Guarded by mu_.
   std::condition_variable eof_cv_;
 };
 

@@ -31,8 +31,8 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Fd> OpenLog(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+absl::StatusOr<Fd> OpenLog(const std::string& path, bool append) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) {
     return absl::PermissionDeniedError(
         absl::StrCat("lockstep-run: cannot open the log file ", path, ": ", std::strerror(errno)));
@@ -44,52 +44,85 @@ absl::StatusOr<Fd> OpenLog(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerSpec& spec, const GroupAssignment& group) {
   std::unique_ptr<WorkerGroup> g(new WorkerGroup(spec.tail_lines));
+  g->spec_ = spec;
+  g->group_ = group;
+  if (spec.restartable) g->pump_.AllowLateAdds();
   for (int local_rank = 0; local_rank < spec.nproc; ++local_rank) {
-    const int rank = group.rank_offset + local_rank;
-    std::string dir;
-    if (!spec.attempt_log_dir.empty()) {
-      dir = absl::StrCat(spec.attempt_log_dir, "/", local_rank);
-      LOCKSTEP_RETURN_IF_ERROR(MakeDirs(dir));
-    }
-    SubprocessOptions options;
-    // The guard leads the worker's process group and ends it if this agent
-    // dies (tools/launch/worker_guard.h).
-    options.argv = GuardedArgv(spec.argv);
-    options.env = WorkerEnvironment(group, local_rank, spec.env);
-    options.new_process_group = true;
-    options.parent_death_signal = WorkerGuardDeathSignal();
-    Fd write_ends[2];
-    for (int stream = 0; stream < 2; ++stream) {
-      int p[2];
-      if (::pipe2(p, O_CLOEXEC) != 0) {
-        return absl::InternalError(absl::StrCat("lockstep-run: pipe2 for rank ", rank, ": ", std::strerror(errno)));
-      }
-      const int bit = stream == 0 ? kStdOut : kStdErr;
-      OutputStream out;
-      out.read_end = Fd(p[0]);
-      write_ends[stream] = Fd(p[1]);
-      out.rank = rank;
-      out.local_rank = local_rank;
-      out.is_stderr = stream == 1;
-      out.to_console = (spec.redirects.For(local_rank) & bit) == 0 || (spec.tee.For(local_rank) & bit) != 0;
-      if (!dir.empty()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(out.log_file,
-                                  OpenLog(absl::StrCat(dir, stream == 0 ? "/stdout.log" : "/stderr.log")));
-      }
-      g->pump_.Add(std::move(out));
-    }
-    options.stdout_fd = write_ends[0].get();
-    options.stderr_fd = write_ends[1].get();
-    absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
-    if (!child.ok()) {
-      return absl::Status(child.status().code(), absl::StrCat("lockstep-run: starting rank ", rank, " (local_rank ",
-                                                              local_rank, "): ", child.status().message()));
-    }
-    g->workers_.push_back(*std::move(child));
-  }  // The write ends close here: the pipes reach EOF when the workers end.
+    LOCKSTEP_ASSIGN_OR_RETURN(Subprocess child, g->Spawn(local_rank, {}, /*late=*/false));
+    g->workers_.push_back(std::move(child));
+  }
   g->pump_.Start();
   return g;
 }
+
+absl::Status WorkerGroup::Restart(int local_rank, const std::vector<std::pair<std::string, std::string>>& extra_env) {
+  if (!spec_.restartable || local_rank < 0 || local_rank >= static_cast<int>(workers_.size()) ||
+      !workers_[local_rank].reaped()) {
+    return absl::FailedPreconditionError(absl::StrCat("lockstep-run: local rank ", local_rank,
+                                                      " cannot be restarted alone (not ended, or the group ",
+                                                      "was not started restartable)"));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(Subprocess child, Spawn(local_rank, extra_env, /*late=*/true));
+  workers_[local_rank] = std::move(child);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Subprocess> WorkerGroup::Spawn(int local_rank,
+                                              const std::vector<std::pair<std::string, std::string>>& extra_env,
+                                              bool late) {
+  const int rank = group_.rank_offset + local_rank;
+  std::string dir;
+  if (!spec_.attempt_log_dir.empty()) {
+    dir = absl::StrCat(spec_.attempt_log_dir, "/", local_rank);
+    LOCKSTEP_RETURN_IF_ERROR(MakeDirs(dir));
+  }
+  SubprocessOptions options;
+  // The guard leads the worker's process group and ends it if this agent
+  // dies (tools/launch/worker_guard.h).
+  options.argv = GuardedArgv(spec_.argv);
+  options.env = WorkerEnvironment(group_, local_rank, spec_.env);
+  for (const auto& kv : spec_.extra_env) options.env.push_back(kv);
+  for (const auto& kv : extra_env) options.env.push_back(kv);
+  options.new_process_group = true;
+  options.parent_death_signal = WorkerGuardDeathSignal();
+  Fd write_ends[2];
+  std::vector<OutputStream> streams;
+  for (int stream = 0; stream < 2; ++stream) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      return absl::InternalError(absl::StrCat("lockstep-run: pipe2 for rank ", rank, ": ", std::strerror(errno)));
+    }
+    const int bit = stream == 0 ? kStdOut : kStdErr;
+    OutputStream out;
+    out.read_end = Fd(p[0]);
+    write_ends[stream] = Fd(p[1]);
+    out.rank = rank;
+    out.local_rank = local_rank;
+    out.is_stderr = stream == 1;
+    out.to_console = (spec_.redirects.For(local_rank) & bit) == 0 || (spec_.tee.For(local_rank) & bit) != 0;
+    if (!dir.empty()) {
+      // A restarted worker's output follows its predecessor's in the file.
+      LOCKSTEP_ASSIGN_OR_RETURN(out.log_file,
+                                OpenLog(absl::StrCat(dir, stream == 0 ? "/stdout.log" : "/stderr.log"), late));
+    }
+    streams.push_back(std::move(out));
+  }
+  options.stdout_fd = write_ends[0].get();
+  options.stderr_fd = write_ends[1].get();
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  if (!child.ok()) {
+    return absl::Status(child.status().code(), absl::StrCat("lockstep-run: starting rank ", rank, " (local_rank ",
+                                                            local_rank, "): ", child.status().message()));
+  }
+  for (OutputStream& out : streams) {
+    if (late) {
+      pump_.AddLate(std::move(out));
+    } else {
+      pump_.Add(std::move(out));
+    }
+  }
+  return child;
+}  // The write ends close here: the pipes reach EOF when the worker ends.
 
 WorkerGroup::~WorkerGroup() { Stop(std::chrono::milliseconds(0)); }
 

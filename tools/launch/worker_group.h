@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,11 @@ struct WorkerSpec {
   // <log_dir>/<local_rank>/{stdout,stderr}.log.
   std::string attempt_log_dir;
   size_t tail_lines = 20;
+  // Workers may be restarted one at a time (Restart: lockstep-run
+  // --fault_tolerant).
+  bool restartable = false;
+  // Set on top of every worker's environment.
+  std::vector<std::pair<std::string, std::string>> extra_env;
 };
 
 struct WorkerExit {
@@ -64,6 +70,10 @@ class WorkerGroup {
   // SIGTERM to every running worker's group; SIGKILL once `grace` passed;
   // reaps them all and drains their output.
   void Stop(std::chrono::milliseconds grace);
+  // Starts an ended worker again, alone, with its environment and
+  // `extra_env` (appended: it wins); its output follows its predecessor's.
+  // Only for a group started with spec.restartable.
+  absl::Status Restart(int local_rank, const std::vector<std::pair<std::string, std::string>>& extra_env);
   // Process group ids of the workers still running (for signal forwarding).
   std::vector<pid_t> RunningGroups() const;
   // The last lines of a worker's output.
@@ -73,6 +83,11 @@ class WorkerGroup {
 
  private:
   explicit WorkerGroup(size_t tail_lines) : pump_(tail_lines) {}
+  // One worker's process, its pipes added to the pump (`late`: running).
+  absl::StatusOr<Subprocess> Spawn(int local_rank, const std::vector<std::pair<std::string, std::string>>& extra_env,
+                                   bool late);
+  WorkerSpec spec_;
+  GroupAssignment group_;
   std::vector<Subprocess> workers_;
   OutputPump pump_;
   bool drained_ = false;

@@ -97,6 +97,17 @@ struct TorchDdp::State {
   bool finalize_queued = false;
   // A reduction that failed inside backward: every later Forward returns it.
   absl::Status error;
+  bool fault_tolerant = false;  // DdpOptions::fault_tolerant.
+
+  // A failed reduction: with fault_tolerant no gradient keeps a partial sum.
+  void Fail(const absl::Status& status) {
+    error = status;
+    if (!fault_tolerant || module == nullptr) return;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : module->parameters(/*recurse=*/true)) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
   // The parameters' AccumulateGrad nodes (the variables hold them weakly)
   // and our hooks' keys on them.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
@@ -114,7 +125,7 @@ struct TorchDdp::State {
     }
     const absl::Status status = s->reducer->MarkReady(index);
     if (!status.ok()) {
-      s->error = status;
+      s->Fail(status);
       s->expect_hooks = false;
       lock.unlock();
       RaiseInBackward(status);
@@ -130,7 +141,7 @@ struct TorchDdp::State {
     s->expect_hooks = false;
     const absl::Status status = s->reducer->FinalizeBackward();
     if (!status.ok()) {
-      s->error = status;
+      s->Fail(status);
       lock.unlock();
       RaiseInBackward(status);
     }
@@ -178,6 +189,7 @@ absl::StatusOr<std::unique_ptr<TorchDdp>> TorchDdp::Create(torch::nn::Module& mo
 
     State& s = *ddp->state_;
     s.module = &module;
+    s.fault_tolerant = options.fault_tolerant;
     s.has_buffers = buffers.size() > 0;
     LOCKSTEP_ASSIGN_OR_RETURN(s.reducer, Reducer::Create(std::make_unique<TorchSlots>(params, std::move(values)),
                                                          ddp->names_, comm, reducer_options));
