@@ -71,7 +71,8 @@ run_step asan bazel test --config=asan //core/... //data/... //collectives/... /
   //fsdp/... //dp/... //trainers/... //tests/... //tools/... //interop/... -- -//collectives:communicator_test \
   -//tools/scale_lab:lab_test -//tools/scale_lab:delay_link_test \
   -//tools/install/... -//tests/cmake_consumer/... -//python/... -//tests:header_examples_check \
-  -//interop/torch/c10d:pytorch_suite_test -//interop/torch/trainers:torch_trainers_test
+  -//interop/torch/c10d:pytorch_suite_test -//interop/torch/trainers:torch_trainers_test \
+  -//trainers:fault_tolerant_kill_test
 # The libtorch trainers under ASan without the full-width ResNet-18 resume
 # (3 minutes alone under ASan on a quiet machine; it runs in the plain step,
 # and the Transformer's resume covers the same code under ASan).
@@ -102,7 +103,8 @@ run_step tsan bazel test --config=tsan //core:thread_pool_test //core:subprocess
   //collectives/store:file_store_test //collectives/bootstrap:init_method_test \
   //ddp:join_test //ddp:sync_batch_norm_test //ddp:powersgd_hook_test //ddp:zero_redundancy_optimizer_test \
   //ddp:local_sgd_test //collectives:worker_wake_test //collectives/internal:op_queue_test \
-  //collectives/store/etcd:etcd_store_test //collectives/elastic:elastic_group_test //ddp:heal_test
+  //collectives/store/etcd:etcd_store_test //collectives/elastic:elastic_group_test //ddp:heal_test \
+  //trainers:fault_tolerant_loop_test
 # The communicator grids without their large cases (TSan is ~10x slower).
 run_step tsan-grid bazel test --config=tsan //collectives:communicator_test \
   "--test_arg=--gtest_filter=CommunicatorTest.*:*EveryOpDtypeAndReduceOp/?"

@@ -96,6 +96,7 @@ constexpr char kDdpUsage[] =
     "--powersgd_start_iter=1000\n"
     "  --find_unused_parameters  --gradient_as_bucket_view  --static_graph  --backend=auto|nccl|host\n"
     "  --uneven_shards  --sync_bn  --zero  --fsdp  --fsdp_units=PATH,...\n"
+    "  --fault_tolerant  --ft_log_dir=DIR  --ft_settle=1  --ft_admit_every=10 (with lockstep-run --fault_tolerant)\n"
     "  --local_sgd_period=N  --local_sgd_start_iter=100  --local_sgd_group_size=N\n";
 
 // NCCL for the gradients when collectives/bootstrap/backend_choice.h picks it on every

@@ -32,8 +32,8 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view spec) {
     if (at.size() != 2) return bad();
     std::vector<absl::string_view> nums = absl::StrSplit(at[1], ':');
     int64_t step = 0, n = 0;
-    if (nums.size() != 2 || !absl::SimpleAtoi(nums[0], &step) || !absl::SimpleAtoi(nums[1], &n) || step < 0 ||
-        n < 0 || n > (int64_t{1} << 30)) {
+    if (nums.size() != 2 || !absl::SimpleAtoi(nums[0], &step) || !absl::SimpleAtoi(nums[1], &n) || step < 0 || n < 0 ||
+        n > (int64_t{1} << 30)) {
       return bad();
     }
     if (at[0] == "await") {

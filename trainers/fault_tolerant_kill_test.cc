@@ -76,10 +76,10 @@ std::string Read(const std::string& path) {
 }
 
 struct Kill {
-  std::string spec;    // LOCKSTEP_FT_KILL
-  std::string point;   // what the seed chose
-  int victims = 1;     // workers killed
-  bool hook = false;   // the run reduces through allreduce_hook
+  std::string spec;   // LOCKSTEP_FT_KILL
+  std::string point;  // what the seed chose
+  int victims = 1;    // workers killed
+  bool hook = false;  // the run reduces through allreduce_hook
 };
 
 // The seed's choice: a point, a step in [3, 9], and the victims.
@@ -235,7 +235,8 @@ TEST_P(FaultTolerantKillTest, TheGroupGoesOnAndTheTrajectoryIsTheReferences) {
   ASSERT_TRUE(status->success()) << status->ToString();
 
   // The launcher's lines: each victim lost, the group re-formed, each back.
-  const std::regex lost(R"(\[lockstep-run\] worker (\d) lost \(killed by signal 9[^;]*; group re-formed with (\d) ranks in [0-9.]+ s)");
+  const std::regex lost(
+      R"(\[lockstep-run\] worker (\d) lost \(killed by signal 9[^;]*; group re-formed with (\d) ranks in [0-9.]+ s)");
   const std::regex back(R"(\[lockstep-run\] worker (\d) rejoined after [0-9.]+ s)");
   const auto count = [&](const std::regex& re) {
     return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());

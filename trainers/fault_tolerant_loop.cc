@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <utility>
@@ -71,12 +71,15 @@ class Loop {
     const int64_t mine = sampler_->size();
     return (mine + o_.loop.batch_size - 1) / o_.loop.batch_size;
   }
-  std::vector<int64_t> BatchOf(const ElasticSampler& s, int64_t b) const {
-    std::vector<int64_t> idx = s.Indices();
-    const int64_t lo = std::min<int64_t>(b * o_.loop.batch_size, idx.size());
-    const int64_t hi = std::min<int64_t>(lo + o_.loop.batch_size, idx.size());
-    return std::vector<int64_t>(idx.begin() + lo, idx.begin() + hi);
+  std::vector<int64_t> BatchOf(const std::vector<int64_t>& list, int64_t b) const {
+    const int64_t lo = std::min<int64_t>(b * o_.loop.batch_size, list.size());
+    const int64_t hi = std::min<int64_t>(lo + o_.loop.batch_size, list.size());
+    return std::vector<int64_t>(list.begin() + lo, list.begin() + hi);
   }
+  // This rank's entries of the current list (and, when logging, every
+  // rank's), computed once per change of the sampler: an epoch's order is a
+  // permutation of the whole dataset.
+  absl::Status Refresh();
 
   const FaultTolerantOptions& o_;
   const FaultTolerantParts& p_;
@@ -84,11 +87,13 @@ class Loop {
   std::shared_ptr<std::atomic<int64_t>> step_;
   std::unique_ptr<ModelStepper> stepper_;
   std::optional<ElasticSampler> sampler_;
+  std::vector<std::vector<int64_t>> lists_;  // By rank; empty: to compute (Refresh).
+  std::vector<int64_t> mine_;
   int64_t epoch_ = 0;
   int64_t batch_ = 0;  // Batches committed of the current list.
   bool reformed_ = false;
   bool healed_once_ = false;  // A newcomer's first healing is said even at step 0.
-  Fd log_;  // <log_dir>/member-<id>.jsonl, appended.
+  Fd log_;                    // <log_dir>/member-<id>.jsonl, appended.
   FaultTolerantResult result_;
 };
 
@@ -104,8 +109,8 @@ absl::Status Loop::Reform(const absl::Status& why) {
   std::string cause(why.message().substr(0, 160));
   std::replace(cause.begin(), cause.end(), '\n', ' ');
   std::printf("%s: %s; member(s) %s lost; group re-formed with %d of %d ranks in %.3f s (epoch %lld)\n",
-              Prefix().c_str(), cause.c_str(), lost.empty() ? "none" : absl::StrJoin(lost, ",").c_str(),
-              group_.size(), old_size, s, static_cast<long long>(group_.epoch()));
+              Prefix().c_str(), cause.c_str(), lost.empty() ? "none" : absl::StrJoin(lost, ",").c_str(), group_.size(),
+              old_size, s, static_cast<long long>(group_.epoch()));
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -114,9 +119,8 @@ absl::Status Loop::Heal(bool* collective_failed) {
   *collective_failed = false;
   const Clock::time_point t0 = Clock::now();
   if (reformed_ && o_.inject.Kills(KillPoint::kAgreement, step_->load(), group_.member())) KillSelf();
-  std::map<std::string, std::string> state = {{kEpochKey, absl::StrCat(epoch_)},
-                                              {kBatchKey, absl::StrCat(batch_)},
-                                              {kSamplerKey, sampler_->State()}};
+  std::map<std::string, std::string> state = {
+      {kEpochKey, absl::StrCat(epoch_)}, {kBatchKey, absl::StrCat(batch_)}, {kSamplerKey, sampler_->State()}};
   absl::StatusOr<HealResult> healed = HealFromPeer(group_.comm(), step_->load(), *p_.model, p_.optimizer, &state);
   if (!healed.ok()) {
     *collective_failed = true;
@@ -131,6 +135,7 @@ absl::Status Loop::Heal(bool* collective_failed) {
     // Its rank 0 here: the world is set by the re-deal below.
     sampler_->SetEpoch(epoch_);
     LOCKSTEP_RETURN_IF_ERROR(sampler_->SetState(state[kSamplerKey], 0));
+    mine_.clear();
     step_->store(healed->step);
     if (before != healed->step || (p_.joined && !healed_once_)) {
       std::printf("%s: healed from rank %d: step %lld -> %lld\n", Prefix().c_str(), healed->source,
@@ -143,7 +148,9 @@ absl::Status Loop::Heal(bool* collective_failed) {
   // what the committed steps left to the group of now, identically.
   if (sampler_->world() != group_.size() || sampler_->rank() != group_.rank() || reformed_) {
     const int64_t consumed = batch_ * o_.loop.batch_size * sampler_->world();
-    LOCKSTEP_RETURN_IF_ERROR(sampler_->Reshard(std::min(consumed, sampler_->list_size()), group_.size(), group_.rank()));
+    LOCKSTEP_RETURN_IF_ERROR(
+        sampler_->Reshard(std::min(consumed, sampler_->list_size()), group_.size(), group_.rank()));
+    mine_.clear();
     batch_ = 0;
   }
   std::unique_ptr<CommHook> hook;
@@ -160,6 +167,23 @@ absl::Status Loop::Heal(bool* collective_failed) {
   stepper_ = *std::move(stepper);
   reformed_ = false;
   if (result_.reformations + result_.admissions > 0) result_.reform_seconds += Seconds(Clock::now() - t0);
+  return absl::OkStatus();
+}
+
+absl::Status Loop::Refresh() {
+  if (!mine_.empty() || sampler_->size() == 0) return absl::OkStatus();
+  mine_ = sampler_->Indices();
+  if (!log_.valid()) return absl::OkStatus();
+  lists_.assign(static_cast<size_t>(group_.size()), {});
+  for (int r = 0; r < group_.size(); ++r) {
+    if (r == group_.rank()) {
+      lists_[r] = mine_;
+      continue;
+    }
+    ElasticSampler other = *sampler_;
+    LOCKSTEP_RETURN_IF_ERROR(other.SetState(sampler_->State(), r));
+    lists_[r] = other.Indices();
+  }
   return absl::OkStatus();
 }
 
@@ -205,10 +229,8 @@ absl::Status Loop::Log() {
   // Every rank's batch of the step just committed, from copies of this
   // member's sampler (the same list on every member).
   std::vector<std::string> batches;
-  for (int r = 0; r < group_.size(); ++r) {
-    ElasticSampler other = *sampler_;
-    LOCKSTEP_RETURN_IF_ERROR(other.SetState(sampler_->State(), r));
-    batches.push_back(absl::StrCat("[", absl::StrJoin(BatchOf(other, batch_ - 1), ","), "]"));
+  for (const std::vector<int64_t>& list : lists_) {
+    batches.push_back(absl::StrCat("[", absl::StrJoin(BatchOf(list, batch_ - 1), ","), "]"));
   }
   const std::string line = absl::StrFormat(
       "{\"step\":%d,\"epoch\":%d,\"group_epoch\":%d,\"world\":%d,\"rank\":%d,\"member\":%d,\"checksum\":\"%s\","
@@ -274,12 +296,17 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
       ++epoch_;
       batch_ = 0;
       sampler_->SetEpoch(epoch_);
+      mine_.clear();
       continue;
     }
     if (o_.inject.await_step >= 0 && step_->load() == o_.inject.await_step) {
       LOCKSTEP_RETURN_IF_ERROR(group_.WaitForNewcomers(o_.inject.await_count));
     }
-    absl::StatusOr<int> admitted = group_.AdmitNewcomers();
+    // Every admit_every steps (by step number, so every member asks at the
+    // same ones): one store read on rank 0 and a small broadcast.
+    const bool ask =
+        o_.admit_every <= 1 || step_->load() % o_.admit_every == 0 || o_.inject.await_step == step_->load();
+    absl::StatusOr<int> admitted = ask ? group_.AdmitNewcomers() : absl::StatusOr<int>(0);
     if (!admitted.ok()) {
       collective_failed = true;
       LOCKSTEP_RETURN_IF_ERROR(failed(admitted.status()));
@@ -296,7 +323,8 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
       std::fflush(stdout);
       continue;
     }
-    const std::vector<int64_t> batch = BatchOf(*sampler_, batch_);
+    LOCKSTEP_RETURN_IF_ERROR(Refresh());
+    const std::vector<int64_t> batch = BatchOf(mine_, batch_);
     absl::Status stepped = Step(batch, &collective_failed);
     if (!stepped.ok()) {
       LOCKSTEP_RETURN_IF_ERROR(failed(stepped));

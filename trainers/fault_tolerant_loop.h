@@ -43,10 +43,11 @@
 //   * A member's randomness must derive from (seed, rank, step) or come from
 //     the healed state: the loop itself draws none (the sampler is a function
 //     of seed, epoch and its changes).
-//   * Newcomers: before every step the group admits the newcomers
-//     registered (one store read on rank 0 and one small broadcast), then
-//     every member heals (the newcomers take everything) and rebuilds its
-//     stepper over the new communicator.
+//   * Newcomers: before every admit_every-th step (by number, the same on
+//     every member) the group admits the newcomers registered (one store
+//     read on rank 0 and one small broadcast), then every member heals (the
+//     newcomers take everything) and rebuilds its stepper over the new
+//     communicator.
 // What it does not do, and the trainers refuse with --fault_tolerant:
 // checkpoints (nothing is read back), gradient accumulation, uneven shards,
 // loss scaling with fp16, metrics files and traces. NCCL jobs keep the
@@ -83,6 +84,9 @@ struct FaultTolerantOptions {
   // rank and world_size come from the group.
   TrainLoopOptions loop;
   std::string log_dir;  // Empty: no per-step log.
+  // Newcomers are admitted before steps whose number is a multiple of this
+  // (1: before every step).
+  int64_t admit_every = 10;
   FaultInjection inject;
   std::string program = "trainer";  // Prefix of the lines printed.
 };
@@ -103,16 +107,16 @@ struct FaultTolerantParts {
 };
 
 struct FaultTolerantResult {
-  int64_t steps = 0;         // Committed, the group's.
-  int64_t epochs_done = 0;   // Whole epochs.
-  EvalCounts train;          // This member's committed batches (its share).
-  EvalCounts test;           // Over the final group.
+  int64_t steps = 0;        // Committed, the group's.
+  int64_t epochs_done = 0;  // Whole epochs.
+  EvalCounts train;         // This member's committed batches (its share).
+  EvalCounts test;          // Over the final group.
   bool evaluated = false;
-  int reformations = 0;      // Shrinks this member took part in.
-  int admissions = 0;        // Groups grown with newcomers.
-  double seconds = 0;        // Wall time of the loop.
-  double reform_seconds = 0; // Spent re-forming and healing.
-  int64_t examples = 0;      // This member's training examples, committed.
+  int reformations = 0;       // Shrinks this member took part in.
+  int admissions = 0;         // Groups grown with newcomers.
+  double seconds = 0;         // Wall time of the loop.
+  double reform_seconds = 0;  // Spent re-forming and healing.
+  int64_t examples = 0;       // This member's training examples, committed.
 };
 
 absl::StatusOr<FaultTolerantResult> RunFaultTolerantTraining(const FaultTolerantOptions& options,

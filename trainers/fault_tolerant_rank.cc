@@ -11,9 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "amp/precision_policy.h"
 #include "collectives/bootstrap/init_from_env.h"
 #include "collectives/elastic/elastic_group.h"
-#include "amp/precision_policy.h"
 #include "core/status.h"
 #include "trainers/trainer_setup.h"
 
@@ -23,6 +23,9 @@ ABSL_FLAG(bool, fault_tolerant, false,
 ABSL_FLAG(std::string, ft_log_dir, "",
           "--fault_tolerant: append a JSON line per committed step to DIR/member-<id>.jsonl (step, world, rank, "
           "parameter checksum, every rank's batch)");
+ABSL_FLAG(int64_t, ft_admit_every, 10,
+          "--fault_tolerant: admit waiting replacements before every N-th step (one store read and a small "
+          "broadcast each time)");
 ABSL_FLAG(double, ft_settle, 1.0,
           "--fault_tolerant: seconds the survivors of a failure wait for each other before re-forming without the "
           "missing (at once when the launcher says who died)");
@@ -59,6 +62,9 @@ absl::Status CheckFaultTolerantConfig(const TrainerConfig& config, const char* p
         " cannot be honoured: a fault-tolerant run heals from live peers and writes no checkpoints, metrics or "
         "traces; it reduces every step (no accumulation), scales no loss, and runs on the host backend (NCCL jobs "
         "keep the restart path with --resume). Drop them, or drop --fault_tolerant"));
+  }
+  if (absl::GetFlag(FLAGS_ft_admit_every) < 1) {
+    return absl::InvalidArgumentError("--ft_admit_every must be at least 1 (1: before every step)");
   }
   const double settle = absl::GetFlag(FLAGS_ft_settle);
   if (!(settle >= 0) || settle > 600) {
@@ -116,6 +122,7 @@ absl::Status RunFaultTolerantTrainer(const TrainerConfig& config, const FaultTol
   FaultTolerantOptions o;
   o.loop = MakeLoopOptions(config, group->rank(), group->size());
   o.log_dir = absl::GetFlag(FLAGS_ft_log_dir);
+  o.admit_every = absl::GetFlag(FLAGS_ft_admit_every);
   o.inject = inject;
   o.program = t.program;
   FaultTolerantParts parts;

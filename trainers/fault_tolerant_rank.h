@@ -27,7 +27,8 @@
 //
 // Flags (this library's): --fault_tolerant, --ft_log_dir (a JSON line per
 // committed step per member: trainers/fault_tolerant_loop.h), --ft_settle
-// (seconds survivors wait for each other when no launcher says who died).
+// (seconds survivors wait for each other when no launcher says who died),
+// --ft_admit_every (10: replacements are admitted before every 10th step).
 // With --fault_tolerant these shared flags are refused: --checkpoint_dir,
 // --checkpoint_every, --resume, --metrics, --trace, --log_every,
 // --grad_accum_steps > 1, --amp=fp16 and --device=cuda (NCCL keeps the

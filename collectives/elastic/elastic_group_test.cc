@@ -131,6 +131,33 @@ TEST(ElasticGroupTest, ASurvivorArrivingAfterTheCloseIsNotAMember) {
   EXPECT_EQ(sums[1], 3);
 }
 
+TEST(ElasticGroupTest, AMemberMarkedGoneIsNotWaitedFor) {
+  // Settling would take an hour: the survivors close the epoch at once only
+  // because the launcher's mark says the missing member will not come (or
+  // fail after `timeout`, 20 s).
+  auto store = std::make_shared<HashStore>();
+  ElasticGroupOptions o = Options();
+  o.settle = Milliseconds(3600 * 1000);
+  o.timeout = Milliseconds(20000);
+  std::vector<std::vector<int>> lost(3);
+  const std::vector<absl::Status> results = RunMembers({0, 1, 2}, [&](int member) -> absl::Status {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ElasticGroup> group, ElasticGroup::Create(store, member, 3, o));
+    if (member == 2) return ElasticGroup::MarkGone(*store, "elastic", 2);  // "exits"
+    LOCKSTEP_RETURN_IF_ERROR(store->Wait({ElasticGroup::GoneKey("elastic", 2)}, Milliseconds(20000)));
+    LOCKSTEP_ASSIGN_OR_RETURN(lost[member], group->Shrink());
+    LOCKSTEP_ASSIGN_OR_RETURN(const float sum, SumOfIds(*group));
+    EXPECT_EQ(sum, 1 + 2);
+    return absl::OkStatus();
+  });
+  for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok()) << "member " << i << ": " << results[i];
+  EXPECT_EQ(lost[0], std::vector<int>{2});
+  EXPECT_EQ(lost[1], std::vector<int>{2});
+  // What an observer (the launcher) reads: the epoch's size once formed.
+  absl::StatusOr<std::string> formed = store->Get("elastic/1/formed", Milliseconds(1000));
+  ASSERT_TRUE(formed.ok()) << formed.status();
+  EXPECT_EQ(*formed, "2");
+}
+
 TEST(ElasticGroupTest, BadArgumentsAreNamed) {
   auto store = std::make_shared<HashStore>();
   EXPECT_TRUE(absl::IsInvalidArgument(ElasticGroup::Create(store, 3, 3, Options()).status()));

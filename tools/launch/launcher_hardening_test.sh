@@ -54,6 +54,36 @@ wait_for 60 test -s "$TMP/a.rc" || fail "the job did not finish"
 [ "$(cat "$TMP/a.rc" 2>/dev/null)" = 0 ] || fail "the job failed: $(cat "$TMP/a.err")"
 grep -q "warning: this job has no join token" "$TMP/a.err" && fail "a one-node job warned of an open endpoint"
 
+echo "=== --fault_tolerant: the workers' store the agent now holds refuses a forged join and a forged 'gone' mark"
+D="$TMP/ft"; mkdir -p "$D"
+( env -u LOCKSTEP_RDZV_TOKEN timeout -s KILL 60 "$RUN" --standalone --fault_tolerant --nproc_per_node 2 \
+    --monitor_interval 0.1 "$WORKER" --agent_store --out="$D" --wait_file="$D/go" --exit=0 >"$TMP/f.out" 2>"$TMP/f.err";
+  echo $? >"$TMP/f.rc" ) &
+PIDS+=($!)
+wait_for 30 test -f "$D/env.0.0" -a -f "$D/env.1.0" || fail "the workers did not start: $(cat "$TMP/f.err")"
+grep -q "^TORCHELASTIC_USE_AGENT_STORE=True$" "$D/env.0.0" || fail "--fault_tolerant: the workers do not use the agent's store"
+AGENT_PID=$(sed -n 's/^PID=//p' "$D/env.0.0")
+for _ in 1 2 3 4; do
+  [ "$(ps -o comm= -p "$AGENT_PID")" = lockstep-run ] && break
+  AGENT_PID=$(ps -o ppid= -p "$AGENT_PID" | tr -d ' ')
+done
+WORKER_PORT=$(sed -n 's/^MASTER_PORT=//p' "$D/env.0.0")
+PORTS=$(ss -Hltnp | grep "pid=$AGENT_PID," | awk '{print $4}' | sed 's/.*://' | sort -u)
+echo "$PORTS" | grep -qx "$WORKER_PORT" || fail "the agent does not hold the workers' store (port $WORKER_PORT; it listens on $PORTS)"
+for port in $PORTS; do
+  for who in nobody root; do
+    if [ $who = nobody ]; then probe="$AS_NOBODY $TMP/store_probe"; else probe="$TMP/store_probe"; fi
+    for key in /worker/attempt_0/elastic/join/1 /worker/attempt_0/elastic/gone/0; do
+      out=$($probe 127.0.0.1 "$port" "" "$key" 99 2>&1); rc=$?
+      [ $rc = 3 ] || fail "$who wrote $key on port $port (rc $rc): $out"
+      echo "$out" | grep -q "token" || fail "$who on port $port: refused, but not for the token: $out"
+    done
+  done
+done
+touch "$D/go"
+wait_for 60 test -s "$TMP/f.rc" || fail "the fault-tolerant job did not finish"
+[ "$(cat "$TMP/f.rc" 2>/dev/null)" = 0 ] || fail "the fault-tolerant job failed: $(cat "$TMP/f.err")"
+
 echo "=== with a token: the workers never see it"
 D="$TMP/token"; mkdir -p "$D"
 LOCKSTEP_RDZV_TOKEN=given timeout -s KILL 60 "$RUN" --standalone --nproc_per_node 2 --monitor_interval 0.1 \

@@ -23,6 +23,7 @@
 #include "interop/torch/trainers/torch_fsdp_stepper.h"
 #include "nn/blas_kernels.h"
 #include "nn/math.h"
+#include "trainers/fault_tolerant_rank.h"
 #include "trainers/train_loop.h"
 
 ABSL_FLAG(int, nproc, 2, "local ranks to start when no launcher set a rank environment");
@@ -40,7 +41,8 @@ namespace interop {
 namespace {
 
 constexpr char kTorchUsage[] =
-    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300  --fsdp\n";
+    "  --nproc=2  --bind_to=core|none  --bucket_cap_mb=25  --first_bucket_mb=1  --timeout=300  --fsdp\n"
+    "  --fault_tolerant  --ft_log_dir=DIR  --ft_settle=1  --ft_admit_every=10 (with lockstep-run --fault_tolerant)\n";
 
 struct TorchFlags {
   int nproc = 2;
@@ -108,9 +110,37 @@ absl::Status SetIntraOpThreads() {
   return SetCpuMathThreads(threads);
 }
 
+// --fault_tolerant: the libtorch model under interop/torch's DDP, rebuilt
+// over each epoch of an elastic group (trainers/fault_tolerant_rank.h).
+absl::Status RunFaultTolerantRank(const TorchTrainerInfo& info, const TrainerConfig& config,
+                                  const TorchTrainerSpec& spec, const TorchFlags& flags) {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchModule> model, spec.make_model(config.seed, /*sharded=*/false));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(config, *model));
+  DdpOptions ddp = flags.ddp;
+  ddp.fault_tolerant = true;
+  TorchModule& module = *model;
+  FaultTolerantTrainer t;
+  t.program = info.program;
+  t.model_description = absl::StrCat(spec.model_description, " (", model->NumParameterElements(), " parameters), ",
+                                     spec.data_description);
+  t.model = model.get();
+  t.optimizer = optimizer.get();
+  t.make_stepper = [&module, ddp](Communicator& comm,
+                                  std::unique_ptr<CommHook> hook) -> absl::StatusOr<std::unique_ptr<ModelStepper>> {
+    LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<TorchDdpStepper> stepper, TorchDdpStepper::Create(module, comm, ddp));
+    if (hook != nullptr) LOCKSTEP_RETURN_IF_ERROR(stepper->ddp().RegisterCommHook(std::move(hook)));
+    return std::unique_ptr<ModelStepper>(std::move(stepper));
+  };
+  t.train = spec.train;
+  t.test = spec.test;
+  t.language_model = spec.language_model;
+  return RunFaultTolerantTrainer(config, t);
+}
+
 absl::Status RunRank(const TorchTrainerInfo& info, const TrainerConfig& config, const TorchTrainerSpec& spec,
                      const TorchFlags& flags) {
   LOCKSTEP_RETURN_IF_ERROR(SetIntraOpThreads());
+  if (FaultTolerantRequested()) return RunFaultTolerantRank(info, config, spec, flags);
   InitOptions init;
   const Milliseconds timeout(int64_t{flags.timeout_s} * 1000);
   init.store_timeout = timeout;
@@ -209,6 +239,14 @@ int TorchTrainerMain(int argc, char** argv, const TorchTrainerInfo& info, const 
   const TrainerConfig config = StartTrainerOrExit(argc, argv, info.program, usage.c_str());
   absl::StatusOr<TorchFlags> flags = ReadTorchFlags(info, argc, argv);
   if (!flags.ok()) return UsageError(info.program, flags.status());
+  if (FaultTolerantRequested() && flags->fsdp) {
+    return UsageError(info.program, absl::InvalidArgumentError(
+                                        "--fault_tolerant with --fsdp: a sharded model cannot heal from one peer "
+                                        "(each rank holds a different shard); use DDP"));
+  }
+  if (absl::Status ft = CheckFaultTolerantConfig(config, info.program); !ft.ok()) {
+    return UsageError(info.program, ft);
+  }
   absl::StatusOr<TorchTrainerSpec> spec = make_spec(config);
   if (absl::IsInvalidArgument(spec.status())) return UsageError(info.program, spec.status());
   if (!spec.ok()) {

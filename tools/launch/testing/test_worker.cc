@@ -4,6 +4,7 @@
 //   test_worker [--out=DIR] [--print=TEXT] [--fail_rank=R] [--fail_attempt=A]
 //               [--exit=CODE] [--signal=SIG] [--wait_file=PATH] [--others_wait=PATH]
 //               [--grow_to=N] [--ignore_term] [--spawn_child] [--print_line_bytes=N]
+//               [--agent_store]
 //
 // - Always: the torchrun variables must be present and consistent (RANK =
 //   the node's offset + LOCAL_RANK, ranks below WORLD_SIZE, ROLE_RANK =
@@ -11,6 +12,9 @@
 //   LOCKSTEP_RDZV_TOKEN),
 //   else it prints what is wrong and exits 42. Rank 0 binds MASTER_PORT on
 //   MASTER_ADDR (as its store would), else exits 43.
+// - --agent_store (lockstep-run --fault_tolerant): instead,
+//   TORCHELASTIC_USE_AGENT_STORE must be True (the agent holds the
+//   workers' store at MASTER_PORT, so rank 0 binds nothing).
 // - --out: writes DIR/env.<RANK>.<TORCHELASTIC_RESTART_COUNT> (NAME=value
 //   lines, and PID=) and nothing else there; written to a temporary and
 //   renamed, so a file that exists is complete.
@@ -81,7 +85,7 @@ int main(int argc, char** argv) {
   std::string out, print, wait_file, others_wait, value;
   int fail_rank = -1, fail_attempt = -1, exit_code = 0, sig = 0, grow_to = 0;
   long long line_bytes = 0;
-  bool spawn_child = false;
+  bool spawn_child = false, agent_store = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (Flag(arg, "out", &out) || Flag(arg, "print", &print) || Flag(arg, "wait_file", &wait_file) ||
@@ -98,6 +102,8 @@ int main(int argc, char** argv) {
       std::signal(SIGTERM, SIG_IGN);
     } else if (arg == "--spawn_child") {
       spawn_child = true;
+    } else if (arg == "--agent_store") {
+      agent_store = true;
     } else if (Flag(arg, "grow_to", &value)) {
       grow_to = std::atoi(value.c_str());
     } else if (Flag(arg, "print_line_bytes", &value)) {
@@ -126,7 +132,10 @@ int main(int argc, char** argv) {
   for (const char* name : kRequired) {
     if (std::getenv(name) == nullptr) return Fail(42, std::string(name) + " is not set");
   }
-  if (std::getenv("TORCHELASTIC_USE_AGENT_STORE") != nullptr) return Fail(42, "TORCHELASTIC_USE_AGENT_STORE is set");
+  if (agent_store ? Env("TORCHELASTIC_USE_AGENT_STORE") != "True"
+                  : std::getenv("TORCHELASTIC_USE_AGENT_STORE") != nullptr) {
+    return Fail(42, agent_store ? "TORCHELASTIC_USE_AGENT_STORE is not True" : "TORCHELASTIC_USE_AGENT_STORE is set");
+  }
   if (std::getenv("LOCKSTEP_RDZV_TOKEN") != nullptr) {
     return Fail(42, "LOCKSTEP_RDZV_TOKEN (the agents' join token) reached the worker");
   }
@@ -141,7 +150,7 @@ int main(int argc, char** argv) {
   if (token.size() != 32 || token.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return Fail(42, "LOCKSTEP_STORE_TOKEN is not 32 hex digits");
   }
-  if (rank == 0) {
+  if (rank == 0 && !agent_store) {
     // The port must be free for rank 0's store (IPv4 MASTER_ADDR in tests).
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
@@ -168,6 +177,7 @@ int main(int argc, char** argv) {
       std::ofstream f(path + ".tmp");
       for (const char* name : kRequired) f << name << "=" << Env(name) << "\n";
       f << "OMP_NUM_THREADS=" << Env("OMP_NUM_THREADS") << "\n";
+      f << "TORCHELASTIC_USE_AGENT_STORE=" << Env("TORCHELASTIC_USE_AGENT_STORE") << "\n";
       f << "PID=" << ::getpid() << "\n";
       if (child > 0) f << "CHILD_PID=" << child << "\n";
     }
