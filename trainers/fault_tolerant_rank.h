@@ -1,9 +1,9 @@
 // What a trainer's process does with --fault_tolerant (ddp_trainer,
 // resnet18_trainer, char_transformer_trainer): it joins the job's elastic
 // group instead of a fixed one, trains with RunFaultTolerantTraining
-// (trainers/fault_tolerant_loop.h) and ends with the line
-//   "rank R: parameter checksum X"
-// (X: ParameterChecksum, equal on every rank of a healthy group).
+// (trainers/fault_tolerant_loop.h) and ends with the line "rank R:
+// parameter checksum X" (X: ParameterChecksum, equal on every rank of a
+// healthy group).
 //
 //   FaultTolerantTrainer t;
 //   t.program = "ddp_trainer";

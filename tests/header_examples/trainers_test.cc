@@ -3,9 +3,17 @@
 // (checked by //tests:header_examples_check); lines in between set up its
 // inputs or check its results. Where an example names a directory of its
 // own, a line after it points the test at its temporary directory instead.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -30,7 +38,11 @@
 #include "nn/sgd.h"
 #include "fsdp/sharded_optimizer.h"
 #include "nn/adam.h"
+#include "collectives/elastic/elastic_group.h"
 #include "trainers/ddp_stepper.h"
+#include "trainers/fault_injection.h"
+#include "trainers/fault_tolerant_loop.h"
+#include "trainers/fault_tolerant_rank.h"
 #include "trainers/fsdp_stepper.h"
 #include "trainers/trace.h"
 #include "trainers/train_loop.h"
@@ -241,6 +253,140 @@ TEST(TrainersExamplesTest, TraceRecordsAndWritesEvents) {
   EXPECT_NE(json.find("\"traceEvents\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"forward\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"step\""), std::string::npos) << json;
+}
+
+// trainers/fault_injection.h
+absl::StatusOr<FaultInjection> FaultInjectionExample() {
+  LOCKSTEP_ASSIGN_OR_RETURN(FaultInjection inject,
+                            ParseFaultInjection("backward@8:2,await@14:1"));
+  // member 2 SIGKILLs itself in step 8's backward; before step 14 the
+  // members wait until one newcomer has registered
+  return inject;
+}
+
+TEST(TrainersExamplesTest, FaultInjectionParsesItsItems) {
+  absl::StatusOr<FaultInjection> inject = FaultInjectionExample();
+  ASSERT_TRUE(inject.ok()) << inject.status();
+  EXPECT_TRUE(inject->Kills(KillPoint::kBackward, 8, 2));
+  EXPECT_FALSE(inject->Kills(KillPoint::kBackward, 8, 3));
+  EXPECT_FALSE(inject->Kills(KillPoint::kLastBucket, 8, 2));
+  EXPECT_EQ(inject->await_step, 14);
+  EXPECT_EQ(inject->await_count, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseFaultInjection("backward@x:1").status()));
+}
+
+// trainers/fault_tolerant_loop.h: one member (a group may be any size; the
+// kill tests run three), 2 epochs of 8 steps.
+absl::StatusOr<FaultTolerantResult> FaultTolerantLoopExample(std::unique_ptr<ElasticGroup>& group,
+                                                             std::unique_ptr<Sequential>& model,
+                                                             std::shared_ptr<const Dataset> train_set,
+                                                             std::string* checksum) {
+  SgdOptions sgd;
+  sgd.lr = 0.1;
+  LOCKSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Sgd> optimizer, Sgd::Create(model->NamedParameters(), sgd));
+  FaultTolerantParts parts;
+  parts.group = group.get();                 // ElasticGroup::Create or ::Join
+  parts.model = model.get();
+  parts.optimizer = optimizer.get();
+  parts.make_stepper = [&](Communicator& comm, std::unique_ptr<CommHook> hook)
+      -> absl::StatusOr<std::unique_ptr<ModelStepper>> {
+    DdpOptions ddp;
+    ddp.fault_tolerant = true;
+    return DdpStepper::Create(*model, comm, ddp, std::move(hook));
+  };
+  parts.train = AsExamples(train_set);
+  FaultTolerantOptions options;
+  options.loop.epochs = 2;
+  options.loop.batch_size = 8;
+  LOCKSTEP_ASSIGN_OR_RETURN(FaultTolerantResult result, RunFaultTolerantTraining(options, parts));
+  std::printf("rank %d: parameter checksum %s\n", group->rank(), ParameterChecksum(*model).c_str());
+  *checksum = ParameterChecksum(*model);
+  return result;
+}
+
+TEST(TrainersExamplesTest, FaultTolerantLoopTrainsOneMember) {
+  auto store = std::make_shared<HashStore>();
+  ElasticGroupOptions options;
+  options.communicator.transport.host = "127.0.0.1";
+  absl::StatusOr<std::unique_ptr<ElasticGroup>> group = ElasticGroup::Create(store, 0, 1, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::unique_ptr<Sequential> model = Model();
+  std::string checksum;
+  absl::StatusOr<FaultTolerantResult> result = FaultTolerantLoopExample(*group, model, Data(64, 3), &checksum);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 16);  // 64 examples / batch 8, 2 epochs
+  EXPECT_EQ(result->epochs_done, 2);
+  EXPECT_EQ(result->reformations, 0);
+  EXPECT_EQ(checksum.size(), 16u);
+}
+
+// trainers/fault_tolerant_rank.h: rank 0 of 1, as a launcher would start it.
+std::function<absl::StatusOr<std::unique_ptr<ModelStepper>>(Communicator&, std::unique_ptr<CommHook>)> FtStepper(
+    Module* model) {
+  return [model](Communicator& comm, std::unique_ptr<CommHook> hook) -> absl::StatusOr<std::unique_ptr<ModelStepper>> {
+    DdpOptions ddp;
+    ddp.fault_tolerant = true;
+    return DdpStepper::Create(*model, comm, ddp, std::move(hook));
+  };
+}
+
+// What the trainers load (trainers/trainer_datasets.h's TrainerDatasets).
+struct Datasets {
+  std::shared_ptr<const Dataset> train;
+};
+
+absl::Status FaultTolerantRankExample(const TrainerConfig& config, const Datasets& data,
+                                      std::unique_ptr<Sequential>& model, std::unique_ptr<Sgd>& optimizer) {
+  FaultTolerantTrainer t;
+  t.program = "ddp_trainer";
+  t.model = model.get();
+  t.optimizer = optimizer.get();
+  t.make_stepper = FtStepper(model.get());  // DDP with DdpOptions::fault_tolerant over the given communicator
+  t.train = AsExamples(data.train);
+  return RunFaultTolerantTrainer(config, t);
+}
+
+// A port nobody listens on now.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(TrainersExamplesTest, FaultTolerantRankTrainsAsRankZeroOfOne) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}) {
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  TrainerConfig config;
+  config.epochs = 1;
+  config.batch_size = 8;
+  Datasets data;
+  data.train = Data(32, 3);
+  std::unique_ptr<Sequential> model = Model();
+  SgdOptions sgd;
+  sgd.lr = 0.1;
+  absl::StatusOr<std::unique_ptr<Sgd>> optimizer = Sgd::Create(model->NamedParameters(), sgd);
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  const std::vector<float> before = Values(model->StateDict()[0].second);
+  const absl::Status s = FaultTolerantRankExample(config, data, model, *optimizer);
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    unsetenv(name);
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_NE(Values(model->StateDict()[0].second), before);  // it trained
 }
 
 }  // namespace
