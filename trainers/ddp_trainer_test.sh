@@ -104,8 +104,8 @@ check '[[ $rc -eq 2 ]] && grep -q -- "--fsdp_units needs --fsdp" "$tmp/out"'
 "$bin" "${small[@]}" --fsdp --fsdp_units=2 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -ne 0 ]] && grep -q "bad units: .2. has no parameters" "$tmp/out"'
 # --fault_tolerant with what it cannot honour: refused before any rank starts.
-"$bin" "${small[@]}" --fault_tolerant --checkpoint_dir="$tmp/ft" --log_every=5 >"$tmp/out" 2>&1; rc=$?
-check '[[ $rc -eq 2 ]] && grep -q -- "--fault_tolerant: --checkpoint_dir, --log_every cannot be honoured" "$tmp/out" && grep -q "usage: ddp_trainer" "$tmp/out"'
+"$bin" "${small[@]}" --fault_tolerant --checkpoint_dir="$tmp/ft" --metrics="$tmp/m.jsonl" >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 2 ]] && grep -q -- "--fault_tolerant: --checkpoint_dir, --metrics cannot be honoured" "$tmp/out" && grep -q "usage: ddp_trainer" "$tmp/out"'
 "$bin" "${small[@]}" --fault_tolerant --zero >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q -- "--fault_tolerant with --zero" "$tmp/out"'
 "$bin" "${small[@]}" --ft_log_dir="$tmp" >"$tmp/out" 2>&1; rc=$?

@@ -95,6 +95,7 @@ class Loop {
   bool healed_once_ = false;  // A newcomer's first healing is said even at step 0.
   Fd log_;                    // <log_dir>/member-<id>.jsonl, appended.
   FaultTolerantResult result_;
+  EvalCounts window_;  // result_.train at the last step line.
 };
 
 absl::Status Loop::Reform(const absl::Status& why) {
@@ -333,6 +334,16 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
     step_->fetch_add(1);
     ++batch_;
     LOCKSTEP_RETURN_IF_ERROR(Log());
+    if (o_.loop.log_every > 0 && step_->load() % o_.loop.log_every == 0 && group_.rank() == 0) {
+      // This rank's batches only: a reduction would add a collective.
+      const EvalCounts w{result_.train.loss_sum - window_.loss_sum, result_.train.correct - window_.correct,
+                         result_.train.count - window_.count, result_.train.examples - window_.examples};
+      std::printf("%s: step %lld  loss %.4f  acc %.2f%%  (rank 0's last %lld steps)  %d ranks\n", o_.program.c_str(),
+                  static_cast<long long>(step_->load()), w.loss(), 100 * w.accuracy(),
+                  static_cast<long long>(o_.loop.log_every), group_.size());
+      std::fflush(stdout);
+      window_ = result_.train;
+    }
   }
   result_.epochs_done = epoch_;
   // Evaluation over the final group, every test example once; a member

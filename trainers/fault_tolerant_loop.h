@@ -80,8 +80,10 @@
 namespace lockstep {
 
 struct FaultTolerantOptions {
-  // Used: epochs, batch_size, seed, max_steps, clip_grad_norm, device;
-  // rank and world_size come from the group.
+  // Used: epochs, batch_size, seed, max_steps, clip_grad_norm, device and
+  // log_every (rank 0 prints "<program>: step N  loss L  acc A%  (rank 0's
+  // last N steps)  W ranks": its own batches, no collective); rank and
+  // world_size come from the group.
   TrainLoopOptions loop;
   std::string log_dir;  // Empty: no per-step log.
   // Newcomers are admitted before steps whose number is a multiple of this

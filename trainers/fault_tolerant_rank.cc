@@ -52,7 +52,6 @@ absl::Status CheckFaultTolerantConfig(const TrainerConfig& config, const char* p
   if (config.resume) refused.push_back("--resume");
   if (!config.metrics.empty()) refused.push_back("--metrics");
   if (!config.trace.empty()) refused.push_back("--trace");
-  if (config.log_every > 0) refused.push_back("--log_every");
   if (config.grad_accum_steps > 1) refused.push_back("--grad_accum_steps");
   if (NeedsLossScaling(config.precision)) refused.push_back("--amp=fp16");
   if (config.device.is_cuda()) refused.push_back("--device=cuda");

@@ -30,7 +30,7 @@
 // (seconds survivors wait for each other when no launcher says who died),
 // --ft_admit_every (10: replacements are admitted before every 10th step).
 // With --fault_tolerant these shared flags are refused: --checkpoint_dir,
-// --checkpoint_every, --resume, --metrics, --trace, --log_every,
+// --checkpoint_every, --resume, --metrics, --trace,
 // --grad_accum_steps > 1, --amp=fp16 and --device=cuda (NCCL keeps the
 // restart path).
 #ifndef LOCKSTEP_TRAINERS_FAULT_TOLERANT_RANK_H_

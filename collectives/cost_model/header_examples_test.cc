@@ -11,6 +11,7 @@
 #include "collectives/cost_model/collective.h"
 #include "collectives/cost_model/cost_model.h"
 #include "collectives/cost_model/cost_model_json.h"
+#include "collectives/cost_model/failure_cost.h"
 #include "collectives/cost_model/fit_link.h"
 #include "collectives/cost_model/nccl_model.h"
 #include "collectives/cost_model/predict.h"
@@ -22,6 +23,19 @@
 #include "gtest/gtest.h"
 
 namespace {
+
+TEST(HeaderExamples, FailureCost) {
+  using namespace lockstep::cost_model;
+  absl::StatusOr<Topology> t = MakeTopology(1024, 8);
+  FailureInputs in;
+  in.mttf_s = 8 * 3600;  // the job's: one failure every 8 hours
+  in.step_s = 0.2;
+  absl::StatusOr<FailurePrediction> f = PredictFailureCost(*t, DefaultCostModel(), in);
+  // f->restart.lost_s, f->restart.goodput, f->shrink.lost_s, f->shrink.goodput
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GT(f->restart.lost_s, f->shrink.lost_s);
+  EXPECT_GT(f->shrink.goodput, f->restart.goodput);
+}
 
 TEST(HeaderExamples, Collective) {
   using namespace lockstep::cost_model;

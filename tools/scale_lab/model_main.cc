@@ -17,6 +17,11 @@
 //   #   [--transport=tcp] [--window_bytes=262144] [--json]
 //   bazel run //tools/scale_lab:model -- setup --calibration=$PWD/calib.json --p=16384 --ranks_per_host=8
 //   #   [--full_mesh]: every pair connected at start-up (LOCKSTEP_RUNTIME_CONNECT=0)
+//   # what a lost rank costs, restart from a checkpoint beside fault-tolerant shrinking
+//   # (collectives/cost_model/failure_cost.h), and the goodput at a mean time between failures:
+//   bazel run //tools/scale_lab:model -- goodput --calibration=$PWD/calib.json --p=1024 --ranks_per_host=8 \
+//   #   --mttf_h=8 --step_ms=200 [--detect_s=0 --restart_s=2 --checkpoint_every=100 --checkpoint_write_s=0.5
+//   #   --checkpoint_read_s=0.5 --parameter_mib=42.6 --state_mib=85.3 --admit_every=10]
 //
 // Without --calibration (or --in), the model's placeholders
 // (DefaultCostModel) are used and a note says so on stderr. --hop_us and
@@ -36,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/cost_model/cost_model_json.h"
+#include "collectives/cost_model/failure_cost.h"
 #include "collectives/cost_model/fit_link.h"
 #include "collectives/cost_model/setup_cost.h"
 #include "collectives/cost_model/simulate.h"
@@ -65,13 +71,24 @@ ABSL_FLAG(std::string, transport, "auto",
           "LOCKSTEP_TRANSPORT=tcp)");
 ABSL_FLAG(bool, full_mesh, false,
           "setup: the TCP transport's full mesh (LOCKSTEP_RUNTIME_CONNECT=0) instead of connections on demand");
+ABSL_FLAG(double, mttf_h, 8, "goodput: the job's mean time between failures, hours");
+ABSL_FLAG(double, step_ms, 200, "goodput: one training step, ms");
+ABSL_FLAG(double, detect_s, 0, "goodput: from a failure to the survivors' knowing it, s");
+ABSL_FLAG(double, restart_s, 2, "goodput: restart path: stopping and starting every process, s");
+ABSL_FLAG(double, checkpoint_every, 100, "goodput: restart path: steps between checkpoints");
+ABSL_FLAG(double, checkpoint_write_s, 0.5, "goodput: restart path: one checkpoint's write, s");
+ABSL_FLAG(double, checkpoint_read_s, 0.5, "goodput: restart path: the checkpoint's read, s");
+ABSL_FLAG(double, parameter_mib, 42.6, "goodput: the parameters DDP broadcasts when rebuilt, MiB");
+ABSL_FLAG(double, state_mib, 85.3, "goodput: a replacement's state (parameters, optimizer, buffers), MiB");
+ABSL_FLAG(double, admit_every, 10, "goodput: fault tolerant: steps between admission checks");
 ABSL_FLAG(bool, json, false, "simulate, setup: one JSON object per line instead of a table");
 
 namespace lockstep {
 namespace cost_model {
 namespace {
 
-constexpr char kUsage[] = "model fit|fit_setup|simulate|setup [flags]; see tools/scale_lab/model_main.cc or --helpfull";
+constexpr char kUsage[] =
+    "model fit|fit_setup|simulate|setup|goodput [flags]; see tools/scale_lab/model_main.cc or --helpfull";
 
 absl::StatusOr<CostModel> ModelFrom(const std::string& path, const char* flag) {
   if (path.empty()) {
@@ -234,6 +251,43 @@ absl::Status SetupCommand() {
   return absl::OkStatus();
 }
 
+absl::Status GoodputCommand() {
+  CostModel model;
+  Topology topology;
+  absl::Status s = Inputs(&model, &topology);
+  if (!s.ok()) return s;
+  FailureInputs in;
+  in.mttf_s = absl::GetFlag(FLAGS_mttf_h) * 3600;
+  in.step_s = absl::GetFlag(FLAGS_step_ms) / 1000;
+  in.detect_s = absl::GetFlag(FLAGS_detect_s);
+  in.restart_s = absl::GetFlag(FLAGS_restart_s);
+  in.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every);
+  in.checkpoint_write_s = absl::GetFlag(FLAGS_checkpoint_write_s);
+  in.checkpoint_read_s = absl::GetFlag(FLAGS_checkpoint_read_s);
+  in.parameter_bytes = absl::GetFlag(FLAGS_parameter_mib) * 1048576;
+  in.state_bytes = absl::GetFlag(FLAGS_state_mib) * 1048576;
+  in.admit_every_steps = absl::GetFlag(FLAGS_admit_every);
+  absl::StatusOr<FailurePrediction> f = PredictFailureCost(topology, model, in);
+  if (!f.ok()) return f.status();
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf(
+        "{\"p\": %lld, \"ranks_per_host\": %lld, \"mttf_s\": %.17g, \"setup_s\": %.17g, \"agreement_s\": %.17g, "
+        "\"restart_lost_s\": %.17g, \"restart_overhead\": %.17g, \"restart_goodput\": %.17g, "
+        "\"shrink_lost_s\": %.17g, \"shrink_overhead\": %.17g, \"shrink_goodput\": %.17g}\n",
+        static_cast<long long>(topology.p), static_cast<long long>(topology.ranks_per_host), in.mttf_s, f->setup_s,
+        f->agreement_s, f->restart.lost_s, f->restart.overhead, f->restart.goodput, f->shrink.lost_s,
+        f->shrink.overhead, f->shrink.goodput);
+  } else {
+    std::printf(
+        "%s, a failure every %.2f h, step %.0f ms: set-up %.3f s, agreement %.3f s; restart: %.2f s lost a failure, "
+        "overhead %.2f %%, goodput %.4f %%; shrink: %.2f s lost a failure, overhead %.3f %%, goodput %.4f %%\n",
+        topology.Describe().c_str(), in.mttf_s / 3600, in.step_s * 1000, f->setup_s, f->agreement_s, f->restart.lost_s,
+        100 * f->restart.overhead, 100 * f->restart.goodput, f->shrink.lost_s, 100 * f->shrink.overhead,
+        100 * f->shrink.goodput);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace cost_model
 }  // namespace lockstep
@@ -256,6 +310,8 @@ int main(int argc, char** argv) {
     status = SimulateCommand();
   } else if (command == "setup") {
     status = SetupCommand();
+  } else if (command == "goodput") {
+    status = GoodputCommand();
   } else {
     status = absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'; ", kUsage));
   }
