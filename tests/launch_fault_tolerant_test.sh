@@ -17,26 +17,16 @@ launcher="$runfiles/tools/launch/lockstep-run"
 trainer="$runfiles/trainers/ddp_trainer"
 tmp="${TEST_TMPDIR:-/tmp}/launch_fault_tolerant_test"
 rm -rf "$tmp" && mkdir -p "$tmp/ftlog"
-agents=()
-cleanup() {
-  [[ ${#agents[@]} -gt 0 ]] && lib_kill_all "${agents[@]}"
-  lib_netns_cleanup
-}
-trap cleanup EXIT
-if ! lib_netns_setup; then
-  echo "FAIL: could not create the two network namespaces and their veth pair (ip netns, ip link)"
-  exit 1
-fi
-in_ns() { local ns=$1; shift; ip netns exec "$ns" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" HOME="$tmp" "$@"; }
+lib_netns_for_agents
 
 port=$(lib_free_port) || exit 1
 flags=(--nnodes 2 --nproc_per_node 2 --master_addr "$ip_a" --master_port "$port" --rdzv_backend static
   --rdzv_id ftnodes --fault_tolerant --max_restarts 1 --monitor_interval 0.1 --rdzv_conf heartbeat_timeout=2)
 prog=(--no_python "$trainer" --fault_tolerant --ft_settle=1 --ft_log_dir="$tmp/ftlog" --dataset=synthetic
   --synthetic_train_size=6400 --synthetic_test_size=100 --batch_size=16 --epochs=1 --max_steps=160)
-in_ns "$ns_a" timeout -k 5 120 "$launcher" --node_rank 0 "${flags[@]}" "${prog[@]}" >"$tmp/node0.log" 2>&1 &
+lib_in_ns "$ns_a" timeout -k 5 120 "$launcher" --node_rank 0 "${flags[@]}" "${prog[@]}" >"$tmp/node0.log" 2>&1 &
 agents+=($!)
-in_ns "$ns_b" timeout -k 5 120 "$launcher" --node_rank 1 "${flags[@]}" "${prog[@]}" >"$tmp/node1.log" 2>&1 &
+lib_in_ns "$ns_b" timeout -k 5 120 "$launcher" --node_rank 1 "${flags[@]}" "${prog[@]}" >"$tmp/node1.log" 2>&1 &
 agents+=($!)
 committed() { [[ -f "$tmp/ftlog/member-0.jsonl" && $(wc -l <"$tmp/ftlog/member-0.jsonl") -ge 30 ]]; }
 lib_wait_for 60 "the group to commit step 30" committed || fail=1

@@ -7,6 +7,8 @@
 #   port=$(lib_free_port)
 #   lib_wait_for 30 "checkpoint exists" test -e "$dir/step-0000000005.safetensors"
 #   lib_check 'grep -q "4 ranks" "$log"' "$log"   # sets fail=1 and prints the log
+#   lib_netns_for_agents                 # two namespaces, removed (with the pids in `agents`) on exit
+#   lib_in_ns "$ns_a" "$launcher" ...    # a clean environment inside one
 #
 # Every wait polls a condition against a deadline; nothing sleeps to synchronize.
 
@@ -128,6 +130,22 @@ lib_netns_cleanup() {
   [[ -n "${ns_b:-}" ]] && ip netns del "$ns_b" 2>/dev/null
   return 0
 }
+
+# The two "hosts" for agents: lib_netns_setup, and an EXIT trap that kills
+# every pid in the array `agents` (with its descendants) and removes the
+# namespaces; exits 1 when they cannot be made.
+lib_netns_for_agents() {
+  agents=()
+  trap '[[ ${#agents[@]} -gt 0 ]] && lib_kill_all "${agents[@]}"; lib_netns_cleanup' EXIT
+  if ! lib_netns_setup; then
+    echo "FAIL: could not create the two network namespaces and their veth pair (ip netns, ip link)"
+    exit 1
+  fi
+}
+
+# lib_in_ns NS COMMAND...: COMMAND inside namespace NS with a clean
+# environment (no launcher variables from outside), HOME=$tmp.
+lib_in_ns() { local ns=$1; shift; ip netns exec "$ns" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" HOME="$tmp" "$@"; }
 
 # A real etcd (Debian's etcd-server) on free loopback ports, data in DIR:
 # lib_etcd_start DIR [SCHEME [ETCD FLAGS...]] sets etcd_pid and

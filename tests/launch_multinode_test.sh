@@ -21,18 +21,7 @@ worker="$runfiles/tests/testdata/env_worker.sh"
 trainer="$runfiles/trainers/ddp_trainer"
 tmp="${TEST_TMPDIR:-/tmp}/launch_multinode_test"
 rm -rf "$tmp" && mkdir -p "$tmp"
-agents=()
-cleanup() {
-  [[ ${#agents[@]} -gt 0 ]] && lib_kill_all "${agents[@]}"
-  lib_netns_cleanup
-}
-trap cleanup EXIT
-if ! lib_netns_setup; then
-  echo "FAIL: could not create the two network namespaces and their veth pair (ip netns, ip link)"
-  exit 1
-fi
-# Inside a namespace: a clean environment (no launcher variables from outside).
-in_ns() { local ns=$1; shift; ip netns exec "$ns" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" HOME="$tmp" "$@"; }
+lib_netns_for_agents
 
 # run_pair NAME [LAUNCHER FLAGS...] -- PROGRAM...: one agent per namespace
 # (node_rank 0 in a, 1 in b), both bounded by 120 s; sets rc0 and rc1.
@@ -42,9 +31,9 @@ run_pair() {
   while [[ $1 != -- ]]; do flags+=("$1"); shift; done
   shift; prog=("$@")
   agents=()
-  in_ns "$ns_a" timeout -k 5 120 "$launcher" --node_rank 0 "${flags[@]}" "${prog[@]}" >"$tmp/$name.0.log" 2>&1 &
+  lib_in_ns "$ns_a" timeout -k 5 120 "$launcher" --node_rank 0 "${flags[@]}" "${prog[@]}" >"$tmp/$name.0.log" 2>&1 &
   agents+=($!)
-  in_ns "$ns_b" timeout -k 5 120 "$launcher" --node_rank 1 "${flags[@]}" "${prog[@]}" >"$tmp/$name.1.log" 2>&1 &
+  lib_in_ns "$ns_b" timeout -k 5 120 "$launcher" --node_rank 1 "${flags[@]}" "${prog[@]}" >"$tmp/$name.1.log" 2>&1 &
   agents+=($!)
   wait "${agents[0]}"; rc0=$?
   wait "${agents[1]}"; rc1=$?

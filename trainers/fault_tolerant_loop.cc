@@ -96,11 +96,22 @@ class Loop {
   Fd log_;                    // <log_dir>/member-<id>.jsonl, appended.
   FaultTolerantResult result_;
   EvalCounts window_;  // result_.train at the last step line.
+  static constexpr int kMaxReformsWithoutProgress = 8;
+  int reforms_without_progress_ = 0;
 };
 
 absl::Status Loop::Reform(const absl::Status& why) {
   const Clock::time_point t0 = Clock::now();
   stepper_.reset();  // It holds the old communicator.
+  // An error that is not a lost member (a model that cannot run) would
+  // fail again in every group: give up after a few re-formations in a row
+  // without a committed step.
+  if (++reforms_without_progress_ > kMaxReformsWithoutProgress) {
+    return absl::Status(why.code(), absl::StrCat(Prefix(), ": ", kMaxReformsWithoutProgress,
+                                                 " re-formations in a row without a committed step; the last "
+                                                 "failure: ",
+                                                 why.message()));
+  }
   const int old_size = group_.size();
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<int> lost, group_.Shrink());
   ++result_.reformations;
@@ -281,15 +292,21 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
     need_heal = true;
     return Reform(s);
   };
-  while (true) {
-    if (need_heal) {
-      absl::Status healed = Heal(&collective_failed);
-      if (!healed.ok()) {
-        LOCKSTEP_RETURN_IF_ERROR(failed(healed));
-        continue;
-      }
-      need_heal = false;
+  // After a re-formation: heal and a new stepper; false when that failed
+  // too and the group re-formed again (try once more).
+  auto heal_if_needed = [&]() -> absl::StatusOr<bool> {
+    if (!need_heal) return true;
+    absl::Status healed = Heal(&collective_failed);
+    if (!healed.ok()) {
+      LOCKSTEP_RETURN_IF_ERROR(failed(healed));
+      return false;
     }
+    need_heal = false;
+    return true;
+  };
+  while (true) {
+    LOCKSTEP_ASSIGN_OR_RETURN(const bool ready, heal_if_needed());
+    if (!ready) continue;
     if (o_.loop.max_steps > 0 && step_->load() >= o_.loop.max_steps) break;
     // (A member healed from one that finished has epoch_ == epochs.)
     if (epoch_ >= o_.loop.epochs) break;
@@ -333,6 +350,7 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
     }
     step_->fetch_add(1);
     ++batch_;
+    reforms_without_progress_ = 0;
     LOCKSTEP_RETURN_IF_ERROR(Log());
     if (o_.loop.log_every > 0 && step_->load() % o_.loop.log_every == 0 && group_.rank() == 0) {
       // This rank's batches only: a reduction would add a collective.
@@ -349,14 +367,8 @@ absl::StatusOr<FaultTolerantResult> Loop::Run() {
   // Evaluation over the final group, every test example once; a member
   // lost here re-forms the group like any other.
   while (p_.test != nullptr) {
-    if (need_heal) {
-      absl::Status healed = Heal(&collective_failed);
-      if (!healed.ok()) {
-        LOCKSTEP_RETURN_IF_ERROR(failed(healed));
-        continue;
-      }
-      need_heal = false;
-    }
+    LOCKSTEP_ASSIGN_OR_RETURN(const bool ready, heal_if_needed());
+    if (!ready) continue;
     LOCKSTEP_ASSIGN_OR_RETURN(EvalCounts mine, EvaluateShard(*p_.model, p_.test, group_.rank(), group_.size(),
                                                              o_.loop.batch_size, 0, o_.loop.device));
     absl::StatusOr<EvalCounts> all = SumOverRanks(mine, &group_.comm());

@@ -48,6 +48,10 @@
 //     read on rank 0 and one small broadcast), then every member heals (the
 //     newcomers take everything) and rebuilds its stepper over the new
 //     communicator.
+//   * A failure that re-forming does not mend (8 re-formations in a row
+//     without a committed step) ends the loop with the last error; so does
+//     a member that arrives after the others closed an epoch
+//     (FailedPrecondition: under lockstep-run it restarts as a newcomer).
 // What it does not do, and the trainers refuse with --fault_tolerant:
 // checkpoints (nothing is read back), gradient accumulation, uneven shards,
 // loss scaling with fp16, metrics files and traces. NCCL jobs keep the

@@ -45,16 +45,17 @@ absl::StatusOr<FailurePrediction> PredictFailureCost(const Topology& topology, c
   // p arrivals.
   f.agreement_s =
       (model.setup.store_us_per_request * p * (4 + Requests(p)) + model.setup.store_us_per_value * p * p) * 1e-6;
-  const LinkCost& remote = model.links[static_cast<int>(topology.single_host() ? LinkKind::kShm : LinkKind::kTcpRemote)];
+  const LinkCost& remote =
+      model.links[static_cast<int>(topology.single_host() ? LinkKind::kShm : LinkKind::kTcpRemote)];
   const double hops = p > 1 ? std::ceil(std::log2(p)) : 0;
   auto bcast_s = [&](double bytes) { return (bytes * remote.beta_us_per_byte + remote.alpha_us * hops) * 1e-6; };
 
-  f.restart.lost_s = in.detect_s + in.restart_s + f.setup_s + in.checkpoint_read_s +
-                     in.checkpoint_every_steps * in.step_s / 2;
+  f.restart.lost_s =
+      in.detect_s + in.restart_s + f.setup_s + in.checkpoint_read_s + in.checkpoint_every_steps * in.step_s / 2;
   f.restart.overhead = in.checkpoint_write_s / (in.checkpoint_every_steps * in.step_s);
 
-  f.shrink.lost_s = in.detect_s + 2 * (f.agreement_s + f.setup_s) + in.step_s + bcast_s(in.parameter_bytes) +
-                    bcast_s(in.state_bytes);
+  f.shrink.lost_s =
+      in.detect_s + 2 * (f.agreement_s + f.setup_s) + in.step_s + bcast_s(in.parameter_bytes) + bcast_s(in.state_bytes);
   // An admission check: one store request on rank 0 and an 8-byte broadcast.
   f.shrink.overhead = (model.setup.store_us_per_request * 1e-6 + bcast_s(8)) / (in.admit_every_steps * in.step_s);
 
