@@ -112,6 +112,13 @@ check '[[ $rc -eq 2 ]] && grep -q -- "--fault_tolerant with --zero" "$tmp/out"'
 check '[[ $rc -eq 2 ]] && grep -q -- "--ft_log_dir needs --fault_tolerant" "$tmp/out"'
 "$bin" "${small[@]}" --fault_tolerant --ft_admit_every=0 >"$tmp/out" 2>&1; rc=$?
 check '[[ $rc -eq 2 ]] && grep -q -- "--ft_admit_every must be at least 1" "$tmp/out"'
+# The launcher's variables of a fault-tolerant rank, malformed: named before
+# anything connects (no store is reached: MASTER_PORT 1 is never listened on).
+rank_env=(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1)
+env "${rank_env[@]}" LOCKSTEP_ELASTIC_MEMBER=three timeout 60 "$bin" "${small[@]}" --fault_tolerant >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 1 ]] && grep -q "LOCKSTEP_ELASTIC_MEMBER=.three. is not a member id" "$tmp/out"'
+env "${rank_env[@]}" LOCKSTEP_FT_KILL=explode@3:1 timeout 60 "$bin" "${small[@]}" --fault_tolerant >"$tmp/out" 2>&1; rc=$?
+check '[[ $rc -eq 1 ]] && grep -q "LOCKSTEP_FT_KILL: .explode@3:1. is not" "$tmp/out"'
 "$bin" --help >"$tmp/out" 2>&1
 check 'grep -q -- "--uneven_shards  --sync_bn  --zero" "$tmp/out" && grep -q -- "--freeze=NAME" "$tmp/out" && grep -q -- "--local_sgd_period=N" "$tmp/out"'
 

@@ -244,7 +244,7 @@ TEST_P(FaultTolerantKillTest, TheGroupGoesOnAndTheTrajectoryIsTheReferences) {
   EXPECT_EQ(count(lost), kill.victims);
   EXPECT_EQ(count(back), kill.victims);
   // Every rank's last checksum, one value.
-  const std::regex sum(R"(\[(\d)\]:ddp_trainer: rank (\d): parameter checksum ([0-9a-f]{16}))");
+  const std::regex sum(R"(\[(\d)\]:rank (\d): parameter checksum ([0-9a-f]{16}))");
   std::set<std::string> finals;
   for (auto m = std::sregex_iterator(text.begin(), text.end(), sum); m != std::sregex_iterator(); ++m) {
     finals.insert((*m)[3]);

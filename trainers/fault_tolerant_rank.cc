@@ -73,6 +73,21 @@ absl::Status CheckFaultTolerantConfig(const TrainerConfig& config, const char* p
 }
 
 absl::Status RunFaultTolerantTrainer(const TrainerConfig& config, const FaultTolerantTrainer& t) {
+  // The launcher's variables first: a bad one is named before anything connects.
+  const char* join = Env("LOCKSTEP_ELASTIC_JOIN");
+  const bool joining = join != nullptr && std::string(join) == "1";
+  int member = -1;  // -1: RANK (or, joining, a new id from the store)
+  if (const char* m = Env("LOCKSTEP_ELASTIC_MEMBER"); m != nullptr && *m != '\0') {
+    if (!absl::SimpleAtoi(m, &member) || member < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(t.program, ": LOCKSTEP_ELASTIC_MEMBER='", m,
+                                                     "' is not a member id (an integer >= 0); unset it, or let "
+                                                     "lockstep-run --fault_tolerant set it"));
+    }
+  }
+  FaultInjection inject;
+  if (const char* spec = Env("LOCKSTEP_FT_KILL"); spec != nullptr && *spec != '\0') {
+    LOCKSTEP_ASSIGN_OR_RETURN(inject, ParseFaultInjection(spec));
+  }
   InitOptions init;
   // Who died is known at once; the others' reports need not be awaited.
   init.communicator.communicator.failure_report_window = Milliseconds(50);
@@ -87,22 +102,12 @@ absl::Status RunFaultTolerantTrainer(const TrainerConfig& config, const FaultTol
     f.store_prefix = prefix;
     return CreateCommunicator(std::move(store), rank, size, f);
   };
-  const char* join = Env("LOCKSTEP_ELASTIC_JOIN");
-  const bool joining = join != nullptr && std::string(join) == "1";
-  int member = connected.env.rank;
-  if (const char* m = Env("LOCKSTEP_ELASTIC_MEMBER"); m != nullptr && *m != '\0') {
-    if (!absl::SimpleAtoi(m, &member) || member < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t.program, ": LOCKSTEP_ELASTIC_MEMBER='", m, "' is not a member id (an integer >= 0)"));
-    }
-  } else if (joining) {
+  if (member < 0 && joining) {
     // A new id for a replacement nobody numbered: after the first world's.
     LOCKSTEP_ASSIGN_OR_RETURN(const int64_t k, connected.store->Add(options.store_prefix + "/next_member", 1));
     member = connected.env.world_size - 1 + static_cast<int>(k);
-  }
-  FaultInjection inject;
-  if (const char* spec = Env("LOCKSTEP_FT_KILL"); spec != nullptr && *spec != '\0') {
-    LOCKSTEP_ASSIGN_OR_RETURN(inject, ParseFaultInjection(spec));
+  } else if (member < 0) {
+    member = connected.env.rank;
   }
   std::unique_ptr<ElasticGroup> group;
   if (joining) {
@@ -133,7 +138,8 @@ absl::Status RunFaultTolerantTrainer(const TrainerConfig& config, const FaultTol
   parts.test = t.test;
   parts.joined = joining;
   LOCKSTEP_ASSIGN_OR_RETURN(FaultTolerantResult result, RunFaultTolerantTraining(o, parts));
-  std::printf("%s: rank %d: parameter checksum %s\n", t.program, group->rank(), ParameterChecksum(*t.model).c_str());
+  // The line, exactly (tests and users grep it).
+  std::printf("rank %d: parameter checksum %s\n", group->rank(), ParameterChecksum(*t.model).c_str());
   if (group->rank() == 0) {
     std::printf("%s: %lld steps, %lld epochs; %d re-formation(s), %d admission(s), %.3f s of %.3f s re-forming\n",
                 t.program, static_cast<long long>(result.steps), static_cast<long long>(result.epochs_done),

@@ -68,8 +68,7 @@ absl::StatusOr<std::vector<std::string>> ElasticWatch::Poll() {
         ++it;
         continue;
       }
-      lines.push_back(absl::StrFormat("worker %d rejoined after %.3f s (member %d; the group has %s ranks)", it->rank,
-                                      Seconds(now - it->at), it->member, size));
+      lines.push_back(absl::StrFormat("worker %d rejoined after %.3f s", it->rank, Seconds(now - it->at)));
       it = rejoins_.erase(it);
     }
     known_epoch_ = e;
