@@ -10,6 +10,8 @@
 
 #include <utility>
 
+#include "absl/strings/string_view.h"
+
 namespace lockstep {
 
 class Fd {
@@ -40,6 +42,10 @@ class Fd {
  private:
   int fd_ = -1;
 };
+
+// Writes all of `bytes` to `fd`, again after EINTR and short writes: true,
+// or false with errno set by the failing write (0 when it wrote nothing).
+bool WriteFully(int fd, absl::string_view bytes);
 
 }  // namespace lockstep
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -47,6 +48,24 @@ TEST(FdTest, ReleaseKeepsTheDescriptorOpenAndCloseReportsErrors) {
   EXPECT_EQ(w.Close(), 0);  // nothing held
   Fd bogus(p[1]);           // already closed above
   EXPECT_EQ(bogus.Close(), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST(FdTest, WriteFullyWritesEverythingOrSaysWhy) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  Fd r(p[0]), w(p[1]);
+  const std::string text(1000, 'x');
+  ASSERT_TRUE(WriteFully(w.get(), text));
+  std::string got(1000, '\0');
+  size_t done = 0;
+  while (done < got.size()) {
+    const ssize_t n = ::read(r.get(), got.data() + done, got.size() - done);
+    ASSERT_GT(n, 0);
+    done += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(got, text);
+  EXPECT_FALSE(WriteFully(r.get(), "y"));  // the read end
   EXPECT_EQ(errno, EBADF);
 }
 

@@ -32,18 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// All of `text` to `fd` (a regular file), or false with errno set.
-bool WriteFully(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 constexpr char kEpochKey[] = "ft.epoch";
 constexpr char kBatchKey[] = "ft.batch";
 constexpr char kSamplerKey[] = "ft.sampler";
@@ -169,7 +157,10 @@ absl::Status Loop::Heal(bool* collective_failed) {
   // Every member reduces alike (the hook's numbers are the default's only
   // up to rounding); the hook kills only the member named.
   for (const KillAt& k : o_.inject.kills) {
-    if (k.point == KillPoint::kLastBucket) hook = MakeKillingAllReduceHook(o_.inject, group_.member(), step_);
+    if (k.point == KillPoint::kLastBucket) {
+      hook = MakeKillingAllReduceHook(o_.inject, group_.member(), step_);
+      break;
+    }
   }
   absl::StatusOr<std::unique_ptr<ModelStepper>> stepper = p_.make_stepper(group_.comm(), std::move(hook));
   if (!stepper.ok()) {
@@ -232,7 +223,6 @@ absl::Status Loop::Step(const std::vector<int64_t>& batch, bool* collective_fail
   result_.train.correct += ce.correct;
   result_.train.count += ce.counted;
   result_.train.examples += examples;
-  result_.examples += examples;
   return absl::OkStatus();
 }
 

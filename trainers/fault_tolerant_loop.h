@@ -122,7 +122,6 @@ struct FaultTolerantResult {
   int admissions = 0;         // Groups grown with newcomers.
   double seconds = 0;         // Wall time of the loop.
   double reform_seconds = 0;  // Spent re-forming and healing.
-  int64_t examples = 0;       // This member's training examples, committed.
 };
 
 absl::StatusOr<FaultTolerantResult> RunFaultTolerantTraining(const FaultTolerantOptions& options,

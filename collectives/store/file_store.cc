@@ -18,6 +18,7 @@
 #include "collectives/store/file_store_format.h"
 #include "collectives/store/store_ops.h"
 #include "core/deadline.h"
+#include "core/fd.h"
 #include "core/status.h"
 
 namespace lockstep {
@@ -50,13 +51,7 @@ class FileLock {
 };
 
 absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errno("write", path);
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
+  return WriteFully(fd, bytes) ? absl::OkStatus() : Errno("write", path);
 }
 
 constexpr const char* kUsersKey = "__file_store_closed_users";

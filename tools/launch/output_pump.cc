@@ -16,15 +16,8 @@ namespace lockstep {
 namespace launch {
 namespace {
 
-void WriteFully(int fd, absl::string_view text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // A closed console is not the workers' problem.
-    done += static_cast<size_t>(n);
-  }
-}
+// A closed console is not the workers' problem: write errors are ignored.
+void WriteOut(int fd, absl::string_view text) { (void)WriteFully(fd, text); }
 
 }  // namespace
 
@@ -122,8 +115,7 @@ std::string OutputPump::Tail(int local_rank) const {
 void OutputPump::Emit(Stream& s, absl::string_view text, bool continues) {
   // The line as the tail keeps it; the console's is the same with the prefix.
   std::string line = continues ? absl::StrCat(text, kLineContinuesMarker, "\n") : absl::StrCat(text, "\n");
-  if (s.out.to_console)
-    WriteFully(s.out.is_stderr ? stderr_fd_ : stdout_fd_, absl::StrCat("[", s.out.rank, "]:", line));
+  if (s.out.to_console) WriteOut(s.out.is_stderr ? stderr_fd_ : stdout_fd_, absl::StrCat("[", s.out.rank, "]:", line));
   // The tail travels in the failure record and the summary: a long part is
   // kept only in its beginning.
   if (line.size() > kMaxTailLineBytes) {
@@ -185,7 +177,7 @@ void OutputPump::Run() {
       any_data = true;
       const absl::string_view bytes(buffer, static_cast<size_t>(n));
       // The log is the faithful copy: the bytes as read, whatever the lines.
-      if (s.out.log_file.valid()) WriteFully(s.out.log_file.get(), bytes);
+      if (s.out.log_file.valid()) WriteOut(s.out.log_file.get(), bytes);
       s.lines.Feed(bytes, [&](absl::string_view text, bool continues) { Emit(s, text, continues); });
     }
     if (fds[0].revents != 0) {
